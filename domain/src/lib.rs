@@ -1,0 +1,34 @@
+//! Shared domain and wire types of the lifetime-aware VM allocation system.
+//!
+//! Everything that crosses a crate or process boundary lives here: resource vectors, the
+//! zone > cluster > rack > host inventory, VM requests (single VMs and tenant gangs), lifetime
+//! predictions with their source, allocation decisions and rejections, and the problem-details body
+//! that every service returns on error. The JSON form of these types is the `/v1` wire format.
+//!
+//! Validation lives in one place, [`validate`]: [`decode_json`] parses a request body, rejects unknown
+//! fields and bad types, then checks every domain rule and names the offending field.
+//!
+//! This crate knows nothing about HTTP servers, databases or models.
+
+pub mod decision;
+pub mod ids;
+pub mod inventory;
+pub mod prediction;
+pub mod problem;
+pub mod request;
+pub mod resources;
+pub mod validate;
+
+pub use decision::{
+    AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat,
+};
+pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
+pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
+pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};
+pub use problem::{Problem, PROBLEM_CONTENT_TYPE};
+pub use request::{AllocationRequest, FeatureValue, GangRequest, Priority, VmRequest};
+pub use resources::{ResourceKind, Resources, RESOURCE_DIMS};
+pub use validate::{decode_json, Validate, ValidationError, ValidationLimits};
+
+/// Version segment of every HTTP path of the wire format (`/v1/...`).
+pub const API_VERSION: &str = "v1";

@@ -1,0 +1,303 @@
+//! Validation of everything a client can send, in one place.
+//!
+//! [`decode_json`] is the only way a service turns a request body into a domain value: serde rejects
+//! syntax errors, wrong types, missing and unknown fields (400); then [`Validate`] checks the domain
+//! rules (422). Both kinds of error name the offending field by its path, e.g.
+//! `gang.vms[2].demand.cores`.
+
+use crate::ids::{TenantId, VmId};
+use crate::prediction::LifetimePrediction;
+use crate::request::{AllocationRequest, FeatureValue, GangRequest, VmRequest};
+use crate::resources::ResourceKind;
+use serde::de::DeserializeOwned;
+use std::collections::HashSet;
+
+/// Limits a deployment may tune.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ValidationLimits {
+    /// Most VMs in one gang request.
+    pub max_gang_size: usize,
+    /// Longest id, VM type or label, in bytes.
+    pub max_text_len: usize,
+    /// Most extra features on one VM.
+    pub max_features: usize,
+}
+
+impl Default for ValidationLimits {
+    fn default() -> Self {
+        ValidationLimits { max_gang_size: 100, max_text_len: 256, max_features: 64 }
+    }
+}
+
+/// A rejected request, naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// The body is not JSON of the expected shape (syntax, type, missing or unknown field).
+    #[error("malformed field `{field}`: {message}")]
+    Malformed { field: String, message: String },
+    /// The body is well-formed but breaks a domain rule.
+    #[error("invalid field `{field}`: {message}")]
+    Invalid { field: String, message: String },
+}
+
+impl ValidationError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ValidationError::Invalid { field: field.into(), message: message.into() }
+    }
+
+    pub fn field(&self) -> &str {
+        match self {
+            ValidationError::Malformed { field, .. } | ValidationError::Invalid { field, .. } => field,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            ValidationError::Malformed { message, .. } | ValidationError::Invalid { message, .. } => message,
+        }
+    }
+}
+
+/// Domain rules of a value that arrived from outside.
+pub trait Validate {
+    /// Checks every rule; `path` is where the value sits in the request (empty at the root).
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError>;
+}
+
+/// Parses and validates a request body.
+pub fn decode_json<T: DeserializeOwned + Validate>(body: &[u8], limits: &ValidationLimits) -> Result<T, ValidationError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let mut field = err.path().to_string();
+        let message = err.inner().to_string();
+        // serde reports an unknown top-level key (`{"vmm": ...}`) at the root; point at the key itself.
+        if field == "." {
+            if let Some(name) = message.strip_prefix("unknown variant `").and_then(|rest| rest.split('`').next()) {
+                field = name.to_owned();
+            }
+        }
+        ValidationError::Malformed { field, message }
+    })?;
+    deserializer
+        .end()
+        .map_err(|err| ValidationError::Malformed { field: ".".to_owned(), message: err.to_string() })?;
+    value.validate(limits, "")?;
+    Ok(value)
+}
+
+fn child(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn check_text(value: &str, limits: &ValidationLimits, path: &str, name: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::invalid(child(path, name), "must not be empty"));
+    }
+    if value.len() > limits.max_text_len {
+        return Err(ValidationError::invalid(
+            child(path, name),
+            format!("must be at most {} bytes, got {}", limits.max_text_len, value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ValidationError::invalid(child(path, name), "must not contain control characters"));
+    }
+    Ok(())
+}
+
+fn check_finite(value: f64, path: &str, name: &str) -> Result<(), ValidationError> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(ValidationError::invalid(child(path, name), format!("must be a finite number, got {value}")))
+    }
+}
+
+impl Validate for VmRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_text(self.vm_id.as_str(), limits, path, "vm_id")?;
+        check_text(self.tenant_id.as_str(), limits, path, "tenant_id")?;
+        check_text(&self.vm_type, limits, path, "vm_type")?;
+        let demand_path = child(path, "demand");
+        for kind in ResourceKind::ALL {
+            if kind.required_in_demand() && self.demand.base(kind) == 0 {
+                return Err(ValidationError::invalid(child(&demand_path, kind.field_name()), "must be greater than 0"));
+            }
+        }
+        if let Some(os) = &self.os {
+            check_text(os, limits, path, "os")?;
+        }
+        if let Some(at) = self.requested_at_s {
+            check_finite(at, path, "requested_at_s")?;
+        }
+        if self.features.len() > limits.max_features {
+            return Err(ValidationError::invalid(
+                child(path, "features"),
+                format!("at most {} features are allowed, got {}", limits.max_features, self.features.len()),
+            ));
+        }
+        let features_path = child(path, "features");
+        for (name, value) in &self.features {
+            check_text(name, limits, &features_path, "<name>")?;
+            match value {
+                FeatureValue::Number(n) => check_finite(*n, &features_path, name)?,
+                FeatureValue::Text(text) if text.len() > limits.max_text_len => {
+                    return Err(ValidationError::invalid(
+                        child(&features_path, name),
+                        format!("must be at most {} bytes", limits.max_text_len),
+                    ))
+                }
+                FeatureValue::Text(_) => {}
+            }
+        }
+        if let Some(prediction) = &self.prediction {
+            prediction.validate(limits, &child(path, "prediction"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for LifetimePrediction {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        if !(0.0..=1.0).contains(&self.p_long) {
+            return Err(ValidationError::invalid(child(path, "p_long"), format!("must be in [0, 1], got {}", self.p_long)));
+        }
+        if let Some(expected) = self.expected_lifetime_s {
+            if !expected.is_finite() || expected < 0.0 {
+                return Err(ValidationError::invalid(
+                    child(path, "expected_lifetime_s"),
+                    format!("must be a finite non-negative number of seconds, got {expected}"),
+                ));
+            }
+        }
+        if let Some(version) = &self.model_version {
+            check_text(version, limits, path, "model_version")?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for GangRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_text(self.tenant_id.as_str(), limits, path, "tenant_id")?;
+        if self.vms.is_empty() {
+            return Err(ValidationError::invalid(child(path, "vms"), "a gang needs at least one VM"));
+        }
+        if self.vms.len() > limits.max_gang_size {
+            return Err(ValidationError::invalid(
+                child(path, "vms"),
+                format!("a gang may hold at most {} VMs, got {}", limits.max_gang_size, self.vms.len()),
+            ));
+        }
+        let mut seen: HashSet<&VmId> = HashSet::with_capacity(self.vms.len());
+        for (i, vm) in self.vms.iter().enumerate() {
+            let vm_path = format!("{}[{i}]", child(path, "vms"));
+            vm.validate(limits, &vm_path)?;
+            if vm.tenant_id != self.tenant_id {
+                return Err(ValidationError::invalid(
+                    child(&vm_path, "tenant_id"),
+                    format!("must equal the gang's tenant `{}`, got `{}`", self.tenant_id, vm.tenant_id),
+                ));
+            }
+            if !seen.insert(&vm.vm_id) {
+                return Err(ValidationError::invalid(child(&vm_path, "vm_id"), format!("`{}` appears twice in the gang", vm.vm_id)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Validate for AllocationRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        match self {
+            AllocationRequest::Vm(vm) => vm.validate(limits, &child(path, "vm")),
+            AllocationRequest::Gang(gang) => gang.validate(limits, &child(path, "gang")),
+        }
+    }
+}
+
+impl Validate for TenantId {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_text(self.as_str(), limits, path, "tenant_id")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(body: &str) -> Result<AllocationRequest, ValidationError> {
+        decode_json(body.as_bytes(), &ValidationLimits { max_gang_size: 3, ..ValidationLimits::default() })
+    }
+
+    const VM: &str = r#"{"vm_id":"vm-1","tenant_id":"t1","vm_type":"D2","demand":{"cores":2,"memory_gib":8}}"#;
+
+    #[test]
+    fn accepts_a_single_vm_with_defaults() {
+        let req = decode(&format!(r#"{{"vm":{VM}}}"#)).unwrap();
+        let vm = &req.vms()[0];
+        assert_eq!(vm.vm_id.as_str(), "vm-1");
+        assert_eq!(vm.demand.cores(), 2.0);
+        assert_eq!(vm.priority, crate::Priority::Regular);
+        assert!(vm.prediction.is_none());
+    }
+
+    fn field_of(body: &str) -> (String, bool) {
+        match decode(body).unwrap_err() {
+            ValidationError::Malformed { field, .. } => (field, false),
+            ValidationError::Invalid { field, .. } => (field, true),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (r#"{"vm":{"vm_id":"","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1}}}"#, "vm.vm_id", true),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":0,"memory_gib":1}}}"#, "vm.demand.cores", true),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":-1}}}"#, "vm.demand.memory_gib", false),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1e999,"memory_gib":1}}}"#, "vm.demand.cores", false),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"colour":"red"}}"#, "vm.colour", false),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":"two","memory_gib":1}}}"#, "vm.demand.cores", false),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"prediction":{"p_long":1.5,"class":"long","source":"model"}}}"#, "vm.prediction.p_long", true),
+            (r#"{"gang":{"tenant_id":"t","vms":[]}}"#, "gang.vms", true),
+            (r#"{"bogus":{}}"#, "bogus", false),
+            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"priority":"urgent"}}"#, "vm.priority", false),
+        ];
+        for (body, field, invalid) in cases {
+            assert_eq!(field_of(body), (field.to_owned(), invalid), "{body}");
+        }
+    }
+
+    #[test]
+    fn gangs_are_bounded_single_tenant_and_free_of_duplicates() {
+        let vm = |id: &str, tenant: &str| {
+            format!(r#"{{"vm_id":"{id}","tenant_id":"{tenant}","vm_type":"a","demand":{{"cores":1,"memory_gib":1}}}}"#)
+        };
+        let gang = |vms: &[String]| format!(r#"{{"gang":{{"tenant_id":"t","vms":[{}]}}}}"#, vms.join(","));
+        assert!(decode(&gang(&[vm("a", "t"), vm("b", "t")])).is_ok());
+        let too_big = gang(&[vm("a", "t"), vm("b", "t"), vm("c", "t"), vm("d", "t")]);
+        assert_eq!(field_of(&too_big), ("gang.vms".to_owned(), true));
+        assert_eq!(field_of(&gang(&[vm("a", "t"), vm("b", "u")])), ("gang.vms[1].tenant_id".to_owned(), true));
+        assert_eq!(field_of(&gang(&[vm("a", "t"), vm("a", "t")])), ("gang.vms[1].vm_id".to_owned(), true));
+    }
+
+    #[test]
+    fn trailing_garbage_is_malformed() {
+        assert!(matches!(decode(&format!(r#"{{"vm":{VM}}} x"#)), Err(ValidationError::Malformed { .. })));
+    }
+
+    #[test]
+    fn problem_bodies_carry_status_and_field() {
+        let err = decode(r#"{"gang":{"tenant_id":"t","vms":[]}}"#).unwrap_err();
+        let problem = crate::Problem::from(&err);
+        assert_eq!(problem.status, 422);
+        assert_eq!(problem.errors[0].field, "gang.vms");
+        let json = serde_json::to_value(&problem).unwrap();
+        assert_eq!(json["type"], "urn:problem:invalid-request");
+    }
+}
