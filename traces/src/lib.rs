@@ -1,1 +1,23 @@
-//! placeholder
+//! VM request traces: one record type, three sources behind one iterator, and trace statistics.
+//!
+//! - [`csv_format`]: the project's CSV (`.csv` or `.csv.gz`), read and written; see
+//!   `docs/trace-format.md`.
+//! - [`azure_sqlite`]: the Azure packing trace 2020 (sqlite tables `vm` and `vmType`), mapped onto one
+//!   machine type.
+//! - [`synthetic`]: a seeded generator calibrated to the published statistics of the papers.
+//!
+//! [`TraceSource::open`] turns any of them into a [`TraceReader`], an iterator of [`VmRecord`]s that the
+//! trainer, the simulator and the replay client all consume. [`stats`] summarises any trace.
+
+pub mod azure_sqlite;
+pub mod csv_format;
+pub mod error;
+pub mod record;
+pub mod source;
+pub mod stats;
+pub mod synthetic;
+
+pub use error::TraceError;
+pub use record::{ExtraColumns, VmRecord};
+pub use source::{TraceReader, TraceSource};
+pub use stats::{TraceStats, TraceStatsBuilder};
