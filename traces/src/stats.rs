@@ -38,11 +38,20 @@ pub struct TraceStatsBuilder {
     vms_without_tenant: u64,
     vm_types: HashSet<String>,
     cores: BTreeMap<String, u64>,
+    /// When the trace was cut, if known better than its latest timestamp.
+    trace_end_override: Option<f64>,
 }
 
 impl TraceStatsBuilder {
     pub fn new() -> Self {
         TraceStatsBuilder { first_start: f64::INFINITY, last_time: f64::NEG_INFINITY, ..Default::default() }
+    }
+
+    /// Sets the time the trace was cut (its censoring time). Without it, the latest start or end
+    /// time in the trace is taken, which overstates it when ends were sampled inside bins.
+    pub fn with_trace_end(mut self, trace_end_s: Option<f64>) -> Self {
+        self.trace_end_override = trace_end_s;
+        self
     }
 
     pub fn push(&mut self, record: &VmRecord) {
@@ -72,7 +81,11 @@ impl TraceStatsBuilder {
     }
 
     pub fn finish(mut self) -> TraceStats {
-        let trace_end = if self.vms == 0 { 0.0 } else { self.last_time };
+        let trace_end = match self.trace_end_override {
+            Some(end) => end,
+            None if self.vms == 0 => 0.0,
+            None => self.last_time,
+        };
         self.completed_lifetimes.sort_by(f64::total_cmp);
         let lifetimes = &self.completed_lifetimes;
         let quantiles = QUANTILES.iter().map(|&q| (format!("p{}", (q * 100.0).round()), quantile(lifetimes, q))).collect();
@@ -138,7 +151,8 @@ pub struct TraceStats {
     pub vms_without_tenant: u64,
     pub vm_types: u64,
     pub first_start_s: f64,
-    /// Latest start or end time in the trace; censored VMs count as running until then.
+    /// When the trace was cut: given, or else its latest start or end time. Censored VMs count as
+    /// running until then.
     pub trace_end_s: f64,
     pub span_days: f64,
     pub censored_share: f64,
@@ -244,5 +258,60 @@ impl fmt::Display for TraceStats {
             writeln!(f, "  {cores:>6} cores      {}", pct(*share))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ExtraColumns;
+
+    fn vm(start_s: f64, end_s: Option<f64>, cores: f64, tenant: &str) -> VmRecord {
+        VmRecord {
+            vm_id: format!("v{start_s}"),
+            tenant_id: tenant.to_owned(),
+            vm_type: "a".to_owned(),
+            cores,
+            memory_gib: 1.0,
+            priority: domain::Priority::Regular,
+            start_s,
+            end_s,
+            extra: ExtraColumns::default(),
+        }
+    }
+
+    #[test]
+    fn censored_vms_count_only_where_their_answer_is_known() {
+        // Trace ends at 10 h. Completed: 30 min and 3 h. Censored: started at 9.5 h (unknown for
+        // 1 h, not known), started at 0 (ran 10 h: known not under 1 h, 2 h; unknown for 1 day).
+        let records = [
+            vm(0.0, Some(1_800.0), 1.0, "a"),
+            vm(0.0, Some(3.0 * HOUR), 2.0, "a"),
+            vm(9.5 * HOUR, None, 1.0, "b"),
+            vm(0.0, None, 4.0, ""),
+        ];
+        let mut builder = TraceStatsBuilder::new().with_trace_end(Some(10.0 * HOUR));
+        records.iter().for_each(|r| builder.push(r));
+        let stats = builder.finish();
+        assert_eq!(stats.share_under["1h"], 1.0 / 3.0);
+        assert_eq!(stats.share_under["2h"], 1.0 / 3.0);
+        assert_eq!(stats.share_under["1d"], 1.0);
+        assert_eq!((stats.tenants, stats.vms_without_tenant), (2, 1));
+        assert_eq!(stats.censored_share, 0.5);
+        assert_eq!(stats.quantile_s("p50"), Some(1_800.0));
+        assert_eq!(stats.mean_lifetime_s, Some((1_800.0 + 3.0 * HOUR) / 2.0));
+        // Core-hours: 0.5 (<1h) + 6 (1-10h) + 0.5 (<1h) + 40 (10-100h) = 47.
+        assert_eq!(stats.total_core_hours, 47.0);
+        assert_eq!(stats.core_hours_share[0], ("<1h".to_owned(), 1.0 / 47.0));
+        assert_eq!(stats.core_hours_share[2], ("10-100h".to_owned(), 40.0 / 47.0));
+        assert_eq!(stats.core_mix["4"], 0.25);
+    }
+
+    #[test]
+    fn empty_trace_has_no_quantiles() {
+        let stats = TraceStatsBuilder::new().finish();
+        assert_eq!(stats.vms, 0);
+        assert_eq!(stats.quantile_s("p50"), None);
+        assert!(stats.to_string().contains("VMs                 0"));
     }
 }

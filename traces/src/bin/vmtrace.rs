@@ -91,6 +91,10 @@ struct StatsArgs {
     trace: PathBuf,
     #[command(flatten)]
     machine: MachineArgs,
+    /// When the trace was cut, in trace seconds (its censoring time); defaults to its latest
+    /// start or end time.
+    #[arg(long)]
+    trace_end_s: Option<f64>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -183,8 +187,11 @@ fn read_all(path: &PathBuf, machine: &MachineArgs, mut each: impl FnMut(&VmRecor
 }
 
 fn run_stats(args: StatsArgs) -> Result<()> {
+    if let Some(end) = args.trace_end_s.filter(|end| !end.is_finite()) {
+        bail!("--trace-end-s must be a finite number of seconds, got {end}");
+    }
     let started = Instant::now();
-    let mut stats = TraceStatsBuilder::new();
+    let mut stats = TraceStatsBuilder::new().with_trace_end(args.trace_end_s);
     let skipped = read_all(&args.trace, &args.machine, |record| {
         stats.push(record);
         Ok(())
