@@ -83,7 +83,11 @@ impl InventorySpec {
             .map(|r| RackSpec {
                 id: RackId(format!("{zone}-r{r}")),
                 hosts: (r * hosts_per_rack..((r + 1) * hosts_per_rack).min(hosts))
-                    .map(|h| HostSpec { id: HostId(format!("{zone}-h{h}")), capacity: None, state: HostState::Available })
+                    .map(|h| HostSpec {
+                        id: HostId(format!("{zone}-h{h}")),
+                        capacity: None,
+                        state: HostState::Available,
+                    })
                     .collect(),
             })
             .collect();

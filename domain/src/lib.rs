@@ -19,9 +19,7 @@ pub mod request;
 pub mod resources;
 pub mod validate;
 
-pub use decision::{
-    AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat,
-};
+pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
 pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};

@@ -27,8 +27,7 @@ pub enum ResourceKind {
 
 impl ResourceKind {
     /// Every dimension, in the order of the vector.
-    pub const ALL: [ResourceKind; RESOURCE_DIMS] =
-        [ResourceKind::Cores, ResourceKind::MemoryGib, ResourceKind::SsdGib];
+    pub const ALL: [ResourceKind; RESOURCE_DIMS] = [ResourceKind::Cores, ResourceKind::MemoryGib, ResourceKind::SsdGib];
 
     /// Position of this dimension in a vector.
     pub const fn index(self) -> usize {
@@ -286,9 +285,8 @@ mod tests {
         let r: Resources = serde_json::from_str(r#"{"cores": 4, "memory_gib": 16}"#).unwrap();
         assert_eq!(r, Resources::from_whole(4.0, 16.0, 0.0).unwrap());
         assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"cores":4.0,"memory_gib":16.0,"ssd_gib":0.0}"#);
-        let err = serde_json::from_str::<Resources>(r#"{"cores": 4, "memory_gib": 16, "gpus": 1}"#)
-            .unwrap_err()
-            .to_string();
+        let err =
+            serde_json::from_str::<Resources>(r#"{"cores": 4, "memory_gib": 16, "gpus": 1}"#).unwrap_err().to_string();
         assert!(err.contains("gpus"), "{err}");
     }
 

@@ -66,7 +66,10 @@ pub trait Validate {
 }
 
 /// Parses and validates a request body.
-pub fn decode_json<T: DeserializeOwned + Validate>(body: &[u8], limits: &ValidationLimits) -> Result<T, ValidationError> {
+pub fn decode_json<T: DeserializeOwned + Validate>(
+    body: &[u8],
+    limits: &ValidationLimits,
+) -> Result<T, ValidationError> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let mut field = err.path().to_string();
@@ -79,9 +82,7 @@ pub fn decode_json<T: DeserializeOwned + Validate>(body: &[u8], limits: &Validat
         }
         ValidationError::Malformed { field, message }
     })?;
-    deserializer
-        .end()
-        .map_err(|err| ValidationError::Malformed { field: ".".to_owned(), message: err.to_string() })?;
+    deserializer.end().map_err(|err| ValidationError::Malformed { field: ".".to_owned(), message: err.to_string() })?;
     value.validate(limits, "")?;
     Ok(value)
 }
@@ -165,7 +166,10 @@ impl Validate for VmRequest {
 impl Validate for LifetimePrediction {
     fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
         if !(0.0..=1.0).contains(&self.p_long) {
-            return Err(ValidationError::invalid(child(path, "p_long"), format!("must be in [0, 1], got {}", self.p_long)));
+            return Err(ValidationError::invalid(
+                child(path, "p_long"),
+                format!("must be in [0, 1], got {}", self.p_long),
+            ));
         }
         if let Some(expected) = self.expected_lifetime_s {
             if !expected.is_finite() || expected < 0.0 {
@@ -205,7 +209,10 @@ impl Validate for GangRequest {
                 ));
             }
             if !seen.insert(&vm.vm_id) {
-                return Err(ValidationError::invalid(child(&vm_path, "vm_id"), format!("`{}` appears twice in the gang", vm.vm_id)));
+                return Err(ValidationError::invalid(
+                    child(&vm_path, "vm_id"),
+                    format!("`{}` appears twice in the gang", vm.vm_id),
+                ));
             }
         }
         Ok(())
@@ -257,16 +264,48 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            (r#"{"vm":{"vm_id":"","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1}}}"#, "vm.vm_id", true),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":0,"memory_gib":1}}}"#, "vm.demand.cores", true),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":-1}}}"#, "vm.demand.memory_gib", false),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1e999,"memory_gib":1}}}"#, "vm.demand.cores", false),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"colour":"red"}}"#, "vm.colour", false),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":"two","memory_gib":1}}}"#, "vm.demand.cores", false),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"prediction":{"p_long":1.5,"class":"long","source":"model"}}}"#, "vm.prediction.p_long", true),
+            (
+                r#"{"vm":{"vm_id":"","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1}}}"#,
+                "vm.vm_id",
+                true,
+            ),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":0,"memory_gib":1}}}"#,
+                "vm.demand.cores",
+                true,
+            ),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":-1}}}"#,
+                "vm.demand.memory_gib",
+                false,
+            ),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1e999,"memory_gib":1}}}"#,
+                "vm.demand.cores",
+                false,
+            ),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"colour":"red"}}"#,
+                "vm.colour",
+                false,
+            ),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":"two","memory_gib":1}}}"#,
+                "vm.demand.cores",
+                false,
+            ),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"prediction":{"p_long":1.5,"class":"long","source":"model"}}}"#,
+                "vm.prediction.p_long",
+                true,
+            ),
             (r#"{"gang":{"tenant_id":"t","vms":[]}}"#, "gang.vms", true),
             (r#"{"bogus":{}}"#, "bogus", false),
-            (r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"priority":"urgent"}}"#, "vm.priority", false),
+            (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1},"priority":"urgent"}}"#,
+                "vm.priority",
+                false,
+            ),
         ];
         for (body, field, invalid) in cases {
             assert_eq!(field_of(body), (field.to_owned(), invalid), "{body}");

@@ -54,14 +54,16 @@ impl AzureSqliteReader {
         let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         let mut demands = HashMap::new();
         {
-            let mut statement =
-                connection.prepare("SELECT vmTypeId, core, memory FROM vmType WHERE machineId = ?1")?;
+            let mut statement = connection.prepare("SELECT vmTypeId, core, memory FROM vmType WHERE machineId = ?1")?;
             let mut rows = statement.query([machine.machine_id])?;
             while let Some(row) = rows.next()? {
                 let type_id: i64 = row.get(0)?;
                 let core: f64 = row.get(1)?;
                 let memory: f64 = row.get(2)?;
-                demands.insert(type_id, TypeDemand { cores: core * machine.cores, memory_gib: memory * machine.memory_gib });
+                demands.insert(
+                    type_id,
+                    TypeDemand { cores: core * machine.cores, memory_gib: memory * machine.memory_gib },
+                );
             }
         }
         if demands.is_empty() {
@@ -70,7 +72,14 @@ impl AzureSqliteReader {
                 machine.machine_id
             )));
         }
-        Ok(AzureSqliteReader { connection, demands, page: VecDeque::new(), last_rowid: i64::MIN, exhausted: false, skipped: 0 })
+        Ok(AzureSqliteReader {
+            connection,
+            demands,
+            page: VecDeque::new(),
+            last_rowid: i64::MIN,
+            exhausted: false,
+            skipped: 0,
+        })
     }
 
     /// VMs skipped so far because their type has no `vmType` row for the chosen machine.

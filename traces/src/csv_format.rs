@@ -72,14 +72,21 @@ impl CsvTraceReader {
         }
         let mut required = [0; 8];
         for (slot, column) in required.iter_mut().zip(REQUIRED_COLUMNS) {
-            *slot = names.iter().position(|n| n == column).ok_or_else(|| TraceError::MissingColumn {
-                column,
-                expected: REQUIRED_COLUMNS.join(","),
-            })?;
+            *slot = names
+                .iter()
+                .position(|n| n == column)
+                .ok_or_else(|| TraceError::MissingColumn { column, expected: REQUIRED_COLUMNS.join(",") })?;
         }
         let extra_positions: Vec<usize> = (0..names.len()).filter(|i| !required.contains(i)).collect();
         let extra_names: Arc<[String]> = extra_positions.iter().map(|&i| names[i].clone()).collect();
-        Ok(CsvTraceReader { reader, required, extra_positions, extra_names, row: csv::ByteRecord::new(), failed: false })
+        Ok(CsvTraceReader {
+            reader,
+            required,
+            extra_positions,
+            extra_names,
+            row: csv::ByteRecord::new(),
+            failed: false,
+        })
     }
 
     /// Names of the extra (feature) columns, in file order.
@@ -204,8 +211,11 @@ impl CsvTraceWriter {
     pub fn create(path: impl AsRef<Path>, extra_names: &[String]) -> Result<Self, TraceError> {
         let path = path.as_ref();
         let file = BufWriter::with_capacity(1 << 16, File::create(path).map_err(|e| TraceError::io(path, e))?);
-        let output =
-            if is_gzip(path) { Sink::Gzip(GzEncoder::new(file, flate2::Compression::default())) } else { Sink::Plain(file) };
+        let output = if is_gzip(path) {
+            Sink::Gzip(GzEncoder::new(file, flate2::Compression::default()))
+        } else {
+            Sink::Plain(file)
+        };
         let mut writer = csv::WriterBuilder::new().from_writer(output);
         let header = REQUIRED_COLUMNS.iter().copied().chain(extra_names.iter().map(String::as_str));
         writer.write_record(header).map_err(|e| write_error(path, e))?;

@@ -27,7 +27,9 @@ impl TraceSource {
             Ok(TraceSource::Csv(path))
         } else if name.ends_with(".sqlite") || name.ends_with(".db") {
             let machine = machine.ok_or_else(|| {
-                TraceError::AzureTrace("a sqlite trace needs the machine type to map its fractional resources onto".to_owned())
+                TraceError::AzureTrace(
+                    "a sqlite trace needs the machine type to map its fractional resources onto".to_owned(),
+                )
             })?;
             Ok(TraceSource::AzureSqlite { path, machine })
         } else {
@@ -38,7 +40,9 @@ impl TraceSource {
     pub fn open(&self) -> Result<TraceReader, TraceError> {
         Ok(match self {
             TraceSource::Csv(path) => TraceReader::Csv(CsvTraceReader::open(path)?),
-            TraceSource::AzureSqlite { path, machine } => TraceReader::AzureSqlite(AzureSqliteReader::open(path, machine)?),
+            TraceSource::AzureSqlite { path, machine } => {
+                TraceReader::AzureSqlite(AzureSqliteReader::open(path, machine)?)
+            }
             TraceSource::Synthetic(config) => TraceReader::Synthetic(generate(config).into_iter()),
         })
     }

@@ -17,8 +17,13 @@ const DAY: f64 = 86_400.0;
 /// Thresholds of the "share under" figures.
 pub const SHARE_UNDER_THRESHOLDS: [(&str, f64); 3] = [("1h", HOUR), ("2h", 2.0 * HOUR), ("1d", DAY)];
 /// Upper bounds of the core-hour buckets: LAVA's lifetime classes <1h, 1-10h, 10-100h, 100-1000h, more.
-pub const CORE_HOUR_BUCKETS: [(&str, f64); 5] =
-    [("<1h", HOUR), ("1-10h", 10.0 * HOUR), ("10-100h", 100.0 * HOUR), ("100-1000h", 1000.0 * HOUR), (">=1000h", f64::INFINITY)];
+pub const CORE_HOUR_BUCKETS: [(&str, f64); 5] = [
+    ("<1h", HOUR),
+    ("1-10h", 10.0 * HOUR),
+    ("10-100h", 100.0 * HOUR),
+    ("100-1000h", 1000.0 * HOUR),
+    (">=1000h", f64::INFINITY),
+];
 /// Quantiles reported for completed lifetimes.
 pub const QUANTILES: [f64; 6] = [0.10, 0.25, 0.50, 0.75, 0.90, 0.99];
 
@@ -88,8 +93,10 @@ impl TraceStatsBuilder {
         };
         self.completed_lifetimes.sort_by(f64::total_cmp);
         let lifetimes = &self.completed_lifetimes;
-        let quantiles = QUANTILES.iter().map(|&q| (format!("p{}", (q * 100.0).round()), quantile(lifetimes, q))).collect();
-        let mean = if lifetimes.is_empty() { None } else { Some(lifetimes.iter().sum::<f64>() / lifetimes.len() as f64) };
+        let quantiles =
+            QUANTILES.iter().map(|&q| (format!("p{}", (q * 100.0).round()), quantile(lifetimes, q))).collect();
+        let mean =
+            if lifetimes.is_empty() { None } else { Some(lifetimes.iter().sum::<f64>() / lifetimes.len() as f64) };
 
         let mut share_under = BTreeMap::new();
         for (name, threshold) in SHARE_UNDER_THRESHOLDS {
@@ -110,14 +117,19 @@ impl TraceStatsBuilder {
         let mut core_hours = [0.0; CORE_HOUR_BUCKETS.len()];
         for &(start, end, cores) in &self.spans {
             let observed = end.unwrap_or(trace_end).max(start) - start;
-            let bucket = CORE_HOUR_BUCKETS.iter().position(|&(_, upper)| observed < upper).unwrap_or(CORE_HOUR_BUCKETS.len() - 1);
+            let bucket = CORE_HOUR_BUCKETS
+                .iter()
+                .position(|&(_, upper)| observed < upper)
+                .unwrap_or(CORE_HOUR_BUCKETS.len() - 1);
             core_hours[bucket] += cores * observed / HOUR;
         }
         let total_core_hours: f64 = core_hours.iter().sum();
         let core_hours_share = CORE_HOUR_BUCKETS
             .iter()
             .zip(core_hours)
-            .map(|(&(name, _), hours)| (name.to_owned(), if total_core_hours > 0.0 { hours / total_core_hours } else { 0.0 }))
+            .map(|(&(name, _), hours)| {
+                (name.to_owned(), if total_core_hours > 0.0 { hours / total_core_hours } else { 0.0 })
+            })
             .collect();
 
         let core_mix = self.cores.iter().map(|(cores, &n)| (cores.clone(), ratio(n, self.vms))).collect();
@@ -232,7 +244,11 @@ impl fmt::Display for TraceStats {
             f,
             "tenants             {}{}",
             self.tenants,
-            if self.vms_without_tenant > 0 { format!(" ({} VMs without tenant)", self.vms_without_tenant) } else { String::new() }
+            if self.vms_without_tenant > 0 {
+                format!(" ({} VMs without tenant)", self.vms_without_tenant)
+            } else {
+                String::new()
+            }
         )?;
         writeln!(f, "VM types            {}", self.vm_types)?;
         writeln!(f, "censored            {} (still running at the end)", pct(self.censored_share))?;

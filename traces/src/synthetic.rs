@@ -59,7 +59,14 @@ pub struct SyntheticConfig {
 
 impl Default for SyntheticConfig {
     fn default() -> Self {
-        SyntheticConfig { seed: 42, span_days: 7.0, warmup_days: 2.0, requests_per_hour: 400.0, tenants: 1500, censor: true }
+        SyntheticConfig {
+            seed: 42,
+            span_days: 7.0,
+            warmup_days: 2.0,
+            requests_per_hour: 400.0,
+            tenants: 1500,
+            censor: true,
+        }
     }
 }
 

@@ -4,7 +4,11 @@ use std::process::Command;
 
 fn vmtrace(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vmtrace")).args(args).output().expect("run vmtrace");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -40,7 +44,8 @@ fn generate_then_stats_then_convert() {
 fn bad_input_names_the_field_and_fails() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.csv");
-    std::fs::write(&bad, "vm_id,tenant_id,vm_type,cores,memory_gib,priority,start_s,end_s\nv,t,a,1,2,regular,x,\n").unwrap();
+    std::fs::write(&bad, "vm_id,tenant_id,vm_type,cores,memory_gib,priority,start_s,end_s\nv,t,a,1,2,regular,x,\n")
+        .unwrap();
     let (ok, _, err) = vmtrace(&["stats", bad.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("line 2") && err.contains("start_s"), "{err}");

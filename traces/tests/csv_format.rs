@@ -52,7 +52,8 @@ fn round_trip_keeps_censored_negative_start_and_extra_columns() {
 #[test]
 fn columns_may_come_in_any_order() {
     let text = "end_s,start_s,priority,memory_gib,cores,vm_type,tenant_id,vm_id,zone\n,5,low,4,1,F1,t,v1,west\n";
-    let records: Vec<VmRecord> = CsvTraceReader::from_reader(Cursor::new(text)).unwrap().collect::<Result<_, _>>().unwrap();
+    let records: Vec<VmRecord> =
+        CsvTraceReader::from_reader(Cursor::new(text)).unwrap().collect::<Result<_, _>>().unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!((records[0].vm_id.as_str(), records[0].start_s, records[0].end_s), ("v1", 5.0, None));
     assert_eq!(records[0].extra.get("zone"), Some("west"));
@@ -100,7 +101,8 @@ fn malformed_rows_are_rejected_with_their_line_number() {
 
 #[test]
 fn a_header_without_a_required_column_is_rejected() {
-    let err = CsvTraceReader::from_reader(Cursor::new("vm_id,tenant_id,vm_type,cores,memory_gib,priority,start_s\n")).err();
+    let err =
+        CsvTraceReader::from_reader(Cursor::new("vm_id,tenant_id,vm_type,cores,memory_gib,priority,start_s\n")).err();
     assert!(matches!(err, Some(TraceError::MissingColumn { column: "end_s", .. })), "{err:?}");
 }
 

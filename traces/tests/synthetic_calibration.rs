@@ -109,8 +109,10 @@ fn lifetimes_are_predictable_from_the_past_but_not_perfectly() {
     // A deliberately simple predictor: the tenant's share of long-lived VMs among those it started
     // earlier and that have already ended (smoothed), plus a nudge for bigger VMs.
     let records = uncensored(19);
-    let mut ended: Vec<(f64, &str, bool)> =
-        records.iter().map(|r| (r.end_s.expect("uncensored"), r.tenant_id.as_str(), r.lifetime_s() >= Some(TWO_HOURS))).collect();
+    let mut ended: Vec<(f64, &str, bool)> = records
+        .iter()
+        .map(|r| (r.end_s.expect("uncensored"), r.tenant_id.as_str(), r.lifetime_s() >= Some(TWO_HOURS)))
+        .collect();
     ended.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut history: HashMap<&str, (f64, f64)> = HashMap::new();
     let mut next_end = 0;

@@ -130,7 +130,9 @@ fn counting_spinner(what: &str) -> ProgressBar {
 }
 
 fn run_generate(args: GenerateArgs) -> Result<()> {
-    for (flag, value) in [("--days", args.days), ("--warmup-days", args.warmup_days), ("--requests-per-hour", args.requests_per_hour)] {
+    for (flag, value) in
+        [("--days", args.days), ("--warmup-days", args.warmup_days), ("--requests-per-hour", args.requests_per_hour)]
+    {
         if !value.is_finite() || value < 0.0 {
             bail!("{flag} must be a non-negative number, got {value}");
         }
