@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs the build prerequisites that are missing, and nothing that is present:
+#   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
+#   (bindgen / LightGBM), and the rustfmt + clippy components (CI lints).
+# Safe to re-run; runs unattended (no stdin needed) from any directory.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."   # so a rust-toolchain override in the repo applies
+
+MIN_CMAKE=3.28
+say() { echo "setup: $*"; }
+die() { echo "setup: ERROR: $*" >&2; exit 1; }
+
+# Root privileges only when actually needed: directly as root, else via sudo if it exists.
+if [ "$(id -u)" -eq 0 ]; then AS_ROOT=(); elif command -v sudo >/dev/null; then AS_ROOT=(sudo); else AS_ROOT=(false); fi
+as_root() { [ "${AS_ROOT[0]:-}" != false ] || return 1; "${AS_ROOT[@]}" "$@"; }
+
+APT_UPDATED=0
+apt_install() {
+    [ "${AS_ROOT[0]:-}" != false ] || die "not root and no sudo; please run: apt-get install -y $*"
+    if [ "$APT_UPDATED" -eq 0 ]; then as_root apt-get update -q; APT_UPDATED=1; fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+}
+
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+
+# Look cmake up with pyenv shim dirs dropped from PATH: CI shells started with a plain system
+# PATH cannot see shims, so only a cmake outside them counts.
+NOSHIM_PATH=$(tr ':' '\n' <<<"$PATH" | grep -v '/shims/\?$' | paste -sd:)
+cmake_path() { (PATH=$NOSHIM_PATH; command -v cmake); }
+cmake_ver() { "$(cmake_path)" --version 2>/dev/null | awk 'NR==1 {print $3}'; }
+good_cmake() { cmake_path >/dev/null && version_ge "$(cmake_ver)" "$MIN_CMAKE"; }
+
+# --- 1. CMake >= 3.28 (Debian bookworm ships 3.25, so take the PyPI wheel) ---------------
+if good_cmake; then
+    say "cmake $(cmake_ver) present ($(cmake_path))"
+else
+    say "cmake >= $MIN_CMAKE missing, installing via pip"
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    # BREAK_SYSTEM_PACKAGES: Debian's own python refuses pip installs (PEP 668) without it.
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install -q --disable-pip-version-check "cmake>=$MIN_CMAKE"
+    # pip may put cmake in a dir that later shells don't have on PATH (e.g. a pyenv version
+    # dir): expose the real binaries in /usr/local/bin, without clobbering real files there.
+    bin_dir=$(python3 -c 'import cmake; print(cmake.CMAKE_BIN_DIR)')
+    for tool in cmake ctest cpack; do
+        dst=/usr/local/bin/$tool
+        if [ -x "$bin_dir/$tool" ] && { [ -L "$dst" ] || [ ! -e "$dst" ]; }; then
+            as_root ln -sf "$bin_dir/$tool" "$dst" || say "cannot link $dst (no root); add $bin_dir to PATH"
+        fi
+    done
+    hash -r
+    good_cmake || die "cmake >= $MIN_CMAKE still not found on PATH (found: $(cmake_path || echo none)); pip put it in $bin_dir"
+    say "cmake $(cmake_ver) installed ($(cmake_path))"
+fi
+
+# --- 2. libclang (bindgen loads it at build time) and a C++ compiler ---------------------
+# Note: libclang-cpp*.so is a different library and does not satisfy bindgen.
+have_libclang() {
+    grep -q 'libclang\(-[0-9.]*\)\?\.so' <<<"$(PATH="$PATH:/usr/sbin:/sbin" ldconfig -p 2>/dev/null)" ||
+        compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+        compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null
+}
+if have_libclang; then say "libclang present"; else say "libclang missing, installing libclang-dev"; apt_install libclang-dev; fi
+
+if command -v c++ >/dev/null || command -v g++ >/dev/null; then
+    say "C++ compiler present"
+else
+    say "C++ compiler missing, installing g++"; apt_install g++
+fi
+
+# --- 3. rustfmt and clippy ----------------------------------------------------------------
+command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"
+if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1; then
+    say "rustfmt and clippy present"
+else
+    say "rustfmt/clippy missing, installing via rustup"
+    rustup component add rustfmt clippy || die "'rustup component add rustfmt clippy' failed"
+fi
+
+say "all prerequisites present"
