@@ -1,5 +1,32 @@
 //! The lifetime model: feature computation shared by training and serving, the LightGBM trainer,
 //! evaluation, model bundles and in-process prediction.
 //!
-//! Empty until the lifetime-model issue lands; see `ARCHITECTURE.md` for what it will own. It must
-//! never know HTTP: the inference server and the allocator link it as a library.
+//! - [`features`] and [`history`]: the one encoding of a VM request (plus its tenant's past) into a
+//!   model row, for training and serving alike.
+//! - [`dataset`]: replaying a trace into rows and censoring-aware labels.
+//! - [`train`]: the three LightGBM models (long-lived, lifetime interval, remaining lifetime), the
+//!   time-split evaluation, and bundle writing.
+//! - [`bundle`]: the bundle format and [`LifetimeModel`], a loaded, validated bundle.
+//! - [`gbdt`]: a native evaluator of LightGBM models, thread-safe and lock-free.
+//! - [`metrics`] and [`report`]: evaluation figures, Markdown and SVG plots.
+//!
+//! It must never know HTTP: the inference server, the allocator and the simulator link it as a
+//! library.
+
+pub mod bundle;
+pub mod dataset;
+pub mod features;
+pub mod gbdt;
+pub mod history;
+pub mod metrics;
+mod nan_json;
+pub mod report;
+pub mod train;
+
+pub use bundle::{BundleError, LifetimeModel, Manifest, ModelPrediction};
+pub use features::{FeatureSchema, RequestFeatures};
+
+/// Index of the largest value (the first on ties; 0 for an empty slice).
+pub fn argmax(values: &[f64]) -> usize {
+    values.iter().enumerate().fold((0, f64::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0
+}

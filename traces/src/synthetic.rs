@@ -143,7 +143,7 @@ fn draw_cores(rng: &mut ChaCha8Rng) -> u32 {
 fn make_tenants(config: &SyntheticConfig, rng: &mut ChaCha8Rng) -> Vec<Tenant> {
     let popularity = LogNormal::new(0.0, 1.0).expect("valid log-normal");
     // J-shaped: most tenants run mostly short VMs, a minority mostly long ones.
-    let p_long = Beta::new(0.15, 0.6).expect("valid beta");
+    let p_long = Beta::new(0.1, 0.36).expect("valid beta");
     let short_mu = Normal::new(2.72, 0.3).expect("valid normal");
     let long_mu = Normal::new(5.2, 0.45).expect("valid normal");
     let mut cumulative = 0.0;
@@ -236,7 +236,7 @@ fn draw_lifetime(tenant: &Tenant, t: f64, cores: u32, shared: (f64, f64), rng: &
         let until_evening = (18.0 - hour) * HOUR + Normal::new(0.0, HOUR).expect("valid normal").sample(rng);
         return until_evening.max(10.0 * MINUTE);
     }
-    let mut p = tenant.p_long + 0.04 * f64::from(cores).log2();
+    let mut p = tenant.p_long + 0.02 * f64::from(cores).log2();
     if tenant.low_priority {
         p *= 0.5;
     }

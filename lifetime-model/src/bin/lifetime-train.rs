@@ -1,0 +1,114 @@
+//! `lifetime-train`: trains the lifetime models on a trace and writes a model bundle with its
+//! evaluation report (Markdown, JSON in the manifest, SVG plots).
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use lifetime_model::train::{train_bundle, Progress, TrainConfig, TrainData};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use traces::{TraceSource, VmRecord};
+
+#[derive(Parser)]
+#[command(name = "lifetime-train", version, about = "Train lifetime models on a trace and write a model bundle")]
+struct Cli {
+    /// Training trace (.csv, .csv.gz). Without --eval, its later part evaluates (see --train-fraction).
+    #[arg(long)]
+    train: PathBuf,
+    /// A later trace to evaluate on (for example the test split of the same source).
+    #[arg(long)]
+    eval: Option<PathBuf>,
+    /// Bundle directory to write.
+    #[arg(long, short)]
+    out: PathBuf,
+    #[arg(long, default_value = "lifetime")]
+    name: String,
+    /// Bundle version; defaults to the name plus the current Unix time.
+    #[arg(long)]
+    version: Option<String>,
+    /// Share of the training trace's time span used for training when --eval is not given.
+    #[arg(long, default_value_t = 0.7)]
+    train_fraction: f64,
+    /// A VM is long-lived when it lives at least this many hours.
+    #[arg(long, default_value_t = 2.0)]
+    long_threshold_hours: f64,
+    /// When the traces were cut (censoring time), in trace seconds; defaults to the latest timestamp.
+    #[arg(long)]
+    trace_end_s: Option<f64>,
+    /// Boosting iterations (upper bound; early stopping may use fewer).
+    #[arg(long, default_value_t = 300)]
+    iterations: usize,
+    /// At most this many VMs are expanded into remaining-lifetime examples.
+    #[arg(long, default_value_t = 150_000)]
+    max_remaining_vms: usize,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+struct Stages(ProgressBar);
+
+impl Progress for Stages {
+    fn stage(&self, name: &str) {
+        self.0.inc(1);
+        self.0.set_message(name.to_owned());
+    }
+}
+
+fn load(path: &PathBuf) -> Result<Vec<VmRecord>> {
+    let reader = TraceSource::from_path(path, None)?.open()?;
+    reader.collect::<Result<Vec<_>, _>>().with_context(|| format!("reading {}", path.display()))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    if !(cli.long_threshold_hours.is_finite() && cli.long_threshold_hours > 0.0) {
+        bail!("--long-threshold-hours must be a positive number, got {}", cli.long_threshold_hours);
+    }
+    let started = Instant::now();
+    let train = load(&cli.train)?;
+    let eval = cli.eval.as_ref().map(load).transpose()?;
+    let source = match &cli.eval {
+        Some(eval) => format!("train {} / evaluate {}", cli.train.display(), eval.display()),
+        None => format!("{} (time split {:.0}% / {:.0}%)", cli.train.display(), cli.train_fraction * 100.0, (1.0 - cli.train_fraction) * 100.0),
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let config = TrainConfig {
+        version: cli.version.clone().unwrap_or_else(|| format!("{}-{now}", cli.name)),
+        name: cli.name.clone(),
+        long_threshold_s: cli.long_threshold_hours * 3_600.0,
+        train_fraction: cli.train_fraction,
+        iterations: cli.iterations,
+        max_remaining_vms: cli.max_remaining_vms,
+        threads: cli.threads,
+        seed: cli.seed,
+        ..TrainConfig::default()
+    };
+
+    let bar = ProgressBar::new(7);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let manifest = train_bundle(TrainData { source, train, eval, trace_end_s: cli.trace_end_s }, &config, &cli.out, &Stages(bar.clone()))?;
+    bar.finish_and_clear();
+
+    let report = manifest.evaluation.to_markdown();
+    std::fs::write(cli.out.join("evaluation.md"), &report).with_context(|| "writing evaluation.md")?;
+    if let Err(err) = manifest.evaluation.write_plots(&cli.out) {
+        eprintln!("warning: could not draw the plots: {err}");
+    }
+    println!("bundle {} (version {}) written to {}", manifest.name, manifest.version, cli.out.display());
+    println!(
+        "trained on {} VMs before t = {:.0} s, evaluated on {} VMs after, in {:.1} s\n",
+        manifest.training.training_vms,
+        manifest.training.cutoff_s,
+        manifest.training.evaluation_vms,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{report}");
+    println!("plots: {} and {}", cli.out.join("roc.svg").display(), cli.out.join("reprediction.svg").display());
+    Ok(())
+}

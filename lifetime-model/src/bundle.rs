@@ -1,0 +1,294 @@
+//! Model bundles: a directory with the three LightGBM models, the feature store and `manifest.json`,
+//! and [`LifetimeModel`], a loaded and validated bundle that predicts in process.
+//!
+//! Loading validates everything a rollout must trust: the manifest parses, the schema hash matches
+//! the schema, every model parses and has as many inputs as the schema, and the bundle reproduces
+//! its own probe predictions (recorded at training time) within 1e-6.
+
+use crate::features::{FeatureEncoder, FeatureSchema, RequestFeatures};
+use crate::gbdt::TreeEnsemble;
+use crate::history::{FeatureStore, TenantSummary};
+use crate::report::EvaluationReport;
+use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const BINARY_MODEL_FILE: &str = "long_lived.lgbm.txt";
+pub const MULTICLASS_MODEL_FILE: &str = "lifetime_interval.lgbm.txt";
+pub const REMAINING_MODEL_FILE: &str = "remaining_lifetime.lgbm.txt";
+pub const FEATURE_STORE_FILE: &str = "feature_store.json";
+/// Bundle layout version this code reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest difference tolerated between a probe's recorded and recomputed prediction.
+pub const PROBE_TOLERANCE: f64 = 1e-6;
+
+/// Where the training data came from and how it was split.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainingWindow {
+    pub source: String,
+    pub first_start_s: f64,
+    /// Training uses VMs that arrived before this instant; evaluation those after.
+    pub cutoff_s: f64,
+    pub trace_end_s: f64,
+    pub training_vms: usize,
+    pub evaluation_vms: usize,
+}
+
+/// One fixed input with the predictions the bundle made for it when it was written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeCase {
+    /// An encoded base row (no uptime).
+    #[serde(with = "crate::nan_json::vec")]
+    pub row: Vec<f64>,
+    pub p_long: f64,
+    /// log10 remaining lifetime at uptime 0.
+    pub log10_remaining: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format_version: u32,
+    pub name: String,
+    pub version: String,
+    pub created_unix_s: u64,
+    pub schema: FeatureSchema,
+    /// `schema.hash()`; the remaining-lifetime model takes `schema.with_uptime()`.
+    pub schema_hash: String,
+    /// A VM is long-lived when it lives at least this long.
+    pub long_threshold_s: f64,
+    /// P(long) at or above which the binary class is "long".
+    pub decision_threshold: f64,
+    /// Ascending lifetime cut-offs of the interval classes (class i: between cut-offs i-1 and i).
+    pub class_cutoffs_s: Vec<f64>,
+    /// Remaining-lifetime labels were capped here.
+    pub remaining_cap_s: f64,
+    pub training: TrainingWindow,
+    pub evaluation: EvaluationReport,
+    pub probes: Vec<ProbeCase>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not valid JSON of the expected shape: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: {source}")]
+    Model {
+        path: PathBuf,
+        #[source]
+        source: crate::gbdt::GbdtError,
+    },
+    #[error("bundle format {found} is not supported (expected {FORMAT_VERSION})")]
+    Format { found: u32 },
+    #[error("schema hash mismatch: manifest says {manifest}, the schema hashes to {computed}")]
+    SchemaHash { manifest: String, computed: String },
+    #[error("{model} expects {model_inputs} inputs but the schema has {schema_inputs}")]
+    InputCount { model: &'static str, model_inputs: usize, schema_inputs: usize },
+    #[error("{model} has {found} outputs, expected {expected}")]
+    OutputCount { model: &'static str, found: usize, expected: usize },
+    #[error("probe {index}: recorded {recorded}, recomputed {recomputed} ({what})")]
+    Probe { index: usize, what: &'static str, recorded: f64, recomputed: f64 },
+    #[error("the bundle has no probe predictions to validate against")]
+    NoProbes,
+}
+
+fn read(path: &Path) -> Result<String, BundleError> {
+    std::fs::read_to_string(path).map_err(|source| BundleError::Io { path: path.to_owned(), source })
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, BundleError> {
+    serde_json::from_str(&read(path)?).map_err(|source| BundleError::Json { path: path.to_owned(), source })
+}
+
+fn read_model(dir: &Path, file: &str) -> Result<TreeEnsemble, BundleError> {
+    let path = dir.join(file);
+    TreeEnsemble::from_lightgbm_text(&read(&path)?).map_err(|source| BundleError::Model { path, source })
+}
+
+/// What the model says about one VM at request time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelPrediction {
+    pub p_long: f64,
+    pub class: LifetimeClass,
+    pub interval_class: u32,
+    /// Predicted lifetime in seconds (remaining lifetime at uptime 0, capped like the labels).
+    pub expected_lifetime_s: f64,
+}
+
+/// A loaded, validated bundle.
+pub struct LifetimeModel {
+    manifest: Manifest,
+    dir: PathBuf,
+    encoder: FeatureEncoder,
+    remaining_encoder: FeatureEncoder,
+    binary: TreeEnsemble,
+    multiclass: TreeEnsemble,
+    remaining: TreeEnsemble,
+    store: FeatureStore,
+}
+
+impl LifetimeModel {
+    /// Loads and validates the bundle in `dir`.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, BundleError> {
+        let dir = dir.as_ref();
+        let manifest: Manifest = read_json(&dir.join(MANIFEST_FILE))?;
+        if manifest.format_version != FORMAT_VERSION {
+            return Err(BundleError::Format { found: manifest.format_version });
+        }
+        let computed = manifest.schema.hash();
+        if computed != manifest.schema_hash {
+            return Err(BundleError::SchemaHash { manifest: manifest.schema_hash.clone(), computed });
+        }
+        let binary = read_model(dir, BINARY_MODEL_FILE)?;
+        let multiclass = read_model(dir, MULTICLASS_MODEL_FILE)?;
+        let remaining = read_model(dir, REMAINING_MODEL_FILE)?;
+        let store: FeatureStore = read_json(&dir.join(FEATURE_STORE_FILE))?;
+        let model = LifetimeModel {
+            encoder: manifest.schema.encoder(),
+            remaining_encoder: manifest.schema.with_uptime().encoder(),
+            manifest,
+            dir: dir.to_owned(),
+            binary,
+            multiclass,
+            remaining,
+            store,
+        };
+        model.validate()?;
+        Ok(model)
+    }
+
+    fn validate(&self) -> Result<(), BundleError> {
+        let inputs = self.manifest.schema.len();
+        for (model, ensemble, expected_inputs, expected_outputs) in [
+            ("long-lived model", &self.binary, inputs, 1),
+            ("interval model", &self.multiclass, inputs, self.manifest.class_cutoffs_s.len() + 1),
+            ("remaining-lifetime model", &self.remaining, inputs + 1, 1),
+        ] {
+            if ensemble.num_features() != expected_inputs {
+                return Err(BundleError::InputCount {
+                    model,
+                    model_inputs: ensemble.num_features(),
+                    schema_inputs: expected_inputs,
+                });
+            }
+            if ensemble.num_outputs() != expected_outputs {
+                return Err(BundleError::OutputCount { model, found: ensemble.num_outputs(), expected: expected_outputs });
+            }
+        }
+        if self.manifest.probes.is_empty() {
+            return Err(BundleError::NoProbes);
+        }
+        for (index, probe) in self.manifest.probes.iter().enumerate() {
+            let p_long = self.binary.predict(&probe.row);
+            let mut with_uptime = probe.row.clone();
+            with_uptime.push(0.0);
+            let log10_remaining = self.remaining.predict(&with_uptime);
+            for (what, recorded, recomputed) in
+                [("P(long)", probe.p_long, p_long), ("log10 remaining", probe.log10_remaining, log10_remaining)]
+            {
+                if !recomputed.is_finite() || (recorded - recomputed).abs() > PROBE_TOLERANCE {
+                    return Err(BundleError::Probe { index, what, recorded, recomputed });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn version(&self) -> &str {
+        &self.manifest.version
+    }
+
+    pub fn schema(&self) -> &FeatureSchema {
+        &self.manifest.schema
+    }
+
+    pub fn encoder(&self) -> &FeatureEncoder {
+        &self.encoder
+    }
+
+    /// The tenant's past as of `now_s`, from the bundle's feature store.
+    pub fn tenant_summary(&self, tenant_id: &str, now_s: f64) -> TenantSummary {
+        match self.store.history(tenant_id) {
+            Some(history) if !tenant_id.is_empty() => {
+                history.summary(now_s, self.manifest.schema.history_window_s, self.manifest.schema.long_threshold_s)
+            }
+            _ => TenantSummary::unknown(),
+        }
+    }
+
+    /// The encoded base row of a request (what the long-lived and interval models take).
+    pub fn encode(&self, request: &RequestFeatures) -> Vec<f64> {
+        let tenant = self.tenant_summary(&request.tenant_id, request.time_s);
+        self.encoder.encode(request, &tenant, None)
+    }
+
+    /// Predicts from an encoded base row.
+    pub fn predict_row(&self, row: &[f64]) -> ModelPrediction {
+        let p_long = self.binary.predict(row).clamp(0.0, 1.0);
+        let mut classes = vec![0.0; self.multiclass.num_outputs()];
+        self.multiclass.predict_into(row, &mut classes);
+        let interval_class = crate::argmax(&classes) as u32;
+        let mut with_uptime = row.to_vec();
+        with_uptime.push(0.0);
+        let expected_lifetime_s = self.remaining_from_log10(self.remaining.predict(&with_uptime));
+        ModelPrediction {
+            p_long,
+            class: if p_long >= self.manifest.decision_threshold { LifetimeClass::Long } else { LifetimeClass::Short },
+            interval_class,
+            expected_lifetime_s,
+        }
+    }
+
+    pub fn predict(&self, request: &RequestFeatures) -> ModelPrediction {
+        self.predict_row(&self.encode(request))
+    }
+
+    /// Predicted remaining lifetime in seconds of a VM that has been running for `uptime_s`.
+    pub fn predict_remaining(&self, request: &RequestFeatures, uptime_s: f64) -> f64 {
+        let tenant = self.tenant_summary(&request.tenant_id, request.time_s);
+        let row = self.remaining_encoder.encode(request, &tenant, Some(uptime_s));
+        self.remaining_from_log10(self.remaining.predict(&row))
+    }
+
+    /// Remaining lifetime from an encoded base row plus uptime (the row is reused by repredictions).
+    pub fn predict_remaining_row(&self, row: &[f64], uptime_s: f64) -> f64 {
+        let mut with_uptime = Vec::with_capacity(row.len() + 1);
+        with_uptime.extend_from_slice(row);
+        with_uptime.push((1.0 + uptime_s.max(0.0)).log10());
+        self.remaining_from_log10(self.remaining.predict(&with_uptime))
+    }
+
+    fn remaining_from_log10(&self, log10: f64) -> f64 {
+        10f64.powf(log10).clamp(1.0, self.manifest.remaining_cap_s)
+    }
+
+    /// The wire prediction for `prediction`, marked as coming from this model.
+    pub fn to_wire(&self, prediction: &ModelPrediction, source: PredictionSource) -> LifetimePrediction {
+        LifetimePrediction {
+            p_long: prediction.p_long,
+            class: prediction.class,
+            interval_class: Some(prediction.interval_class),
+            expected_lifetime_s: Some(prediction.expected_lifetime_s),
+            model_version: Some(self.manifest.version.clone()),
+            source,
+        }
+    }
+}

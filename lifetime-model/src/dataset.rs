@@ -1,0 +1,188 @@
+//! Training and evaluation examples from a trace: features from the past only, labels that respect
+//! censoring.
+//!
+//! [`replay`] walks a trace in time order. At each VM's arrival it applies every departure that has
+//! happened by then to the tenant histories, encodes the VM's row, then records its start. Labels:
+//! a VM that ended inside the period is *completed*; one still running when the period's data stops
+//! (the trace end, or the training cut-off of a time split) is *censored* with the lifetime observed
+//! so far, a lower bound. A VM censored after 5 h is known long-lived for a 2 h threshold; one censored
+//! after 1 h has no 2 h label and is left out.
+
+use crate::features::{FeatureEncoder, RequestFeatures};
+use crate::history::{FeatureStore, TenantHistory};
+use std::collections::HashMap;
+use traces::VmRecord;
+
+/// What is known of a VM's lifetime at the end of the data that labels it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ObservedLifetime {
+    /// The lifetime when completed; a lower bound when censored.
+    pub seconds: f64,
+    pub censored: bool,
+}
+
+impl ObservedLifetime {
+    /// Observed lifetime of `record` when data stops at `data_end_s`.
+    pub fn of(record: &VmRecord, data_end_s: f64) -> Self {
+        match record.end_s {
+            Some(end) if end <= data_end_s => ObservedLifetime { seconds: end - record.start_s, censored: false },
+            _ => ObservedLifetime { seconds: (data_end_s - record.start_s).max(0.0), censored: true },
+        }
+    }
+
+    /// Whether the VM lives at least `threshold_s`, when known.
+    pub fn at_least(&self, threshold_s: f64) -> Option<bool> {
+        if self.seconds >= threshold_s {
+            Some(true)
+        } else if self.censored {
+            None
+        } else {
+            Some(false)
+        }
+    }
+
+    /// Index of the lifetime interval given ascending `cutoffs_s`, when known.
+    pub fn interval_class(&self, cutoffs_s: &[f64]) -> Option<usize> {
+        let class = cutoffs_s.partition_point(|&c| c <= self.seconds);
+        if self.censored && class < cutoffs_s.len() {
+            None // it may still reach a higher class
+        } else {
+            Some(class)
+        }
+    }
+}
+
+/// Every VM of a trace as a feature row with its labels.
+pub struct ReplayedTrace {
+    pub n_features: usize,
+    /// Row-major features at arrival, `n_features` per VM.
+    pub rows: Vec<f64>,
+    pub start_s: Vec<f64>,
+    /// Label as seen by the training side of a time split (censored at the cut-off).
+    pub train_label: Vec<ObservedLifetime>,
+    /// Label with all the trace's data (for evaluation).
+    pub full_label: Vec<ObservedLifetime>,
+    /// The tenant histories at the end of the replay: the feature store's content.
+    pub histories: HashMap<String, TenantHistory>,
+    pub trace_end_s: f64,
+}
+
+impl ReplayedTrace {
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.rows[i * self.n_features..(i + 1) * self.n_features]
+    }
+
+    pub fn len(&self) -> usize {
+        self.start_s.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start_s.is_empty()
+    }
+
+    /// The feature store as of `as_of_s` (the training cut-off), from histories replayed up to then.
+    pub fn store(histories: HashMap<String, TenantHistory>, as_of_s: f64, window_s: f64) -> FeatureStore {
+        FeatureStore::snapshot(histories, as_of_s, window_s)
+    }
+}
+
+/// Replays `records` (any order) and encodes every VM. `cutoff_s` is where training data stops;
+/// `trace_end_s` where the trace's data stops. `stop_history_at_s` freezes the returned histories at
+/// that instant (the feature store must not know the evaluation period).
+pub fn replay(
+    records: &[VmRecord],
+    encoder: &FeatureEncoder,
+    cutoff_s: f64,
+    trace_end_s: f64,
+    stop_history_at_s: f64,
+) -> ReplayedTrace {
+    let schema = encoder.schema();
+    let mut order: Vec<usize> = (0..records.len()).collect();
+    order.sort_by(|&a, &b| records[a].start_s.total_cmp(&records[b].start_s));
+    let mut ends: Vec<(f64, usize)> =
+        records.iter().enumerate().filter_map(|(i, r)| r.end_s.map(|end| (end, i))).collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+
+    let n_features = schema.len();
+    let mut out = ReplayedTrace {
+        n_features,
+        rows: Vec::with_capacity(records.len() * n_features),
+        start_s: Vec::with_capacity(records.len()),
+        train_label: Vec::with_capacity(records.len()),
+        full_label: Vec::with_capacity(records.len()),
+        histories: HashMap::new(),
+        trace_end_s,
+    };
+    let mut histories: HashMap<String, TenantHistory> = HashMap::new();
+    let mut frozen: Option<HashMap<String, TenantHistory>> = None;
+    let mut next_end = 0;
+    for &i in &order {
+        let record = &records[i];
+        let now = record.start_s;
+        if frozen.is_none() && now > stop_history_at_s {
+            apply_ends(records, &ends, &mut next_end, stop_history_at_s, &mut histories);
+            frozen = Some(histories.clone());
+        }
+        apply_ends(records, &ends, &mut next_end, now, &mut histories);
+        let request = RequestFeatures::from(record);
+        let summary = match histories.get(&record.tenant_id) {
+            Some(history) if !record.tenant_id.is_empty() => {
+                history.summary(now, schema.history_window_s, schema.long_threshold_s)
+            }
+            _ => crate::history::TenantSummary::unknown(),
+        };
+        encoder.encode_into(&request, &summary, None, &mut out.rows);
+        if !record.tenant_id.is_empty() {
+            histories.entry(record.tenant_id.clone()).or_default().record_start(now);
+        }
+        out.start_s.push(now);
+        out.train_label.push(ObservedLifetime::of(record, cutoff_s));
+        out.full_label.push(ObservedLifetime::of(record, trace_end_s));
+    }
+    out.histories = match frozen {
+        Some(histories) => histories,
+        None => {
+            apply_ends(records, &ends, &mut next_end, stop_history_at_s, &mut histories);
+            histories
+        }
+    };
+    out
+}
+
+fn apply_ends(
+    records: &[VmRecord],
+    ends: &[(f64, usize)],
+    next_end: &mut usize,
+    until_s: f64,
+    histories: &mut HashMap<String, TenantHistory>,
+) {
+    while *next_end < ends.len() && ends[*next_end].0 <= until_s {
+        let (end, i) = ends[*next_end];
+        let record = &records[i];
+        if let Some(history) = histories.get_mut(&record.tenant_id) {
+            history.record_end(record.start_s, end);
+        }
+        *next_end += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(seconds: f64, censored: bool) -> ObservedLifetime {
+        ObservedLifetime { seconds, censored }
+    }
+
+    #[test]
+    fn censored_vms_are_labelled_only_when_the_label_is_known() {
+        let two_hours = 7_200.0;
+        assert_eq!(observed(5.0 * 3_600.0, true).at_least(two_hours), Some(true));
+        assert_eq!(observed(3_600.0, true).at_least(two_hours), None);
+        assert_eq!(observed(3_600.0, false).at_least(two_hours), Some(false));
+        let cutoffs = [900.0, 1_800.0, 3_600.0];
+        assert_eq!(observed(1_000.0, false).interval_class(&cutoffs), Some(1));
+        assert_eq!(observed(1_000.0, true).interval_class(&cutoffs), None);
+        assert_eq!(observed(4_000.0, true).interval_class(&cutoffs), Some(3));
+    }
+}

@@ -1,0 +1,460 @@
+//! Features: one schema and one encoding function for training and serving.
+//!
+//! A [`FeatureSchema`] lists the model's input columns in order. [`FeatureSchema::encode`] turns what
+//! is known when a VM is requested ([`RequestFeatures`]) plus the tenant's past ([`TenantSummary`])
+//! into that row, and is the only place that does so. The schema travels in the bundle manifest;
+//! its hash guards against serving a model with another encoding.
+//!
+//! Categorical values become numeric codes ranked by their mean training lifetime (rare categories,
+//! fewer than [`MIN_CATEGORY_COUNT`] examples, collapse into "other"; unseen values at serving time
+//! map to "other" as well), so that ordinary numeric splits separate short from long categories.
+
+use crate::history::TenantSummary;
+use domain::{FeatureValue, Priority, VmRequest};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use traces::VmRecord;
+
+/// Version of the encoding rules below; part of the schema hash.
+pub const ENCODING_VERSION: u32 = 1;
+/// Categories seen fewer times than this in training collapse into "other".
+pub const MIN_CATEGORY_COUNT: usize = 10;
+/// Most categories kept per feature (the most frequent ones).
+pub const MAX_CATEGORIES: usize = 255;
+/// The label of the collapsed category.
+pub const OTHER: &str = "other";
+
+const DAY: f64 = 86_400.0;
+const HOUR: f64 = 3_600.0;
+
+/// What is known about a VM when it is requested.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestFeatures {
+    pub tenant_id: String,
+    pub vm_type: String,
+    pub cores: f64,
+    pub memory_gib: f64,
+    pub priority: Priority,
+    /// Request time, on the clock of the training trace (hour of day is `time mod 1 day`; weekday
+    /// counts days from time 0).
+    pub time_s: f64,
+    /// Further request-time columns by name (trace extra columns, or the request's `os` and
+    /// `features`).
+    pub extra: Vec<(String, String)>,
+}
+
+impl RequestFeatures {
+    pub fn extra(&self, name: &str) -> Option<&str> {
+        self.extra.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+impl From<&VmRecord> for RequestFeatures {
+    fn from(record: &VmRecord) -> Self {
+        RequestFeatures {
+            tenant_id: record.tenant_id.clone(),
+            vm_type: record.vm_type.clone(),
+            cores: record.cores,
+            memory_gib: record.memory_gib,
+            priority: record.priority,
+            time_s: record.start_s,
+            extra: record.extra.iter().map(|(n, v)| (n.to_owned(), v.to_owned())).collect(),
+        }
+    }
+}
+
+impl RequestFeatures {
+    /// Features of a VM request; `now_s` stands in for a missing request time.
+    pub fn from_request(vm: &VmRequest, now_s: f64) -> Self {
+        let mut extra: Vec<(String, String)> = vm
+            .features
+            .iter()
+            .map(|(name, value)| {
+                let text = match value {
+                    FeatureValue::Number(n) => n.to_string(),
+                    FeatureValue::Text(t) => t.clone(),
+                };
+                (name.clone(), text)
+            })
+            .collect();
+        if let Some(os) = &vm.os {
+            extra.push(("os".to_owned(), os.clone()));
+        }
+        RequestFeatures {
+            tenant_id: vm.tenant_id.to_string(),
+            vm_type: vm.vm_type.clone(),
+            cores: vm.demand.cores(),
+            memory_gib: vm.demand.memory_gib(),
+            priority: vm.priority,
+            time_s: vm.requested_at_s.unwrap_or(now_s),
+            extra,
+        }
+    }
+}
+
+/// Where a numeric feature comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "source", content = "column")]
+pub enum NumericSource {
+    Cores,
+    MemoryGib,
+    MemoryPerCore,
+    LowPriority,
+    HourOfDay,
+    Weekday,
+    /// A numeric extra column; missing or unparsable values are NaN.
+    Extra(String),
+    TenantVmsInWindow,
+    TenantLongKnown,
+    TenantLongShare,
+    TenantLog10LifetimeP25,
+    TenantLog10LifetimeP50,
+    TenantLog10LifetimeP75,
+    TenantRunning,
+    /// log10(1 + uptime in seconds): the reprediction input of the remaining-lifetime model.
+    Log10Uptime,
+}
+
+/// Where a categorical feature comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "source", content = "column")]
+pub enum CategoricalSource {
+    VmType,
+    Extra(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeatureKind {
+    Numeric(NumericSource),
+    /// `codes` maps each kept category (and [`OTHER`]) to its numeric code.
+    Categorical { source: CategoricalSource, codes: Vec<(String, f64)> },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FeatureSpec {
+    pub name: String,
+    pub kind: FeatureKind,
+}
+
+/// The model's input columns, in order, and the history parameters behind the tenant features.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FeatureSchema {
+    pub encoding_version: u32,
+    pub features: Vec<FeatureSpec>,
+    /// Look-back window of the tenant features.
+    pub history_window_s: f64,
+    /// Lifetime from which a tenant's VM counts as long-lived in the tenant features.
+    pub long_threshold_s: f64,
+}
+
+/// Per-categorical-feature lookup built once from the schema, for fast encoding.
+#[derive(Clone, Debug)]
+struct CategoryCodes {
+    codes: HashMap<String, f64>,
+    other: f64,
+}
+
+/// A schema ready to encode rows quickly.
+#[derive(Clone, Debug)]
+pub struct FeatureEncoder {
+    schema: FeatureSchema,
+    categories: Vec<Option<CategoryCodes>>,
+}
+
+impl FeatureSchema {
+    /// A stable hash of everything that determines the encoding.
+    pub fn hash(&self) -> String {
+        let canonical = serde_json::to_vec(self).unwrap_or_default();
+        let digest = Sha256::digest(&canonical);
+        digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.features.iter().map(|f| f.name.clone()).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.features.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.features.is_empty()
+    }
+
+    /// The same schema with the uptime input appended (for the remaining-lifetime model).
+    pub fn with_uptime(&self) -> FeatureSchema {
+        let mut schema = self.clone();
+        schema
+            .features
+            .push(FeatureSpec { name: "log10_uptime".to_owned(), kind: FeatureKind::Numeric(NumericSource::Log10Uptime) });
+        schema
+    }
+
+    pub fn encoder(&self) -> FeatureEncoder {
+        let categories = self
+            .features
+            .iter()
+            .map(|f| match &f.kind {
+                FeatureKind::Categorical { codes, .. } => {
+                    let map: HashMap<String, f64> = codes.iter().cloned().collect();
+                    let other = map.get(OTHER).copied().unwrap_or(f64::NAN);
+                    Some(CategoryCodes { codes: map, other })
+                }
+                FeatureKind::Numeric(_) => None,
+            })
+            .collect();
+        FeatureEncoder { schema: self.clone(), categories }
+    }
+}
+
+fn parse_number(text: Option<&str>) -> f64 {
+    text.and_then(|t| t.trim().parse::<f64>().ok()).filter(|v| v.is_finite()).unwrap_or(f64::NAN)
+}
+
+impl FeatureEncoder {
+    pub fn schema(&self) -> &FeatureSchema {
+        &self.schema
+    }
+
+    /// Appends the row of `request` to `out`. `uptime_s` feeds the uptime feature when the schema has
+    /// one (0 when not given).
+    pub fn encode_into(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: Option<f64>, out: &mut Vec<f64>) {
+        for (spec, categories) in self.schema.features.iter().zip(&self.categories) {
+            let value = match &spec.kind {
+                FeatureKind::Numeric(source) => match source {
+                    NumericSource::Cores => request.cores,
+                    NumericSource::MemoryGib => request.memory_gib,
+                    NumericSource::MemoryPerCore => {
+                        if request.cores > 0.0 {
+                            request.memory_gib / request.cores
+                        } else {
+                            f64::NAN
+                        }
+                    }
+                    NumericSource::LowPriority => f64::from(u8::from(request.priority == Priority::Low)),
+                    NumericSource::HourOfDay => request.time_s.rem_euclid(DAY) / HOUR,
+                    NumericSource::Weekday => request.time_s.div_euclid(DAY).rem_euclid(7.0),
+                    NumericSource::Extra(column) => parse_number(request.extra(column)),
+                    NumericSource::TenantVmsInWindow => tenant.vms_in_window,
+                    NumericSource::TenantLongKnown => tenant.long_known,
+                    NumericSource::TenantLongShare => tenant.long_share,
+                    NumericSource::TenantLog10LifetimeP25 => tenant.log10_lifetime_p25,
+                    NumericSource::TenantLog10LifetimeP50 => tenant.log10_lifetime_p50,
+                    NumericSource::TenantLog10LifetimeP75 => tenant.log10_lifetime_p75,
+                    NumericSource::TenantRunning => tenant.running,
+                    NumericSource::Log10Uptime => (1.0 + uptime_s.unwrap_or(0.0).max(0.0)).log10(),
+                },
+                FeatureKind::Categorical { source, .. } => {
+                    let text = match source {
+                        CategoricalSource::VmType => Some(request.vm_type.as_str()),
+                        CategoricalSource::Extra(column) => request.extra(column),
+                    };
+                    let codes = categories.as_ref().expect("categorical feature has codes");
+                    text.and_then(|t| codes.codes.get(t).copied()).unwrap_or(codes.other)
+                }
+            };
+            out.push(value);
+        }
+    }
+
+    /// One row as a fresh vector.
+    pub fn encode(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: Option<f64>) -> Vec<f64> {
+        let mut row = Vec::with_capacity(self.schema.len());
+        self.encode_into(request, tenant, uptime_s, &mut row);
+        row
+    }
+}
+
+/// Builds a schema from training rows: decides which extra columns are numeric, categorical or
+/// useless, and ranks categories by mean log10 lifetime.
+pub struct SchemaBuilder {
+    history_window_s: f64,
+    long_threshold_s: f64,
+    /// Per categorical candidate: category -> (count, sum of log10 lifetime over rows with a known one, rows with one).
+    categories: HashMap<CategoricalSource, HashMap<String, (usize, f64, usize)>>,
+    /// Extra columns seen, and whether every non-empty value so far parsed as a number.
+    extra_numeric: Vec<(String, bool)>,
+    tenant_seen: bool,
+}
+
+impl SchemaBuilder {
+    pub fn new(history_window_s: f64, long_threshold_s: f64) -> Self {
+        SchemaBuilder {
+            history_window_s,
+            long_threshold_s,
+            categories: HashMap::new(),
+            extra_numeric: Vec::new(),
+            tenant_seen: false,
+        }
+    }
+
+    /// Observes one training VM and, when known, its log10 lifetime (a lower bound for censored VMs
+    /// is fine: it only orders categories).
+    pub fn observe(&mut self, request: &RequestFeatures, log10_lifetime: Option<f64>) {
+        self.tenant_seen |= !request.tenant_id.is_empty();
+        let mut count = |source: CategoricalSource, value: &str| {
+            let entry = self.categories.entry(source).or_default().entry(value.to_owned()).or_default();
+            entry.0 += 1;
+            if let Some(l) = log10_lifetime {
+                entry.1 += l;
+                entry.2 += 1;
+            }
+        };
+        count(CategoricalSource::VmType, &request.vm_type);
+        for (name, value) in &request.extra {
+            let numeric = value.is_empty() || value.trim().parse::<f64>().is_ok_and(f64::is_finite);
+            match self.extra_numeric.iter_mut().find(|(n, _)| n == name) {
+                Some((_, all_numeric)) => *all_numeric &= numeric,
+                None => self.extra_numeric.push((name.clone(), numeric)),
+            }
+            count(CategoricalSource::Extra(name.clone()), value);
+        }
+    }
+
+    pub fn build(self) -> FeatureSchema {
+        let numeric = |name: &str, source: NumericSource| FeatureSpec { name: name.to_owned(), kind: FeatureKind::Numeric(source) };
+        let mut features = vec![
+            numeric("cores", NumericSource::Cores),
+            numeric("memory_gib", NumericSource::MemoryGib),
+            numeric("memory_per_core", NumericSource::MemoryPerCore),
+            numeric("low_priority", NumericSource::LowPriority),
+            numeric("hour_of_day", NumericSource::HourOfDay),
+            numeric("weekday", NumericSource::Weekday),
+        ];
+        if let Some(spec) = categorical_spec("vm_type", CategoricalSource::VmType, &self.categories) {
+            features.push(spec);
+        }
+        for (name, all_numeric) in &self.extra_numeric {
+            if *all_numeric {
+                features.push(numeric(&format!("extra_{name}"), NumericSource::Extra(name.clone())));
+            } else if let Some(spec) =
+                categorical_spec(&format!("extra_{name}"), CategoricalSource::Extra(name.clone()), &self.categories)
+            {
+                features.push(spec);
+            }
+        }
+        if self.tenant_seen {
+            features.extend([
+                numeric("tenant_vms_in_window", NumericSource::TenantVmsInWindow),
+                numeric("tenant_long_known", NumericSource::TenantLongKnown),
+                numeric("tenant_long_share", NumericSource::TenantLongShare),
+                numeric("tenant_log10_lifetime_p25", NumericSource::TenantLog10LifetimeP25),
+                numeric("tenant_log10_lifetime_p50", NumericSource::TenantLog10LifetimeP50),
+                numeric("tenant_log10_lifetime_p75", NumericSource::TenantLog10LifetimeP75),
+                numeric("tenant_running", NumericSource::TenantRunning),
+            ]);
+        }
+        FeatureSchema {
+            encoding_version: ENCODING_VERSION,
+            features,
+            history_window_s: self.history_window_s,
+            long_threshold_s: self.long_threshold_s,
+        }
+    }
+}
+
+/// The categorical feature of `source`, or `None` when no category is frequent enough to matter.
+fn categorical_spec(
+    name: &str,
+    source: CategoricalSource,
+    categories: &HashMap<CategoricalSource, HashMap<String, (usize, f64, usize)>>,
+) -> Option<FeatureSpec> {
+    let counts = categories.get(&source)?;
+    let mut frequent: Vec<(&String, &(usize, f64, usize))> =
+        counts.iter().filter(|(_, (n, _, _))| *n >= MIN_CATEGORY_COUNT).collect();
+    if frequent.is_empty() {
+        return None;
+    }
+    frequent.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(b.0)));
+    frequent.truncate(MAX_CATEGORIES);
+    let kept: std::collections::HashSet<&String> = frequent.iter().map(|(c, _)| *c).collect();
+    let (mut other_sum, mut other_known) = (0.0, 0usize);
+    for (category, (_, sum, known)) in counts {
+        if !kept.contains(category) {
+            other_sum += sum;
+            other_known += known;
+        }
+    }
+    let mean = |sum: f64, known: usize| if known > 0 { sum / known as f64 } else { f64::NEG_INFINITY };
+    let mut ranked: Vec<(String, f64)> =
+        frequent.iter().map(|(c, (_, sum, known))| ((*c).clone(), mean(*sum, *known))).collect();
+    ranked.push((OTHER.to_owned(), mean(other_sum, other_known)));
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    let codes = ranked.into_iter().enumerate().map(|(code, (category, _))| (category, code as f64)).collect();
+    Some(FeatureSpec { name: name.to_owned(), kind: FeatureKind::Categorical { source, codes } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(vm_type: &str, extra: &[(&str, &str)]) -> RequestFeatures {
+        RequestFeatures {
+            tenant_id: "t".to_owned(),
+            vm_type: vm_type.to_owned(),
+            cores: 2.0,
+            memory_gib: 8.0,
+            priority: Priority::Regular,
+            time_s: 86_400.0 * 9.0 + 3_600.0 * 13.5,
+            extra: extra.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    fn schema() -> FeatureSchema {
+        let mut builder = SchemaBuilder::new(86_400.0, 7_200.0);
+        for i in 0..30 {
+            // "long" types live ~1e5 s, "short" ~1e2 s; "rare" is seen 3 times.
+            builder.observe(&request("long", &[("batch_size", "3"), ("id", &format!("r{i}"))]), Some(5.0));
+            builder.observe(&request("short", &[("batch_size", ""), ("id", &format!("s{i}"))]), Some(2.0));
+        }
+        for _ in 0..3 {
+            builder.observe(&request("rare", &[("batch_size", "1"), ("id", "x")]), Some(3.0));
+        }
+        builder.build()
+    }
+
+    #[test]
+    fn categories_are_ranked_by_lifetime_and_rare_ones_collapse() {
+        let schema = schema();
+        let vm_type = schema.features.iter().find(|f| f.name == "vm_type").unwrap();
+        let FeatureKind::Categorical { codes, .. } = &vm_type.kind else { panic!("vm_type is categorical") };
+        let order: Vec<&str> = codes.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(order, ["short", OTHER, "long"]);
+        // A numeric extra column stays numeric; an id-like column with no frequent value is dropped.
+        assert!(schema.features.iter().any(|f| f.name == "extra_batch_size"));
+        assert!(!schema.features.iter().any(|f| f.name == "extra_id"));
+    }
+
+    #[test]
+    fn encoding_is_the_same_for_training_and_serving_inputs() {
+        let schema = schema();
+        let encoder = schema.encoder();
+        let tenant = TenantSummary::unknown();
+        let row = encoder.encode(&request("rare", &[("batch_size", "4")]), &tenant, None);
+        let names = schema.names();
+        let get = |name: &str| row[names.iter().position(|n| n == name).unwrap()];
+        assert_eq!(get("vm_type"), 1.0); // "other"
+        assert_eq!(get("extra_batch_size"), 4.0);
+        assert_eq!(get("hour_of_day"), 13.5);
+        assert_eq!(get("weekday"), 2.0);
+        assert_eq!(get("memory_per_core"), 4.0);
+        assert!(get("tenant_long_share").is_nan());
+
+        let vm: VmRequest = serde_json::from_value(serde_json::json!({
+            "vm_id": "v", "tenant_id": "t", "vm_type": "rare", "demand": {"cores": 2, "memory_gib": 8},
+            "requested_at_s": 86_400.0 * 9.0 + 3_600.0 * 13.5, "features": {"batch_size": 4}
+        }))
+        .unwrap();
+        let served = encoder.encode(&RequestFeatures::from_request(&vm, 0.0), &tenant, None);
+        assert_eq!(format!("{row:?}"), format!("{served:?}"));
+    }
+
+    #[test]
+    fn the_hash_changes_with_the_schema() {
+        let schema = schema();
+        assert_eq!(schema.hash(), schema.clone().hash());
+        assert_ne!(schema.hash(), schema.with_uptime().hash());
+    }
+}

@@ -1,0 +1,182 @@
+//! Tenant history computed only from the past: what a tenant's VMs did before a given instant.
+//!
+//! The trainer replays a trace through [`TenantHistory`] values so that every training example sees
+//! exactly what was known when its VM arrived; the same values, snapshotted at the end of training,
+//! form the bundle's feature store that the server consults. One code path, no train/serve skew.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+
+/// Most recent starts and completions kept per tenant. Counts in the look-back window saturate here,
+/// and lifetime quantiles are over at most this many recent completions.
+pub const MAX_EVENTS_PER_TENANT: usize = 256;
+
+/// What is known about one tenant's past.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantHistory {
+    /// Start times of recent VMs, oldest first.
+    starts: VecDeque<f64>,
+    /// (end time, lifetime) of recently ended VMs, in order of end.
+    completed: VecDeque<(f64, f64)>,
+    /// Start times of VMs still running, sorted.
+    running: Vec<f64>,
+}
+
+/// A tenant's past as features, at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TenantSummary {
+    /// VMs started in the look-back window.
+    pub vms_in_window: f64,
+    /// VMs known to be long-lived: ended in the window after living at least the threshold, or
+    /// still running for at least the threshold.
+    pub long_known: f64,
+    /// `long_known` over the VMs whose class is known; NaN when none is.
+    pub long_share: f64,
+    /// Quartiles of log10 lifetime of the VMs that ended in the window; NaN when none did.
+    pub log10_lifetime_p25: f64,
+    pub log10_lifetime_p50: f64,
+    pub log10_lifetime_p75: f64,
+    /// VMs running now.
+    pub running: f64,
+}
+
+impl TenantSummary {
+    /// The summary of a tenant never seen before.
+    pub fn unknown() -> Self {
+        TenantSummary {
+            vms_in_window: 0.0,
+            long_known: 0.0,
+            long_share: f64::NAN,
+            log10_lifetime_p25: f64::NAN,
+            log10_lifetime_p50: f64::NAN,
+            log10_lifetime_p75: f64::NAN,
+            running: 0.0,
+        }
+    }
+}
+
+impl TenantHistory {
+    pub fn record_start(&mut self, start_s: f64) {
+        if self.starts.len() == MAX_EVENTS_PER_TENANT {
+            self.starts.pop_front();
+        }
+        self.starts.push_back(start_s);
+        let at = self.running.partition_point(|&s| s <= start_s);
+        self.running.insert(at, start_s);
+    }
+
+    /// Records that a VM started at `start_s` ended at `end_s`.
+    pub fn record_end(&mut self, start_s: f64, end_s: f64) {
+        if let Some(at) = self.running.iter().position(|&s| s == start_s) {
+            self.running.remove(at);
+        }
+        if self.completed.len() == MAX_EVENTS_PER_TENANT {
+            self.completed.pop_front();
+        }
+        self.completed.push_back((end_s, end_s - start_s));
+    }
+
+    /// The tenant's past as seen at `now_s`, over a look-back window of `window_s`, counting VMs of
+    /// at least `long_threshold_s` as long-lived.
+    pub fn summary(&self, now_s: f64, window_s: f64, long_threshold_s: f64) -> TenantSummary {
+        let since = now_s - window_s;
+        let vms_in_window = self.starts.iter().filter(|&&s| s > since && s <= now_s).count() as f64;
+        let mut lifetimes: Vec<f64> =
+            self.completed.iter().filter(|&&(end, _)| end > since && end <= now_s).map(|&(_, life)| life).collect();
+        let running_long = self.running.iter().filter(|&&s| s <= now_s - long_threshold_s).count() as f64;
+        let completed_long = lifetimes.iter().filter(|&&l| l >= long_threshold_s).count() as f64;
+        let known = lifetimes.len() as f64 + running_long;
+        let long_known = completed_long + running_long;
+        lifetimes.sort_by(f64::total_cmp);
+        let log_quantile = |q: f64| -> f64 {
+            if lifetimes.is_empty() {
+                return f64::NAN;
+            }
+            let index = ((q * lifetimes.len() as f64).ceil() as usize).clamp(1, lifetimes.len()) - 1;
+            lifetimes[index].max(1.0).log10()
+        };
+        TenantSummary {
+            vms_in_window,
+            long_known,
+            long_share: if known > 0.0 { long_known / known } else { f64::NAN },
+            log10_lifetime_p25: log_quantile(0.25),
+            log10_lifetime_p50: log_quantile(0.50),
+            log10_lifetime_p75: log_quantile(0.75),
+            running: self.running.iter().filter(|&&s| s <= now_s).count() as f64,
+        }
+    }
+
+    /// Latest event time, to drop tenants idle for longer than the window from a snapshot.
+    fn last_activity(&self) -> f64 {
+        let last_start = self.starts.back().copied().unwrap_or(f64::NEG_INFINITY);
+        let last_end = self.completed.back().map_or(f64::NEG_INFINITY, |&(end, _)| end);
+        let running = if self.running.is_empty() { f64::NEG_INFINITY } else { f64::INFINITY };
+        last_start.max(last_end).max(running)
+    }
+}
+
+/// Tenant histories by tenant id: the feature store of a model bundle.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FeatureStore {
+    /// Instant the store was snapshotted at (end of the training data).
+    pub as_of_s: f64,
+    pub tenants: HashMap<String, TenantHistory>,
+}
+
+impl FeatureStore {
+    pub fn history(&self, tenant_id: &str) -> Option<&TenantHistory> {
+        self.tenants.get(tenant_id)
+    }
+
+    /// Keeps only tenants active within `window_s` of `as_of_s` (or with VMs still running):
+    /// the others would contribute nothing but empty windows.
+    pub fn snapshot(tenants: HashMap<String, TenantHistory>, as_of_s: f64, window_s: f64) -> Self {
+        let tenants = tenants.into_iter().filter(|(_, h)| h.last_activity() > as_of_s - window_s).collect();
+        FeatureStore { as_of_s, tenants }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: f64 = 3_600.0;
+
+    #[test]
+    fn summary_sees_only_the_past_and_the_window() {
+        // Events are recorded as they happen, so summaries are taken in time order.
+        let mut h = TenantHistory::default();
+        h.record_start(0.0);
+        h.record_start(10.0);
+        h.record_start(20.0);
+        let early = h.summary(100.0, 24.0 * HOUR, 2.0 * HOUR);
+        assert_eq!((early.vms_in_window, early.running), (3.0, 3.0));
+        assert!(early.long_share.is_nan() && early.log10_lifetime_p50.is_nan());
+
+        h.record_end(10.0, 10.0 + 600.0); // short-lived, ended at 610 s
+        let at = |t| h.summary(t, 24.0 * HOUR, 2.0 * HOUR);
+        let later = at(3.0 * HOUR);
+        assert_eq!(later.running, 2.0);
+        assert_eq!(later.long_known, 2.0); // the two running for over 2 h
+        assert_eq!(later.long_share, 2.0 / 3.0);
+        assert!((later.log10_lifetime_p50 - 600f64.log10()).abs() < 1e-12);
+
+        let much_later = at(30.0 * HOUR);
+        assert_eq!(much_later.vms_in_window, 0.0);
+        assert!(much_later.log10_lifetime_p50.is_nan()); // the completion left the window
+        assert_eq!(much_later.long_share, 1.0);
+    }
+
+    #[test]
+    fn snapshot_drops_idle_tenants_but_keeps_running_ones() {
+        let mut idle = TenantHistory::default();
+        idle.record_start(0.0);
+        idle.record_end(0.0, 10.0);
+        let mut running = TenantHistory::default();
+        running.record_start(0.0);
+        let tenants = HashMap::from([("idle".to_owned(), idle), ("running".to_owned(), running)]);
+        let store = FeatureStore::snapshot(tenants, 100.0 * HOUR, 24.0 * HOUR);
+        assert!(store.history("idle").is_none());
+        assert!(store.history("running").is_some());
+    }
+}

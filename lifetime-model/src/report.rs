@@ -1,0 +1,183 @@
+//! The evaluation report written into every bundle manifest, printed by the trainer as Markdown, and
+//! plotted as SVG (ROC curve, reprediction curve).
+
+use crate::metrics::Confusion;
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Recall levels at which precision is reported (paper 003 Table 1).
+pub const RECALL_LEVELS: [f64; 4] = [0.70, 0.75, 0.80, 0.85];
+
+/// Held-out quality of the long-lived classifier.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BinaryReport {
+    pub examples: usize,
+    pub long_share: f64,
+    #[serde(with = "crate::nan_json")]
+    pub auc: f64,
+    #[serde(with = "crate::nan_json")]
+    pub average_precision: f64,
+    /// Decision threshold on P(long) chosen on the validation split (best F1 there).
+    pub decision_threshold: f64,
+    pub f1: f64,
+    pub precision: f64,
+    pub recall: f64,
+    /// (recall level, best precision reaching it).
+    #[serde(with = "crate::nan_json::pairs")]
+    pub precision_at_recall: Vec<(f64, f64)>,
+    pub confusion: Confusion,
+    /// ROC curve points (false positive rate, true positive rate), thinned.
+    pub roc: Vec<(f64, f64)>,
+}
+
+/// Held-out quality of the lifetime-interval classifier.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MulticlassReport {
+    pub examples: usize,
+    pub classes: usize,
+    pub accuracy: f64,
+    /// Share of examples predicted within one interval of the truth.
+    pub within_one_class: f64,
+}
+
+/// F1 of "lives beyond the threshold" when the remaining-lifetime model is asked at uptime
+/// `k/20` of each VM's true lifetime (paper 000 Fig. 9).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RepredictionCurve {
+    pub threshold_s: f64,
+    pub positives: usize,
+    pub vms: usize,
+    /// F1 at uptime quantile k = 0..19.
+    #[serde(with = "crate::nan_json::vec")]
+    pub f1_by_quantile: Vec<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemainingReport {
+    pub examples: usize,
+    /// Mean absolute error of log10 remaining lifetime over the held-out expanded examples.
+    pub mae_log10: f64,
+    pub curves: Vec<RepredictionCurve>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvaluationReport {
+    pub binary: BinaryReport,
+    pub multiclass: MulticlassReport,
+    pub remaining: RemainingReport,
+}
+
+impl EvaluationReport {
+    pub fn to_markdown(&self) -> String {
+        let b = &self.binary;
+        let mut s = String::new();
+        let _ = writeln!(s, "### Long-lived classifier ({} held-out VMs, {:.1}% long)\n", b.examples, b.long_share * 100.0);
+        let _ = writeln!(s, "| metric | value |\n|---|---:|");
+        let _ = writeln!(s, "| ROC AUC | {:.3} |", b.auc);
+        let _ = writeln!(s, "| average precision | {:.3} |", b.average_precision);
+        let _ = writeln!(
+            s,
+            "| F1 / precision / recall at P(long) >= {:.3} | {:.3} / {:.3} / {:.3} |",
+            b.decision_threshold, b.f1, b.precision, b.recall
+        );
+        for (recall, precision) in &b.precision_at_recall {
+            let _ = writeln!(s, "| precision at recall {recall:.2} | {precision:.3} |");
+        }
+        let c = &b.confusion;
+        let _ = writeln!(s, "\nConfusion matrix at the decision threshold:\n");
+        let _ = writeln!(s, "| | predicted long | predicted short |\n|---|---:|---:|");
+        let _ = writeln!(s, "| long | {} | {} |", c.true_positive, c.false_negative);
+        let _ = writeln!(s, "| short | {} | {} |", c.false_positive, c.true_negative);
+        let m = &self.multiclass;
+        let _ = writeln!(
+            s,
+            "\n### Lifetime intervals ({} classes, {} held-out VMs)\n\naccuracy {:.3}, within one interval {:.3}",
+            m.classes, m.examples, m.accuracy, m.within_one_class
+        );
+        let r = &self.remaining;
+        let _ = writeln!(
+            s,
+            "\n### Remaining lifetime ({} held-out examples, MAE {:.3} in log10 seconds)\n",
+            r.examples, r.mae_log10
+        );
+        if !r.curves.is_empty() {
+            let header: Vec<String> = r.curves.iter().map(|c| format!("F1 beyond {}", hours(c.threshold_s))).collect();
+            let _ = writeln!(s, "| uptime quantile | {} |", header.join(" | "));
+            let _ = writeln!(s, "|---|{}", "---:|".repeat(r.curves.len()));
+            for k in 0..20 {
+                let cells: Vec<String> = r.curves.iter().map(|c| format!("{:.3}", c.f1_by_quantile[k])).collect();
+                let _ = writeln!(s, "| {k} | {} |", cells.join(" | "));
+            }
+        }
+        s
+    }
+
+    /// Writes `roc.svg` and `reprediction.svg` into `dir`.
+    pub fn write_plots(&self, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        plot_lines(
+            &dir.join("roc.svg"),
+            &format!("ROC, long-lived >= threshold (AUC {:.3})", self.binary.auc),
+            "false positive rate",
+            "true positive rate",
+            &[("model", self.binary.roc.clone()), ("chance", vec![(0.0, 0.0), (1.0, 1.0)])],
+        )?;
+        let series: Vec<(String, Vec<(f64, f64)>)> = self
+            .remaining
+            .curves
+            .iter()
+            .map(|c| {
+                let points = c.f1_by_quantile.iter().enumerate().map(|(k, &f1)| (k as f64, f1)).collect();
+                (format!("beyond {}", hours(c.threshold_s)), points)
+            })
+            .collect();
+        let series: Vec<(&str, Vec<(f64, f64)>)> = series.iter().map(|(n, p)| (n.as_str(), p.clone())).collect();
+        plot_lines(
+            &dir.join("reprediction.svg"),
+            "Reprediction: F1 by uptime (k/20 of lifetime)",
+            "uptime quantile k",
+            "F1",
+            &series,
+        )?;
+        Ok(())
+    }
+}
+
+fn hours(seconds: f64) -> String {
+    if seconds >= 86_400.0 {
+        format!("{:.0} d", seconds / 86_400.0)
+    } else {
+        format!("{:.0} h", seconds / 3_600.0)
+    }
+}
+
+fn plot_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let x_max = series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x)).fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (640, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..x_max, 0.0..1.0)?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+    let colors = [BLUE, RED, GREEN, MAGENTA];
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
