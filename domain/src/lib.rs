@@ -12,6 +12,7 @@
 
 pub mod decision;
 pub mod ids;
+pub mod inference;
 pub mod inventory;
 pub mod prediction;
 pub mod problem;
@@ -21,6 +22,10 @@ pub mod validate;
 
 pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
+pub use inference::{
+    PredictInstance, PredictRequest, PredictResponse, RemainingInstance, RemainingPrediction, RemainingRequest,
+    RemainingResponse,
+};
 pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};
 pub use problem::{Problem, PROBLEM_CONTENT_TYPE};

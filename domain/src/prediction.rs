@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Binary lifetime class: long-lived means expected to live at least the model's threshold (2 h by
 /// default).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LifetimeClass {
@@ -13,6 +14,7 @@ pub enum LifetimeClass {
 
 /// Who produced a prediction. Fallbacks and the safeguard always say "short-lived", because placing a
 /// short VM as long costs more than the reverse (paper 003 s4.3).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PredictionSource {
@@ -48,6 +50,7 @@ impl PredictionSource {
 }
 
 /// A lifetime prediction for one VM.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LifetimePrediction {

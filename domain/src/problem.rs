@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
 /// One offending field of a rejected request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldProblem {
     /// Path of the field, e.g. `gang.vms[2].demand.cores`.
@@ -15,6 +16,7 @@ pub struct FieldProblem {
 }
 
 /// A machine-readable error body (`application/problem+json`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Problem {
     /// A stable identifier of the kind of problem, e.g. `urn:problem:invalid-request`.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Scheduling priority of a VM.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
@@ -45,6 +46,7 @@ impl std::str::FromStr for Priority {
 }
 
 /// An extra request-time feature (for example a trace's `batch_size` column): a number or a label.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum FeatureValue {

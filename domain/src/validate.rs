@@ -6,6 +6,7 @@
 //! `gang.vms[2].demand.cores`.
 
 use crate::ids::{TenantId, VmId};
+use crate::inference::{PredictInstance, PredictRequest, RemainingRequest};
 use crate::prediction::LifetimePrediction;
 use crate::request::{AllocationRequest, FeatureValue, GangRequest, VmRequest};
 use crate::resources::ResourceKind;
@@ -22,11 +23,13 @@ pub struct ValidationLimits {
     pub max_text_len: usize,
     /// Most extra features on one VM.
     pub max_features: usize,
+    /// Most instances in one prediction batch.
+    pub max_batch: usize,
 }
 
 impl Default for ValidationLimits {
     fn default() -> Self {
-        ValidationLimits { max_gang_size: 100, max_text_len: 256, max_features: 64 }
+        ValidationLimits { max_gang_size: 100, max_text_len: 256, max_features: 64, max_batch: 1024 }
     }
 }
 
@@ -136,26 +139,7 @@ impl Validate for VmRequest {
         if let Some(at) = self.requested_at_s {
             check_finite(at, path, "requested_at_s")?;
         }
-        if self.features.len() > limits.max_features {
-            return Err(ValidationError::invalid(
-                child(path, "features"),
-                format!("at most {} features are allowed, got {}", limits.max_features, self.features.len()),
-            ));
-        }
-        let features_path = child(path, "features");
-        for (name, value) in &self.features {
-            check_text(name, limits, &features_path, "<name>")?;
-            match value {
-                FeatureValue::Number(n) => check_finite(*n, &features_path, name)?,
-                FeatureValue::Text(text) if text.len() > limits.max_text_len => {
-                    return Err(ValidationError::invalid(
-                        child(&features_path, name),
-                        format!("must be at most {} bytes", limits.max_text_len),
-                    ))
-                }
-                FeatureValue::Text(_) => {}
-            }
-        }
+        check_features(&self.features, limits, path)?;
         if let Some(prediction) = &self.prediction {
             prediction.validate(limits, &child(path, "prediction"))?;
         }
@@ -225,6 +209,106 @@ impl Validate for AllocationRequest {
             AllocationRequest::Vm(vm) => vm.validate(limits, &child(path, "vm")),
             AllocationRequest::Gang(gang) => gang.validate(limits, &child(path, "gang")),
         }
+    }
+}
+
+fn check_features(
+    features: &std::collections::BTreeMap<String, FeatureValue>,
+    limits: &ValidationLimits,
+    path: &str,
+) -> Result<(), ValidationError> {
+    if features.len() > limits.max_features {
+        return Err(ValidationError::invalid(
+            child(path, "features"),
+            format!("at most {} features are allowed, got {}", limits.max_features, features.len()),
+        ));
+    }
+    let features_path = child(path, "features");
+    for (name, value) in features {
+        check_text(name, limits, &features_path, "<name>")?;
+        match value {
+            FeatureValue::Number(n) => check_finite(*n, &features_path, name)?,
+            FeatureValue::Text(text) if text.len() > limits.max_text_len => {
+                return Err(ValidationError::invalid(
+                    child(&features_path, name),
+                    format!("must be at most {} bytes", limits.max_text_len),
+                ))
+            }
+            FeatureValue::Text(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_positive(value: f64, path: &str, name: &str) -> Result<(), ValidationError> {
+    check_finite(value, path, name)?;
+    if value > 0.0 {
+        Ok(())
+    } else {
+        Err(ValidationError::invalid(child(path, name), format!("must be greater than 0, got {value}")))
+    }
+}
+
+fn check_batch(len: usize, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+    if len == 0 {
+        return Err(ValidationError::invalid(child(path, "instances"), "needs at least one instance"));
+    }
+    if len > limits.max_batch {
+        return Err(ValidationError::invalid(
+            child(path, "instances"),
+            format!("at most {} instances per request, got {len}", limits.max_batch),
+        ));
+    }
+    Ok(())
+}
+
+impl Validate for PredictInstance {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        if let Some(key) = &self.key {
+            check_text(key, limits, path, "key")?;
+        }
+        // An empty tenant means "unknown tenant" (traces without one); it only needs to be short.
+        if self.tenant_id.len() > limits.max_text_len {
+            return Err(ValidationError::invalid(
+                child(path, "tenant_id"),
+                format!("must be at most {} bytes", limits.max_text_len),
+            ));
+        }
+        check_text(&self.vm_type, limits, path, "vm_type")?;
+        check_positive(self.cores, path, "cores")?;
+        check_positive(self.memory_gib, path, "memory_gib")?;
+        if let Some(os) = &self.os {
+            check_text(os, limits, path, "os")?;
+        }
+        if let Some(at) = self.requested_at_s {
+            check_finite(at, path, "requested_at_s")?;
+        }
+        check_features(&self.features, limits, path)
+    }
+}
+
+impl Validate for PredictRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_batch(self.instances.len(), limits, path)?;
+        for (i, instance) in self.instances.iter().enumerate() {
+            instance.validate(limits, &format!("{}[{i}]", child(path, "instances")))?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for RemainingRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_batch(self.instances.len(), limits, path)?;
+        for (i, instance) in self.instances.iter().enumerate() {
+            let instance_path = format!("{}[{i}]", child(path, "instances"));
+            instance.vm.validate(limits, &child(&instance_path, "vm"))?;
+            check_finite(instance.uptime_s, &instance_path, "uptime_s")?;
+            if instance.uptime_s < 0.0 {
+                return Err(ValidationError::invalid(child(&instance_path, "uptime_s"), "must not be negative"));
+            }
+        }
+        Ok(())
     }
 }
 

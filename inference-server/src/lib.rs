@@ -1,4 +1,14 @@
-//! The inference server: loads lifetime-model bundles, serves predictions over HTTP and rolls out new
-//! bundles (validation, hot swap, canary).
+//! The inference server: loads lifetime-model bundles from a models directory, serves predictions
+//! over HTTP, and rolls out new bundles.
 //!
-//! Empty until the lifetime-model issue lands; see `ARCHITECTURE.md` for what it will own.
+//! - [`config`]: the TOML configuration.
+//! - [`registry`]: the bundles on disk, the stable and canary deployment, validation, atomic swaps,
+//!   the `rollout.toml` file that records promotions and rollbacks.
+//! - [`api`]: the axum routes, a thin layer over the registry and `lifetime-model`.
+
+// axum's rejections are `Response`s; boxing them would only obscure the handlers.
+#![allow(clippy::result_large_err)]
+
+pub mod api;
+pub mod config;
+pub mod registry;

@@ -182,7 +182,11 @@ impl LifetimeModel {
                 });
             }
             if ensemble.num_outputs() != expected_outputs {
-                return Err(BundleError::OutputCount { model, found: ensemble.num_outputs(), expected: expected_outputs });
+                return Err(BundleError::OutputCount {
+                    model,
+                    found: ensemble.num_outputs(),
+                    expected: expected_outputs,
+                });
             }
         }
         if self.manifest.probes.is_empty() {

@@ -129,7 +129,10 @@ pub enum CategoricalSource {
 pub enum FeatureKind {
     Numeric(NumericSource),
     /// `codes` maps each kept category (and [`OTHER`]) to its numeric code.
-    Categorical { source: CategoricalSource, codes: Vec<(String, f64)> },
+    Categorical {
+        source: CategoricalSource,
+        codes: Vec<(String, f64)>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -186,9 +189,10 @@ impl FeatureSchema {
     /// The same schema with the uptime input appended (for the remaining-lifetime model).
     pub fn with_uptime(&self) -> FeatureSchema {
         let mut schema = self.clone();
-        schema
-            .features
-            .push(FeatureSpec { name: "log10_uptime".to_owned(), kind: FeatureKind::Numeric(NumericSource::Log10Uptime) });
+        schema.features.push(FeatureSpec {
+            name: "log10_uptime".to_owned(),
+            kind: FeatureKind::Numeric(NumericSource::Log10Uptime),
+        });
         schema
     }
 
@@ -220,7 +224,13 @@ impl FeatureEncoder {
 
     /// Appends the row of `request` to `out`. `uptime_s` feeds the uptime feature when the schema has
     /// one (0 when not given).
-    pub fn encode_into(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: Option<f64>, out: &mut Vec<f64>) {
+    pub fn encode_into(
+        &self,
+        request: &RequestFeatures,
+        tenant: &TenantSummary,
+        uptime_s: Option<f64>,
+        out: &mut Vec<f64>,
+    ) {
         for (spec, categories) in self.schema.features.iter().zip(&self.categories) {
             let value = match &spec.kind {
                 FeatureKind::Numeric(source) => match source {
@@ -314,7 +324,10 @@ impl SchemaBuilder {
     }
 
     pub fn build(self) -> FeatureSchema {
-        let numeric = |name: &str, source: NumericSource| FeatureSpec { name: name.to_owned(), kind: FeatureKind::Numeric(source) };
+        let numeric = |name: &str, source: NumericSource| FeatureSpec {
+            name: name.to_owned(),
+            kind: FeatureKind::Numeric(source),
+        };
         let mut features = vec![
             numeric("cores", NumericSource::Cores),
             numeric("memory_gib", NumericSource::MemoryGib),

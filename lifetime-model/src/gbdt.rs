@@ -30,6 +30,12 @@
 //!   prediction divides the raw score by the number of iterations before the output transform; like
 //!   LightGBM's `raw_score` prediction, [`TreeEnsemble::predict_raw_into`] does not.
 //!
+//! Evaluation: all trees are flattened into one contiguous array of 24-byte nodes (threshold, both
+//! children, feature, flags precomputed from `decision_type`) plus one array of leaf values; the
+//! numerical decision is branch-free, and trees are walked four at a time in lockstep so that their
+//! independent chains of dependent loads overlap. Summation order is LightGBM's (tree order per
+//! class), so raw scores are bit-identical to LightGBM's.
+//!
 //! Rows shorter than [`TreeEnsemble::num_features`] are accepted: the missing trailing features are
 //! read as NaN (missing). Extra trailing values are ignored. Note that LightGBM's C API, when told to
 //! skip its shape check, would read absent features as `0.0` instead.
@@ -242,7 +248,7 @@ fn categorical_goes_left(v: f64, slot: f64, cat_ranges: &[(u32, u32)], cat_bits:
     if word >= len {
         return false;
     }
-    match cat_bits.get((start + word) as usize) {
+    match cat_bits.get(start as usize + word as usize) {
         Some(bits) => (bits >> (category % 32)) & 1 == 1,
         None => false,
     }

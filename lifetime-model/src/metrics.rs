@@ -167,9 +167,7 @@ impl Scored {
         let steps = self.steps();
         let stride = steps.len().div_ceil(max_points.max(1)).max(1);
         let mut curve = vec![(0.0, 0.0)];
-        curve.extend(
-            steps.iter().step_by(stride).map(|&(_, tp, fp)| (fp as f64 / negatives, tp as f64 / positives)),
-        );
+        curve.extend(steps.iter().step_by(stride).map(|&(_, tp, fp)| (fp as f64 / negatives, tp as f64 / positives)));
         curve.push((1.0, 1.0));
         curve
     }

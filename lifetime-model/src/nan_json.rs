@@ -37,7 +37,10 @@ pub mod pairs {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<(f64, f64)>, D::Error> {
         let nan = |v: Option<f64>| v.unwrap_or(f64::NAN);
-        Ok(Vec::<(Option<f64>, Option<f64>)>::deserialize(deserializer)?.into_iter().map(|(a, b)| (nan(a), nan(b))).collect())
+        Ok(Vec::<(Option<f64>, Option<f64>)>::deserialize(deserializer)?
+            .into_iter()
+            .map(|(a, b)| (nan(a), nan(b)))
+            .collect())
     }
 }
 

@@ -73,7 +73,8 @@ impl EvaluationReport {
     pub fn to_markdown(&self) -> String {
         let b = &self.binary;
         let mut s = String::new();
-        let _ = writeln!(s, "### Long-lived classifier ({} held-out VMs, {:.1}% long)\n", b.examples, b.long_share * 100.0);
+        let _ =
+            writeln!(s, "### Long-lived classifier ({} held-out VMs, {:.1}% long)\n", b.examples, b.long_share * 100.0);
         let _ = writeln!(s, "| metric | value |\n|---|---:|");
         let _ = writeln!(s, "| ROC AUC | {:.3} |", b.auc);
         let _ = writeln!(s, "| average precision | {:.3} |", b.average_precision);

@@ -242,7 +242,9 @@ pub fn train_bundle(
 
     let valid_binary: Vec<(f64, bool)> = valid_idx
         .iter()
-        .filter_map(|&i| binary_label(&replayed.train_label[i]).map(|y| (binary_native.predict(replayed.row(i)), y > 0.5)))
+        .filter_map(|&i| {
+            binary_label(&replayed.train_label[i]).map(|y| (binary_native.predict(replayed.row(i)), y > 0.5))
+        })
         .collect();
     let (decision_threshold, _) = Scored::new(
         &valid_binary.iter().map(|p| p.0).collect::<Vec<_>>(),
@@ -276,9 +278,7 @@ pub fn train_bundle(
         format_version: FORMAT_VERSION,
         name: config.name.clone(),
         version: config.version.clone(),
-        created_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         schema_hash: schema.hash(),
         schema,
         long_threshold_s: config.long_threshold_s,
@@ -396,7 +396,9 @@ fn evaluate_binary(
 ) -> BinaryReport {
     let (scores, labels): (Vec<f64>, Vec<bool>) = eval_idx
         .iter()
-        .filter_map(|&i| replayed.full_label[i].at_least(threshold_s).map(|long| (model.predict(replayed.row(i)), long)))
+        .filter_map(|&i| {
+            replayed.full_label[i].at_least(threshold_s).map(|long| (model.predict(replayed.row(i)), long))
+        })
         .unzip();
     let scored = Scored::new(&scores, &labels);
     let confusion = scored.confusion_at(decision_threshold);

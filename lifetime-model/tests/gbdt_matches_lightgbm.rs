@@ -337,7 +337,7 @@ fn random_model(rng: &mut ChaCha8Rng, num_trees: usize) -> String {
          objective=binary sigmoid:1.5\nfeature_names={}\nfeature_infos={}\n\n",
         N_FEATURES - 1,
         names.join(" "),
-        vec!["none"; N_FEATURES].join(" ")
+        ["none"; N_FEATURES].join(" ")
     );
     let join = |values: &[String]| values.join(" ");
     for t in 0..num_trees {

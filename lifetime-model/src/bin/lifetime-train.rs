@@ -71,7 +71,12 @@ fn main() -> Result<()> {
     let eval = cli.eval.as_ref().map(load).transpose()?;
     let source = match &cli.eval {
         Some(eval) => format!("train {} / evaluate {}", cli.train.display(), eval.display()),
-        None => format!("{} (time split {:.0}% / {:.0}%)", cli.train.display(), cli.train_fraction * 100.0, (1.0 - cli.train_fraction) * 100.0),
+        None => format!(
+            "{} (time split {:.0}% / {:.0}%)",
+            cli.train.display(),
+            cli.train_fraction * 100.0,
+            (1.0 - cli.train_fraction) * 100.0
+        ),
     };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let config = TrainConfig {
@@ -92,7 +97,12 @@ fn main() -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let manifest = train_bundle(TrainData { source, train, eval, trace_end_s: cli.trace_end_s }, &config, &cli.out, &Stages(bar.clone()))?;
+    let manifest = train_bundle(
+        TrainData { source, train, eval, trace_end_s: cli.trace_end_s },
+        &config,
+        &cli.out,
+        &Stages(bar.clone()),
+    )?;
     bar.finish_and_clear();
 
     let report = manifest.evaluation.to_markdown();

@@ -1,0 +1,98 @@
+//! Wire types of the inference server's `/v1` API.
+
+use crate::prediction::LifetimePrediction;
+use crate::request::{FeatureValue, Priority, VmRequest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What the lifetime model needs to know about one VM at request time.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictInstance {
+    /// Stable routing key for canary traffic (the VM id, say); defaults to tenant and VM type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub tenant_id: String,
+    pub vm_type: String,
+    pub cores: f64,
+    pub memory_gib: f64,
+    #[serde(default)]
+    pub priority: Priority,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    /// Request time in seconds on the model's clock; the server's clock when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub features: BTreeMap<String, FeatureValue>,
+}
+
+impl PredictInstance {
+    /// The model input of a VM request.
+    pub fn from_vm(vm: &VmRequest) -> Self {
+        PredictInstance {
+            key: Some(vm.vm_id.to_string()),
+            tenant_id: vm.tenant_id.to_string(),
+            vm_type: vm.vm_type.clone(),
+            cores: vm.demand.cores(),
+            memory_gib: vm.demand.memory_gib(),
+            priority: vm.priority,
+            os: vm.os.clone(),
+            requested_at_s: vm.requested_at_s,
+            features: vm.features.clone(),
+        }
+    }
+
+    /// The canary routing key.
+    pub fn routing_key(&self) -> String {
+        self.key.clone().unwrap_or_else(|| format!("{}/{}", self.tenant_id, self.vm_type))
+    }
+}
+
+/// `POST /v1/predict`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictRequest {
+    pub instances: Vec<PredictInstance>,
+}
+
+/// One answer per instance, in order.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictResponse {
+    pub predictions: Vec<LifetimePrediction>,
+}
+
+/// One VM and how long it has been running.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemainingInstance {
+    pub vm: PredictInstance,
+    /// Seconds the VM has been running.
+    pub uptime_s: f64,
+}
+
+/// `POST /v1/remaining-lifetime`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemainingRequest {
+    pub instances: Vec<RemainingInstance>,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemainingPrediction {
+    /// Predicted remaining lifetime in seconds (capped like the model's labels).
+    pub remaining_lifetime_s: f64,
+    pub model_version: String,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemainingResponse {
+    pub predictions: Vec<RemainingPrediction>,
+}

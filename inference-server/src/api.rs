@@ -1,0 +1,313 @@
+//! HTTP routes of the inference server: a thin layer over the registry and `lifetime-model`.
+
+use crate::config::ServerConfig;
+use crate::registry::{BundleStatus, CanarySpec, Deployment, Registry, Rollout};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use domain::{
+    LifetimePrediction, PredictInstance, PredictRequest, PredictResponse, PredictionSource, RemainingPrediction,
+    RemainingRequest, RemainingResponse, ValidationLimits,
+};
+use lifetime_model::RequestFeatures;
+use service_common::auth::require_bearer;
+use service_common::problem::{problem, HasLimits};
+use service_common::telemetry::PrometheusHandle;
+use service_common::ValidJson;
+use std::sync::Arc;
+use std::time::Instant;
+use utoipa::OpenApi;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    pub limits: ValidationLimits,
+    pub admin_token: Option<String>,
+    pub blocking_batch_threshold: usize,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl HasLimits for AppState {
+    fn limits(&self) -> &ValidationLimits {
+        &self.limits
+    }
+}
+
+impl AppState {
+    pub fn new(config: &ServerConfig, registry: Arc<Registry>, metrics: Option<PrometheusHandle>) -> Self {
+        AppState {
+            registry,
+            limits: ValidationLimits { max_batch: config.max_batch, ..ValidationLimits::default() },
+            admin_token: config.admin_token.clone(),
+            blocking_batch_threshold: config.blocking_batch_threshold,
+            metrics,
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Lifetime inference server", description = "Lifetime predictions for VM allocation."),
+    paths(
+        predict,
+        remaining_lifetime,
+        list_models,
+        reload_models,
+        set_canary,
+        promote_canary,
+        rollback_canary,
+        healthz,
+        readyz
+    ),
+    components(schemas(
+        PredictRequest,
+        PredictResponse,
+        RemainingRequest,
+        RemainingResponse,
+        BundleStatus,
+        CanarySpec,
+        domain::Problem
+    ))
+)]
+pub struct ApiDoc;
+
+/// The full router, without the standard layers (see `service_common::layers::apply`).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/predict", post(predict))
+        .route("/v1/remaining-lifetime", post(remaining_lifetime))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/reload", post(reload_models))
+        .route("/v1/models/canary", post(set_canary))
+        .route("/v1/models/promote", post(promote_canary))
+        .route("/v1/models/rollback", post(rollback_canary))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_endpoint))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .with_state(state)
+}
+
+fn no_model() -> Response {
+    problem(StatusCode::SERVICE_UNAVAILABLE, "no-model", "No model loaded", "no valid model bundle is deployed yet")
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn features(instance: &PredictInstance, now: f64) -> RequestFeatures {
+    let mut extra: Vec<(String, String)> =
+        instance.features.iter().map(|(name, value)| (name.clone(), value.to_string())).collect();
+    if let Some(os) = &instance.os {
+        extra.push(("os".to_owned(), os.clone()));
+    }
+    RequestFeatures {
+        tenant_id: instance.tenant_id.clone(),
+        vm_type: instance.vm_type.clone(),
+        cores: instance.cores,
+        memory_gib: instance.memory_gib,
+        priority: instance.priority,
+        time_s: instance.requested_at_s.unwrap_or(now),
+        extra,
+    }
+}
+
+fn predict_batch(deployment: &Deployment, instances: &[PredictInstance]) -> Vec<LifetimePrediction> {
+    let now = now_s();
+    instances
+        .iter()
+        .map(|instance| {
+            let model = deployment.route(&instance.routing_key());
+            let started = Instant::now();
+            let prediction = model.predict(&features(instance, now));
+            let version = model.version().to_owned();
+            metrics::histogram!("inference_prediction_duration_seconds", "model_version" => version.clone())
+                .record(started.elapsed().as_secs_f64());
+            metrics::counter!("inference_predictions_total", "model_version" => version).increment(1);
+            model.to_wire(&prediction, PredictionSource::Model)
+        })
+        .collect()
+}
+
+fn remaining_batch(deployment: &Deployment, request: &RemainingRequest) -> Vec<RemainingPrediction> {
+    let now = now_s();
+    request
+        .instances
+        .iter()
+        .map(|instance| {
+            let model = deployment.route(&instance.vm.routing_key());
+            let started = Instant::now();
+            let remaining = model.predict_remaining(&features(&instance.vm, now), instance.uptime_s);
+            let version = model.version().to_owned();
+            metrics::histogram!("inference_remaining_duration_seconds", "model_version" => version.clone())
+                .record(started.elapsed().as_secs_f64());
+            metrics::counter!("inference_remaining_predictions_total", "model_version" => version.clone()).increment(1);
+            RemainingPrediction { remaining_lifetime_s: remaining, model_version: version }
+        })
+        .collect()
+}
+
+/// Runs `work` inline for small batches, on the blocking pool for large ones.
+async fn run<T: Send + 'static>(
+    state: &AppState,
+    size: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Response> {
+    if size < state.blocking_batch_threshold {
+        return Ok(work());
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Prediction failed", e.to_string()))
+}
+
+fn observe(endpoint: &'static str, started: Instant) {
+    metrics::histogram!("inference_request_duration_seconds", "endpoint" => endpoint)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// Predicts lifetime class, interval and expected lifetime for a batch of VMs.
+#[utoipa::path(post, path = "/v1/predict", request_body = PredictRequest,
+    responses((status = 200, body = PredictResponse), (status = 400, body = domain::Problem),
+              (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
+async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<PredictRequest>) -> Response {
+    let started = Instant::now();
+    let Some(deployment) = state.registry.deployment() else { return no_model() };
+    let size = request.instances.len();
+    let result = run(&state, size, move || predict_batch(&deployment, &request.instances)).await;
+    observe("predict", started);
+    match result {
+        Ok(predictions) => Json(PredictResponse { predictions }).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// Predicts the remaining lifetime of running VMs given their uptime.
+#[utoipa::path(post, path = "/v1/remaining-lifetime", request_body = RemainingRequest,
+    responses((status = 200, body = RemainingResponse), (status = 400, body = domain::Problem),
+              (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
+async fn remaining_lifetime(
+    State(state): State<AppState>,
+    ValidJson(request): ValidJson<RemainingRequest>,
+) -> Response {
+    let started = Instant::now();
+    let Some(deployment) = state.registry.deployment() else { return no_model() };
+    let size = request.instances.len();
+    let result = run(&state, size, move || remaining_batch(&deployment, &request)).await;
+    observe("remaining-lifetime", started);
+    match result {
+        Ok(predictions) => Json(RemainingResponse { predictions }).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// Lists the bundles in the models directory and their state.
+#[utoipa::path(get, path = "/v1/models", responses((status = 200, body = [BundleStatus])))]
+async fn list_models(State(state): State<AppState>) -> Json<Vec<BundleStatus>> {
+    Json(state.registry.statuses())
+}
+
+async fn blocking_admin<T: Send + 'static>(
+    state: &AppState,
+    headers: &HeaderMap,
+    work: impl FnOnce(&Registry) -> Result<T, crate::registry::RegistryError> + Send + 'static,
+) -> Response {
+    if let Err(response) = require_bearer(headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    let registry = Arc::clone(&state.registry);
+    let outcome = tokio::task::spawn_blocking(move || work(&registry).map(|_| registry.statuses())).await;
+    match outcome {
+        Ok(Ok(statuses)) => Json(statuses).into_response(),
+        Ok(Err(error @ crate::registry::RegistryError::UnknownBundle(_)))
+        | Ok(Err(error @ crate::registry::RegistryError::Invalid(_))) => {
+            problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-rollout", "Invalid rollout", error.to_string())
+        }
+        Ok(Err(error)) => {
+            problem(StatusCode::INTERNAL_SERVER_ERROR, "rollout-failed", "Rollout failed", error.to_string())
+        }
+        Err(error) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string()),
+    }
+}
+
+/// Rescans the models directory now (admin).
+#[utoipa::path(post, path = "/v1/models/reload", responses((status = 200, body = [BundleStatus]), (status = 401, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn reload_models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    blocking_admin(&state, &headers, |registry| registry.refresh()).await
+}
+
+/// Sends a share of traffic to a canary bundle (admin); recorded in `rollout.toml`.
+#[utoipa::path(post, path = "/v1/models/canary", request_body = CanarySpec,
+    responses((status = 200, body = [BundleStatus]), (status = 401, body = domain::Problem), (status = 422, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn set_canary(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let spec: CanarySpec = match serde_json::from_slice(&body) {
+        Ok(spec) => spec,
+        Err(error) => {
+            return problem(StatusCode::BAD_REQUEST, "malformed-request", "Malformed request body", error.to_string())
+        }
+    };
+    blocking_admin(&state, &headers, move |registry| {
+        let mut rollout = registry.rollout();
+        if rollout.stable.is_none() {
+            rollout.stable = registry.deployment().map(|d| d.stable_name.clone());
+        }
+        rollout.canary = Some(spec);
+        registry.set_rollout(&rollout)
+    })
+    .await
+}
+
+/// Makes the canary the stable bundle (admin).
+#[utoipa::path(post, path = "/v1/models/promote", responses((status = 200, body = [BundleStatus]), (status = 422, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn promote_canary(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    blocking_admin(&state, &headers, |registry| {
+        let rollout = registry.rollout();
+        let Some(canary) = rollout.canary else {
+            return Err(crate::registry::RegistryError::Invalid("there is no canary to promote".to_owned()));
+        };
+        registry.set_rollout(&Rollout { stable: Some(canary.bundle), canary: None })
+    })
+    .await
+}
+
+/// Drops the canary; all traffic goes to the stable bundle (admin).
+#[utoipa::path(post, path = "/v1/models/rollback", responses((status = 200, body = [BundleStatus])), security(("bearer" = [])))]
+async fn rollback_canary(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    blocking_admin(&state, &headers, |registry| {
+        let mut rollout = registry.rollout();
+        if rollout.stable.is_none() {
+            rollout.stable = registry.deployment().map(|d| d.stable_name.clone());
+        }
+        rollout.canary = None;
+        registry.set_rollout(&rollout)
+    })
+    .await
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// A valid model is deployed and predictions can be served.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = domain::Problem)))]
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.registry.deployment() {
+        Some(deployment) => format!("ready: {}", deployment.stable.version()).into_response(),
+        None => no_model(),
+    }
+}
+
+async fn metrics_endpoint(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(handle) => service_common::telemetry::render_metrics(handle),
+        None => problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics disabled", "no metrics recorder is installed"),
+    }
+}

@@ -1,0 +1,90 @@
+//! `inference-server`: serves lifetime-model bundles over HTTP.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use inference_server::api::{router, AppState};
+use inference_server::config::ServerConfig;
+use inference_server::registry::Registry;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "inference-server", version, about = "Serve lifetime-model bundles over HTTP")]
+struct Cli {
+    /// TOML configuration file; flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:8081.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Directory of model bundles.
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    service_common::telemetry::init_tracing();
+    let cli = Cli::parse();
+    let mut config = match &cli.config {
+        Some(path) => ServerConfig::load(path)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = cli.models_dir {
+        config.models_dir = dir;
+    }
+    if let Ok(token) = std::env::var("INFERENCE_ADMIN_TOKEN") {
+        config.admin_token = Some(token);
+    }
+
+    let registry = Arc::new(Registry::new(&config.models_dir));
+    registry.refresh().with_context(|| format!("loading bundles from {}", config.models_dir.display()))?;
+    let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
+
+    // Watch the models directory: new or changed bundles and rollout-file edits take effect here.
+    let watched = Arc::clone(&registry);
+    let interval = Duration::from_millis(config.watch_interval_ms.max(50));
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        loop {
+            ticker.tick().await;
+            let registry = Arc::clone(&watched);
+            match tokio::task::spawn_blocking(move || registry.refresh()).await {
+                Ok(Err(error)) => tracing::warn!(%error, "models directory scan failed"),
+                Err(error) => tracing::warn!(%error, "models directory scan panicked"),
+                Ok(Ok(_)) => {}
+            }
+        }
+    });
+
+    let app = service_common::layers::apply(router(AppState::new(&config, registry, Some(metrics))), &config.http);
+    let listener =
+        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(listen = %config.listen, models_dir = %config.models_dir.display(), "inference server ready");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+    tracing::info!("shutting down");
+}

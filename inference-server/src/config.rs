@@ -1,0 +1,46 @@
+//! Configuration of the inference server (TOML; every field has a default).
+
+use serde::{Deserialize, Serialize};
+use service_common::layers::LayerConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Directory of model bundles (one sub-directory each) and the optional `rollout.toml`.
+    pub models_dir: PathBuf,
+    /// Bearer token of the admin routes; admin routes are closed without one. The environment
+    /// variable `INFERENCE_ADMIN_TOKEN` overrides it.
+    pub admin_token: Option<String>,
+    /// Most instances per prediction request.
+    pub max_batch: usize,
+    /// How often the models directory is checked for changes.
+    pub watch_interval_ms: u64,
+    /// Batches of at least this many instances are predicted on the blocking pool, so that they
+    /// never hold up the async workers.
+    pub blocking_batch_threshold: usize,
+    pub http: LayerConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            models_dir: PathBuf::from("models"),
+            admin_token: None,
+            max_batch: 1024,
+            watch_interval_ms: 1_000,
+            blocking_batch_threshold: 16,
+            http: LayerConfig::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}

@@ -1,0 +1,72 @@
+//! The standard tower stack of every service.
+
+use crate::problem::problem;
+use axum::error_handling::HandleErrorLayer;
+use axum::http::{header, HeaderName, HeaderValue, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{BoxError, Router};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+/// The header that carries a request id across the three services.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Limits of the standard stack.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LayerConfig {
+    /// A request taking longer is answered 503.
+    pub request_timeout_ms: u64,
+    /// Requests in flight beyond this are shed at once with 503 and `Retry-After`.
+    pub max_concurrency: usize,
+    /// Larger bodies are refused with 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for LayerConfig {
+    fn default() -> Self {
+        LayerConfig { request_timeout_ms: 5_000, max_concurrency: 512, max_body_bytes: 1 << 20 }
+    }
+}
+
+async fn overload_or_timeout(error: BoxError) -> Response {
+    if error.is::<tower::timeout::error::Elapsed>() {
+        return problem(StatusCode::SERVICE_UNAVAILABLE, "timeout", "Request timed out", "the request took too long");
+    }
+    if error.is::<tower::load_shed::error::Overloaded>() {
+        let mut response = problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Service overloaded",
+            "too many requests in flight; retry shortly",
+        );
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    }
+    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string())
+}
+
+/// Wraps `router` in the standard stack.
+pub fn apply(router: Router, config: &LayerConfig) -> Router {
+    let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
+    let trace = TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+        let id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("-");
+        tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+    });
+    router.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+            .layer(trace)
+            .layer(PropagateRequestIdLayer::new(request_id))
+            .layer(HandleErrorLayer::new(overload_or_timeout))
+            .load_shed()
+            .concurrency_limit(config.max_concurrency.max(1))
+            .timeout(Duration::from_millis(config.request_timeout_ms.max(1)))
+            .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+            .map_response(IntoResponse::into_response),
+    )
+}

@@ -1,0 +1,19 @@
+//! What the three HTTP services share, so that each service crate holds only its own routes.
+//!
+//! - [`problem`]: RFC 9457 problem responses, and [`ValidJson`], the body extractor that runs
+//!   `domain::decode_json` and answers 400/422 with a problem naming the field.
+//! - [`layers`]: the standard tower stack: request id (generated or carried over from
+//!   `x-request-id`), tracing, timeout, load shedding with a concurrency limit (503 with
+//!   `Retry-After`, never an unbounded queue), and a body size limit.
+//! - [`telemetry`]: tracing subscriber and the Prometheus recorder behind `/metrics`.
+//! - [`auth`]: bearer-token check for admin routes.
+
+// axum's rejections are `Response`s; boxing them would only obscure the handlers.
+#![allow(clippy::result_large_err)]
+
+pub mod auth;
+pub mod layers;
+pub mod problem;
+pub mod telemetry;
+
+pub use problem::{problem_response, ValidJson};

@@ -1,0 +1,59 @@
+//! Problem responses and the validating JSON body extractor.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use domain::{decode_json, Problem, Validate, ValidationLimits, PROBLEM_CONTENT_TYPE};
+use serde::de::DeserializeOwned;
+
+/// A problem body with its status and `application/problem+json` content type.
+pub fn problem_response(problem: Problem) -> Response {
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+    response
+}
+
+/// A shortcut for problems that are not validation errors.
+pub fn problem(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Response {
+    problem_response(Problem::new(status.as_u16(), kind, title, detail))
+}
+
+/// A JSON body parsed and validated by `domain::decode_json` with the limits found in the router
+/// state.
+pub struct ValidJson<T>(pub T);
+
+/// Router states that carry validation limits.
+pub trait HasLimits {
+    fn limits(&self) -> &ValidationLimits;
+}
+
+impl<S, T> FromRequest<S> for ValidJson<T>
+where
+    S: HasLimits + Send + Sync,
+    T: DeserializeOwned + Validate,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/problem+json"));
+        if !is_json {
+            return Err(problem(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+                "send the body as `Content-Type: application/json`",
+            ));
+        }
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+            problem(rejection.status(), "unreadable-body", "Unreadable request body", rejection.body_text())
+        })?;
+        decode_json(&bytes, state.limits()).map(ValidJson).map_err(|err| problem_response(Problem::from(&err)))
+    }
+}

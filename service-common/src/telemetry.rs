@@ -1,0 +1,38 @@
+//! Tracing and Prometheus metrics setup.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+pub use metrics_exporter_prometheus::PrometheusHandle;
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Latency buckets in seconds, fine enough for sub-millisecond predictions.
+const LATENCY_BUCKETS: [f64; 16] =
+    [0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0];
+
+/// Installs the global Prometheus recorder (once per process) and returns its handle. Metrics whose
+/// name ends in `_seconds` are histograms with [`LATENCY_BUCKETS`].
+pub fn install_prometheus() -> Result<PrometheusHandle, String> {
+    static HANDLE: std::sync::OnceLock<Result<PrometheusHandle, String>> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &LATENCY_BUCKETS)
+                .map_err(|e| e.to_string())?
+                .install_recorder()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+}
+
+/// The `/metrics` response.
+pub fn render_metrics(handle: &PrometheusHandle) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response()
+}
