@@ -198,12 +198,17 @@ impl Registry {
 
     fn read_rollout(&self, state: &mut ScanState) {
         let path = self.dir.join(ROLLOUT_FILE);
-        let print = std::fs::metadata(&path).ok().map(|m| (m.modified().ok(), m.len()));
+        let stat = || std::fs::metadata(&path).ok().map(|m| (m.modified().ok(), m.len()));
+        let print = stat();
         if print == state.rollout_fingerprint {
             return;
         }
+        let text = std::fs::read_to_string(&path);
+        if stat() != print {
+            return; // being written right now: read it on the next scan
+        }
         state.rollout_fingerprint = print;
-        match std::fs::read_to_string(&path) {
+        match text {
             Err(_) => state.rollout = Rollout::default(),
             Ok(text) => match toml::from_str::<Rollout>(&text) {
                 Ok(rollout) => state.rollout = rollout,
