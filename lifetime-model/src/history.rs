@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 
 /// Most recent starts and completions kept per tenant. Counts in the look-back window saturate here,
 /// and lifetime quantiles are over at most this many recent completions.
-pub const MAX_EVENTS_PER_TENANT: usize = 256;
+pub const MAX_EVENTS_PER_TENANT: usize = 128;
 
 /// What is known about one tenant's past.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -56,7 +56,10 @@ impl TenantSummary {
 }
 
 impl TenantHistory {
+    /// Records a VM start. Times are kept to the second: finer adds nothing to the features and
+    /// would only bloat the feature store.
     pub fn record_start(&mut self, start_s: f64) {
+        let start_s = start_s.round();
         if self.starts.len() == MAX_EVENTS_PER_TENANT {
             self.starts.pop_front();
         }
@@ -67,6 +70,7 @@ impl TenantHistory {
 
     /// Records that a VM started at `start_s` ended at `end_s`.
     pub fn record_end(&mut self, start_s: f64, end_s: f64) {
+        let (start_s, end_s) = (start_s.round(), end_s.round());
         if let Some(at) = self.running.iter().position(|&s| s == start_s) {
             self.running.remove(at);
         }

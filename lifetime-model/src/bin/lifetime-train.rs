@@ -38,6 +38,9 @@ struct Cli {
     /// Boosting iterations (upper bound; early stopping may use fewer).
     #[arg(long, default_value_t = 300)]
     iterations: usize,
+    /// Leaves per tree.
+    #[arg(long, default_value_t = 63)]
+    num_leaves: usize,
     /// At most this many VMs are expanded into remaining-lifetime examples.
     #[arg(long, default_value_t = 150_000)]
     max_remaining_vms: usize,
@@ -85,6 +88,7 @@ fn main() -> Result<()> {
         long_threshold_s: cli.long_threshold_hours * 3_600.0,
         train_fraction: cli.train_fraction,
         iterations: cli.iterations,
+        num_leaves: cli.num_leaves,
         max_remaining_vms: cli.max_remaining_vms,
         threads: cli.threads,
         seed: cli.seed,
