@@ -1,0 +1,84 @@
+//! In-process prediction latency on a real bundle (`models/default`, or the bundle directory given
+//! as the first argument), beside LightGBM's own fast single-row C API on the same model file.
+//!
+//! `cargo bench -p lifetime-model --bench bundle_predict [-- BUNDLE_DIR]`. Rows: the bundle's probe
+//! rows (encoded requests of its held-out period). Median, p99 and mean of 100k single calls.
+
+use lifetime_model::bundle::{LifetimeModel, BINARY_MODEL_FILE};
+use lifetime_model::gbdt::TreeEnsemble;
+use lifetime_model::RequestFeatures;
+use lightgbm3::Booster;
+use serde_json::json;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Instant;
+
+const CALLS: usize = 100_000;
+
+struct Stats {
+    median_ns: f64,
+    p99_ns: f64,
+    mean_ns: f64,
+}
+
+fn measure<T>(inputs: &[T], mut call: impl FnMut(&T) -> f64) -> Stats {
+    for input in inputs.iter().cycle().take(2_000) {
+        black_box(call(black_box(input)));
+    }
+    let mut samples: Vec<f64> = inputs
+        .iter()
+        .cycle()
+        .take(CALLS)
+        .map(|input| {
+            let start = Instant::now();
+            black_box(call(black_box(input)));
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    Stats {
+        median_ns: samples[CALLS / 2],
+        p99_ns: samples[CALLS * 99 / 100],
+        mean_ns: samples.iter().sum::<f64>() / CALLS as f64,
+    }
+}
+
+fn main() {
+    let dir = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default"));
+    let model = LifetimeModel::load(&dir).expect("the bundle loads");
+    let rows: Vec<Vec<f64>> = model.manifest().probes.iter().map(|p| p.row.clone()).collect();
+    let text = std::fs::read_to_string(dir.join(BINARY_MODEL_FILE)).expect("model file");
+    let native = TreeEnsemble::from_lightgbm_text(&text).expect("parses");
+    let mut booster = Booster::from_string(&text).expect("LightGBM loads it");
+    booster.single_row_fast_init::<f64>(Some(&json!({"num_threads": 1}))).expect("fast init");
+    let requests: Vec<RequestFeatures> = (0..64)
+        .map(|i| RequestFeatures {
+            tenant_id: format!("t{}", i * 7),
+            vm_type: ["D2", "F1", "E4", "D8"][i % 4].to_owned(),
+            cores: [2.0, 1.0, 4.0, 8.0][i % 4],
+            memory_gib: [8.0, 2.0, 32.0, 32.0][i % 4],
+            time_s: 900_000.0 + 600.0 * i as f64,
+            extra: vec![("batch_size".to_owned(), "1".to_owned()), ("os".to_owned(), "linux".to_owned())],
+            ..RequestFeatures::default()
+        })
+        .collect();
+
+    println!("bundle {} ({} trees in the long-lived model), {} calls each", model.version(), native.num_trees(), CALLS);
+    let results = [
+        ("LightGBM fast single-row C API, long-lived model", measure(&rows, |r| booster.predict_single_row_fast(r).expect("predicts")[0])),
+        ("native TreeEnsemble, long-lived model", measure(&rows, |r| native.predict(r))),
+        ("LifetimeModel::predict_row (all three models)", measure(&rows, |r| model.predict_row(r).p_long)),
+        ("LifetimeModel::predict (encode + tenant history + all three models)", measure(&requests, |q| model.predict(q).p_long)),
+        ("reprediction: LifetimeModel::predict_remaining_row", measure(&rows, |r| model.predict_remaining_row(r, 3_600.0))),
+    ];
+    println!("| what | median | p99 | mean |");
+    println!("|---|---:|---:|---:|");
+    for (name, s) in &results {
+        println!("| {name} | {:.1} us | {:.1} us | {:.1} us |", s.median_ns / 1e3, s.p99_ns / 1e3, s.mean_ns / 1e3);
+    }
+    println!("native / LightGBM fast single-row (median): {:.2}x", results[1].1.median_ns / results[0].1.median_ns);
+}
