@@ -98,23 +98,6 @@ fn now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn features(instance: &PredictInstance, now: f64) -> RequestFeatures {
-    let mut extra: Vec<(String, String)> =
-        instance.features.iter().map(|(name, value)| (name.clone(), value.to_string())).collect();
-    if let Some(os) = &instance.os {
-        extra.push(("os".to_owned(), os.clone()));
-    }
-    RequestFeatures {
-        tenant_id: instance.tenant_id.clone(),
-        vm_type: instance.vm_type.clone(),
-        cores: instance.cores,
-        memory_gib: instance.memory_gib,
-        priority: instance.priority,
-        time_s: instance.requested_at_s.unwrap_or(now),
-        extra,
-    }
-}
-
 fn predict_batch(deployment: &Deployment, instances: &[PredictInstance]) -> Vec<LifetimePrediction> {
     let now = now_s();
     instances
@@ -122,7 +105,7 @@ fn predict_batch(deployment: &Deployment, instances: &[PredictInstance]) -> Vec<
         .map(|instance| {
             let model = deployment.route(&instance.routing_key());
             let started = Instant::now();
-            let prediction = model.predict(&features(instance, now));
+            let prediction = model.predict(&RequestFeatures::from_instance(instance, now));
             let version = model.version().to_owned();
             metrics::histogram!("inference_prediction_duration_seconds", "model_version" => version.clone())
                 .record(started.elapsed().as_secs_f64());
@@ -140,7 +123,8 @@ fn remaining_batch(deployment: &Deployment, request: &RemainingRequest) -> Vec<R
         .map(|instance| {
             let model = deployment.route(&instance.vm.routing_key());
             let started = Instant::now();
-            let remaining = model.predict_remaining(&features(&instance.vm, now), instance.uptime_s);
+            let remaining =
+                model.predict_remaining(&RequestFeatures::from_instance(&instance.vm, now), instance.uptime_s);
             let version = model.version().to_owned();
             metrics::histogram!("inference_remaining_duration_seconds", "model_version" => version.clone())
                 .record(started.elapsed().as_secs_f64());

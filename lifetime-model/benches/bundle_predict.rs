@@ -69,11 +69,20 @@ fn main() {
 
     println!("bundle {} ({} trees in the long-lived model), {} calls each", model.version(), native.num_trees(), CALLS);
     let results = [
-        ("LightGBM fast single-row C API, long-lived model", measure(&rows, |r| booster.predict_single_row_fast(r).expect("predicts")[0])),
+        (
+            "LightGBM fast single-row C API, long-lived model",
+            measure(&rows, |r| booster.predict_single_row_fast(r).expect("predicts")[0]),
+        ),
         ("native TreeEnsemble, long-lived model", measure(&rows, |r| native.predict(r))),
         ("LifetimeModel::predict_row (all three models)", measure(&rows, |r| model.predict_row(r).p_long)),
-        ("LifetimeModel::predict (encode + tenant history + all three models)", measure(&requests, |q| model.predict(q).p_long)),
-        ("reprediction: LifetimeModel::predict_remaining_row", measure(&rows, |r| model.predict_remaining_row(r, 3_600.0))),
+        (
+            "LifetimeModel::predict (encode + tenant history + all three models)",
+            measure(&requests, |q| model.predict(q).p_long),
+        ),
+        (
+            "reprediction: LifetimeModel::predict_remaining_row",
+            measure(&rows, |r| model.predict_remaining_row(r, 3_600.0)),
+        ),
     ];
     println!("| what | median | p99 | mean |");
     println!("|---|---:|---:|---:|");

@@ -9,7 +9,7 @@
 //! after 1 h has no 2 h label and is left out.
 
 use crate::features::{FeatureEncoder, RequestFeatures};
-use crate::history::{FeatureStore, TenantHistory};
+use crate::history::TenantHistory;
 use std::collections::HashMap;
 use traces::VmRecord;
 
@@ -78,11 +78,6 @@ impl ReplayedTrace {
 
     pub fn is_empty(&self) -> bool {
         self.start_s.is_empty()
-    }
-
-    /// The feature store as of `as_of_s` (the training cut-off), from histories replayed up to then.
-    pub fn store(histories: HashMap<String, TenantHistory>, as_of_s: f64, window_s: f64) -> FeatureStore {
-        FeatureStore::snapshot(histories, as_of_s, window_s)
     }
 }
 

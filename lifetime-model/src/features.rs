@@ -10,7 +10,7 @@
 //! map to "other" as well), so that ordinary numeric splits separate short from long categories.
 
 use crate::history::TenantSummary;
-use domain::{FeatureValue, Priority, VmRequest};
+use domain::{PredictInstance, Priority, VmRequest};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -65,31 +65,27 @@ impl From<&VmRecord> for RequestFeatures {
 }
 
 impl RequestFeatures {
-    /// Features of a VM request; `now_s` stands in for a missing request time.
-    pub fn from_request(vm: &VmRequest, now_s: f64) -> Self {
-        let mut extra: Vec<(String, String)> = vm
-            .features
-            .iter()
-            .map(|(name, value)| {
-                let text = match value {
-                    FeatureValue::Number(n) => n.to_string(),
-                    FeatureValue::Text(t) => t.clone(),
-                };
-                (name.clone(), text)
-            })
-            .collect();
-        if let Some(os) = &vm.os {
+    /// Features of an inference request's instance; `now_s` stands in for a missing request time.
+    pub fn from_instance(instance: &PredictInstance, now_s: f64) -> Self {
+        let mut extra: Vec<(String, String)> =
+            instance.features.iter().map(|(name, value)| (name.clone(), value.to_string())).collect();
+        if let Some(os) = &instance.os {
             extra.push(("os".to_owned(), os.clone()));
         }
         RequestFeatures {
-            tenant_id: vm.tenant_id.to_string(),
-            vm_type: vm.vm_type.clone(),
-            cores: vm.demand.cores(),
-            memory_gib: vm.demand.memory_gib(),
-            priority: vm.priority,
-            time_s: vm.requested_at_s.unwrap_or(now_s),
+            tenant_id: instance.tenant_id.clone(),
+            vm_type: instance.vm_type.clone(),
+            cores: instance.cores,
+            memory_gib: instance.memory_gib,
+            priority: instance.priority,
+            time_s: instance.requested_at_s.unwrap_or(now_s),
             extra,
         }
+    }
+
+    /// Features of a VM request; `now_s` stands in for a missing request time.
+    pub fn from_request(vm: &VmRequest, now_s: f64) -> Self {
+        Self::from_instance(&PredictInstance::from_vm(vm), now_s)
     }
 }
 
