@@ -56,6 +56,10 @@ impl PredictInstance {
 #[serde(deny_unknown_fields)]
 pub struct PredictRequest {
     pub instances: Vec<PredictInstance>,
+    /// Also predict the lifetime interval (the multi-class model, for LA-multiclass). It costs about
+    /// ten times the long-lived prediction, so it is off unless asked for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interval_class: bool,
 }
 
 /// One answer per instance, in order.

@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use domain::{
-    LifetimePrediction, PredictInstance, PredictRequest, PredictResponse, PredictionSource, RemainingPrediction,
-    RemainingRequest, RemainingResponse, ValidationLimits,
+    LifetimePrediction, PredictRequest, PredictResponse, PredictionSource, RemainingPrediction, RemainingRequest,
+    RemainingResponse, ValidationLimits,
 };
 use lifetime_model::RequestFeatures;
 use service_common::auth::require_bearer;
@@ -98,14 +98,15 @@ fn now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn predict_batch(deployment: &Deployment, instances: &[PredictInstance]) -> Vec<LifetimePrediction> {
+fn predict_batch(deployment: &Deployment, request: &PredictRequest) -> Vec<LifetimePrediction> {
     let now = now_s();
-    instances
+    request
+        .instances
         .iter()
         .map(|instance| {
             let model = deployment.route(&instance.routing_key());
             let started = Instant::now();
-            let prediction = model.predict(&RequestFeatures::from_instance(instance, now));
+            let prediction = model.predict(&RequestFeatures::from_instance(instance, now), request.interval_class);
             let version = model.version().to_owned();
             metrics::histogram!("inference_prediction_duration_seconds", "model_version" => version.clone())
                 .record(started.elapsed().as_secs_f64());
@@ -161,7 +162,7 @@ async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<Pr
     let started = Instant::now();
     let Some(deployment) = state.registry.deployment() else { return no_model() };
     let size = request.instances.len();
-    let result = run(&state, size, move || predict_batch(&deployment, &request.instances)).await;
+    let result = run(&state, size, move || predict_batch(&deployment, &request)).await;
     observe("predict", started);
     match result {
         Ok(predictions) => Json(PredictResponse { predictions }).into_response(),

@@ -141,7 +141,7 @@ async fn serves_validates_and_documents() {
 
     let body: Value = client
         .post(format!("{base}/v1/predict"))
-        .json(&json!({"instances": [instance("vm-1"), instance("vm-2")]}))
+        .json(&json!({"instances": [instance("vm-1"), instance("vm-2")], "interval_class": true}))
         .send()
         .await
         .unwrap()
@@ -154,6 +154,7 @@ async fn serves_validates_and_documents() {
     let p = first["p_long"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&p));
     assert!(first["expected_lifetime_s"].as_f64().unwrap() > 0.0);
+    assert!(first["interval_class"].as_u64().is_some());
 
     let remaining: Value = client
         .post(format!("{base}/v1/remaining-lifetime"))

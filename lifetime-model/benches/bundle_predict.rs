@@ -74,10 +74,14 @@ fn main() {
             measure(&rows, |r| booster.predict_single_row_fast(r).expect("predicts")[0]),
         ),
         ("native TreeEnsemble, long-lived model", measure(&rows, |r| native.predict(r))),
-        ("LifetimeModel::predict_row (all three models)", measure(&rows, |r| model.predict_row(r).p_long)),
         (
-            "LifetimeModel::predict (encode + tenant history + all three models)",
-            measure(&requests, |q| model.predict(q).p_long),
+            "LifetimeModel::predict_row (long-lived + expected lifetime)",
+            measure(&rows, |r| model.predict_row(r, false).p_long),
+        ),
+        ("LifetimeModel::predict_row (all three models)", measure(&rows, |r| model.predict_row(r, true).p_long)),
+        (
+            "LifetimeModel::predict (encode + tenant history + long-lived + expected lifetime)",
+            measure(&requests, |q| model.predict(q, false).p_long),
         ),
         (
             "reprediction: LifetimeModel::predict_remaining_row",

@@ -120,7 +120,8 @@ fn read_model(dir: &Path, file: &str) -> Result<TreeEnsemble, BundleError> {
 pub struct ModelPrediction {
     pub p_long: f64,
     pub class: LifetimeClass,
-    pub interval_class: u32,
+    /// The lifetime interval, when asked for (the multi-class model is the costly one).
+    pub interval_class: Option<u32>,
     /// Predicted lifetime in seconds (remaining lifetime at uptime 0, capped like the labels).
     pub expected_lifetime_s: f64,
 }
@@ -244,12 +245,14 @@ impl LifetimeModel {
         self.encoder.encode(request, &tenant, None)
     }
 
-    /// Predicts from an encoded base row.
-    pub fn predict_row(&self, row: &[f64]) -> ModelPrediction {
+    /// Predicts from an encoded base row; the interval only when `with_interval` is set.
+    pub fn predict_row(&self, row: &[f64], with_interval: bool) -> ModelPrediction {
         let p_long = self.binary.predict(row).clamp(0.0, 1.0);
-        let mut classes = vec![0.0; self.multiclass.num_outputs()];
-        self.multiclass.predict_into(row, &mut classes);
-        let interval_class = crate::argmax(&classes) as u32;
+        let interval_class = with_interval.then(|| {
+            let mut classes = vec![0.0; self.multiclass.num_outputs()];
+            self.multiclass.predict_into(row, &mut classes);
+            crate::argmax(&classes) as u32
+        });
         let mut with_uptime = row.to_vec();
         with_uptime.push(0.0);
         let expected_lifetime_s = self.remaining_from_log10(self.remaining.predict(&with_uptime));
@@ -261,8 +264,8 @@ impl LifetimeModel {
         }
     }
 
-    pub fn predict(&self, request: &RequestFeatures) -> ModelPrediction {
-        self.predict_row(&self.encode(request))
+    pub fn predict(&self, request: &RequestFeatures, with_interval: bool) -> ModelPrediction {
+        self.predict_row(&self.encode(request), with_interval)
     }
 
     /// Predicted remaining lifetime in seconds of a VM that has been running for `uptime_s`.
@@ -289,7 +292,7 @@ impl LifetimeModel {
         LifetimePrediction {
             p_long: prediction.p_long,
             class: prediction.class,
-            interval_class: Some(prediction.interval_class),
+            interval_class: prediction.interval_class,
             expected_lifetime_s: Some(prediction.expected_lifetime_s),
             model_version: Some(self.manifest.version.clone()),
             source,

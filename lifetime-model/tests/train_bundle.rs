@@ -39,10 +39,11 @@ fn a_trained_bundle_loads_and_predicts_what_the_report_says() {
         time_s: 5.5 * 86_400.0,
         ..RequestFeatures::default()
     };
-    let p = model.predict(&vm("t1", 2.0));
+    let p = model.predict(&vm("t1", 2.0), true);
     assert!((0.0..=1.0).contains(&p.p_long));
     assert!(p.expected_lifetime_s >= 1.0 && p.expected_lifetime_s <= 7.0 * 86_400.0);
-    assert!((p.interval_class as usize) <= manifest.class_cutoffs_s.len());
+    assert!((p.interval_class.expect("asked for") as usize) <= manifest.class_cutoffs_s.len());
+    assert_eq!(model.predict(&vm("t1", 2.0), false).interval_class, None);
     // Remaining lifetime never exceeds the cap, and a VM that has already run a day is expected to
     // run on for longer than a fresh one of the same kind.
     let fresh = model.predict_remaining(&vm("t1", 2.0), 0.0);

@@ -70,3 +70,17 @@ pub fn apply(router: Router, config: &LayerConfig) -> Router {
             .map_response(IntoResponse::into_response),
     )
 }
+
+/// Binds `addr` for `axum::serve`, with `TCP_NODELAY` on every connection: small JSON answers must
+/// leave at once rather than wait for Nagle's algorithm.
+pub async fn bind(
+    addr: std::net::SocketAddr,
+) -> std::io::Result<impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>> {
+    use axum::serve::ListenerExt;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    Ok(listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    }))
+}

@@ -88,7 +88,7 @@ async fn main() -> Result<()> {
     let mut predictions = Vec::with_capacity(records.len());
     let started = std::time::Instant::now();
     for chunk in records.chunks(cli.batch) {
-        let request = PredictRequest { instances: chunk.iter().map(instance).collect() };
+        let request = PredictRequest { instances: chunk.iter().map(instance).collect(), interval_class: true };
         let response = client
             .post(format!("{}/v1/predict", cli.server.trim_end_matches('/')))
             .json(&request)
@@ -103,17 +103,18 @@ async fn main() -> Result<()> {
     }
     let elapsed = started.elapsed();
 
-    println!("| VM | type | cores | true lifetime | P(long) | class | expected lifetime | model |");
-    println!("|---|---|---:|---:|---:|---|---:|---|");
+    println!("| VM | type | cores | true lifetime | P(long) | class | interval | expected lifetime | model |");
+    println!("|---|---|---:|---:|---:|---|---:|---:|---|");
     for (record, p) in records.iter().zip(&predictions).take(cli.show) {
         println!(
-            "| {} | {} | {} | {} | {:.3} | {:?} | {} | {} |",
+            "| {} | {} | {} | {} | {:.3} | {:?} | {} | {} | {} |",
             record.vm_id,
             record.vm_type,
             record.cores,
             record.lifetime_s().map_or("-".to_owned(), format_duration),
             p.p_long,
             p.class,
+            p.interval_class.map_or("-".to_owned(), |c| c.to_string()),
             p.expected_lifetime_s.map_or("-".to_owned(), format_duration),
             p.model_version.as_deref().unwrap_or("-"),
         );
