@@ -135,39 +135,16 @@ fn remaining_batch(deployment: &Deployment, request: &RemainingRequest) -> Vec<R
         .collect()
 }
 
-/// Runs `work` inline for small batches, on the blocking pool for large ones.
-async fn run<T: Send + 'static>(
-    state: &AppState,
-    size: usize,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Response> {
-    if size < state.blocking_batch_threshold {
-        return Ok(work());
-    }
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Prediction failed", e.to_string()))
-}
-
-fn observe(endpoint: &'static str, started: Instant) {
-    metrics::histogram!("inference_request_duration_seconds", "endpoint" => endpoint)
-        .record(started.elapsed().as_secs_f64());
-}
-
 /// Predicts lifetime class, interval and expected lifetime for a batch of VMs.
 #[utoipa::path(post, path = "/v1/predict", request_body = PredictRequest,
     responses((status = 200, body = PredictResponse), (status = 400, body = domain::Problem),
               (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
 async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<PredictRequest>) -> Response {
-    let started = Instant::now();
-    let Some(deployment) = state.registry.deployment() else { return no_model() };
     let size = request.instances.len();
-    let result = run(&state, size, move || predict_batch(&deployment, &request)).await;
-    observe("predict", started);
-    match result {
-        Ok(predictions) => Json(PredictResponse { predictions }).into_response(),
-        Err(response) => response,
-    }
+    answer(&state, "predict", size, move |deployment| PredictResponse {
+        predictions: predict_batch(deployment, &request),
+    })
+    .await
 }
 
 /// Predicts the remaining lifetime of running VMs given their uptime.
@@ -178,13 +155,34 @@ async fn remaining_lifetime(
     State(state): State<AppState>,
     ValidJson(request): ValidJson<RemainingRequest>,
 ) -> Response {
+    let size = request.instances.len();
+    answer(&state, "remaining-lifetime", size, move |deployment| RemainingResponse {
+        predictions: remaining_batch(deployment, &request),
+    })
+    .await
+}
+
+/// Runs a prediction endpoint's work on the current deployment (inline for small batches, on the
+/// blocking pool for large ones) and records its latency.
+async fn answer<T: serde::Serialize + Send + 'static>(
+    state: &AppState,
+    endpoint: &'static str,
+    size: usize,
+    work: impl FnOnce(&Deployment) -> T + Send + 'static,
+) -> Response {
     let started = Instant::now();
     let Some(deployment) = state.registry.deployment() else { return no_model() };
-    let size = request.instances.len();
-    let result = run(&state, size, move || remaining_batch(&deployment, &request)).await;
-    observe("remaining-lifetime", started);
+    let result = if size < state.blocking_batch_threshold {
+        Ok(work(&deployment))
+    } else {
+        tokio::task::spawn_blocking(move || work(&deployment))
+            .await
+            .map_err(|e| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Prediction failed", e.to_string()))
+    };
+    metrics::histogram!("inference_request_duration_seconds", "endpoint" => endpoint)
+        .record(started.elapsed().as_secs_f64());
     match result {
-        Ok(predictions) => Json(RemainingResponse { predictions }).into_response(),
+        Ok(body) => Json(body).into_response(),
         Err(response) => response,
     }
 }

@@ -50,6 +50,17 @@ fn copy_bundle(from: &Path, models: &Path, name: &str) {
     std::fs::rename(&staging, models.join(name)).unwrap();
 }
 
+/// A fresh models directory holding copies of `bundles` under their names.
+fn models_with(bundles: &[(&str, &Path)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    for (name, bundle) in bundles {
+        copy_bundle(bundle, &models, name);
+    }
+    (dir, models)
+}
+
 struct Server {
     child: Child,
     base: String,
@@ -131,10 +142,7 @@ async fn served_version(client: &reqwest::Client, base: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_validates_and_documents() {
     let (_, a, _) = bundles();
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    copy_bundle(a, &models, "bundle-a");
+    let (_dir, models) = models_with(&[("bundle-a", a)]);
     let server = start(&models).await;
     let client = reqwest::Client::new();
     let base = &server.base;
@@ -211,10 +219,7 @@ async fn serves_validates_and_documents() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swaps_under_load_and_rejects_a_corrupt_bundle() {
     let (_, a, b) = bundles();
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    copy_bundle(a, &models, "bundle-a");
+    let (dir, models) = models_with(&[("bundle-a", a)]);
     let server = start(&models).await;
     let base = server.base.clone();
 
@@ -311,11 +316,7 @@ async fn canary_share(client: &reqwest::Client, base: &str, canary: &str, n: usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_share_promotion_and_rollback() {
     let (_, a, b) = bundles();
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    copy_bundle(a, &models, "bundle-a");
-    copy_bundle(b, &models, "bundle-b");
+    let (_dir, models) = models_with(&[("bundle-a", a), ("bundle-b", b)]);
     std::fs::write(models.join("rollout.toml"), "stable = \"bundle-a\"\n").unwrap();
     let server = start(&models).await;
     let client = reqwest::Client::new();
