@@ -32,6 +32,9 @@ struct Cli {
     /// A VM is long-lived when it lives at least this many hours.
     #[arg(long, default_value_t = 2.0)]
     long_threshold_hours: f64,
+    /// Lifetime-interval cut-offs in minutes, ascending, comma-separated (default 15 x 2^i, i = 0..9).
+    #[arg(long, value_delimiter = ',')]
+    class_cutoffs_minutes: Option<Vec<f64>>,
     /// When the traces were cut (censoring time), in trace seconds; defaults to the latest timestamp.
     #[arg(long)]
     trace_end_s: Option<f64>,
@@ -69,6 +72,16 @@ fn main() -> Result<()> {
     if !(cli.long_threshold_hours.is_finite() && cli.long_threshold_hours > 0.0) {
         bail!("--long-threshold-hours must be a positive number, got {}", cli.long_threshold_hours);
     }
+    let defaults = TrainConfig::default();
+    let class_cutoffs_s = match &cli.class_cutoffs_minutes {
+        Some(minutes) => {
+            if minutes.iter().any(|m| !(m.is_finite() && *m > 0.0)) || minutes.windows(2).any(|w| w[0] >= w[1]) {
+                bail!("--class-cutoffs-minutes must be positive and ascending, got {minutes:?}");
+            }
+            minutes.iter().map(|m| m * 60.0).collect()
+        }
+        None => defaults.class_cutoffs_s.clone(),
+    };
     let started = Instant::now();
     let train = load(&cli.train)?;
     let eval = cli.eval.as_ref().map(load).transpose()?;
@@ -86,13 +99,14 @@ fn main() -> Result<()> {
         version: cli.version.clone().unwrap_or_else(|| format!("{}-{now}", cli.name)),
         name: cli.name.clone(),
         long_threshold_s: cli.long_threshold_hours * 3_600.0,
+        class_cutoffs_s,
         train_fraction: cli.train_fraction,
         iterations: cli.iterations,
         num_leaves: cli.num_leaves,
         max_remaining_vms: cli.max_remaining_vms,
         threads: cli.threads,
         seed: cli.seed,
-        ..TrainConfig::default()
+        ..defaults
     };
 
     let bar = ProgressBar::new(7);

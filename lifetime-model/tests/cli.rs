@@ -1,0 +1,57 @@
+//! The `lifetime-train` binary as a user runs it.
+
+use std::process::Command;
+use traces::csv_format::CsvTraceWriter;
+use traces::synthetic::{generate, SyntheticConfig};
+
+fn lifetime_train(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lifetime-train")).args(args).output().expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn trains_a_bundle_with_its_report_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.csv.gz");
+    let records = generate(&SyntheticConfig { span_days: 4.0, seed: 9, ..SyntheticConfig::default() });
+    let mut writer = CsvTraceWriter::create(&trace, records[0].extra.names()).unwrap();
+    records.iter().for_each(|r| writer.write(r).unwrap());
+    writer.finish().unwrap();
+    let out = dir.path().join("bundle");
+    let (ok, stdout, stderr) = lifetime_train(&[
+        "--train",
+        trace.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--version",
+        "cli-1",
+        "--iterations",
+        "20",
+        "--max-remaining-vms",
+        "5000",
+        "--class-cutoffs-minutes",
+        "15,60,240",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("ROC AUC") && stdout.contains("precision at recall 0.80"), "{stdout}");
+    for file in ["manifest.json", "evaluation.md", "roc.svg", "reprediction.svg", "feature_store.json"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let model = lifetime_model::LifetimeModel::load(&out).unwrap();
+    assert_eq!(model.version(), "cli-1");
+    assert_eq!(model.manifest().class_cutoffs_s, [900.0, 3_600.0, 14_400.0]);
+}
+
+#[test]
+fn bad_arguments_name_the_flag() {
+    let (ok, _, stderr) = lifetime_train(&["--train", "x.csv", "--out", "o", "--class-cutoffs-minutes", "60,15"]);
+    assert!(!ok);
+    assert!(stderr.contains("--class-cutoffs-minutes"), "{stderr}");
+    let (ok, _, stderr) = lifetime_train(&["--train", "missing.csv", "--out", "o"]);
+    assert!(!ok);
+    assert!(stderr.contains("missing.csv"), "{stderr}");
+}
