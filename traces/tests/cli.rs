@@ -58,6 +58,10 @@ fn bad_input_names_the_field_and_fails() {
     assert!(!ok);
     assert!(err.contains("--days"), "{err}");
 
+    let (ok, _, err) = vmtrace(&["generate", "--out", "x.csv", "--requests-per-hour", "1e30"]);
+    assert!(!ok);
+    assert!(err.contains("--requests-per-hour"), "{err}");
+
     let (ok, _, err) = vmtrace(&["stats", dir.path().join("missing.csv").to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("missing.csv"), "{err}");

@@ -140,6 +140,13 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
     if args.tenants == 0 {
         bail!("--tenants must be at least 1");
     }
+    // The whole trace is generated in memory: keep it to sizes this tool is meant for.
+    if args.days + args.warmup_days > 366.0 {
+        bail!("--days plus --warmup-days must be at most 366, got {}", args.days + args.warmup_days);
+    }
+    if args.requests_per_hour > 100_000.0 {
+        bail!("--requests-per-hour must be at most 100000, got {}", args.requests_per_hour);
+    }
     let config = SyntheticConfig {
         seed: args.seed,
         span_days: args.days,
