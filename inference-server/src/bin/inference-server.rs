@@ -43,7 +43,16 @@ async fn main() -> Result<()> {
     }
 
     let registry = Arc::new(Registry::new(&config.models_dir));
-    registry.refresh().with_context(|| format!("loading bundles from {}", config.models_dir.display()))?;
+    match registry.refresh() {
+        Ok(_) => {}
+        // Start anyway and report not ready: a bundle may be rolled out into the directory later.
+        Err(error @ inference_server::registry::RegistryError::NoBundle(_)) => {
+            tracing::warn!(%error, "no valid model bundle yet; /readyz answers 503 until one appears");
+        }
+        Err(error) => {
+            return Err(error).with_context(|| format!("loading bundles from {}", config.models_dir.display()));
+        }
+    }
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
 
     // Watch the models directory: new or changed bundles and rollout-file edits take effect here.
@@ -55,6 +64,9 @@ async fn main() -> Result<()> {
             ticker.tick().await;
             let registry = Arc::clone(&watched);
             match tokio::task::spawn_blocking(move || registry.refresh()).await {
+                Ok(Err(error @ inference_server::registry::RegistryError::NoBundle(_))) => {
+                    tracing::debug!(%error, "still no valid model bundle");
+                }
                 Ok(Err(error)) => tracing::warn!(%error, "models directory scan failed"),
                 Err(error) => tracing::warn!(%error, "models directory scan panicked"),
                 Ok(Ok(_)) => {}
