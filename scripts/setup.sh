@@ -68,7 +68,12 @@ else
     say "C++ compiler missing, installing g++"; apt_install g++
 fi
 
-# --- 3. rustfmt and clippy ----------------------------------------------------------------
+# --- 3. curl and python3 (the demo waits for readiness with curl and picks free ports with python3)
+for tool in curl python3; do
+    if command -v "$tool" >/dev/null; then say "$tool present"; else say "$tool missing, installing"; apt_install "$tool"; fi
+done
+
+# --- 4. rustfmt and clippy ----------------------------------------------------------------
 command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"
 if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1; then
     say "rustfmt and clippy present"
