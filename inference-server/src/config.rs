@@ -21,6 +21,11 @@ pub struct ServerConfig {
     /// Batches of at least this many instances are predicted on the blocking pool, so that they
     /// never hold up the async workers.
     pub blocking_batch_threshold: usize,
+    /// Threads of the async runtime that serves HTTP. 1 (the default) runs a single-threaded runtime:
+    /// a request is read, predicted and answered on one thread, with no hand-off to wake a second
+    /// worker, which is the lowest latency on loopback (docs/benchmarks.md). Large batches still run
+    /// on the blocking pool in parallel. More threads spread HTTP parsing of many busy connections.
+    pub runtime_threads: usize,
     pub http: LayerConfig,
 }
 
@@ -33,6 +38,7 @@ impl Default for ServerConfig {
             max_batch: 1024,
             watch_interval_ms: 1_000,
             blocking_batch_threshold: 16,
+            runtime_threads: 1,
             http: LayerConfig::default(),
         }
     }

@@ -24,8 +24,7 @@ struct Cli {
     models_dir: Option<PathBuf>,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     service_common::telemetry::init_tracing();
     let cli = Cli::parse();
     let mut config = match &cli.config {
@@ -41,7 +40,16 @@ async fn main() -> Result<()> {
     if let Ok(token) = std::env::var("INFERENCE_ADMIN_TOKEN") {
         config.admin_token = Some(token);
     }
+    let runtime = if config.runtime_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(config.runtime_threads).enable_all().build()
+    }
+    .context("starting the async runtime")?;
+    runtime.block_on(serve(config))
+}
 
+async fn serve(config: ServerConfig) -> Result<()> {
     let registry = Arc::new(Registry::new(&config.models_dir));
     match registry.refresh() {
         Ok(_) => {}
@@ -76,7 +84,7 @@ async fn main() -> Result<()> {
 
     let app = service_common::layers::apply(router(AppState::new(&config, registry, Some(metrics))), &config.http);
     let listener =
-        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+        service_common::layers::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, models_dir = %config.models_dir.display(), "inference server ready");
     axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
     Ok(())
