@@ -1,10 +1,22 @@
 //! The allocator: live inventory, the Protean-style rule engine, the lifetime-aware placement
-//! policies and durable state; the `allocator` binary will be a thin HTTP layer over this library.
+//! policies and durable state, with no HTTP in it; the `allocator` binary is a thin HTTP layer over
+//! this library, and the simulator drives the same [`Allocator`].
 //!
-//! So far: [`state`], the live inventory that every policy, the service and the simulator share,
-//! whose checked arithmetic makes over-committing a host impossible. The rule engine, policies,
-//! durable store and service follow (issue 4).
+//! - [`state`]: the live inventory; its checked arithmetic makes over-committing a host impossible.
+//! - [`lifetime`]: lifetime classes of VMs and hosts (LA-binary, LA-multiclass).
+//! - [`rules`]: validator and preference rules, each a small type declaring what it reads.
+//! - [`policy`]: PBFR, DPBFR, LA-binary, LA-multiclass as ordered rule lists.
+//! - [`select`]: the full-scan reference and the incremental index that choose a host.
+//! - [`allocator`]: [`Allocator`], the placement logic: gangs, idempotency, stats, explain.
 
+pub mod allocator;
+pub mod lifetime;
+pub mod policy;
+pub mod rules;
+pub mod select;
 pub mod state;
 
-pub use state::{HostIndex, HostRecord, InventoryState, PlacedVm, StateError};
+pub use allocator::{AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, Engine, Explanation};
+pub use policy::{Policy, PolicyConfig, PolicyKind};
+pub use select::{IndexConfig, TieBreak};
+pub use state::{HostIndex, HostRecord, InventoryState, NewVm, PlacedVm, StateError};

@@ -3,9 +3,11 @@
 //! All changes go through [`InventoryState::place`] and [`InventoryState::release`], which keep the
 //! used resources of each host equal to the sum of its VMs' demands and refuse anything that would
 //! over-commit a host in any dimension. Hosts are addressed by a dense [`HostIndex`] so that policies
-//! can keep their own per-host structures in plain vectors.
+//! can keep their own per-host structures in plain vectors. Totals that statistics need (allocated
+//! resources, non-empty hosts) and each tenant's VMs per rack (for spread constraints) are kept up to
+//! date by the same two calls, so reading them is O(1).
 
-use domain::{ClusterId, HostId, HostState, InventorySpec, LifetimePrediction, RackId, Resources, VmId};
+use domain::{ClusterId, HostId, HostState, InventorySpec, LifetimePrediction, RackId, Resources, TenantId, VmId};
 use std::collections::HashMap;
 
 /// Dense index of a host in [`InventoryState::hosts`].
@@ -18,11 +20,16 @@ impl HostIndex {
     }
 }
 
+/// Dense index of a rack, in order of first appearance in the inventory.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RackIndex(pub u32);
+
 /// One host as the allocator tracks it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostRecord {
     pub id: HostId,
     pub rack: RackId,
+    pub rack_index: RackIndex,
     pub cluster: ClusterId,
     pub hardware: String,
     pub capacity: Resources,
@@ -47,6 +54,8 @@ impl HostRecord {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlacedVm {
     pub host: HostIndex,
+    pub tenant: TenantId,
+    pub vm_type: String,
     pub demand: Resources,
     /// When it was placed, in the allocator's clock (seconds).
     pub placed_at_s: f64,
@@ -65,10 +74,24 @@ pub enum StateError {
     UnknownVm(VmId),
     #[error("host index {0} does not exist")]
     UnknownHost(u32),
+    #[error("host `{0}` is not in the inventory")]
+    UnknownHostId(HostId),
     #[error("host `{host}` is {state:?}, not available")]
     HostNotAvailable { host: HostId, state: HostState },
     #[error("VM `{vm}` ({demand}) does not fit on host `{host}` ({free} free)")]
     DoesNotFit { vm: VmId, host: HostId, demand: Resources, free: Resources },
+}
+
+/// Sums over the inventory, kept current by every change.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    /// Sum of all hosts' capacity.
+    pub capacity: Resources,
+    /// Sum of all placed VMs' demand.
+    pub used: Resources,
+    /// Sum of the capacity of hosts with at least one VM.
+    pub non_empty_capacity: Resources,
+    pub non_empty_hosts: usize,
 }
 
 /// Hosts and placed VMs.
@@ -76,13 +99,29 @@ pub enum StateError {
 pub struct InventoryState {
     hosts: Vec<HostRecord>,
     by_id: HashMap<HostId, HostIndex>,
+    racks: Vec<RackId>,
+    rack_hosts: Vec<Vec<HostIndex>>,
     vms: HashMap<VmId, PlacedVm>,
+    tenant_racks: HashMap<TenantId, HashMap<RackIndex, u32>>,
+    totals: Totals,
+}
+
+/// A VM to put on a host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewVm {
+    pub id: VmId,
+    pub tenant: TenantId,
+    pub vm_type: String,
+    pub demand: Resources,
+    pub placed_at_s: f64,
+    pub prediction: Option<LifetimePrediction>,
 }
 
 impl InventoryState {
     /// The inventory of `spec`, with no VM placed.
     pub fn from_spec(spec: &InventorySpec) -> Result<Self, StateError> {
         let mut state = InventoryState::default();
+        let mut rack_indices: HashMap<RackId, RackIndex> = HashMap::new();
         for host in spec.hosts() {
             if host.capacity.base(domain::ResourceKind::Cores) == 0
                 || host.capacity.base(domain::ResourceKind::MemoryGib) == 0
@@ -93,9 +132,17 @@ impl InventoryState {
             if state.by_id.insert(host.host.clone(), index).is_some() {
                 return Err(StateError::DuplicateHost(host.host.clone()));
             }
+            let rack_index = *rack_indices.entry(host.rack.clone()).or_insert_with(|| {
+                state.racks.push(host.rack.clone());
+                state.rack_hosts.push(Vec::new());
+                RackIndex(state.racks.len() as u32 - 1)
+            });
+            state.rack_hosts[rack_index.0 as usize].push(index);
+            state.totals.capacity += host.capacity;
             state.hosts.push(HostRecord {
                 id: host.host.clone(),
                 rack: host.rack.clone(),
+                rack_index,
                 cluster: host.cluster.clone(),
                 hardware: host.hardware.to_owned(),
                 capacity: host.capacity,
@@ -127,29 +174,77 @@ impl InventoryState {
         self.vms.len()
     }
 
+    /// Every placed VM, in no particular order.
+    pub fn vms(&self) -> impl Iterator<Item = (&VmId, &PlacedVm)> {
+        self.vms.iter()
+    }
+
+    pub fn racks(&self) -> &[RackId] {
+        &self.racks
+    }
+
+    /// The hosts of a rack, in inventory order.
+    pub fn rack_hosts(&self, rack: RackIndex) -> &[HostIndex] {
+        self.rack_hosts.get(rack.0 as usize).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// The tenant's VMs per rack (empty for a tenant with no VM).
+    pub fn tenant_racks(&self, tenant: &TenantId) -> Option<&HashMap<RackIndex, u32>> {
+        self.tenant_racks.get(tenant)
+    }
+
     /// Places a VM on an available host with room for it; changes nothing on error.
-    pub fn place(
-        &mut self,
-        vm: VmId,
-        host: HostIndex,
-        demand: Resources,
-        placed_at_s: f64,
-        prediction: Option<LifetimePrediction>,
-    ) -> Result<(), StateError> {
-        if self.vms.contains_key(&vm) {
-            return Err(StateError::AlreadyPlaced(vm));
+    pub fn place(&mut self, vm: NewVm, host: HostIndex) -> Result<(), StateError> {
+        self.place_checked(vm, host, true)
+    }
+
+    /// Puts back a VM that the durable store says is on `host`, whatever the host's state (a
+    /// drained host keeps its VMs). Capacity is still checked: a store that contradicts the
+    /// inventory is an error, never an over-commit.
+    pub fn restore(&mut self, vm: NewVm, host: HostIndex) -> Result<(), StateError> {
+        self.place_checked(vm, host, false)
+    }
+
+    fn place_checked(&mut self, vm: NewVm, host: HostIndex, require_available: bool) -> Result<(), StateError> {
+        if self.vms.contains_key(&vm.id) {
+            return Err(StateError::AlreadyPlaced(vm.id));
         }
         let record = self.hosts.get_mut(host.get()).ok_or(StateError::UnknownHost(host.0))?;
-        if record.state != HostState::Available {
+        if require_available && record.state != HostState::Available {
             return Err(StateError::HostNotAvailable { host: record.id.clone(), state: record.state });
         }
-        let used = match record.used.checked_add(&demand) {
+        let used = match record.used.checked_add(&vm.demand) {
             Some(used) if used.fits_within(&record.capacity) => used,
-            _ => return Err(StateError::DoesNotFit { vm, host: record.id.clone(), demand, free: record.free() }),
+            _ => {
+                return Err(StateError::DoesNotFit {
+                    vm: vm.id,
+                    host: record.id.clone(),
+                    demand: vm.demand,
+                    free: record.free(),
+                })
+            }
         };
+        if record.vms.is_empty() {
+            self.totals.non_empty_hosts += 1;
+            self.totals.non_empty_capacity += record.capacity;
+        }
+        self.totals.used += vm.demand;
         record.used = used;
-        record.vms.push(vm.clone());
-        self.vms.insert(vm, PlacedVm { host, demand, placed_at_s, prediction });
+        record.vms.push(vm.id.clone());
+        *self.tenant_racks.entry(vm.tenant.clone()).or_default().entry(record.rack_index).or_insert(0) += 1;
+        let placed = PlacedVm {
+            host,
+            tenant: vm.tenant,
+            vm_type: vm.vm_type,
+            demand: vm.demand,
+            placed_at_s: vm.placed_at_s,
+            prediction: vm.prediction,
+        };
+        self.vms.insert(vm.id, placed);
         Ok(())
     }
 
@@ -157,10 +252,27 @@ impl InventoryState {
     pub fn release(&mut self, vm: &VmId) -> Result<PlacedVm, StateError> {
         let placed = self.vms.remove(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
         let record = &mut self.hosts[placed.host.get()];
-        // `used` is the sum of the VMs' demands, so this cannot underflow.
+        // `used` is the sum of the VMs' demands, so none of these can underflow.
         record.used = record.used.checked_sub(&placed.demand).unwrap_or(Resources::ZERO);
+        self.totals.used = self.totals.used.checked_sub(&placed.demand).unwrap_or(Resources::ZERO);
         if let Some(at) = record.vms.iter().position(|v| v == vm) {
             record.vms.remove(at);
+        }
+        if record.vms.is_empty() {
+            self.totals.non_empty_hosts -= 1;
+            self.totals.non_empty_capacity =
+                self.totals.non_empty_capacity.checked_sub(&record.capacity).unwrap_or(Resources::ZERO);
+        }
+        if let Some(racks) = self.tenant_racks.get_mut(&placed.tenant) {
+            if let Some(count) = racks.get_mut(&record.rack_index) {
+                *count -= 1;
+                if *count == 0 {
+                    racks.remove(&record.rack_index);
+                }
+            }
+            if racks.is_empty() {
+                self.tenant_racks.remove(&placed.tenant);
+            }
         }
         Ok(placed)
     }
@@ -187,17 +299,28 @@ mod tests {
         Resources::from_whole(cores, memory, 0.0).unwrap()
     }
 
+    fn vm(id: &str, demand: Resources) -> NewVm {
+        NewVm {
+            id: VmId::from(id),
+            tenant: TenantId::from(format!("t-{}", id.len() % 3).as_str()),
+            vm_type: "test".to_owned(),
+            demand,
+            placed_at_s: 0.0,
+            prediction: None,
+        }
+    }
+
     #[test]
     fn place_and_release_keep_used_resources_exact() {
         let mut state = inventory(2);
         let h = HostIndex(0);
-        state.place(VmId::from("a"), h, demand(4.0, 8.0), 0.0, None).unwrap();
-        state.place(VmId::from("b"), h, demand(12.0, 8.0), 1.0, None).unwrap();
+        state.place(vm("a", demand(4.0, 8.0)), h).unwrap();
+        state.place(vm("b", demand(12.0, 8.0)), h).unwrap();
         assert_eq!(state.host(h).unwrap().free(), demand(0.0, 48.0));
-        let err = state.place(VmId::from("c"), h, demand(1.0, 1.0), 2.0, None).unwrap_err();
+        let err = state.place(vm("c", demand(1.0, 1.0)), h).unwrap_err();
         assert!(matches!(err, StateError::DoesNotFit { .. }));
         assert_eq!(
-            state.place(VmId::from("a"), HostIndex(1), demand(1.0, 1.0), 2.0, None),
+            state.place(vm("a", demand(1.0, 1.0)), HostIndex(1)),
             Err(StateError::AlreadyPlaced(VmId::from("a")))
         );
         state.release(&VmId::from("a")).unwrap();
@@ -209,12 +332,10 @@ mod tests {
     fn unavailable_hosts_take_nothing_but_keep_their_vms() {
         let mut state = inventory(1);
         let h = HostIndex(0);
-        state.place(VmId::from("a"), h, demand(1.0, 1.0), 0.0, None).unwrap();
+        state.place(vm("a", demand(1.0, 1.0)), h).unwrap();
         state.set_host_state(h, HostState::Unavailable).unwrap();
-        assert!(matches!(
-            state.place(VmId::from("b"), h, demand(1.0, 1.0), 0.0, None),
-            Err(StateError::HostNotAvailable { .. })
-        ));
+        assert!(matches!(state.place(vm("b", demand(1.0, 1.0)), h), Err(StateError::HostNotAvailable { .. })));
+        assert!(state.restore(vm("b", demand(1.0, 1.0)), h).is_ok(), "recovery puts VMs back on drained hosts");
         assert_eq!(state.host(h).unwrap().vms, [VmId::from("a")]);
         assert!(state.release(&VmId::from("a")).is_ok());
     }
@@ -249,9 +370,9 @@ mod tests {
             for op in ops {
                 let before = state.clone();
                 let result = match op {
-                    Op::Place { vm, host, cores, memory } => state.place(
-                        VmId(format!("v{vm}")), HostIndex(u32::from(host)),
-                        demand(f64::from(cores), f64::from(memory)), 0.0, None),
+                    Op::Place { vm: id, host, cores, memory } => state.place(
+                        vm(&format!("v{id}"), demand(f64::from(cores), f64::from(memory))),
+                        HostIndex(u32::from(host))),
                     Op::Release { vm } => state.release(&VmId(format!("v{vm}"))).map(|_| ()),
                     Op::SetState { host, available } => state.set_host_state(
                         HostIndex(u32::from(host)),
@@ -270,6 +391,17 @@ mod tests {
                     prop_assert_eq!(sum, host.used);
                 }
                 prop_assert_eq!(state.hosts().iter().map(|h| h.vms.len()).sum::<usize>(), state.vm_count());
+                // The running totals equal a recount.
+                let non_empty: Vec<_> = state.hosts().iter().filter(|h| !h.is_empty()).collect();
+                prop_assert_eq!(state.totals().non_empty_hosts, non_empty.len());
+                prop_assert_eq!(state.totals().non_empty_capacity,
+                    non_empty.iter().fold(Resources::ZERO, |acc, h| acc + h.capacity));
+                prop_assert_eq!(state.totals().used, state.hosts().iter().fold(Resources::ZERO, |acc, h| acc + h.used));
+                let tenant_vms: u32 = state.vms().map(|_| 1).sum();
+                let counted: u32 = ["t-0", "t-1", "t-2"].iter()
+                    .filter_map(|t| state.tenant_racks(&TenantId::from(*t)))
+                    .flat_map(|racks| racks.values()).sum();
+                prop_assert_eq!(tenant_vms, counted);
             }
         }
     }

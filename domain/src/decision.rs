@@ -65,6 +65,10 @@ pub struct AllocationDecision {
     /// Filtering factor of every rule, in rule order, for the (last) VM decided.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rule_stats: Vec<RuleFilterStat>,
+    /// True when the VMs were already placed by an earlier request with the same VM ids: this is
+    /// that request's answer again, and nothing was placed twice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 impl AllocationDecision {

@@ -2,6 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Lifetime at and above which a VM is long-lived unless configured otherwise: 2 hours (paper 003
+/// s3.2.1).
+pub const DEFAULT_LONG_THRESHOLD_S: f64 = 7200.0;
+
 /// Binary lifetime class: long-lived means expected to live at least the model's threshold (2 h by
 /// default).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -79,6 +79,9 @@ pub struct VmRequest {
     /// service stamps the arrival time when a client leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at_s: Option<f64>,
+    /// Spread: at most this many VMs of the tenant on one rack (fault domain), this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_rack: Option<u32>,
     /// Further request-time features by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub features: BTreeMap<String, FeatureValue>,

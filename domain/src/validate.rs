@@ -139,6 +139,9 @@ impl Validate for VmRequest {
         if let Some(at) = self.requested_at_s {
             check_finite(at, path, "requested_at_s")?;
         }
+        if self.max_per_rack == Some(0) {
+            return Err(ValidationError::invalid(child(path, "max_per_rack"), "must be at least 1 when given"));
+        }
         check_features(&self.features, limits, path)?;
         if let Some(prediction) = &self.prediction {
             prediction.validate(limits, &child(path, "prediction"))?;

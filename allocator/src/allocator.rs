@@ -1,0 +1,613 @@
+//! The allocator: one policy over one live inventory, answering allocation requests.
+//!
+//! [`Allocator`] ties together the inventory ([`InventoryState`]), the policy's rules, the hosts'
+//! lifetime summaries and the host selection engine (the incremental index, or the full scan for
+//! reference). It is the one piece of placement logic: the HTTP service wraps it with durability
+//! ([`crate::durable`]) and the simulator drives it directly. It never blocks and never does I/O.
+//!
+//! Time is the caller's: every call takes `now_s` (Unix seconds in the service, trace time in the
+//! simulator). It only moves forward; an earlier `now_s` is taken as the latest one seen.
+
+use crate::lifetime::{ClassIndex, HostLifetime, VmLifetime};
+use crate::policy::{Policy, PolicyConfig, PolicyError, ScoreKey};
+use crate::rules::{HostView, RuleRequest, TenantSpread};
+use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
+use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
+use domain::{
+    AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass,
+    Placement, Rejection, RejectionCode, ResourceKind, RuleFilterStat, VmId, VmRequest,
+};
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+/// How hosts are chosen.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Cached evaluations per request class, updated only for changed hosts.
+    #[default]
+    Incremental,
+    /// Every rule on every host, every time: the reference.
+    FullScan,
+}
+
+/// Placement settings of an allocator (the `[allocator]` and `[policy]` parts of its config).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AllocatorConfig {
+    pub policy: PolicyConfig,
+    pub tie_break: TieBreak,
+    /// Seed of the tie-breaking generator.
+    pub seed: u64,
+    pub engine: Engine,
+    pub index: IndexConfig,
+    /// VM type -> hardware generations it runs on; types not listed run on every generation.
+    pub compatibility: HashMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllocatorError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("inventory: {0}")]
+    Inventory(#[from] StateError),
+    #[error("the inventory has no host")]
+    NoHosts,
+}
+
+/// A request that contradicts what is already placed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllocateError {
+    #[error("VM `{vm}` is already placed with a different {field}; VM ids must be unique")]
+    IdReused { vm: VmId, field: &'static str },
+    #[error(
+        "VM `{placed}` of this gang is already placed but `{missing}` is not; a gang is placed whole or not at all"
+    )]
+    PartialGang { placed: VmId, missing: VmId },
+}
+
+/// Occupancy and lifetime figures of the inventory (`GET /v1/stats`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AllocatorStats {
+    pub policy: String,
+    pub hosts: usize,
+    pub available_hosts: usize,
+    pub empty_hosts: usize,
+    pub vms: usize,
+    /// Allocated cores / cores of non-empty hosts.
+    pub packing_density: f64,
+    /// Share of hosts with no VM, in percent.
+    pub empty_hosts_pct: f64,
+    /// Free cores on empty hosts / all free cores (paper 002 s D).
+    pub empty_to_free_ratio: f64,
+    pub allocated_cores: f64,
+    pub capacity_cores: f64,
+    pub allocated_memory_gib: f64,
+    pub capacity_memory_gib: f64,
+    pub vms_short: usize,
+    pub vms_long: usize,
+    pub cores_short: f64,
+    pub cores_long: f64,
+    /// Requests rejected since start, by reason.
+    pub rejections: HashMap<String, u64>,
+    /// Cached request classes of the incremental index.
+    pub classes_cached: usize,
+}
+
+/// One host as `explain` ranks it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RankedHost {
+    pub host_id: HostId,
+    /// Score under each preference rule, in rule order (lower is better).
+    pub scores: Vec<RuleScore>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleScore {
+    pub rule: String,
+    pub score: u32,
+}
+
+/// Why one host was not (or would not be) chosen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostVerdict {
+    pub host_id: HostId,
+    /// The validator that rejects it, if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_by: Option<String>,
+    /// The first preference rule on which it scores worse than the best host, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outranked_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<RuleScore>,
+    pub explanation: String,
+}
+
+/// A dry run of one VM's placement (`POST /v1/explain`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Explanation {
+    /// The host the allocator would pick now, if any.
+    pub would_pick: Option<HostId>,
+    /// The VM's lifetime class under the policy.
+    pub lifetime_class: u8,
+    /// How many hosts tie for the best score.
+    pub ties: usize,
+    pub top: Vec<RankedHost>,
+    pub rule_stats: Vec<RuleFilterStat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<HostVerdict>,
+}
+
+/// An expiry time in the heap of scheduled class drops (total order on finite times).
+#[derive(Copy, Clone, Debug, PartialEq)]
+struct Due(f64);
+
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Allocator {
+    policy: Policy,
+    state: InventoryState,
+    lifetimes: Vec<HostLifetime>,
+    /// When hosts' lifetime classes are due to drop; entries whose host changed since are stale.
+    class_drops: BinaryHeap<Reverse<(Due, HostIndex)>>,
+    index: Option<IncrementalIndex>,
+    chooser: Chooser,
+    clock_s: f64,
+    rejections: HashMap<RejectionCode, u64>,
+}
+
+impl Allocator {
+    pub fn new(spec: &InventorySpec, config: &AllocatorConfig) -> Result<Self, AllocatorError> {
+        let policy = Policy::from_config(&config.policy, &config.compatibility)?;
+        let state = InventoryState::from_spec(spec)?;
+        if state.hosts().is_empty() {
+            return Err(AllocatorError::NoHosts);
+        }
+        let hosts = state.hosts().len();
+        Ok(Allocator {
+            policy,
+            state,
+            lifetimes: vec![HostLifetime::EMPTY; hosts],
+            class_drops: BinaryHeap::new(),
+            index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
+            chooser: Chooser::new(config.tie_break, config.seed),
+            clock_s: f64::NEG_INFINITY,
+            rejections: HashMap::new(),
+        })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn state(&self) -> &InventoryState {
+        &self.state
+    }
+
+    pub fn host_lifetime(&self, host: HostIndex) -> &HostLifetime {
+        &self.lifetimes[host.get()]
+    }
+
+    /// The VM's predicted lifetime under this policy's classes.
+    pub fn vm_lifetime(&self, vm: &PlacedVm) -> VmLifetime {
+        self.policy.classes().vm_lifetime(vm.prediction.as_ref())
+    }
+
+    /// Where a placed VM is, as an allocation answer gives it.
+    pub fn placement(&self, vm: &VmId) -> Option<Placement> {
+        let placed = self.state.vm(vm)?;
+        let host = &self.state.hosts()[placed.host.get()];
+        Some(Placement {
+            vm_id: vm.clone(),
+            host_id: host.id.clone(),
+            rack_id: host.rack.clone(),
+            cluster_id: host.cluster.clone(),
+            prediction: placed.prediction.clone(),
+        })
+    }
+
+    /// Places a VM or a whole gang, or rejects it changing nothing. A request whose VMs are all
+    /// placed already gets their placements back (`replayed`), so retries are safe.
+    pub fn allocate(&mut self, request: &AllocationRequest, now_s: f64) -> Result<AllocationDecision, AllocateError> {
+        if let Some(replay) = self.replay(request)? {
+            return Ok(replay);
+        }
+        self.advance_clock(now_s);
+        let mut placements = Vec::with_capacity(request.vms().len());
+        let mut last_stats = Vec::new();
+        for (position, vm) in request.vms().iter().enumerate() {
+            let selection = self.select(vm, None);
+            last_stats = selection.stats.clone();
+            match selection.host {
+                Some(host) => {
+                    self.place_on(vm, host);
+                    placements.push(self.placement(&vm.vm_id).expect("just placed"));
+                }
+                None => {
+                    for placed in &placements {
+                        self.remove_vm(&placed.vm_id);
+                    }
+                    // After the rollback: would this VM fit alone? Then it is the gang that does not.
+                    let alone = position > 0 && self.select(vm, Some(self.chooser.clone())).host.is_some();
+                    let code = if alone { RejectionCode::GangDoesNotFit } else { RejectionCode::NoFeasibleHost };
+                    *self.rejections.entry(code).or_insert(0) += 1;
+                    return Ok(AllocationDecision {
+                        outcome: AllocationOutcome::Rejected { rejection: rejection(code, vm, &selection, request) },
+                        rule_stats: last_stats,
+                        replayed: false,
+                    });
+                }
+            }
+        }
+        Ok(AllocationDecision {
+            outcome: AllocationOutcome::Placed { placements },
+            rule_stats: last_stats,
+            replayed: false,
+        })
+    }
+
+    /// The earlier answer when every VM of the request is placed already.
+    fn replay(&self, request: &AllocationRequest) -> Result<Option<AllocationDecision>, AllocateError> {
+        let mut placed = None;
+        let mut missing = None;
+        for vm in request.vms() {
+            match self.state.vm(&vm.vm_id) {
+                Some(existing) => {
+                    let field = if existing.tenant != vm.tenant_id {
+                        Some("tenant")
+                    } else if existing.demand != vm.demand {
+                        Some("demand")
+                    } else if existing.vm_type != vm.vm_type {
+                        Some("vm_type")
+                    } else {
+                        None
+                    };
+                    if let Some(field) = field {
+                        return Err(AllocateError::IdReused { vm: vm.vm_id.clone(), field });
+                    }
+                    placed.get_or_insert(&vm.vm_id);
+                }
+                None => {
+                    missing.get_or_insert(&vm.vm_id);
+                }
+            }
+        }
+        match (placed, missing) {
+            (Some(placed), Some(missing)) => {
+                Err(AllocateError::PartialGang { placed: placed.clone(), missing: missing.clone() })
+            }
+            (Some(_), None) => {
+                let placements = request.vms().iter().filter_map(|vm| self.placement(&vm.vm_id)).collect();
+                Ok(Some(AllocationDecision {
+                    outcome: AllocationOutcome::Placed { placements },
+                    rule_stats: Vec::new(),
+                    replayed: true,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Releases a VM; its host's capacity is free at once.
+    pub fn release(&mut self, vm: &VmId, now_s: f64) -> Result<PlacedVm, StateError> {
+        self.advance_clock(now_s);
+        if self.state.vm(vm).is_none() {
+            return Err(StateError::UnknownVm(vm.clone()));
+        }
+        Ok(self.remove_vm(vm))
+    }
+
+    /// Drains (unavailable), fails or restores a host; its VMs stay. Returns the previous state.
+    pub fn set_host_state(&mut self, host: &HostId, new_state: HostState) -> Result<HostState, StateError> {
+        let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        let previous = self.state.hosts()[index.get()].state;
+        self.state.set_host_state(index, new_state)?;
+        self.host_changed(index);
+        Ok(previous)
+    }
+
+    /// Puts back a VM recorded as placed on `host` (recovery from the durable store).
+    pub fn restore(&mut self, vm: NewVm, host: &HostId, now_s: f64) -> Result<(), StateError> {
+        self.advance_clock(now_s);
+        let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        self.state.restore(vm, index)?;
+        self.refresh_lifetime(index);
+        self.host_changed(index);
+        Ok(())
+    }
+
+    /// A dry run: where `vm` would go, the best hosts with their scores and, for `why_not`, why that
+    /// host loses. Changes nothing (not even the tie-breaking sequence).
+    pub fn explain(
+        &mut self,
+        vm: &VmRequest,
+        why_not: Option<&HostId>,
+        top: usize,
+        now_s: f64,
+    ) -> Result<Explanation, StateError> {
+        self.advance_clock(now_s);
+        let why_not = why_not
+            .map(|id| self.state.host_index(id).ok_or_else(|| StateError::UnknownHostId(id.clone())))
+            .transpose()?;
+        let selection = self.select(vm, Some(self.chooser.clone()));
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        let request = rule_request(&self.state, vm, lifetime.class);
+        let validators = self.policy.validators().len();
+        let mut ranked: Vec<(ScoreKey, HostIndex)> = (0..self.state.hosts().len())
+            .map(|i| HostIndex(i as u32))
+            .filter(|h| self.policy.first_rejection(&self.view(*h), &request, 0..validators).is_none())
+            .map(|h| (self.policy.score(&self.view(h), &request), h))
+            .collect();
+        ranked.sort_unstable();
+        let top = ranked.iter().take(top).map(|(key, h)| self.ranked(*h, key)).collect();
+        let verdict = why_not.map(|host| self.verdict(host, &request, selection.score, selection.host));
+        Ok(Explanation {
+            would_pick: selection.host.map(|h| self.state.hosts()[h.get()].id.clone()),
+            lifetime_class: lifetime.class,
+            ties: selection.ties,
+            top,
+            rule_stats: selection.stats,
+            why_not: verdict,
+        })
+    }
+
+    fn ranked(&self, host: HostIndex, key: &ScoreKey) -> RankedHost {
+        RankedHost { host_id: self.state.hosts()[host.get()].id.clone(), scores: self.rule_scores(key) }
+    }
+
+    fn rule_scores(&self, key: &ScoreKey) -> Vec<RuleScore> {
+        self.policy
+            .preferences()
+            .iter()
+            .zip(key)
+            .map(|(rule, &score)| RuleScore { rule: rule.name().to_owned(), score })
+            .collect()
+    }
+
+    fn verdict(
+        &self,
+        host: HostIndex,
+        request: &RuleRequest,
+        best: Option<ScoreKey>,
+        pick: Option<HostIndex>,
+    ) -> HostVerdict {
+        let host_id = self.state.hosts()[host.get()].id.clone();
+        let view = self.view(host);
+        let validators = self.policy.validators();
+        if let Some(rule) = self.policy.first_rejection(&view, request, 0..validators.len()) {
+            let name = validators[rule].name();
+            return HostVerdict {
+                host_id,
+                rejected_by: Some(name.to_owned()),
+                outranked_at: None,
+                scores: Vec::new(),
+                explanation: format!("validator `{name}` rejects it"),
+            };
+        }
+        let key = self.policy.score(&view, request);
+        let scores = self.rule_scores(&key);
+        let lost =
+            best.and_then(|best| (0..self.policy.preferences().len()).find(|&l| key[l] > best[l]).map(|l| (l, best)));
+        match lost {
+            Some((level, best)) => {
+                let name = self.policy.preferences()[level].name();
+                HostVerdict {
+                    host_id,
+                    rejected_by: None,
+                    outranked_at: Some(name.to_owned()),
+                    explanation: format!(
+                        "it scores {} on `{name}` where the best hosts score {} (lower is better)",
+                        key[level], best[level]
+                    ),
+                    scores,
+                }
+            }
+            None => HostVerdict {
+                host_id,
+                rejected_by: None,
+                outranked_at: None,
+                scores,
+                explanation: if pick == Some(host) {
+                    "it is the host that would be picked".to_owned()
+                } else {
+                    "it ties with the best hosts; another one was drawn".to_owned()
+                },
+            },
+        }
+    }
+
+    /// Occupancy and lifetime figures; O(VMs) for the by-class counts.
+    pub fn stats(&self) -> AllocatorStats {
+        let totals = self.state.totals();
+        let hosts = self.state.hosts();
+        let empty_hosts = hosts.len() - totals.non_empty_hosts;
+        let cores = |r: &domain::Resources| r.whole(ResourceKind::Cores);
+        let free_cores = cores(&totals.capacity) - cores(&totals.used);
+        let empty_cores = cores(&totals.capacity) - cores(&totals.non_empty_capacity);
+        let (mut vms_long, mut cores_long) = (0, 0.0);
+        for (_, vm) in self.state.vms() {
+            if domain::prediction::placement_class(vm.prediction.as_ref()) == LifetimeClass::Long {
+                vms_long += 1;
+                cores_long += cores(&vm.demand);
+            }
+        }
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        AllocatorStats {
+            policy: self.policy.name().to_owned(),
+            hosts: hosts.len(),
+            available_hosts: hosts.iter().filter(|h| h.state == HostState::Available).count(),
+            empty_hosts,
+            vms: self.state.vm_count(),
+            packing_density: ratio(cores(&totals.used), cores(&totals.non_empty_capacity)),
+            empty_hosts_pct: 100.0 * ratio(empty_hosts as f64, hosts.len() as f64),
+            empty_to_free_ratio: ratio(empty_cores, free_cores),
+            allocated_cores: cores(&totals.used),
+            capacity_cores: cores(&totals.capacity),
+            allocated_memory_gib: totals.used.whole(ResourceKind::MemoryGib),
+            capacity_memory_gib: totals.capacity.whole(ResourceKind::MemoryGib),
+            vms_short: self.state.vm_count() - vms_long,
+            vms_long,
+            cores_short: cores(&totals.used) - cores_long,
+            cores_long,
+            rejections: self
+                .rejections
+                .iter()
+                .map(|(code, n)| {
+                    (
+                        serde_json::to_value(code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                        *n,
+                    )
+                })
+                .collect(),
+            classes_cached: self.index.as_ref().map_or(0, IncrementalIndex::classes_cached),
+        }
+    }
+
+    /// Bytes held by the incremental index.
+    pub fn index_heap_bytes(&self) -> usize {
+        self.index.as_ref().map_or(0, IncrementalIndex::heap_bytes)
+    }
+
+    fn view(&self, host: HostIndex) -> HostView<'_> {
+        HostView { index: host, record: &self.state.hosts()[host.get()], lifetime: &self.lifetimes[host.get()] }
+    }
+
+    /// Chooses a host for `vm` with the configured engine; `dry_run` draws ties with a copy of the
+    /// generator so that the real sequence is untouched.
+    fn select(&mut self, vm: &VmRequest, dry_run: Option<Chooser>) -> Selection {
+        let class = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).class;
+        let mut dry = dry_run;
+        // Split borrows: the request reads the state while the index and chooser change.
+        let Allocator { policy, state, lifetimes, index, chooser, .. } = self;
+        let chooser = dry.as_mut().unwrap_or(chooser);
+        let request = rule_request(state, vm, class);
+        match index {
+            Some(index) => index.select(policy, state, lifetimes, &request, chooser),
+            None => full_scan(policy, state, lifetimes, &request, chooser),
+        }
+    }
+
+    fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
+        let new = NewVm {
+            id: vm.vm_id.clone(),
+            tenant: vm.tenant_id.clone(),
+            vm_type: vm.vm_type.clone(),
+            demand: vm.demand,
+            placed_at_s: self.clock_s,
+            prediction: vm.prediction.clone(),
+        };
+        // The selection checked every validator against this very state, so this cannot fail.
+        if let Err(error) = self.state.place(new, host) {
+            unreachable!("a selected host refused its VM: {error}");
+        }
+        self.refresh_lifetime(host);
+        self.host_changed(host);
+    }
+
+    fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
+        let placed = match self.state.release(vm) {
+            Ok(placed) => placed,
+            Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
+        };
+        self.refresh_lifetime(placed.host);
+        self.host_changed(placed.host);
+        placed
+    }
+
+    fn host_changed(&mut self, host: HostIndex) {
+        if let Some(index) = &mut self.index {
+            index.host_changed(host);
+        }
+    }
+
+    /// Recomputes a host's lifetime summary from its VMs, and schedules its next class drop.
+    fn refresh_lifetime(&mut self, host: HostIndex) {
+        let classes = self.policy.classes();
+        let exit_s = self.state.hosts()[host.get()]
+            .vms
+            .iter()
+            .filter_map(|id| self.state.vm(id))
+            .map(|vm| vm.placed_at_s + classes.vm_lifetime(vm.prediction.as_ref()).lifetime_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let summary = HostLifetime::at(classes, exit_s, self.clock_s);
+        if summary.next_change_s.is_finite() && summary.next_change_s != self.lifetimes[host.get()].next_change_s {
+            self.class_drops.push(Reverse((Due(summary.next_change_s), host)));
+        }
+        self.lifetimes[host.get()] = summary;
+    }
+
+    /// Moves the clock to `now_s` and applies the lifetime-class drops that fell due.
+    fn advance_clock(&mut self, now_s: f64) {
+        if now_s.is_finite() && now_s > self.clock_s {
+            self.clock_s = now_s;
+        }
+        while let Some(Reverse((Due(at), host))) = self.class_drops.peek().copied() {
+            if at > self.clock_s {
+                break;
+            }
+            self.class_drops.pop();
+            // Stale when the host changed after this drop was scheduled.
+            if self.lifetimes[host.get()].next_change_s != at {
+                continue;
+            }
+            let before = self.lifetimes[host.get()].class;
+            self.refresh_lifetime(host);
+            if self.lifetimes[host.get()].class != before {
+                self.host_changed(host);
+            }
+        }
+    }
+}
+
+/// What the rules see of `vm`.
+fn rule_request<'a>(state: &'a InventoryState, vm: &'a VmRequest, lifetime_class: ClassIndex) -> RuleRequest<'a> {
+    static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
+    RuleRequest {
+        demand: vm.demand,
+        lifetime_class,
+        vm_type: &vm.vm_type,
+        spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
+            max_per_rack,
+            vms_per_rack: state.tenant_racks(&vm.tenant_id).unwrap_or(&NO_VMS),
+        }),
+    }
+}
+
+fn rejection(code: RejectionCode, vm: &VmRequest, selection: &Selection, request: &AllocationRequest) -> Rejection {
+    // With no valid host, only validators can have removed any.
+    let eliminated_by: Vec<RuleFilterStat> =
+        selection.stats.iter().filter(|s| s.hosts_kept < s.hosts_in).cloned().collect();
+    let blame = eliminated_by
+        .iter()
+        .map(|s| format!("{} eliminated {}", s.rule, s.hosts_in - s.hosts_kept))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let detail = match code {
+        RejectionCode::GangDoesNotFit => format!(
+            "the gang of {} VMs does not fit all together: VM `{}` ({}) finds no host once the others are placed",
+            request.vms().len(),
+            vm.vm_id,
+            vm.demand
+        ),
+        _ => format!("no host can take VM `{}` ({}): {blame}", vm.vm_id, vm.demand),
+    };
+    Rejection { code, detail, vm_id: Some(vm.vm_id.clone()), eliminated_by }
+}

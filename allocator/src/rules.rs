@@ -1,0 +1,365 @@
+//! Protean's rules (paper 001 s3.2-3.3): validators that filter hosts and strictly ordered
+//! preference rules that score them, lower being better.
+//!
+//! A rule is a small type. It declares which traits of the request it reads ([`RequestTrait`]);
+//! requests that agree on every trait read by a policy's rules form one equivalence class and share
+//! one cached evaluation ([`crate::index`]). Validators that read the tenant (spread) depend on the
+//! single request, so they are applied on top of the cached order instead of inside it. Adding a rule
+//! is adding a type here and naming it in a policy ([`crate::policy`]); the engine does not change.
+
+use crate::lifetime::{ClassIndex, HostLifetime};
+use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
+use domain::{HostState, ResourceKind, Resources, RESOURCE_DIMS};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::HashMap;
+use std::fmt::Debug;
+
+/// A trait of the request that a rule may read.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RequestTrait {
+    /// The demand vector.
+    Demand,
+    /// The VM's lifetime class under the policy's classes.
+    LifetimeClass,
+    /// The VM type name.
+    VmType,
+    /// The tenant and its placement constraints: specific to one request, never cached.
+    Tenant,
+}
+
+/// A tenant's spread constraint for one request: at most `max_per_rack` of its VMs on one rack.
+#[derive(Copy, Clone, Debug)]
+pub struct TenantSpread<'a> {
+    pub max_per_rack: u32,
+    /// The tenant's VMs per rack right now.
+    pub vms_per_rack: &'a HashMap<RackIndex, u32>,
+}
+
+/// What rules may read of a request.
+#[derive(Clone, Debug)]
+pub struct RuleRequest<'a> {
+    pub demand: Resources,
+    pub lifetime_class: ClassIndex,
+    pub vm_type: &'a str,
+    /// Present only when the request asks for spread.
+    pub spread: Option<TenantSpread<'a>>,
+}
+
+/// What rules may read of a host.
+#[derive(Copy, Clone, Debug)]
+pub struct HostView<'a> {
+    pub index: HostIndex,
+    pub record: &'a HostRecord,
+    pub lifetime: &'a HostLifetime,
+}
+
+/// A hard constraint.
+pub trait ValidatorRule: Debug + Send + Sync {
+    fn name(&self) -> &'static str;
+    fn reads(&self) -> &'static [RequestTrait];
+    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool;
+
+    /// For a rule that reads the tenant: every host it rejects for this request, when that list is
+    /// cheap to name (a few racks), so that the cached evaluation is corrected instead of walked.
+    /// `None` makes the engine check the rule on every otherwise valid host.
+    fn rejected_hosts(&self, _request: &RuleRequest, _state: &InventoryState) -> Option<Vec<HostIndex>> {
+        None
+    }
+}
+
+/// A soft preference: a quantized score, lower is better.
+pub trait PreferenceRule: Debug + Send + Sync {
+    fn name(&self) -> &'static str;
+    fn reads(&self) -> &'static [RequestTrait];
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32;
+}
+
+/// The host takes new VMs (not drained for maintenance or defragmentation, not failed).
+#[derive(Debug)]
+pub struct HostAvailable;
+
+impl ValidatorRule for HostAvailable {
+    fn name(&self) -> &'static str {
+        "host-available"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[]
+    }
+    fn is_valid(&self, host: &HostView, _: &RuleRequest) -> bool {
+        host.record.state == HostState::Available
+    }
+}
+
+/// The VM type runs on the host's hardware generation. Types not listed run everywhere.
+#[derive(Debug)]
+pub struct HardwareCompatible {
+    /// VM type -> hardware generations it runs on.
+    pub allowed: HashMap<String, Vec<String>>,
+}
+
+impl ValidatorRule for HardwareCompatible {
+    fn name(&self) -> &'static str {
+        "hardware-compatible"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::VmType]
+    }
+    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
+        self.allowed.get(request.vm_type).is_none_or(|generations| generations.contains(&host.record.hardware))
+    }
+}
+
+/// The demand fits the host's free capacity in every dimension.
+#[derive(Debug)]
+pub struct FitsResources;
+
+impl ValidatorRule for FitsResources {
+    fn name(&self) -> &'static str {
+        "fits-resources"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::Demand]
+    }
+    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
+        request.demand.fits_within(&host.record.free())
+    }
+}
+
+/// At most K VMs of the tenant per rack, when the request asks for it.
+#[derive(Debug)]
+pub struct TenantSpreadRule;
+
+impl ValidatorRule for TenantSpreadRule {
+    fn name(&self) -> &'static str {
+        "tenant-spread"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::Tenant]
+    }
+    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
+        request.spread.is_none_or(|spread| {
+            spread.vms_per_rack.get(&host.record.rack_index).copied().unwrap_or(0) < spread.max_per_rack
+        })
+    }
+
+    fn rejected_hosts(&self, request: &RuleRequest, state: &InventoryState) -> Option<Vec<HostIndex>> {
+        let Some(spread) = request.spread else { return Some(Vec::new()) };
+        Some(
+            spread
+                .vms_per_rack
+                .iter()
+                .filter(|(_, &count)| count >= spread.max_per_rack)
+                .flat_map(|(&rack, _)| state.rack_hosts(rack).iter().copied())
+                .collect(),
+        )
+    }
+}
+
+/// Non-empty hosts first: an empty host is opened only when nothing else fits.
+#[derive(Debug)]
+pub struct PreferNonEmpty;
+
+impl PreferenceRule for PreferNonEmpty {
+    fn name(&self) -> &'static str {
+        "prefer-non-empty"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[]
+    }
+    fn score(&self, host: &HostView, _: &RuleRequest) -> u32 {
+        u32::from(host.record.is_empty())
+    }
+}
+
+/// How a continuous score in [0, 1] is quantized.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Buckets {
+    /// `ceil(S * k)`: k buckets (plus 0 for a perfect fit).
+    Quantized(u32),
+    /// No quantization (k = infinity): exact best fit.
+    Exact,
+}
+
+impl Buckets {
+    /// Resolution of the exact score: far finer than any two distinct fits differ by.
+    const EXACT_STEPS: f64 = 1e9;
+
+    pub fn quantize(self, score: f64) -> u32 {
+        let score = score.clamp(0.0, 1.0);
+        match self {
+            Buckets::Quantized(k) => (score * f64::from(k)).ceil() as u32,
+            Buckets::Exact => (score * Self::EXACT_STEPS).round() as u32,
+        }
+    }
+}
+
+impl Serialize for Buckets {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Buckets::Quantized(k) => serializer.serialize_u32(*k),
+            Buckets::Exact => serializer.serialize_str("exact"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Buckets {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Count(u32),
+            Name(String),
+        }
+        match Wire::deserialize(deserializer)? {
+            Wire::Count(k) if k >= 1 => Ok(Buckets::Quantized(k)),
+            Wire::Name(name) if name == "exact" => Ok(Buckets::Exact),
+            _ => Err(serde::de::Error::custom("buckets must be a whole number >= 1 or \"exact\"")),
+        }
+    }
+}
+
+/// Weights of the resource dimensions in the best-fit score; higher for scarcer resources.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FitWeights {
+    pub cores: f64,
+    pub memory_gib: f64,
+    pub ssd_gib: f64,
+}
+
+impl Default for FitWeights {
+    /// CPU is the usual bottleneck (paper 001 s6.2), so it weighs twice memory; SSD is ignored.
+    fn default() -> Self {
+        FitWeights { cores: 2.0, memory_gib: 1.0, ssd_gib: 0.0 }
+    }
+}
+
+impl FitWeights {
+    fn as_array(&self) -> [f64; RESOURCE_DIMS] {
+        let mut weights = [0.0; RESOURCE_DIMS];
+        weights[ResourceKind::Cores.index()] = self.cores;
+        weights[ResourceKind::MemoryGib.index()] = self.memory_gib;
+        weights[ResourceKind::SsdGib.index()] = self.ssd_gib;
+        weights
+    }
+
+    /// Weighted share of the host left free after placing `demand`, in [0, 1]: 0 is a perfect fit.
+    /// Dimensions the host has none of are left out.
+    pub fn leftover_share(&self, capacity: &Resources, free: &Resources, demand: &Resources) -> f64 {
+        let weights = self.as_array();
+        let (mut sum, mut total) = (0.0, 0.0);
+        for kind in ResourceKind::ALL {
+            let cap = capacity.base(kind);
+            let weight = weights[kind.index()];
+            if cap == 0 || weight <= 0.0 {
+                continue;
+            }
+            let left = free.base(kind).saturating_sub(demand.base(kind));
+            sum += weight * left as f64 / cap as f64;
+            total += weight;
+        }
+        if total > 0.0 {
+            sum / total
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Prefer Best Fit (PBFR): the weighted leftover after placement, quantized.
+#[derive(Debug)]
+pub struct BestFit {
+    pub buckets: Buckets,
+    pub weights: FitWeights,
+}
+
+impl PreferenceRule for BestFit {
+    fn name(&self) -> &'static str {
+        "best-fit"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::Demand]
+    }
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        let record = host.record;
+        self.buckets.quantize(self.weights.leftover_share(&record.capacity, &record.free(), &request.demand))
+    }
+}
+
+/// DPBFR (paper 003 s4.4 V1): best fit with finer buckets for long-lived VMs.
+#[derive(Debug)]
+pub struct DynamicBestFit {
+    pub long: Buckets,
+    pub short: Buckets,
+    pub weights: FitWeights,
+}
+
+impl PreferenceRule for DynamicBestFit {
+    fn name(&self) -> &'static str {
+        "dynamic-best-fit"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::Demand, RequestTrait::LifetimeClass]
+    }
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        let buckets = if request.lifetime_class > 0 { self.long } else { self.short };
+        let record = host.record;
+        buckets.quantize(self.weights.leftover_share(&record.capacity, &record.free(), &request.demand))
+    }
+}
+
+/// Lifetime alignment (LAR, paper 003 Alg. 2 as a rule): a VM above class 0 prefers hosts of its own
+/// class; class-0 VMs have no preference.
+#[derive(Debug)]
+pub struct LifetimeAlignment;
+
+impl PreferenceRule for LifetimeAlignment {
+    fn name(&self) -> &'static str {
+        "lifetime-alignment"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::LifetimeClass]
+    }
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        u32::from(
+            request.lifetime_class != 0 && (host.record.is_empty() || host.lifetime.class != request.lifetime_class),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantization_follows_protean() {
+        assert_eq!(Buckets::Quantized(3).quantize(0.0), 0);
+        assert_eq!(Buckets::Quantized(3).quantize(0.2), 1);
+        assert_eq!(Buckets::Quantized(3).quantize(0.34), 2);
+        assert_eq!(Buckets::Quantized(3).quantize(1.0), 3);
+        assert!(Buckets::Exact.quantize(0.3) < Buckets::Exact.quantize(0.3000001));
+    }
+
+    #[test]
+    fn buckets_parse_from_numbers_or_exact() {
+        #[derive(Deserialize)]
+        struct W {
+            b: Buckets,
+        }
+        assert_eq!(toml::from_str::<W>("b = 5").unwrap().b, Buckets::Quantized(5));
+        assert_eq!(toml::from_str::<W>("b = \"exact\"").unwrap().b, Buckets::Exact);
+        assert!(toml::from_str::<W>("b = 0").is_err());
+        assert!(toml::from_str::<W>("b = \"fine\"").is_err());
+    }
+
+    #[test]
+    fn leftover_share_weighs_dimensions() {
+        let cap = Resources::from_whole(48.0, 384.0, 0.0).unwrap();
+        let weights = FitWeights::default();
+        let full = weights.leftover_share(&cap, &cap, &cap);
+        assert_eq!(full, 0.0);
+        let half_cores = Resources::from_whole(24.0, 384.0, 0.0).unwrap();
+        let share = weights.leftover_share(&cap, &cap, &half_cores);
+        assert!((share - 2.0 / 3.0 * 0.5).abs() < 1e-12, "{share}");
+    }
+}

@@ -1,0 +1,576 @@
+//! Choosing a host for one VM: the straightforward full scan, kept as the reference, and the
+//! incremental index that production and the simulator use.
+//!
+//! Both run the same policy and return the same [`Selection`]: the host, its score key, how many
+//! hosts tie with it, and the filtering figures of every rule. With lowest-index tie-breaking they
+//! pick the very same host; with random tie-breaking they pick hosts of the same score.
+//!
+//! The index follows Protean (paper 001 s5.2): requests are divided into equivalence classes by
+//! the request traits the policy's rules read ([`ClassKey`]); each class caches its valid hosts
+//! grouped by score key in a sorted map, plus how many hosts each validator eliminated. A journal
+//! records every host that changed (a VM placed or released, a state change, a lifetime class
+//! dropping); a class brings itself up to date by re-evaluating only the hosts changed since it was
+//! last used, each in O(log N). Picking the best host is then the first group of the map. Classes
+//! are kept for the most recently used [`IndexConfig::max_classes`] keys; a class that falls behind
+//! the journal's retained window is rebuilt by a scan.
+
+use crate::lifetime::HostLifetime;
+use crate::policy::{ClassKey, Policy, ScoreKey};
+use crate::rules::{HostView, RuleRequest};
+use crate::state::{HostIndex, InventoryState};
+use domain::{Resources, RuleFilterStat};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+/// How a host is drawn among those with the best score.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TieBreak {
+    /// Uniformly at random with a seeded generator (Protean's randomized tie-breaking).
+    #[default]
+    Random,
+    /// The lowest host index: deterministic, for cross-checking against other simulators.
+    LowestIndex,
+}
+
+/// Draws hosts among ties.
+#[derive(Clone, Debug)]
+pub struct Chooser {
+    mode: TieBreak,
+    rng: ChaCha8Rng,
+}
+
+impl Chooser {
+    pub fn new(mode: TieBreak, seed: u64) -> Self {
+        Chooser { mode, rng: ChaCha8Rng::seed_from_u64(seed) }
+    }
+
+    pub fn mode(&self) -> TieBreak {
+        self.mode
+    }
+
+    /// One of `candidates` (not empty).
+    fn pick(&mut self, candidates: &[HostIndex]) -> Option<HostIndex> {
+        match self.mode {
+            TieBreak::Random if !candidates.is_empty() => Some(candidates[self.rng.random_range(0..candidates.len())]),
+            TieBreak::Random => None,
+            TieBreak::LowestIndex => candidates.iter().min().copied(),
+        }
+    }
+}
+
+/// The outcome of choosing a host for one VM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selection {
+    pub host: Option<HostIndex>,
+    /// The chosen host's score key.
+    pub score: Option<ScoreKey>,
+    /// How many hosts share the best score (the set the host was drawn from).
+    pub ties: usize,
+    /// Validators, then preference rules: hosts each saw and kept.
+    pub stats: Vec<RuleFilterStat>,
+}
+
+fn view<'a>(state: &'a InventoryState, lifetimes: &'a [HostLifetime], host: HostIndex) -> HostView<'a> {
+    HostView { index: host, record: &state.hosts()[host.get()], lifetime: &lifetimes[host.get()] }
+}
+
+fn prefix_eq(a: &ScoreKey, b: &ScoreKey, level: usize) -> bool {
+    a[..=level] == b[..=level]
+}
+
+/// The reference: evaluates every rule on every host.
+pub fn full_scan(
+    policy: &Policy,
+    state: &InventoryState,
+    lifetimes: &[HostLifetime],
+    request: &RuleRequest,
+    chooser: &mut Chooser,
+) -> Selection {
+    let validators = policy.validators().len();
+    let mut eliminated = vec![0; validators];
+    let mut valid: Vec<(ScoreKey, HostIndex)> = Vec::new();
+    for index in 0..state.hosts().len() {
+        let host = view(state, lifetimes, HostIndex(index as u32));
+        match policy.first_rejection(&host, request, 0..validators) {
+            Some(rule) => eliminated[rule] += 1,
+            None => valid.push((policy.score(&host, request), host.index)),
+        }
+    }
+    let best = valid.iter().map(|(key, _)| *key).min();
+    let tied: Vec<usize> = match &best {
+        Some(best) => (0..policy.preferences().len())
+            .map(|level| valid.iter().filter(|(key, _)| prefix_eq(key, best, level)).count())
+            .collect(),
+        None => vec![0; policy.preferences().len()],
+    };
+    let ties: Vec<HostIndex> = valid.iter().filter(|(key, _)| Some(*key) == best).map(|(_, h)| *h).collect();
+    Selection {
+        host: chooser.pick(&ties),
+        score: best,
+        ties: ties.len(),
+        stats: policy.filter_stats(state.hosts().len(), &eliminated, &tied),
+    }
+}
+
+/// Limits of the incremental index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IndexConfig {
+    /// Most equivalence classes kept; the least recently used is dropped beyond it.
+    pub max_classes: usize,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig { max_classes: 64 }
+    }
+}
+
+/// Hosts whose state changed, in order, with a global revision number.
+#[derive(Debug, Default)]
+struct Journal {
+    /// Revision of `changed[0]`.
+    start: u64,
+    changed: VecDeque<HostIndex>,
+}
+
+impl Journal {
+    fn revision(&self) -> u64 {
+        self.start + self.changed.len() as u64
+    }
+
+    /// Hosts changed at or after `revision`, or `None` when that part was dropped.
+    fn since(&self, revision: u64) -> Option<impl Iterator<Item = HostIndex> + '_> {
+        let offset = revision.checked_sub(self.start)?;
+        Some(self.changed.iter().skip(offset as usize).copied())
+    }
+
+    fn drop_before(&mut self, revision: u64) {
+        while self.start < revision && self.changed.pop_front().is_some() {
+            self.start += 1;
+        }
+    }
+}
+
+/// Slot value of a host that no validator has looked at yet.
+const UNSET: u32 = u32::MAX;
+/// Slot values at or above this mean "rejected by validator `value - REJECTED`".
+const REJECTED: u32 = u32::MAX - 256;
+
+/// Where a host sits in one class's evaluation.
+#[derive(Copy, Clone, Debug)]
+struct Slot {
+    /// A bucket id, or [`REJECTED`] + validator, or [`UNSET`].
+    bucket: u32,
+    /// Position in the bucket's member list (random tie-breaking only).
+    pos: u32,
+}
+
+/// Hosts with one score key.
+#[derive(Debug)]
+enum TieSet {
+    /// Any order, O(1) insert, remove and uniform draw.
+    Any(Vec<HostIndex>),
+    /// Ordered, for lowest-index tie-breaking.
+    Ordered(BTreeSet<HostIndex>),
+}
+
+impl TieSet {
+    fn len(&self) -> usize {
+        match self {
+            TieSet::Any(members) => members.len(),
+            TieSet::Ordered(members) => members.len(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = HostIndex> + '_> {
+        match self {
+            TieSet::Any(members) => Box::new(members.iter().copied()),
+            TieSet::Ordered(members) => Box::new(members.iter().copied()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    key: ScoreKey,
+    members: TieSet,
+}
+
+/// A request as its class caches it: the traits that class's rules read.
+#[derive(Clone, Debug)]
+struct Representative {
+    demand: Resources,
+    lifetime_class: u8,
+    vm_type: String,
+}
+
+impl Representative {
+    fn request(&self) -> RuleRequest<'_> {
+        RuleRequest { demand: self.demand, lifetime_class: self.lifetime_class, vm_type: &self.vm_type, spread: None }
+    }
+}
+
+/// The cached evaluation of one equivalence class.
+#[derive(Debug)]
+struct ClassCache {
+    representative: Representative,
+    /// Journal revision this cache has seen.
+    revision: u64,
+    last_used: u64,
+    slots: Vec<Slot>,
+    order: BTreeMap<ScoreKey, u32>,
+    buckets: Vec<Bucket>,
+    free_buckets: Vec<u32>,
+    /// Hosts eliminated by each cacheable validator.
+    eliminated: Vec<usize>,
+    /// For each preference level but the last, valid hosts per score-key prefix (the key with the
+    /// entries below that level zeroed).
+    prefix_counts: Vec<HashMap<ScoreKey, usize>>,
+    ordered: bool,
+}
+
+fn masked(key: &ScoreKey, level: usize) -> ScoreKey {
+    let mut prefix = [0; crate::policy::MAX_PREFERENCE_RULES];
+    prefix[..=level].copy_from_slice(&key[..=level]);
+    prefix
+}
+
+impl ClassCache {
+    fn build(
+        policy: &Policy,
+        state: &InventoryState,
+        lifetimes: &[HostLifetime],
+        representative: Representative,
+        revision: u64,
+        ordered: bool,
+    ) -> Self {
+        let levels = policy.preferences().len().saturating_sub(1);
+        let mut cache = ClassCache {
+            representative,
+            revision,
+            last_used: 0,
+            slots: vec![Slot { bucket: UNSET, pos: 0 }; state.hosts().len()],
+            order: BTreeMap::new(),
+            buckets: Vec::new(),
+            free_buckets: Vec::new(),
+            eliminated: vec![0; policy.cached_validators()],
+            prefix_counts: vec![HashMap::new(); levels],
+            ordered,
+        };
+        for index in 0..state.hosts().len() {
+            cache.refresh(policy, state, lifetimes, HostIndex(index as u32));
+        }
+        cache
+    }
+
+    /// Re-evaluates one host and moves it to its new place.
+    fn refresh(&mut self, policy: &Policy, state: &InventoryState, lifetimes: &[HostLifetime], host: HostIndex) {
+        self.remove(host);
+        let request = self.representative.request();
+        let view = view(state, lifetimes, host);
+        match policy.first_rejection(&view, &request, 0..policy.cached_validators()) {
+            Some(rule) => {
+                self.eliminated[rule] += 1;
+                self.slots[host.get()] = Slot { bucket: REJECTED + rule as u32, pos: 0 };
+            }
+            None => {
+                let key = policy.score(&view, &request);
+                self.insert(host, key);
+            }
+        }
+    }
+
+    fn remove(&mut self, host: HostIndex) {
+        let slot = self.slots[host.get()];
+        if slot.bucket == UNSET {
+            return;
+        }
+        self.slots[host.get()] = Slot { bucket: UNSET, pos: 0 };
+        if slot.bucket >= REJECTED {
+            self.eliminated[(slot.bucket - REJECTED) as usize] -= 1;
+            return;
+        }
+        let bucket = &mut self.buckets[slot.bucket as usize];
+        let key = bucket.key;
+        match &mut bucket.members {
+            TieSet::Any(members) => {
+                members.swap_remove(slot.pos as usize);
+                if let Some(&moved) = members.get(slot.pos as usize) {
+                    self.slots[moved.get()].pos = slot.pos;
+                }
+            }
+            TieSet::Ordered(members) => {
+                members.remove(&host);
+            }
+        }
+        if bucket.members.len() == 0 {
+            self.order.remove(&key);
+            self.free_buckets.push(slot.bucket);
+        }
+        for (level, counts) in self.prefix_counts.iter_mut().enumerate() {
+            let prefix = masked(&key, level);
+            if let Some(count) = counts.get_mut(&prefix) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(&prefix);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, host: HostIndex, key: ScoreKey) {
+        let id = match self.order.get(&key) {
+            Some(&id) => id,
+            None => {
+                let members = if self.ordered { TieSet::Ordered(BTreeSet::new()) } else { TieSet::Any(Vec::new()) };
+                let bucket = Bucket { key, members };
+                let id = match self.free_buckets.pop() {
+                    Some(id) => {
+                        self.buckets[id as usize] = bucket;
+                        id
+                    }
+                    None => {
+                        self.buckets.push(bucket);
+                        self.buckets.len() as u32 - 1
+                    }
+                };
+                self.order.insert(key, id);
+                id
+            }
+        };
+        let pos = match &mut self.buckets[id as usize].members {
+            TieSet::Any(members) => {
+                members.push(host);
+                members.len() as u32 - 1
+            }
+            TieSet::Ordered(members) => {
+                members.insert(host);
+                0
+            }
+        };
+        self.slots[host.get()] = Slot { bucket: id, pos };
+        for (level, counts) in self.prefix_counts.iter_mut().enumerate() {
+            *counts.entry(masked(&key, level)).or_insert(0) += 1;
+        }
+    }
+
+    fn key_of(&self, host: HostIndex) -> Option<ScoreKey> {
+        let bucket = self.slots[host.get()].bucket;
+        (bucket < REJECTED).then(|| self.buckets[bucket as usize].key)
+    }
+
+    /// Chooses a host for `request` (of this class) from the up-to-date cache.
+    fn choose(
+        &self,
+        policy: &Policy,
+        state: &InventoryState,
+        lifetimes: &[HostLifetime],
+        request: &RuleRequest,
+        chooser: &mut Chooser,
+    ) -> Selection {
+        let mut eliminated = self.eliminated.clone();
+        eliminated.resize(policy.validators().len(), 0);
+        // Hosts valid for the class that a request-specific validator (spread) rejects.
+        let excluded = self.request_rejections(policy, state, lifetimes, request, &mut eliminated);
+        let mut excluded_per_bucket: HashMap<u32, usize> = HashMap::new();
+        for host in &excluded {
+            *excluded_per_bucket.entry(self.slots[host.get()].bucket).or_insert(0) += 1;
+        }
+        let best = self.order.iter().find(|(_, id)| {
+            self.buckets[**id as usize].members.len() > excluded_per_bucket.get(id).copied().unwrap_or(0)
+        });
+        let levels = policy.preferences().len();
+        let Some((best_key, &best_id)) = best else {
+            return Selection {
+                host: None,
+                score: None,
+                ties: 0,
+                stats: policy.filter_stats(state.hosts().len(), &eliminated, &vec![0; levels]),
+            };
+        };
+        let bucket = &self.buckets[best_id as usize];
+        let ties = bucket.members.len() - excluded_per_bucket.get(&best_id).copied().unwrap_or(0);
+        let tied: Vec<usize> = (0..levels)
+            .map(|level| {
+                let cached = if level + 1 == levels {
+                    bucket.members.len()
+                } else {
+                    self.prefix_counts[level].get(&masked(best_key, level)).copied().unwrap_or(0)
+                };
+                let gone = excluded
+                    .iter()
+                    .filter(|h| self.key_of(**h).is_some_and(|k| prefix_eq(&k, best_key, level)))
+                    .count();
+                cached - gone
+            })
+            .collect();
+        let host = match (&bucket.members, excluded_per_bucket.contains_key(&best_id)) {
+            (TieSet::Ordered(members), false) => members.first().copied(),
+            (TieSet::Any(members), false) => chooser.pick(members),
+            (members, true) => {
+                let excluded: HashSet<HostIndex> = excluded.iter().copied().collect();
+                let candidates: Vec<HostIndex> = members.iter().filter(|h| !excluded.contains(h)).collect();
+                chooser.pick(&candidates)
+            }
+        };
+        Selection {
+            host,
+            score: Some(*best_key),
+            ties,
+            stats: policy.filter_stats(state.hosts().len(), &eliminated, &tied),
+        }
+    }
+
+    /// The class-valid hosts that the request-specific validators reject, counted into
+    /// `eliminated` under the first validator that rejects each.
+    fn request_rejections(
+        &self,
+        policy: &Policy,
+        state: &InventoryState,
+        lifetimes: &[HostLifetime],
+        request: &RuleRequest,
+        eliminated: &mut [usize],
+    ) -> Vec<HostIndex> {
+        let range = policy.cached_validators()..policy.validators().len();
+        if range.is_empty() {
+            return Vec::new();
+        }
+        let named: Option<Vec<Vec<HostIndex>>> =
+            policy.validators()[range.clone()].iter().map(|v| v.rejected_hosts(request, state)).collect();
+        let candidates: Vec<HostIndex> = match named {
+            Some(lists) => {
+                let mut hosts: Vec<HostIndex> = lists.into_iter().flatten().collect();
+                hosts.sort_unstable();
+                hosts.dedup();
+                hosts
+            }
+            // A rule that cannot name its rejections: check it on every valid host.
+            None => self.order.values().flat_map(|id| self.buckets[*id as usize].members.iter()).collect(),
+        };
+        candidates
+            .into_iter()
+            .filter(|host| self.key_of(*host).is_some())
+            .filter(|host| match policy.first_rejection(&view(state, lifetimes, *host), request, range.clone()) {
+                Some(rule) => {
+                    eliminated[rule] += 1;
+                    true
+                }
+                None => false,
+            })
+            .collect()
+    }
+
+    /// Bytes held by this cache (for the memory figures of the bench).
+    fn heap_bytes(&self) -> usize {
+        let members: usize = self
+            .buckets
+            .iter()
+            .map(|b| match &b.members {
+                TieSet::Any(m) => m.capacity() * std::mem::size_of::<HostIndex>(),
+                // A B-tree node holds up to 11 keys; count about 2 words of overhead per key.
+                TieSet::Ordered(m) => m.len() * (std::mem::size_of::<HostIndex>() + 16),
+            })
+            .sum();
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.buckets.capacity() * std::mem::size_of::<Bucket>()
+            + members
+            + self.order.len() * (std::mem::size_of::<ScoreKey>() + 4 + 16)
+            + self.prefix_counts.iter().map(|c| c.capacity() * (std::mem::size_of::<ScoreKey>() + 16)).sum::<usize>()
+    }
+}
+
+/// The incremental index: cached evaluations per equivalence class, kept current by the journal.
+#[derive(Debug)]
+pub struct IncrementalIndex {
+    config: IndexConfig,
+    classes: HashMap<ClassKey, ClassCache>,
+    journal: Journal,
+    tick: u64,
+    /// Journal entries kept at most, beyond which lagging classes are rebuilt instead.
+    journal_limit: usize,
+}
+
+impl IncrementalIndex {
+    pub fn new(config: IndexConfig, hosts: usize) -> Self {
+        IncrementalIndex {
+            config,
+            classes: HashMap::new(),
+            journal: Journal::default(),
+            tick: 0,
+            journal_limit: hosts.max(4096),
+        }
+    }
+
+    /// Records that a host's state changed: every class re-evaluates it when next used.
+    pub fn host_changed(&mut self, host: HostIndex) {
+        self.journal.changed.push_back(host);
+    }
+
+    /// Forgets every cached class (after the inventory was rebuilt).
+    pub fn clear(&mut self) {
+        self.classes.clear();
+        self.journal = Journal::default();
+    }
+
+    pub fn classes_cached(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Bytes held by the cached classes.
+    pub fn heap_bytes(&self) -> usize {
+        self.classes.values().map(ClassCache::heap_bytes).sum::<usize>() + self.journal.changed.capacity() * 4
+    }
+
+    pub fn select(
+        &mut self,
+        policy: &Policy,
+        state: &InventoryState,
+        lifetimes: &[HostLifetime],
+        request: &RuleRequest,
+        chooser: &mut Chooser,
+    ) -> Selection {
+        self.tick += 1;
+        let key = policy.class_key(request);
+        let revision = self.journal.revision();
+        let ordered = chooser.mode() == TieBreak::LowestIndex;
+        if !self.classes.contains_key(&key) && self.classes.len() >= self.config.max_classes.max(1) {
+            if let Some(oldest) = self.classes.iter().min_by_key(|(_, c)| c.last_used).map(|(k, _)| k.clone()) {
+                self.classes.remove(&oldest);
+            }
+        }
+        let representative = Representative {
+            demand: request.demand,
+            lifetime_class: request.lifetime_class,
+            vm_type: request.vm_type.to_owned(),
+        };
+        let cache = self
+            .classes
+            .entry(key)
+            .or_insert_with(|| ClassCache::build(policy, state, lifetimes, representative.clone(), revision, ordered));
+        match self.journal.since(cache.revision) {
+            Some(changed) => {
+                for host in changed {
+                    cache.refresh(policy, state, lifetimes, host);
+                }
+                cache.revision = revision;
+            }
+            None => *cache = ClassCache::build(policy, state, lifetimes, representative, revision, ordered),
+        }
+        cache.last_used = self.tick;
+        let selection = cache.choose(policy, state, lifetimes, request, chooser);
+        self.trim_journal();
+        selection
+    }
+
+    /// Drops journal entries every class has seen, and beyond the limit the oldest ones (classes
+    /// that still needed them are rebuilt when next used).
+    fn trim_journal(&mut self) {
+        let seen_by_all = self.classes.values().map(|c| c.revision).min().unwrap_or(self.journal.revision());
+        let over_limit = self.journal.revision().saturating_sub(self.journal_limit as u64);
+        self.journal.drop_before(seen_by_all.max(over_limit));
+    }
+}
