@@ -206,6 +206,16 @@ impl Allocator {
         &self.lifetimes[host.get()]
     }
 
+    /// Every host's lifetime summary, by host index.
+    pub fn lifetimes(&self) -> &[HostLifetime] {
+        &self.lifetimes
+    }
+
+    /// What the rules see of `vm` now: for checking a decision against [`crate::select::full_scan`].
+    pub fn rule_request<'a>(&'a self, vm: &'a VmRequest) -> RuleRequest<'a> {
+        rule_request(&self.state, vm, self.policy.classes().vm_lifetime(vm.prediction.as_ref()).class)
+    }
+
     /// The VM's predicted lifetime under this policy's classes.
     pub fn vm_lifetime(&self, vm: &PlacedVm) -> VmLifetime {
         self.policy.classes().vm_lifetime(vm.prediction.as_ref())

@@ -1,0 +1,280 @@
+//! Property tests of the allocator over random operation sequences: no over-commit, exact
+//! releases, all-or-nothing gangs, lifetime classes that drop on time, and the incremental index
+//! agreeing with the full-scan reference on every decision.
+
+use allocator::select::{full_scan, Chooser};
+use allocator::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
+use domain::{
+    AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
+    LifetimePrediction, PredictionSource, Resources, TenantId, VmId, VmRequest,
+};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const HOSTS: usize = 12;
+
+fn inventory() -> InventorySpec {
+    InventorySpec::homogeneous("z", HOSTS, 3, Resources::from_whole(16.0, 64.0, 0.0).unwrap())
+}
+
+#[derive(Clone, Debug)]
+struct VmSpec {
+    cores: u8,
+    memory: u8,
+    tenant: u8,
+    /// 0: none, 1: short, 2: long with no lifetime, 3: long with a lifetime, 4: fallback, 5: interval class
+    prediction: u8,
+    lifetime_h: u16,
+    spread: Option<u8>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Allocate(Vec<VmSpec>),
+    Release(u16),
+    Drain(u8),
+    Restore(u8),
+    Wait(u16),
+}
+
+fn vm_spec() -> impl Strategy<Value = VmSpec> {
+    // A few VM types, as in real workloads, so that cached request classes get reused.
+    (0u8..4, 1u8..3, 0u8..4, 0u8..6, 1u16..400, proptest::option::of(1u8..3)).prop_map(
+        |(size, memory_per_core, tenant, prediction, lifetime_h, spread)| VmSpec {
+            cores: 1 << size,
+            memory: (1 << size) * 2 * memory_per_core,
+            tenant,
+            prediction,
+            lifetime_h,
+            spread,
+        },
+    )
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => proptest::collection::vec(vm_spec(), 1..2).prop_map(Op::Allocate),
+        1 => proptest::collection::vec(vm_spec(), 2..5).prop_map(Op::Allocate),
+        3 => (0u16..400).prop_map(Op::Release),
+        1 => (0u8..HOSTS as u8).prop_map(Op::Drain),
+        1 => (0u8..HOSTS as u8).prop_map(Op::Restore),
+        2 => (1u16..600).prop_map(Op::Wait),
+    ]
+}
+
+fn prediction(spec: &VmSpec) -> Option<LifetimePrediction> {
+    let model = |class, expected, interval| LifetimePrediction {
+        p_long: if class == LifetimeClass::Long { 0.9 } else { 0.1 },
+        class,
+        interval_class: interval,
+        expected_lifetime_s: expected,
+        model_version: Some("m-1".into()),
+        source: PredictionSource::Model,
+    };
+    let lifetime_s = f64::from(spec.lifetime_h) * 360.0;
+    match spec.prediction {
+        0 => None,
+        1 => Some(model(LifetimeClass::Short, Some(lifetime_s.min(3600.0)), None)),
+        2 => Some(model(LifetimeClass::Long, None, None)),
+        3 => Some(model(LifetimeClass::Long, Some(lifetime_s), None)),
+        4 => Some(LifetimePrediction::fallback(PredictionSource::FallbackTimeout)),
+        _ => Some(model(LifetimeClass::Long, Some(lifetime_s), Some(u32::from(spec.lifetime_h % 11)))),
+    }
+}
+
+fn vm_request(id: usize, spec: &VmSpec, tenant: u8) -> VmRequest {
+    VmRequest {
+        vm_id: VmId(format!("vm-{id}")),
+        tenant_id: TenantId(format!("t-{tenant}")),
+        vm_type: format!("c{}m{}", spec.cores, spec.memory),
+        demand: Resources::from_whole(f64::from(spec.cores), f64::from(spec.memory), 0.0).unwrap(),
+        priority: Default::default(),
+        os: None,
+        requested_at_s: None,
+        max_per_rack: spec.spread.map(u32::from),
+        features: BTreeMap::new(),
+        prediction: prediction(spec),
+    }
+}
+
+/// Turns generated operations into concrete requests, numbering VMs as it goes.
+struct Driver {
+    next_vm: usize,
+    placed: Vec<VmId>,
+    now_s: f64,
+}
+
+enum Step {
+    Allocate(AllocationRequest),
+    Release(VmId),
+    SetState(HostId, HostState),
+    Wait,
+}
+
+impl Driver {
+    fn new() -> Self {
+        Driver { next_vm: 0, placed: Vec::new(), now_s: 1_000_000.0 }
+    }
+
+    fn step(&mut self, op: &Op) -> Step {
+        self.now_s += 1.0;
+        match op {
+            Op::Allocate(specs) => {
+                let tenant = specs[0].tenant;
+                let vms: Vec<VmRequest> = specs
+                    .iter()
+                    .map(|spec| {
+                        self.next_vm += 1;
+                        vm_request(self.next_vm, spec, tenant)
+                    })
+                    .collect();
+                if vms.len() == 1 {
+                    Step::Allocate(AllocationRequest::Vm(vms.into_iter().next().unwrap()))
+                } else {
+                    Step::Allocate(AllocationRequest::Gang(GangRequest { tenant_id: vms[0].tenant_id.clone(), vms }))
+                }
+            }
+            Op::Release(i) if !self.placed.is_empty() => {
+                let at = usize::from(*i) % self.placed.len();
+                Step::Release(self.placed.swap_remove(at))
+            }
+            Op::Release(_) => Step::Wait,
+            Op::Drain(h) => Step::SetState(HostId(format!("z-h{h}")), HostState::Unavailable),
+            Op::Restore(h) => Step::SetState(HostId(format!("z-h{h}")), HostState::Available),
+            Op::Wait(minutes) => {
+                self.now_s += f64::from(*minutes) * 60.0;
+                Step::Wait
+            }
+        }
+    }
+
+    fn record(&mut self, outcome: &AllocationOutcome) {
+        if let AllocationOutcome::Placed { placements } = outcome {
+            self.placed.extend(placements.iter().map(|p| p.vm_id.clone()));
+        }
+    }
+}
+
+fn config(kind: PolicyKind, engine: Engine, tie_break: TieBreak) -> AllocatorConfig {
+    AllocatorConfig { policy: PolicyConfig::of_kind(kind), engine, tie_break, seed: 7, ..Default::default() }
+}
+
+fn kinds() -> impl Strategy<Value = PolicyKind> {
+    prop_oneof![
+        Just(PolicyKind::Pbfr),
+        Just(PolicyKind::Dpbfr),
+        Just(PolicyKind::LaBinary),
+        Just(PolicyKind::LaMulticlass)
+    ]
+}
+
+/// Books of an allocator that must hold after every operation.
+fn check_books(allocator: &Allocator) -> Result<(), TestCaseError> {
+    let state = allocator.state();
+    let mut seen = std::collections::HashSet::new();
+    for (i, host) in state.hosts().iter().enumerate() {
+        prop_assert!(host.used.fits_within(&host.capacity), "host {} over-committed", host.id);
+        let sum = host.vms.iter().fold(Resources::ZERO, |acc, vm| {
+            let placed = state.vm(vm).expect("listed VMs are placed");
+            assert_eq!(placed.host.get(), i);
+            acc + placed.demand
+        });
+        prop_assert_eq!(sum, host.used);
+        for vm in &host.vms {
+            prop_assert!(seen.insert(vm.clone()), "VM {} on two hosts", vm);
+        }
+    }
+    prop_assert_eq!(seen.len(), state.vm_count());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// With lowest-index ties, the incremental index and the full scan make the very same decisions
+    /// (hosts, rejections and per-rule filtering figures) on every policy.
+    #[test]
+    fn incremental_and_full_scan_decide_alike(kind in kinds(), ops in proptest::collection::vec(op(), 1..150)) {
+        let mut incremental = Allocator::new(&inventory(), &config(kind, Engine::Incremental, TieBreak::LowestIndex)).unwrap();
+        let mut reference = Allocator::new(&inventory(), &config(kind, Engine::FullScan, TieBreak::LowestIndex)).unwrap();
+        let mut driver = Driver::new();
+        for op in &ops {
+            match driver.step(op) {
+                Step::Allocate(request) => {
+                    let a = incremental.allocate(&request, driver.now_s).unwrap();
+                    let b = reference.allocate(&request, driver.now_s).unwrap();
+                    prop_assert_eq!(&a, &b);
+                    driver.record(&a.outcome);
+                }
+                Step::Release(vm) => {
+                    prop_assert_eq!(incremental.release(&vm, driver.now_s).unwrap(), reference.release(&vm, driver.now_s).unwrap());
+                }
+                Step::SetState(host, state) => {
+                    incremental.set_host_state(&host, state).unwrap();
+                    reference.set_host_state(&host, state).unwrap();
+                }
+                Step::Wait => {}
+            }
+            prop_assert_eq!(incremental.state(), reference.state());
+            prop_assert_eq!(incremental.lifetimes(), reference.lifetimes());
+        }
+    }
+
+    /// With random ties, every incremental decision picks a host of the best score the full scan
+    /// finds on the same state, with the same filtering figures; and the books always balance.
+    #[test]
+    fn random_ties_pick_a_best_scored_host(kind in kinds(), ops in proptest::collection::vec(op(), 1..150)) {
+        let mut allocator = Allocator::new(&inventory(), &config(kind, Engine::Incremental, TieBreak::Random)).unwrap();
+        let mut driver = Driver::new();
+        for op in &ops {
+            match driver.step(op) {
+                Step::Allocate(AllocationRequest::Vm(vm)) => {
+                    // The reference on the state as it is now, after this instant's class drops.
+                    allocator.release(&VmId::from("no-such-vm"), driver.now_s).ok();
+                    let reference = full_scan(
+                        allocator.policy(), allocator.state(), allocator.lifetimes(),
+                        &allocator.rule_request(&vm), &mut Chooser::new(TieBreak::LowestIndex, 0));
+                    let host_scores = |allocator: &Allocator, host: &HostId| {
+                        let index = allocator.state().host_index(host).unwrap();
+                        let view = allocator::rules::HostView {
+                            index, record: &allocator.state().hosts()[index.get()], lifetime: &allocator.lifetimes()[index.get()],
+                        };
+                        allocator.policy().score(&view, &allocator.rule_request(&vm))
+                    };
+                    // Scores of every host before the placement changes them.
+                    let before: Vec<_> = allocator.state().hosts().iter().map(|h| host_scores(&allocator, &h.id)).collect();
+                    let decision = allocator.allocate(&AllocationRequest::Vm(vm.clone()), driver.now_s).unwrap();
+                    prop_assert_eq!(&decision.rule_stats, &reference.stats);
+                    match &decision.outcome {
+                        AllocationOutcome::Placed { placements } => {
+                            let index = allocator.state().host_index(&placements[0].host_id).unwrap();
+                            prop_assert_eq!(Some(before[index.get()]), reference.score);
+                        }
+                        AllocationOutcome::Rejected { .. } => prop_assert!(reference.host.is_none()),
+                    }
+                    driver.record(&decision.outcome);
+                }
+                Step::Allocate(gang) => {
+                    let before = allocator.state().clone();
+                    let decision = allocator.allocate(&gang, driver.now_s).unwrap();
+                    match &decision.outcome {
+                        AllocationOutcome::Placed { placements } => prop_assert_eq!(placements.len(), gang.vms().len()),
+                        // All or nothing: a rejected gang leaves the inventory exactly as it was.
+                        AllocationOutcome::Rejected { .. } => prop_assert_eq!(allocator.state(), &before),
+                    }
+                    driver.record(&decision.outcome);
+                }
+                Step::Release(vm) => {
+                    let host = allocator.state().vm(&vm).unwrap().host;
+                    let free_before = allocator.state().hosts()[host.get()].free();
+                    let released = allocator.release(&vm, driver.now_s).unwrap();
+                    // Release restores capacity exactly.
+                    prop_assert_eq!(allocator.state().hosts()[host.get()].free(), free_before.checked_add(&released.demand).unwrap());
+                }
+                Step::SetState(host, state) => { allocator.set_host_state(&host, state).unwrap(); }
+                Step::Wait => {}
+            }
+            check_books(&allocator)?;
+        }
+    }
+}
