@@ -8,15 +8,28 @@
 //! - [`policy`]: PBFR, DPBFR, LA-binary, LA-multiclass as ordered rule lists.
 //! - [`select`]: the full-scan reference and the incremental index that choose a host.
 //! - [`allocator`]: [`Allocator`], the placement logic: gangs, idempotency, stats, explain.
+//! - [`store`]: the SQLite store of placed VMs and host states (WAL, `synchronous = FULL`).
+//! - [`durable`]: [`DurableAllocator`], the allocator over its store, with group commit.
+//!
+//! The service layer of the `allocator` binary (the only modules that know HTTP or tokio):
+//! [`worker`] (the thread that owns the [`DurableAllocator`] and batches commits), [`api`] (axum
+//! routes) and [`config`].
 
 pub mod allocator;
+pub mod api;
+pub mod config;
+pub mod durable;
 pub mod lifetime;
 pub mod policy;
 pub mod rules;
 pub mod select;
 pub mod state;
+pub mod store;
+pub mod worker;
 
 pub use allocator::{AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, Engine, Explanation};
+pub use durable::{Command, CommandError, DurableAllocator, DurableError, Reply};
 pub use policy::{Policy, PolicyConfig, PolicyKind};
 pub use select::{IndexConfig, TieBreak};
 pub use state::{HostIndex, HostRecord, InventoryState, NewVm, PlacedVm, StateError};
+pub use store::{Store, StoreError};

@@ -1,0 +1,503 @@
+//! HTTP routes of the allocator: a thin layer over the [`Worker`] (see `docs/allocator.md`).
+//!
+//! Every answer comes after the batch it ran in has committed; every error is an
+//! `application/problem+json` body.
+
+use crate::durable::{
+    Command, CommandError, HostDetail, HostFilter, HostInfo, HostPage, HostStateChange, HostSummary, Reply,
+    StoreStatus, VmInfo,
+};
+use crate::worker::Worker;
+use crate::AllocateError;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use domain::problem::FieldProblem;
+use domain::{
+    AllocationRequest, ClusterId, HostId, HostState, Problem, RackId, Validate, ValidationError, ValidationLimits,
+    VmId, VmRequest,
+};
+use serde::{Deserialize, Serialize};
+use service_common::auth::require_bearer;
+use service_common::problem::{problem, problem_response, HasLimits};
+use service_common::telemetry::PrometheusHandle;
+use service_common::ValidJson;
+use std::time::Instant;
+use utoipa::{OpenApi, ToSchema};
+
+/// Default and largest page of `GET /v1/hosts`.
+pub const DEFAULT_HOST_PAGE: usize = 1000;
+pub const MAX_HOST_PAGE: usize = 10_000;
+/// Largest `top` of `POST /v1/explain`.
+pub const MAX_EXPLAIN_TOP: usize = 100;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub worker: Worker,
+    pub limits: ValidationLimits,
+    pub admin_token: Option<String>,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl HasLimits for AppState {
+    fn limits(&self) -> &ValidationLimits {
+        &self.limits
+    }
+}
+
+/// The body of `POST /v1/explain`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainRequest {
+    /// The VM to place, as in an allocation request.
+    #[schema(value_type = Object)]
+    pub vm: VmRequest,
+    /// A host to explain the verdict on.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub why_not: Option<HostId>,
+    /// How many of the best hosts to list (default 5, at most 100).
+    #[serde(default)]
+    pub top: Option<usize>,
+}
+
+impl Validate for ExplainRequest {
+    fn validate(&self, limits: &ValidationLimits, _path: &str) -> Result<(), ValidationError> {
+        self.vm.validate(limits, "vm")?;
+        if let Some(host) = &self.why_not {
+            if host.as_str().is_empty() || host.as_str().len() > limits.max_text_len {
+                return Err(ValidationError::invalid(
+                    "why_not",
+                    format!("must be a host id of 1 to {} bytes", limits.max_text_len),
+                ));
+            }
+        }
+        if let Some(top) = self.top {
+            if top == 0 || top > MAX_EXPLAIN_TOP {
+                return Err(ValidationError::invalid("top", format!("must be between 1 and {MAX_EXPLAIN_TOP}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Allocator",
+        description = "Lifetime-aware VM placement over one zone's inventory, with durable state."
+    ),
+    paths(
+        allocate,
+        release,
+        get_allocation,
+        list_hosts,
+        get_host,
+        drain_host,
+        fail_host,
+        restore_host,
+        stats,
+        explain,
+        healthz,
+        readyz
+    ),
+    components(schemas(
+        VmInfo,
+        HostInfo,
+        HostSummary,
+        HostDetail,
+        HostPage,
+        HostStateChange,
+        StoreStatus,
+        ExplainRequest,
+        domain::LifetimePrediction,
+        domain::Problem
+    ))
+)]
+pub struct ApiDoc;
+
+/// The full router, without the standard layers (see `service_common::layers::apply`).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/allocations", post(allocate))
+        .route("/v1/allocations/{vm_id}", get(get_allocation).delete(release))
+        .route("/v1/hosts", get(list_hosts))
+        .route("/v1/hosts/{host_id}", get(get_host))
+        .route("/v1/hosts/{host_id}/drain", post(drain_host))
+        .route("/v1/hosts/{host_id}/fail", post(fail_host))
+        .route("/v1/hosts/{host_id}/restore", post(restore_host))
+        .route("/v1/stats", get(stats))
+        .route("/v1/explain", post(explain))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_endpoint))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .with_state(state)
+}
+
+/// Runs a command on the worker, timing it per endpoint.
+async fn call(state: &AppState, endpoint: &'static str, command: Command) -> Result<Reply, CommandError> {
+    let started = Instant::now();
+    let reply = state.worker.call(command).await;
+    metrics::histogram!("allocator_request_duration_seconds", "endpoint" => endpoint)
+        .record(started.elapsed().as_secs_f64());
+    reply
+}
+
+fn retry_later(mut response: Response) -> Response {
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn command_error(error: CommandError) -> Response {
+    let detail = error.to_string();
+    match error {
+        CommandError::Conflict(AllocateError::IdReused { .. }) => {
+            problem(StatusCode::CONFLICT, "vm-id-reused", "VM id already used", detail)
+        }
+        CommandError::Conflict(AllocateError::PartialGang { .. }) => {
+            problem(StatusCode::CONFLICT, "partial-gang", "Gang partly placed", detail)
+        }
+        CommandError::UnknownVm(_) => problem(StatusCode::NOT_FOUND, "unknown-vm", "Unknown VM", detail),
+        CommandError::UnknownHost(_) => problem(StatusCode::NOT_FOUND, "unknown-host", "Unknown host", detail),
+        CommandError::NotDurable(_) => {
+            retry_later(problem(StatusCode::SERVICE_UNAVAILABLE, "not-durable", "Change not durable", detail))
+        }
+        CommandError::Unavailable(_) => {
+            retry_later(problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Store unavailable", detail))
+        }
+    }
+}
+
+fn unexpected(reply: &Reply) -> Response {
+    tracing::error!(?reply, "the worker answered with the wrong kind of reply");
+    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "unexpected reply from the allocator")
+}
+
+fn invalid_field(status: StatusCode, field: &str, message: impl Into<String>) -> Response {
+    let message = message.into();
+    let (kind, title) = if status == StatusCode::BAD_REQUEST {
+        ("malformed-request", "Malformed request")
+    } else {
+        ("invalid-request", "Invalid request")
+    };
+    let mut body = Problem::new(status.as_u16(), kind, title, format!("field `{field}`: {message}"));
+    body.errors.push(FieldProblem { field: field.to_owned(), message });
+    problem_response(body)
+}
+
+fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
+    param.map(|Path(value)| value).map_err(|rejection| {
+        problem(rejection.status(), "malformed-path", "Malformed path parameter", rejection.body_text())
+    })
+}
+
+/// Places a VM (`{"vm": {...}}`) or a whole gang (`{"gang": {...}}`).
+///
+/// 201: placed now. 200: placed by an earlier request with the same VM ids (`"replayed": true`,
+/// same placements), or rejected (`"status": "rejected"`: nothing fits; a normal answer, not an
+/// error). 409: the VM id is placed already with a different tenant, demand or type, or part of the
+/// gang is placed. 503: the change could not be made durable and was undone; retry.
+#[utoipa::path(post, path = "/v1/allocations",
+    request_body(content = Object, description = "domain::AllocationRequest: `{\"vm\": VmRequest}` or `{\"gang\": {\"tenant_id\", \"vms\": [VmRequest]}}`"),
+    responses((status = 201, description = "placed (an AllocationDecision with `status: placed`)"),
+              (status = 200, description = "replayed, or rejected (`status: rejected`)"),
+              (status = 400, body = domain::Problem), (status = 409, body = domain::Problem),
+              (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
+async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<AllocationRequest>) -> Response {
+    match call(&state, "allocate", Command::Allocate(request)).await {
+        Ok(Reply::Allocated(decision)) => {
+            let status = if decision.is_placed() && !decision.replayed { StatusCode::CREATED } else { StatusCode::OK };
+            (status, Json(decision)).into_response()
+        }
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Releases a VM: its host's capacity is free at once. 204, or 404 when it is not placed (also
+/// when an earlier release of it succeeded).
+#[utoipa::path(delete, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path)),
+    responses((status = 204, description = "released"), (status = 404, body = domain::Problem),
+              (status = 503, body = domain::Problem)))]
+async fn release(State(state): State<AppState>, vm_id: Result<Path<String>, PathRejection>) -> Response {
+    let vm_id = match path_param(vm_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(&state, "release", Command::Release(VmId(vm_id))).await {
+        Ok(Reply::Released(_)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Where a VM is placed.
+#[utoipa::path(get, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path)),
+    responses((status = 200, body = VmInfo), (status = 404, body = domain::Problem)))]
+async fn get_allocation(State(state): State<AppState>, vm_id: Result<Path<String>, PathRejection>) -> Response {
+    let vm_id = match path_param(vm_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(&state, "get-allocation", Command::GetAllocation(VmId(vm_id))).await {
+        Ok(Reply::Allocation(info)) => Json(info).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Parses the query of `GET /v1/hosts`, naming the field at fault.
+fn host_filter(pairs: &[(String, String)]) -> Result<HostFilter, Response> {
+    let mut filter = HostFilter { limit: DEFAULT_HOST_PAGE, ..HostFilter::default() };
+    let number = |field: &str, value: &str| {
+        value.parse::<usize>().map_err(|_| {
+            invalid_field(StatusCode::BAD_REQUEST, field, format!("must be a whole number, got `{value}`"))
+        })
+    };
+    for (key, value) in pairs {
+        match key.as_str() {
+            "state" => {
+                filter.state = Some(match value.as_str() {
+                    "available" => HostState::Available,
+                    "unavailable" => HostState::Unavailable,
+                    "failed" => HostState::Failed,
+                    other => {
+                        return Err(invalid_field(
+                            StatusCode::BAD_REQUEST,
+                            "state",
+                            format!("must be `available`, `unavailable` or `failed`, got `{other}`"),
+                        ))
+                    }
+                })
+            }
+            "rack" => filter.rack = Some(RackId(value.clone())),
+            "cluster" => filter.cluster = Some(ClusterId(value.clone())),
+            "empty" => {
+                filter.empty = Some(match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(invalid_field(
+                            StatusCode::BAD_REQUEST,
+                            "empty",
+                            format!("must be `true` or `false`, got `{other}`"),
+                        ))
+                    }
+                })
+            }
+            "limit" => {
+                filter.limit = number("limit", value)?;
+                if filter.limit == 0 || filter.limit > MAX_HOST_PAGE {
+                    return Err(invalid_field(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "limit",
+                        format!("must be between 1 and {MAX_HOST_PAGE}"),
+                    ));
+                }
+            }
+            "offset" => filter.offset = number("offset", value)?,
+            other => {
+                return Err(invalid_field(
+                    StatusCode::BAD_REQUEST,
+                    other,
+                    "unknown parameter; expected state, rack, cluster, empty, limit or offset",
+                ))
+            }
+        }
+    }
+    Ok(filter)
+}
+
+/// Lists hosts with their occupancy and VM ids, in inventory order, filtered by `state`
+/// (`available`, `unavailable`, `failed`), `rack`, `cluster` and `empty` (`true`/`false`), paged by
+/// `limit` (default 1000, at most 10000) and `offset`.
+#[utoipa::path(get, path = "/v1/hosts",
+    params(("state" = Option<String>, Query), ("rack" = Option<String>, Query), ("cluster" = Option<String>, Query),
+           ("empty" = Option<bool>, Query), ("limit" = Option<usize>, Query), ("offset" = Option<usize>, Query)),
+    responses((status = 200, body = HostPage), (status = 400, body = domain::Problem), (status = 422, body = domain::Problem)))]
+async fn list_hosts(
+    State(state): State<AppState>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let pairs = match query {
+        Ok(Query(pairs)) => pairs,
+        Err(rejection) => {
+            return problem(StatusCode::BAD_REQUEST, "malformed-query", "Malformed query", rejection.body_text())
+        }
+    };
+    let filter = match host_filter(&pairs) {
+        Ok(filter) => filter,
+        Err(response) => return response,
+    };
+    match call(&state, "list-hosts", Command::ListHosts(filter)).await {
+        Ok(Reply::Hosts(page)) => Json(page).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// One host: capacity, used, free, state, lifetime class and its VMs in full.
+#[utoipa::path(get, path = "/v1/hosts/{host_id}", params(("host_id" = String, Path)),
+    responses((status = 200, body = HostDetail), (status = 404, body = domain::Problem)))]
+async fn get_host(State(state): State<AppState>, host_id: Result<Path<String>, PathRejection>) -> Response {
+    let host_id = match path_param(host_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(&state, "get-host", Command::GetHost(HostId(host_id))).await {
+        Ok(Reply::Host(detail)) => Json(detail).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+async fn set_host_state(
+    state: &AppState,
+    headers: &HeaderMap,
+    host_id: Result<Path<String>, PathRejection>,
+    new_state: HostState,
+) -> Response {
+    if let Err(response) = require_bearer(headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    let host_id = match path_param(host_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(state, "set-host-state", Command::SetHostState { host: HostId(host_id), state: new_state }).await {
+        Ok(Reply::HostStateSet(change)) => {
+            tracing::info!(host = %change.host_id, previous = ?change.previous, state = ?change.state, "host state set");
+            Json(change).into_response()
+        }
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Drains a host (admin): it takes no new VM; its VMs stay.
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/drain", params(("host_id" = String, Path)),
+    responses((status = 200, body = HostStateChange), (status = 401, body = domain::Problem),
+              (status = 403, body = domain::Problem), (status = 404, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn drain_host(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    host_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    set_host_state(&state, &headers, host_id, HostState::Unavailable).await
+}
+
+/// Marks a host failed (admin): it takes no new VM.
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/fail", params(("host_id" = String, Path)),
+    responses((status = 200, body = HostStateChange), (status = 401, body = domain::Problem),
+              (status = 403, body = domain::Problem), (status = 404, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn fail_host(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    host_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    set_host_state(&state, &headers, host_id, HostState::Failed).await
+}
+
+/// Makes a host available again (admin).
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/restore", params(("host_id" = String, Path)),
+    responses((status = 200, body = HostStateChange), (status = 401, body = domain::Problem),
+              (status = 403, body = domain::Problem), (status = 404, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn restore_host(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    host_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    set_host_state(&state, &headers, host_id, HostState::Available).await
+}
+
+/// Occupancy, packing density, empty hosts, VMs by lifetime, rejections by reason.
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, description = "allocator::AllocatorStats")))]
+async fn stats(State(state): State<AppState>) -> Response {
+    match call(&state, "stats", Command::Stats).await {
+        Ok(Reply::Stats(stats)) => Json(stats).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// A dry run: where the VM would go, the best hosts with their rule scores and, with `why_not`,
+/// why that host would not be picked. Changes nothing.
+#[utoipa::path(post, path = "/v1/explain", request_body = ExplainRequest,
+    responses((status = 200, description = "allocator::Explanation"), (status = 400, body = domain::Problem),
+              (status = 422, body = domain::Problem)))]
+async fn explain(State(state): State<AppState>, ValidJson(request): ValidJson<ExplainRequest>) -> Response {
+    let command =
+        Command::Explain { vm: Box::new(request.vm), why_not: request.why_not, top: request.top.unwrap_or(5) };
+    match call(&state, "explain", command).await {
+        Ok(Reply::Explained(explanation)) => Json(explanation).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(CommandError::UnknownHost(host)) => {
+            invalid_field(StatusCode::UNPROCESSABLE_ENTITY, "why_not", format!("host `{host}` is not in the inventory"))
+        }
+        Err(error) => command_error(error),
+    }
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The store is open and the allocator answers.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, body = StoreStatus), (status = 503, body = domain::Problem)))]
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.worker.call(Command::Status).await {
+        Ok(Reply::Status(status)) => Json(status).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+async fn metrics_endpoint(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(handle) => service_common::telemetry::render_metrics(handle),
+        None => problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics disabled", "no metrics recorder is installed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
+        query.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn host_queries_are_parsed_and_their_errors_named() {
+        let filter =
+            host_filter(&pairs(&[("state", "failed"), ("empty", "false"), ("limit", "3"), ("offset", "2")])).unwrap();
+        assert_eq!(filter.state, Some(HostState::Failed));
+        assert_eq!((filter.empty, filter.limit, filter.offset), (Some(false), 3, 2));
+        assert_eq!(host_filter(&[]).unwrap().limit, DEFAULT_HOST_PAGE);
+        for (query, status) in [
+            (pairs(&[("state", "on")]), StatusCode::BAD_REQUEST),
+            (pairs(&[("limit", "0")]), StatusCode::UNPROCESSABLE_ENTITY),
+            (pairs(&[("offset", "-1")]), StatusCode::BAD_REQUEST),
+            (pairs(&[("colour", "red")]), StatusCode::BAD_REQUEST),
+        ] {
+            assert_eq!(host_filter(&query).unwrap_err().status(), status, "{query:?}");
+        }
+    }
+
+    #[test]
+    fn the_openapi_document_lists_the_routes() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        for path in ["/v1/allocations", "/v1/allocations/{vm_id}", "/v1/hosts/{host_id}/drain", "/v1/explain"] {
+            assert!(doc["paths"][path].is_object(), "{path}");
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! `allocator`: serves one zone's placement over HTTP, with durable state.
+
+use allocator::api::{router, AppState};
+use allocator::config::ServiceConfig;
+use allocator::durable::DurableAllocator;
+use allocator::worker::{unix_now_s, Worker};
+use anyhow::{Context, Result};
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "allocator", version, about = "Serve lifetime-aware VM placement over HTTP, with durable state")]
+struct Cli {
+    /// TOML configuration file (docs/allocator.md); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:8082.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// SQLite file of the durable state.
+    #[arg(long)]
+    store: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    service_common::telemetry::init_tracing();
+    let cli = Cli::parse();
+    let mut config = match &cli.config {
+        Some(path) => ServiceConfig::load(path)?,
+        None => ServiceConfig::default(),
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    if let Some(store) = cli.store {
+        config.store = store;
+    }
+    if let Ok(token) = std::env::var("ALLOCATOR_ADMIN_TOKEN") {
+        config.admin_token = Some(token);
+    }
+    let inventory = config.inventory()?;
+    let started = Instant::now();
+    let durable = DurableAllocator::open(&inventory, &config.allocator, &config.store, unix_now_s())
+        .with_context(|| format!("recovering the allocator state from {}", config.store.display()))?;
+    let (hosts, vms) = durable.allocator().map_or((0, 0), |a| (a.state().hosts().len(), a.state().vm_count()));
+    tracing::info!(
+        store = %config.store.display(), hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
+        recovery_ms = started.elapsed().as_millis() as u64, "state recovered"
+    );
+    let (worker, handle) = Worker::spawn(durable, config.max_batch, config.queue).context("starting the worker")?;
+
+    let runtime = if config.runtime_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(config.runtime_threads).enable_all().build()
+    }
+    .context("starting the async runtime")?;
+    runtime.block_on(serve(&config, worker))?;
+    // Every handle on the worker is gone with the server: let it finish its last batch and close
+    // the store (committed batches are durable either way).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if handle.is_finished() {
+        let _ = handle.join();
+    }
+    Ok(())
+}
+
+async fn serve(config: &ServiceConfig, worker: Worker) -> Result<()> {
+    let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
+    let state = AppState {
+        worker,
+        limits: config.limits.clone(),
+        admin_token: config.admin_token.clone().filter(|t| !t.is_empty()),
+        metrics: Some(metrics),
+    };
+    let app = service_common::layers::apply(router(state), &config.http);
+    let listener =
+        service_common::layers::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(listen = %config.listen, max_batch = config.max_batch, "allocator ready");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+    tracing::info!("shutting down");
+}

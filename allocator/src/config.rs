@@ -1,0 +1,184 @@
+//! Configuration of the allocator service (TOML, unknown fields refused). See `docs/allocator.md`.
+
+use crate::allocator::AllocatorConfig;
+use domain::{InventorySpec, Resources, ValidationLimits};
+use serde::{Deserialize, Serialize};
+use service_common::layers::LayerConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// A homogeneous zone: `hosts` identical hosts in one cluster, `hosts_per_rack` to a rack.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateConfig {
+    #[serde(default = "default_zone")]
+    pub zone: String,
+    pub hosts: usize,
+    #[serde(default = "default_hosts_per_rack")]
+    pub hosts_per_rack: usize,
+    pub cores: f64,
+    pub memory_gib: f64,
+    #[serde(default)]
+    pub ssd_gib: f64,
+}
+
+fn default_zone() -> String {
+    "zone-1".to_owned()
+}
+
+fn default_hosts_per_rack() -> usize {
+    20
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    pub listen: SocketAddr,
+    /// The SQLite file of the durable state (created if missing). One store serves one allocator
+    /// process at a time.
+    pub store: PathBuf,
+    /// Bearer token of the admin routes (drain, fail, restore); they are closed without one. The
+    /// environment variable `ALLOCATOR_ADMIN_TOKEN` overrides it.
+    pub admin_token: Option<String>,
+    /// Most commands per group commit; 1 commits every request on its own.
+    pub max_batch: usize,
+    /// Most commands waiting for the worker; handlers wait for room beyond it (the HTTP layer's
+    /// concurrency limit sheds load before that matters).
+    pub queue: usize,
+    /// Threads of the async runtime that serves HTTP; placement and commits run on the worker
+    /// thread whatever this is.
+    pub runtime_threads: usize,
+    /// A TOML inventory file (`[[zones]]` > `[[zones.clusters]]` > `[[zones.clusters.racks]]` >
+    /// `[[zones.clusters.racks.hosts]]`); exactly one of it and `[generate]`.
+    pub inventory_file: Option<PathBuf>,
+    /// A generated homogeneous zone.
+    pub generate: Option<GenerateConfig>,
+    /// Placement: policy, tie-breaking, engine, compatibility.
+    pub allocator: AllocatorConfig,
+    /// Request validation limits (gang size, text lengths, features).
+    pub limits: ValidationLimits,
+    pub http: LayerConfig,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8082)),
+            store: PathBuf::from("allocator.db"),
+            admin_token: None,
+            max_batch: 256,
+            queue: 4096,
+            runtime_threads: 1,
+            inventory_file: None,
+            generate: None,
+            allocator: AllocatorConfig::default(),
+            limits: ValidationLimits::default(),
+            http: LayerConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("the configuration needs an inventory: set `inventory_file` or a `[generate]` section")]
+    NoInventory,
+    #[error("the configuration gives both `inventory_file` and `[generate]`; keep one")]
+    TwoInventories,
+    #[error("generate.{field}: {message}")]
+    Generate { field: &'static str, message: String },
+    #[error("max_batch must be at least 1")]
+    MaxBatch,
+}
+
+impl ServiceConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|message| ConfigError::Parse { path: path.to_owned(), message })
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Checks what serde cannot.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.max_batch == 0 {
+            return Err(ConfigError::MaxBatch);
+        }
+        match (&self.inventory_file, &self.generate) {
+            (None, None) => Err(ConfigError::NoInventory),
+            (Some(_), Some(_)) => Err(ConfigError::TwoInventories),
+            _ => Ok(()),
+        }
+    }
+
+    /// The inventory this configuration describes.
+    pub fn inventory(&self) -> Result<InventorySpec, ConfigError> {
+        self.check()?;
+        if let Some(path) = &self.inventory_file {
+            return load_inventory(path);
+        }
+        let Some(generate) = &self.generate else { return Err(ConfigError::NoInventory) };
+        if generate.hosts == 0 {
+            return Err(ConfigError::Generate { field: "hosts", message: "must be at least 1".to_owned() });
+        }
+        if generate.hosts_per_rack == 0 {
+            return Err(ConfigError::Generate { field: "hosts_per_rack", message: "must be at least 1".to_owned() });
+        }
+        if generate.zone.is_empty() {
+            return Err(ConfigError::Generate { field: "zone", message: "must not be empty".to_owned() });
+        }
+        let capacity =
+            Resources::from_whole(generate.cores, generate.memory_gib, generate.ssd_gib).map_err(|(kind, error)| {
+                ConfigError::Generate {
+                    field: match kind {
+                        domain::ResourceKind::Cores => "cores",
+                        domain::ResourceKind::MemoryGib => "memory_gib",
+                        domain::ResourceKind::SsdGib => "ssd_gib",
+                    },
+                    message: error.to_string(),
+                }
+            })?;
+        Ok(InventorySpec::homogeneous(&generate.zone, generate.hosts, generate.hosts_per_rack, capacity))
+    }
+}
+
+/// Reads a TOML [`InventorySpec`].
+pub fn load_inventory(path: &Path) -> Result<InventorySpec, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checked_in_configs_parse() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let config = ServiceConfig::load(&root.join("configs/allocator.toml")).unwrap();
+        let inventory = config.inventory().unwrap();
+        assert_eq!(inventory.hosts().count(), 200);
+        assert_eq!(config.allocator.policy.kind, crate::PolicyKind::LaBinary);
+        let example = load_inventory(&root.join("configs/inventory.example.toml")).unwrap();
+        assert!(example.hosts().count() >= 4);
+        crate::Allocator::new(&example, &config.allocator).unwrap();
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let err = ServiceConfig::parse("listen = \"127.0.0.1:1\"\nmax_bach = 3\n").unwrap_err();
+        assert!(err.contains("max_bach"), "{err}");
+        let config = ServiceConfig::parse("[generate]\nhosts = 0\ncores = 8\nmemory_gib = 32\n").unwrap();
+        assert!(config.inventory().unwrap_err().to_string().contains("generate.hosts"));
+        let config = ServiceConfig::parse("").unwrap();
+        assert!(matches!(config.inventory(), Err(ConfigError::NoInventory)));
+        let config = ServiceConfig::parse("[generate]\nhosts = 2\ncores = -8\nmemory_gib = 32\n").unwrap();
+        assert!(config.inventory().unwrap_err().to_string().contains("generate.cores"));
+    }
+}

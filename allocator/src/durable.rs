@@ -1,0 +1,647 @@
+//! [`DurableAllocator`]: the [`Allocator`] with its state in a [`Store`], so that an allocation or a
+//! release is acknowledged only once it is durable, and a restart rebuilds exactly the acknowledged
+//! state.
+//!
+//! Commands come in batches ([`DurableAllocator::execute`]), which is how group commit works: the
+//! writes of a batch (allocations, releases, host states) are applied to the in-memory allocator in
+//! order, their effects go to the store in **one** transaction, and only after it commits are the
+//! replies handed out. Reads in the batch (allocations, hosts, stats, explain) see the writes before
+//! them in the batch and are answered after the same commit, so no reply ever shows unacknowledged
+//! state. One `fsync` then pays for a whole batch instead of one request.
+//!
+//! If the commit fails, the in-memory state is thrown away and rebuilt from the store by the same
+//! code as at startup ([`DurableAllocator::open`]), every write of the batch is answered
+//! [`CommandError::NotDurable`] and the reads are answered from the rebuilt state: nothing
+//! unacknowledged survives and nothing acknowledged is lost. If even the rebuild fails, every
+//! command is answered [`CommandError::Unavailable`] and the next batch tries to rebuild again.
+//!
+//! Rejected allocations, conflicting requests, idempotent replays and reads write nothing.
+//!
+//! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
+
+use crate::allocator::{AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, Explanation};
+use crate::state::{HostIndex, NewVm, StateError};
+use crate::store::{Store, StoreError, StoreOp, StoredVm};
+use domain::{
+    AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
+    LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
+};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use utoipa::ToSchema;
+
+/// Why the durable state could not be opened or rebuilt.
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("allocator: {0}")]
+    Allocator(#[from] AllocatorError),
+    #[error("the store {path} contradicts the inventory: VM `{vm}` recorded on host `{host}`: {source}")]
+    Contradiction { path: PathBuf, vm: VmId, host: HostId, source: StateError },
+    #[error("the store {path} contradicts the inventory: recorded state of host `{host}`: {source}")]
+    HostState { path: PathBuf, host: HostId, source: StateError },
+}
+
+/// Which hosts `GET /v1/hosts` lists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostFilter {
+    pub state: Option<HostState>,
+    pub rack: Option<RackId>,
+    pub cluster: Option<ClusterId>,
+    /// Only hosts with no VM (`true`) or with some (`false`).
+    pub empty: Option<bool>,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+impl Default for HostFilter {
+    fn default() -> Self {
+        HostFilter { state: None, rack: None, cluster: None, empty: None, limit: usize::MAX, offset: 0 }
+    }
+}
+
+/// One command of a batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Place a VM or a gang (write).
+    Allocate(AllocationRequest),
+    /// Release a VM (write).
+    Release(VmId),
+    /// Drain, fail or restore a host (write).
+    SetHostState {
+        host: HostId,
+        state: HostState,
+    },
+    /// Where a VM is.
+    GetAllocation(VmId),
+    ListHosts(HostFilter),
+    GetHost(HostId),
+    Stats,
+    /// A dry run of one VM's placement.
+    Explain {
+        vm: Box<VmRequest>,
+        why_not: Option<HostId>,
+        top: usize,
+    },
+    /// Whether the store is usable, with a few figures.
+    Status,
+}
+
+impl Command {
+    /// True for commands that change the state.
+    pub fn is_write(&self) -> bool {
+        matches!(self, Command::Allocate(_) | Command::Release(_) | Command::SetHostState { .. })
+    }
+}
+
+/// One placed VM as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VmInfo {
+    #[schema(value_type = String)]
+    pub vm_id: VmId,
+    #[schema(value_type = String)]
+    pub host_id: HostId,
+    #[schema(value_type = String)]
+    pub rack_id: RackId,
+    #[schema(value_type = String)]
+    pub cluster_id: ClusterId,
+    #[schema(value_type = String)]
+    pub tenant_id: TenantId,
+    pub vm_type: String,
+    /// `{"cores", "memory_gib", "ssd_gib"}` in whole units.
+    #[schema(value_type = Object)]
+    pub demand: Resources,
+    /// When it was placed (allocator clock: Unix seconds).
+    pub placed_at_s: f64,
+    /// Its lifetime class under the policy (0 = shortest).
+    pub lifetime_class: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<LifetimePrediction>,
+}
+
+/// What every host view shows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HostInfo {
+    #[schema(value_type = String)]
+    pub host_id: HostId,
+    #[schema(value_type = String)]
+    pub rack_id: RackId,
+    #[schema(value_type = String)]
+    pub cluster_id: ClusterId,
+    pub hardware: String,
+    /// `available`, `unavailable` (drained) or `failed`.
+    #[schema(value_type = String)]
+    pub state: HostState,
+    #[schema(value_type = Object)]
+    pub capacity: Resources,
+    #[schema(value_type = Object)]
+    pub used: Resources,
+    #[schema(value_type = Object)]
+    pub free: Resources,
+    /// The host's lifetime class: that of the longest predicted remaining lifetime of its VMs.
+    pub lifetime_class: u8,
+    /// When its last VM is predicted to exit (absent when empty or unbounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_exit_s: Option<f64>,
+    pub vm_count: usize,
+}
+
+/// A host in a listing: its VMs by id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HostSummary {
+    #[serde(flatten)]
+    pub host: HostInfo,
+    /// Its VMs in placement order.
+    #[schema(value_type = Vec<String>)]
+    pub vms: Vec<VmId>,
+}
+
+/// One host in full: its VMs with their details.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HostDetail {
+    #[serde(flatten)]
+    pub host: HostInfo,
+    /// Its VMs in placement order.
+    pub vms: Vec<VmInfo>,
+}
+
+/// A page of hosts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HostPage {
+    /// Hosts matching the filter, before paging.
+    pub total: usize,
+    pub offset: usize,
+    pub hosts: Vec<HostSummary>,
+}
+
+/// The answer to a host state change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HostStateChange {
+    #[schema(value_type = String)]
+    pub host_id: HostId,
+    #[schema(value_type = String)]
+    pub previous: HostState,
+    #[schema(value_type = String)]
+    pub state: HostState,
+}
+
+/// Whether the durable state is usable.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StoreStatus {
+    pub store: String,
+    pub hosts: usize,
+    pub vms: usize,
+}
+
+/// The answer to one [`Command`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    Allocated(AllocationDecision),
+    Released(VmInfo),
+    HostStateSet(HostStateChange),
+    Allocation(VmInfo),
+    Hosts(HostPage),
+    Host(HostDetail),
+    Stats(Box<AllocatorStats>),
+    Explained(Box<Explanation>),
+    Status(StoreStatus),
+}
+
+/// Why a command was not carried out.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CommandError {
+    /// The request contradicts what is placed (a reused VM id, part of a gang).
+    #[error(transparent)]
+    Conflict(#[from] AllocateError),
+    #[error("VM `{0}` is not placed")]
+    UnknownVm(VmId),
+    #[error("host `{0}` is not in the inventory")]
+    UnknownHost(HostId),
+    /// The batch's commit failed: this write was undone and nothing of it was kept; retry it.
+    #[error("the change could not be made durable and was undone: {0}")]
+    NotDurable(String),
+    /// The store cannot be used right now.
+    #[error("the allocator's store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The live allocator and the store it mirrors.
+#[derive(Debug)]
+struct Live {
+    allocator: Allocator,
+    store: Store,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct DurableAllocator {
+    spec: InventorySpec,
+    config: AllocatorConfig,
+    path: PathBuf,
+    live: Option<Live>,
+    /// Why the last rebuild failed, while `live` is `None`.
+    broken: Option<String>,
+}
+
+/// Rebuilds the acknowledged state: the inventory, every stored VM in placement order, then the
+/// stored host states.
+fn recover(spec: &InventorySpec, config: &AllocatorConfig, path: &Path, now_s: f64) -> Result<Live, DurableError> {
+    let store = Store::open(path)?;
+    let stored = store.load()?;
+    let mut allocator = Allocator::new(spec, config)?;
+    for StoredVm { host, vm, .. } in stored.vms {
+        let id = vm.id.clone();
+        allocator.restore(vm, &host, now_s).map_err(|source| DurableError::Contradiction {
+            path: path.to_owned(),
+            vm: id,
+            host: host.clone(),
+            source,
+        })?;
+    }
+    for (host, state) in stored.host_states {
+        if let Err(source) = allocator.set_host_state(&host, state) {
+            return Err(DurableError::HostState { path: path.to_owned(), host, source });
+        }
+    }
+    Ok(Live { allocator, store })
+}
+
+impl DurableAllocator {
+    /// Opens (or creates) the store at `db_path` and rebuilds the state it records over `spec`. Fails,
+    /// naming the VM and host, when the store contradicts the inventory.
+    pub fn open(
+        spec: &InventorySpec,
+        config: &AllocatorConfig,
+        db_path: &Path,
+        now_s: f64,
+    ) -> Result<Self, DurableError> {
+        let live = recover(spec, config, db_path, now_s)?;
+        Ok(DurableAllocator {
+            spec: spec.clone(),
+            config: config.clone(),
+            path: db_path.to_owned(),
+            live: Some(live),
+            broken: None,
+        })
+    }
+
+    /// The live allocator (none while the store is unusable). Read only: changes go through
+    /// [`DurableAllocator::execute`].
+    pub fn allocator(&self) -> Option<&Allocator> {
+        self.live.as_ref().map(|live| &live.allocator)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Throws the in-memory state away and rebuilds it from the store.
+    pub fn rebuild(&mut self, now_s: f64) -> Result<(), DurableError> {
+        // Close the old connection first: the rebuild opens the file afresh, as at startup.
+        self.live = None;
+        match recover(&self.spec, &self.config, &self.path, now_s) {
+            Ok(live) => {
+                self.live = Some(live);
+                self.broken = None;
+                Ok(())
+            }
+            Err(error) => {
+                self.broken = Some(error.to_string());
+                Err(error)
+            }
+        }
+    }
+
+    /// Runs one command as a batch of its own.
+    pub fn execute_one(&mut self, command: Command, now_s: f64) -> Result<Reply, CommandError> {
+        self.execute(std::slice::from_ref(&command), now_s)
+            .pop()
+            .unwrap_or_else(|| Err(CommandError::Unavailable("no reply".to_owned())))
+    }
+
+    /// Runs a batch of commands with one commit; returns one reply per command, in order. See the
+    /// module documentation.
+    pub fn execute(&mut self, commands: &[Command], now_s: f64) -> Vec<Result<Reply, CommandError>> {
+        metrics::histogram!("allocator_batch_commands").record(commands.len() as f64);
+        if self.live.is_none() {
+            if let Err(error) = self.rebuild(now_s) {
+                tracing::error!(%error, "the allocator's store is still unusable");
+            }
+        }
+        let Some(live) = &mut self.live else {
+            let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
+            return commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect();
+        };
+        let mut ops = Vec::new();
+        let mut outcomes: Vec<&'static str> = Vec::new();
+        let mut replies: Vec<Result<Reply, CommandError>> = commands
+            .iter()
+            .map(|command| apply(&mut live.allocator, command, now_s, &mut ops, &mut outcomes, &self.path))
+            .collect();
+        if ops.is_empty() {
+            record_outcomes(&outcomes);
+            return replies;
+        }
+        metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
+        let started = Instant::now();
+        let committed = live.store.apply(&ops);
+        metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
+        match committed {
+            Ok(()) => {
+                record_outcomes(&outcomes);
+                replies
+            }
+            Err(error) => {
+                metrics::counter!("allocator_commit_failures_total").increment(1);
+                tracing::error!(%error, writes = ops.len(), "commit failed; rebuilding from the store");
+                record_outcomes(&vec!["not_durable"; outcomes.len()]);
+                let reason = error.to_string();
+                let rebuilt = self.rebuild(now_s);
+                if let Err(error) = &rebuilt {
+                    tracing::error!(%error, "rebuilding from the store failed; answering 503 until it works");
+                }
+                for (reply, command) in replies.iter_mut().zip(commands) {
+                    *reply = if command.is_write() {
+                        Err(CommandError::NotDurable(reason.clone()))
+                    } else {
+                        match &mut self.live {
+                            Some(live) => read(&mut live.allocator, command, now_s, &self.path),
+                            None => Err(CommandError::Unavailable(reason.clone())),
+                        }
+                    };
+                }
+                replies
+            }
+        }
+    }
+}
+
+fn record_outcomes(outcomes: &[&'static str]) {
+    for outcome in outcomes {
+        metrics::counter!("allocator_decisions_total", "outcome" => *outcome).increment(1);
+    }
+}
+
+/// Applies one command to the allocator, queueing the store operations of its effects in `ops` and
+/// the outcome of allocations in `outcomes`.
+fn apply(
+    allocator: &mut Allocator,
+    command: &Command,
+    now_s: f64,
+    ops: &mut Vec<StoreOp>,
+    outcomes: &mut Vec<&'static str>,
+    path: &Path,
+) -> Result<Reply, CommandError> {
+    match command {
+        Command::Allocate(request) => {
+            let started = Instant::now();
+            let result = allocator.allocate(request, now_s);
+            metrics::histogram!("allocator_decision_duration_seconds").record(started.elapsed().as_secs_f64());
+            let decision = match result {
+                Ok(decision) => decision,
+                Err(conflict) => {
+                    outcomes.push("conflict");
+                    return Err(CommandError::Conflict(conflict));
+                }
+            };
+            match &decision.outcome {
+                AllocationOutcome::Placed { .. } if decision.replayed => outcomes.push("replayed"),
+                AllocationOutcome::Placed { placements } => {
+                    outcomes.push("placed");
+                    for placement in placements {
+                        if let Some(vm) = allocator.state().vm(&placement.vm_id) {
+                            ops.push(StoreOp::Place {
+                                vm: NewVm {
+                                    id: placement.vm_id.clone(),
+                                    tenant: vm.tenant.clone(),
+                                    vm_type: vm.vm_type.clone(),
+                                    demand: vm.demand,
+                                    placed_at_s: vm.placed_at_s,
+                                    prediction: vm.prediction.clone(),
+                                },
+                                host: placement.host_id.clone(),
+                            });
+                        }
+                    }
+                }
+                AllocationOutcome::Rejected { .. } => outcomes.push("rejected"),
+            }
+            Ok(Reply::Allocated(decision))
+        }
+        Command::Release(vm) => {
+            // Describe it while it is still there.
+            let info = vm_info(allocator, vm).ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
+            allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
+            ops.push(StoreOp::Release { vm: vm.clone() });
+            Ok(Reply::Released(info))
+        }
+        Command::SetHostState { host, state } => {
+            let previous =
+                allocator.set_host_state(host, *state).map_err(|_| CommandError::UnknownHost(host.clone()))?;
+            ops.push(StoreOp::HostState { host: host.clone(), state: *state });
+            Ok(Reply::HostStateSet(HostStateChange { host_id: host.clone(), previous, state: *state }))
+        }
+        read_only => read(allocator, read_only, now_s, path),
+    }
+}
+
+/// Answers a read-only command.
+fn read(allocator: &mut Allocator, command: &Command, now_s: f64, path: &Path) -> Result<Reply, CommandError> {
+    match command {
+        Command::GetAllocation(vm) => {
+            vm_info(allocator, vm).map(Reply::Allocation).ok_or_else(|| CommandError::UnknownVm(vm.clone()))
+        }
+        Command::ListHosts(filter) => Ok(Reply::Hosts(list_hosts(allocator, filter))),
+        Command::GetHost(host) => {
+            let index = allocator.state().host_index(host).ok_or_else(|| CommandError::UnknownHost(host.clone()))?;
+            let record = &allocator.state().hosts()[index.get()];
+            let vms = record.vms.iter().filter_map(|vm| vm_info(allocator, vm)).collect();
+            Ok(Reply::Host(HostDetail { host: host_info(allocator, index), vms }))
+        }
+        Command::Stats => Ok(Reply::Stats(Box::new(allocator.stats()))),
+        Command::Explain { vm, why_not, top } => match allocator.explain(vm, why_not.as_ref(), *top, now_s) {
+            Ok(explanation) => Ok(Reply::Explained(Box::new(explanation))),
+            Err(StateError::UnknownHostId(host)) => Err(CommandError::UnknownHost(host)),
+            Err(other) => Err(CommandError::Unavailable(other.to_string())),
+        },
+        Command::Status => Ok(Reply::Status(StoreStatus {
+            store: path.display().to_string(),
+            hosts: allocator.state().hosts().len(),
+            vms: allocator.state().vm_count(),
+        })),
+        Command::Allocate(_) | Command::Release(_) | Command::SetHostState { .. } => {
+            Err(CommandError::Unavailable("a write cannot be answered as a read".to_owned()))
+        }
+    }
+}
+
+fn vm_info(allocator: &Allocator, id: &VmId) -> Option<VmInfo> {
+    let vm = allocator.state().vm(id)?;
+    let host = allocator.state().host(vm.host)?;
+    Some(VmInfo {
+        vm_id: id.clone(),
+        host_id: host.id.clone(),
+        rack_id: host.rack.clone(),
+        cluster_id: host.cluster.clone(),
+        tenant_id: vm.tenant.clone(),
+        vm_type: vm.vm_type.clone(),
+        demand: vm.demand,
+        placed_at_s: vm.placed_at_s,
+        lifetime_class: allocator.vm_lifetime(vm).class,
+        prediction: vm.prediction.clone(),
+    })
+}
+
+fn host_info(allocator: &Allocator, index: HostIndex) -> HostInfo {
+    let record = &allocator.state().hosts()[index.get()];
+    let lifetime = allocator.host_lifetime(index);
+    HostInfo {
+        host_id: record.id.clone(),
+        rack_id: record.rack.clone(),
+        cluster_id: record.cluster.clone(),
+        hardware: record.hardware.clone(),
+        state: record.state,
+        capacity: record.capacity,
+        used: record.used,
+        free: record.free(),
+        lifetime_class: lifetime.class,
+        predicted_exit_s: lifetime.exit_s.is_finite().then_some(lifetime.exit_s),
+        vm_count: record.vms.len(),
+    }
+}
+
+fn list_hosts(allocator: &Allocator, filter: &HostFilter) -> HostPage {
+    let matching = allocator.state().hosts().iter().enumerate().filter(|(_, host)| {
+        filter.state.is_none_or(|state| host.state == state)
+            && filter.rack.as_ref().is_none_or(|rack| &host.rack == rack)
+            && filter.cluster.as_ref().is_none_or(|cluster| &host.cluster == cluster)
+            && filter.empty.is_none_or(|empty| host.is_empty() == empty)
+    });
+    let mut total = 0;
+    let mut hosts = Vec::new();
+    for (i, record) in matching {
+        if total >= filter.offset && hosts.len() < filter.limit {
+            hosts.push(HostSummary { host: host_info(allocator, HostIndex(i as u32)), vms: record.vms.clone() });
+        }
+        total += 1;
+    }
+    HostPage { total, offset: filter.offset, hosts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{Priority, ResourceKind};
+    use std::collections::BTreeMap;
+
+    fn spec() -> InventorySpec {
+        InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap())
+    }
+
+    fn vm(id: &str, cores: f64) -> VmRequest {
+        VmRequest {
+            vm_id: VmId::from(id),
+            tenant_id: TenantId::from("t"),
+            vm_type: "D".to_owned(),
+            demand: Resources::from_whole(cores, 4.0, 0.0).unwrap(),
+            priority: Priority::Regular,
+            os: None,
+            requested_at_s: None,
+            max_per_rack: None,
+            features: BTreeMap::new(),
+            prediction: None,
+        }
+    }
+
+    fn allocate(id: &str, cores: f64) -> Command {
+        Command::Allocate(AllocationRequest::Vm(vm(id, cores)))
+    }
+
+    fn placed(reply: &Result<Reply, CommandError>) -> bool {
+        matches!(reply, Ok(Reply::Allocated(d)) if d.is_placed())
+    }
+
+    #[test]
+    fn a_batch_commits_once_and_reads_see_earlier_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 100.0).unwrap();
+        let replies = durable.execute(
+            &[
+                allocate("a", 2.0),
+                Command::GetAllocation(VmId::from("a")),
+                allocate("b", 64.0),
+                allocate("a", 2.0),
+                Command::Release(VmId::from("nope")),
+                Command::SetHostState { host: HostId::from("z-h3"), state: HostState::Failed },
+            ],
+            101.0,
+        );
+        assert!(placed(&replies[0]));
+        assert!(matches!(&replies[1], Ok(Reply::Allocation(info)) if info.vm_id.as_str() == "a"));
+        assert!(matches!(&replies[2], Ok(Reply::Allocated(d)) if !d.is_placed()), "64 cores fit nowhere");
+        assert!(matches!(&replies[3], Ok(Reply::Allocated(d)) if d.replayed));
+        assert_eq!(replies[4], Err(CommandError::UnknownVm(VmId::from("nope"))));
+        assert!(matches!(&replies[5], Ok(Reply::HostStateSet(c)) if c.previous == HostState::Available));
+        let stored = Store::open(&path).unwrap().load().unwrap();
+        assert_eq!(stored.vms.len(), 1, "the rejection and the replay wrote nothing");
+        assert_eq!(stored.host_states, [(HostId::from("z-h3"), HostState::Failed)]);
+    }
+
+    #[test]
+    fn a_failed_commit_undoes_the_batch_and_answers_503() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
+        assert!(placed(&durable.execute_one(allocate("kept", 1.0), 1.0)));
+        // Another connection holds the write lock: the batch's commit times out and fails.
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let replies = durable.execute(
+            &[
+                allocate("lost", 1.0),
+                Command::GetAllocation(VmId::from("lost")),
+                Command::GetAllocation(VmId::from("kept")),
+            ],
+            2.0,
+        );
+        assert!(matches!(&replies[0], Err(CommandError::NotDurable(_))), "{:?}", replies[0]);
+        // Reads are answered from the rebuilt state.
+        assert_eq!(replies[1], Err(CommandError::UnknownVm(VmId::from("lost"))));
+        assert!(matches!(&replies[2], Ok(Reply::Allocation(info)) if info.vm_id.as_str() == "kept"));
+        blocker.execute_batch("ROLLBACK").unwrap();
+        drop(blocker);
+        assert!(matches!(
+            durable.execute_one(Command::GetAllocation(VmId::from("lost")), 3.0),
+            Err(CommandError::UnknownVm(_))
+        ));
+        assert!(matches!(durable.execute_one(Command::GetAllocation(VmId::from("kept")), 3.0), Ok(_)));
+        assert!(placed(&durable.execute_one(allocate("lost", 1.0), 4.0)), "a retry goes through");
+        let used: u64 =
+            durable.allocator().unwrap().state().hosts().iter().map(|h| h.used.base(ResourceKind::Cores)).sum();
+        assert_eq!(used, 2000);
+    }
+
+    #[test]
+    fn a_store_that_contradicts_the_inventory_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
+        let reply = durable.execute_one(allocate("big", 6.0), 1.0);
+        let host = match reply {
+            Ok(Reply::Allocated(AllocationDecision { outcome: AllocationOutcome::Placed { placements }, .. })) => {
+                placements[0].host_id.clone()
+            }
+            other => panic!("{other:?}"),
+        };
+        drop(durable);
+        let smaller = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(4.0, 32.0, 0.0).unwrap());
+        let err = DurableAllocator::open(&smaller, &AllocatorConfig::default(), &path, 2.0).unwrap_err().to_string();
+        assert!(err.contains("`big`") && err.contains(&format!("`{host}`")), "{err}");
+        let other_zone = InventorySpec::homogeneous("y", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
+        let err = DurableAllocator::open(&other_zone, &AllocatorConfig::default(), &path, 2.0).unwrap_err().to_string();
+        assert!(err.contains("`big`") && err.contains("not in the inventory"), "{err}");
+    }
+}

@@ -1,0 +1,428 @@
+//! The allocator's durable state: an embedded SQLite database (WAL journal, `synchronous = FULL`,
+//! so that a committed transaction survives a crash of the process or of the machine).
+//!
+//! It records what the in-memory [`crate::Allocator`] cannot rebuild by itself: every placed VM
+//! (with a sequence number giving the placement order) and every host state set by an operator.
+//! [`Store::load`] reads it all back; [`Store::apply`] writes a whole batch of changes in one
+//! transaction, which is what makes group commit possible (see [`crate::durable`]).
+//!
+//! Schema (version 1):
+//!
+//! ```sql
+//! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
+//! CREATE TABLE vms (
+//!     vm_id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, host_id TEXT NOT NULL,
+//!     tenant_id TEXT NOT NULL, vm_type TEXT NOT NULL,
+//!     cores_base INTEGER NOT NULL, memory_base INTEGER NOT NULL, ssd_base INTEGER NOT NULL,
+//!     placed_at_s REAL NOT NULL, prediction TEXT);                     -- prediction as JSON
+//! CREATE TABLE host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+//! ```
+//!
+//! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
+//! what it demanded before.
+
+use crate::state::NewVm;
+use domain::{HostId, HostState, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use rusqlite::{params, Connection};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Version of the schema this code writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a write waits for a lock held by another connection (an operator's `sqlite3` shell, a
+/// backup) before failing. The allocator itself uses one connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("opening the allocator store {path}: {source}")]
+    Open { path: PathBuf, source: rusqlite::Error },
+    #[error("allocator store {path}: schema version {found} is not the supported version {SCHEMA_VERSION}")]
+    SchemaVersion { path: PathBuf, found: i64 },
+    #[error("allocator store {path}: {context}: {source}")]
+    Sql { path: PathBuf, context: &'static str, source: rusqlite::Error },
+    #[error("allocator store {path}: VM `{vm}`: {detail}")]
+    CorruptVm { path: PathBuf, vm: String, detail: String },
+    #[error("allocator store {path}: host `{host}`: unknown state `{state}`")]
+    CorruptHostState { path: PathBuf, host: String, state: String },
+}
+
+/// One VM as the store recorded it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredVm {
+    /// Position in placement order (increasing, never reused).
+    pub seq: i64,
+    pub host: HostId,
+    pub vm: NewVm,
+}
+
+/// Everything the store holds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoredState {
+    /// Placed VMs in placement order.
+    pub vms: Vec<StoredVm>,
+    /// Host states set by operators, by host id.
+    pub host_states: Vec<(HostId, HostState)>,
+}
+
+/// One change to record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreOp {
+    /// A VM was placed on a host.
+    Place { vm: NewVm, host: HostId },
+    /// A VM was released.
+    Release { vm: VmId },
+    /// An operator set a host's state.
+    HostState { host: HostId, state: HostState },
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    /// Sequence number of the next placed VM.
+    next_seq: i64,
+}
+
+fn state_name(state: HostState) -> &'static str {
+    match state {
+        HostState::Available => "available",
+        HostState::Unavailable => "unavailable",
+        HostState::Failed => "failed",
+    }
+}
+
+fn parse_state(name: &str) -> Option<HostState> {
+    match name {
+        "available" => Some(HostState::Available),
+        "unavailable" => Some(HostState::Unavailable),
+        "failed" => Some(HostState::Failed),
+        _ => None,
+    }
+}
+
+impl Store {
+    /// Opens the store at `path`, creating the file and its schema if needed.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
+        let mut store = Store { conn, path: path.to_owned(), next_seq: 1 };
+        store.init()?;
+        Ok(store)
+    }
+
+    /// The file the store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql(&self, context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError::Sql { path: self.path.clone(), context, source }
+    }
+
+    fn init(&mut self) -> Result<(), StoreError> {
+        self.conn.busy_timeout(BUSY_TIMEOUT).map_err(self.sql("setting the busy timeout"))?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(self.sql("switching to the WAL journal"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Sql {
+                path: self.path.clone(),
+                context: "switching to the WAL journal",
+                source: rusqlite::Error::InvalidParameterName(format!("journal mode stayed `{mode}`")),
+            });
+        }
+        self.conn.pragma_update(None, "synchronous", "FULL").map_err(self.sql("setting synchronous = FULL"))?;
+        let tables: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'vms', 'host_states')",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(self.sql("reading the schema"))?;
+        // Creating the schema takes the write lock; a store that has it already is only read here.
+        if tables < 3 {
+            self.create_schema()?;
+        }
+        self.read_meta()
+    }
+
+    fn create_schema(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .execute_batch(
+                "BEGIN IMMEDIATE;
+                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1), ('next_seq', 1);
+                 CREATE TABLE IF NOT EXISTS vms (
+                     vm_id TEXT PRIMARY KEY,
+                     seq INTEGER NOT NULL UNIQUE,
+                     host_id TEXT NOT NULL,
+                     tenant_id TEXT NOT NULL,
+                     vm_type TEXT NOT NULL,
+                     cores_base INTEGER NOT NULL,
+                     memory_base INTEGER NOT NULL,
+                     ssd_base INTEGER NOT NULL,
+                     placed_at_s REAL NOT NULL,
+                     prediction TEXT
+                 );
+                 CREATE TABLE IF NOT EXISTS host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+                 COMMIT;",
+            )
+            .map_err(|source| {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                StoreError::Sql { path: self.path.clone(), context: "creating the schema", source }
+            })
+    }
+
+    fn read_meta(&mut self) -> Result<(), StoreError> {
+        let version: i64 = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |row| row.get(0))
+            .map_err(self.sql("reading the schema version"))?;
+        if version != SCHEMA_VERSION {
+            return Err(StoreError::SchemaVersion { path: self.path.clone(), found: version });
+        }
+        let next: i64 = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'next_seq'", [], |row| row.get(0))
+            .map_err(self.sql("reading the next sequence number"))?;
+        let max: Option<i64> = self
+            .conn
+            .query_row("SELECT MAX(seq) FROM vms", [], |row| row.get(0))
+            .map_err(self.sql("reading the last sequence number"))?;
+        self.next_seq = next.max(max.map_or(1, |m| m + 1));
+        Ok(())
+    }
+
+    /// Every placed VM in placement order, and every recorded host state.
+    pub fn load(&self) -> Result<StoredState, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
+                        prediction
+                 FROM vms ORDER BY seq",
+            )
+            .map_err(self.sql("reading the placed VMs"))?;
+        type Row = (i64, String, String, String, String, [i64; RESOURCE_DIMS], f64, Option<String>);
+        let rows = statement
+            .query_map([], |row| -> rusqlite::Result<Row> {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    [row.get(5)?, row.get(6)?, row.get(7)?],
+                    row.get(8)?,
+                    row.get(9)?,
+                ))
+            })
+            .map_err(self.sql("reading the placed VMs"))?;
+        let mut vms = Vec::new();
+        for row in rows {
+            let (seq, vm_id, host_id, tenant_id, vm_type, base, placed_at_s, prediction) =
+                row.map_err(self.sql("reading the placed VMs"))?;
+            let corrupt = |detail: String| StoreError::CorruptVm { path: self.path.clone(), vm: vm_id.clone(), detail };
+            let mut units = [0u64; RESOURCE_DIMS];
+            for (slot, value) in units.iter_mut().zip(base) {
+                *slot = u64::try_from(value).map_err(|_| corrupt(format!("negative demand {value}")))?;
+            }
+            let prediction: Option<LifetimePrediction> = prediction
+                .map(|json| serde_json::from_str(&json))
+                .transpose()
+                .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
+            vms.push(StoredVm {
+                seq,
+                host: HostId(host_id),
+                vm: NewVm {
+                    id: VmId(vm_id.clone()),
+                    tenant: TenantId(tenant_id),
+                    vm_type,
+                    demand: Resources::from_base_units(units),
+                    placed_at_s,
+                    prediction,
+                },
+            });
+        }
+        let mut statement = self
+            .conn
+            .prepare("SELECT host_id, state FROM host_states ORDER BY host_id")
+            .map_err(self.sql("reading the host states"))?;
+        let rows = statement
+            .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+            .map_err(self.sql("reading the host states"))?;
+        let mut host_states = Vec::new();
+        for row in rows {
+            let (host, state) = row.map_err(self.sql("reading the host states"))?;
+            let parsed = parse_state(&state).ok_or_else(|| StoreError::CorruptHostState {
+                path: self.path.clone(),
+                host: host.clone(),
+                state,
+            })?;
+            host_states.push((HostId(host), parsed));
+        }
+        Ok(StoredState { vms, host_states })
+    }
+
+    /// Writes `ops` in order, in one transaction: after `Ok` all of them are durable, after `Err`
+    /// none of them is.
+    pub fn apply(&mut self, ops: &[StoreOp]) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let path = &self.path;
+        let sql = |context: &'static str| {
+            move |source: rusqlite::Error| StoreError::Sql { path: path.clone(), context, source }
+        };
+        let tx = self.conn.transaction().map_err(sql("starting a transaction"))?;
+        let mut next_seq = self.next_seq;
+        {
+            let mut place = tx
+                .prepare_cached(
+                    "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
+                                      placed_at_s, prediction)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                )
+                .map_err(sql("recording a placement"))?;
+            let mut release =
+                tx.prepare_cached("DELETE FROM vms WHERE vm_id = ?1").map_err(sql("recording a release"))?;
+            let mut host_state = tx
+                .prepare_cached("INSERT OR REPLACE INTO host_states (host_id, state) VALUES (?1, ?2)")
+                .map_err(sql("recording a host state"))?;
+            for op in ops {
+                match op {
+                    StoreOp::Place { vm, host } => {
+                        let prediction =
+                            vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
+                                StoreError::CorruptVm {
+                                    path: path.clone(),
+                                    vm: vm.id.to_string(),
+                                    detail: format!("prediction cannot be written: {e}"),
+                                }
+                            })?;
+                        let units = vm.demand.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX));
+                        place
+                            .execute(params![
+                                vm.id.as_str(),
+                                next_seq,
+                                host.as_str(),
+                                vm.tenant.as_str(),
+                                vm.vm_type,
+                                units[0],
+                                units[1],
+                                units[2],
+                                vm.placed_at_s,
+                                prediction,
+                            ])
+                            .map_err(sql("recording a placement"))?;
+                        next_seq += 1;
+                    }
+                    StoreOp::Release { vm } => {
+                        release.execute(params![vm.as_str()]).map_err(sql("recording a release"))?;
+                    }
+                    StoreOp::HostState { host, state } => {
+                        host_state
+                            .execute(params![host.as_str(), state_name(*state)])
+                            .map_err(sql("recording a host state"))?;
+                    }
+                }
+            }
+        }
+        if next_seq != self.next_seq {
+            tx.execute("UPDATE meta SET value = ?1 WHERE key = 'next_seq'", params![next_seq])
+                .map_err(sql("advancing the sequence"))?;
+        }
+        tx.commit().map_err(sql("committing"))?;
+        self.next_seq = next_seq;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{LifetimeClass, PredictionSource};
+
+    fn vm(id: &str, cores: f64) -> NewVm {
+        NewVm {
+            id: VmId::from(id),
+            tenant: TenantId::from("t"),
+            vm_type: "D2".to_owned(),
+            demand: Resources::from_whole(cores, 3.3, 0.0).unwrap(),
+            placed_at_s: 12.5,
+            prediction: Some(LifetimePrediction {
+                p_long: 0.75,
+                class: LifetimeClass::Long,
+                interval_class: Some(3),
+                expected_lifetime_s: Some(9000.0),
+                model_version: Some("m-1".to_owned()),
+                source: PredictionSource::Model,
+            }),
+        }
+    }
+
+    #[test]
+    fn batches_round_trip_in_placement_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let mut store = Store::open(&path).unwrap();
+        let (a, b, c) = (vm("a", 1.5), vm("b", 2.0), NewVm { prediction: None, ..vm("c", 0.001) });
+        store
+            .apply(&[
+                StoreOp::Place { vm: c.clone(), host: HostId::from("h1") },
+                StoreOp::Place { vm: a.clone(), host: HostId::from("h0") },
+                StoreOp::HostState { host: HostId::from("h1"), state: HostState::Unavailable },
+            ])
+            .unwrap();
+        store
+            .apply(&[
+                StoreOp::Release { vm: VmId::from("c") },
+                StoreOp::Place { vm: b.clone(), host: HostId::from("h1") },
+                StoreOp::HostState { host: HostId::from("h1"), state: HostState::Failed },
+            ])
+            .unwrap();
+        drop(store);
+        let loaded = Store::open(&path).unwrap().load().unwrap();
+        let ids: Vec<_> = loaded.vms.iter().map(|v| v.vm.id.as_str().to_owned()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(loaded.vms[0].vm, a);
+        assert_eq!(loaded.vms[1].vm, b);
+        assert_eq!(loaded.vms[1].host, HostId::from("h1"));
+        assert!(loaded.vms[0].seq < loaded.vms[1].seq);
+        assert_eq!(loaded.host_states, [(HostId::from("h1"), HostState::Failed)]);
+    }
+
+    #[test]
+    fn a_failed_batch_writes_nothing_and_sequences_never_go_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let mut store = Store::open(&path).unwrap();
+        store.apply(&[StoreOp::Place { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
+        // The second placement of `a` breaks the primary key: the whole batch is rolled back.
+        let err = store
+            .apply(&[
+                StoreOp::Place { vm: vm("b", 1.0), host: HostId::from("h0") },
+                StoreOp::Place { vm: vm("a", 1.0), host: HostId::from("h0") },
+            ])
+            .unwrap_err();
+        assert!(err.to_string().contains("b.db"), "{err}");
+        assert_eq!(store.load().unwrap().vms.len(), 1);
+        store.apply(&[StoreOp::Release { vm: VmId::from("a") }]).unwrap();
+        drop(store);
+        let mut store = Store::open(&path).unwrap();
+        store.apply(&[StoreOp::Place { vm: vm("d", 1.0), host: HostId::from("h0") }]).unwrap();
+        assert_eq!(store.load().unwrap().vms[0].seq, 2, "the released VM's sequence number is not reused");
+    }
+
+    #[test]
+    fn open_errors_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir").join("x.db");
+        let err = Store::open(&path).unwrap_err();
+        assert!(err.to_string().contains("missing-dir"), "{err}");
+    }
+}
