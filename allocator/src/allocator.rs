@@ -198,6 +198,12 @@ impl Allocator {
         &self.policy
     }
 
+    /// Switches the host selection engine; the state stays as it is (a new index starts empty and
+    /// builds each request class on first use).
+    pub fn set_engine(&mut self, engine: Engine, index: &IndexConfig) {
+        self.index = (engine == Engine::Incremental).then(|| IncrementalIndex::new(index.clone(), self.state.hosts().len()));
+    }
+
     pub fn state(&self) -> &InventoryState {
         &self.state
     }
@@ -564,8 +570,9 @@ impl Allocator {
         self.lifetimes[host.get()] = summary;
     }
 
-    /// Moves the clock to `now_s` and applies the lifetime-class drops that fell due.
-    fn advance_clock(&mut self, now_s: f64) {
+    /// Moves the clock to `now_s` and applies the lifetime-class drops that fell due (every other
+    /// call does this itself; the simulator calls it to move time between events).
+    pub fn advance_clock(&mut self, now_s: f64) {
         if now_s.is_finite() && now_s > self.clock_s {
             self.clock_s = now_s;
         }

@@ -154,8 +154,10 @@ impl HostLifetime {
             return HostLifetime::EMPTY;
         }
         let remaining = exit_s - now_s;
-        let class = classes.class_of(remaining);
-        // The class drops when the remaining lifetime falls below the cut-off under it.
+        // Strictly above a cut-off to be in the class over it: the class drops at the very instant
+        // the remaining lifetime reaches the cut-off, which is when the drop is scheduled.
+        let class = classes.cutoffs_s.partition_point(|&c| c < remaining) as ClassIndex;
+        // The class drops when the remaining lifetime reaches the cut-off under it.
         let next_change_s = match class {
             0 => f64::INFINITY,
             c => exit_s - classes.cutoffs_s[usize::from(c) - 1],

@@ -335,8 +335,8 @@ mod tests {
         state.place(vm("a", demand(1.0, 1.0)), h).unwrap();
         state.set_host_state(h, HostState::Unavailable).unwrap();
         assert!(matches!(state.place(vm("b", demand(1.0, 1.0)), h), Err(StateError::HostNotAvailable { .. })));
-        assert!(state.restore(vm("b", demand(1.0, 1.0)), h).is_ok(), "recovery puts VMs back on drained hosts");
         assert_eq!(state.host(h).unwrap().vms, [VmId::from("a")]);
+        assert!(state.restore(vm("b", demand(1.0, 1.0)), h).is_ok(), "recovery puts VMs back on drained hosts");
         assert!(state.release(&VmId::from("a")).is_ok());
     }
 

@@ -168,9 +168,21 @@ fn kinds() -> impl Strategy<Value = PolicyKind> {
     ]
 }
 
-/// Books of an allocator that must hold after every operation.
-fn check_books(allocator: &Allocator) -> Result<(), TestCaseError> {
+/// Books of an allocator that must hold after every operation, at time `now_s`.
+fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseError> {
+    allocator.advance_clock(now_s);
     let state = allocator.state();
+    // Every host's lifetime class is the one its VMs give it now, computed afresh.
+    for (i, host) in state.hosts().iter().enumerate() {
+        let exit_s = host
+            .vms
+            .iter()
+            .map(|vm| state.vm(vm).unwrap())
+            .map(|vm| vm.placed_at_s + allocator.vm_lifetime(vm).lifetime_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let expected = allocator::lifetime::HostLifetime::at(allocator.policy().classes(), exit_s, now_s);
+        prop_assert_eq!(allocator.lifetimes()[i].class, expected.class, "host {} at {}", host.id, now_s);
+    }
     let mut seen = std::collections::HashSet::new();
     for (i, host) in state.hosts().iter().enumerate() {
         prop_assert!(host.used.fits_within(&host.capacity), "host {} over-committed", host.id);
@@ -274,7 +286,7 @@ proptest! {
                 Step::SetState(host, state) => { allocator.set_host_state(&host, state).unwrap(); }
                 Step::Wait => {}
             }
-            check_books(&allocator)?;
+            check_books(&mut allocator, driver.now_s)?;
         }
     }
 }
