@@ -1,0 +1,205 @@
+//! What each policy does, on small inventories where the right answer is known.
+
+use allocator::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
+use domain::{
+    AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
+    LifetimePrediction, PredictionSource, RejectionCode, Resources, TenantId, VmId, VmRequest,
+};
+use std::collections::BTreeMap;
+
+const HOUR: f64 = 3600.0;
+
+fn allocator(kind: PolicyKind, hosts: usize) -> Allocator {
+    let spec = InventorySpec::homogeneous("z", hosts, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let config = AllocatorConfig {
+        policy: PolicyConfig::of_kind(kind),
+        tie_break: TieBreak::LowestIndex,
+        engine: Engine::Incremental,
+        ..Default::default()
+    };
+    Allocator::new(&spec, &config).unwrap()
+}
+
+fn vm(id: &str, cores: f64, lifetime_s: Option<f64>) -> VmRequest {
+    VmRequest {
+        vm_id: VmId::from(id),
+        tenant_id: TenantId::from("tenant"),
+        vm_type: format!("c{cores}"),
+        demand: Resources::from_whole(cores, cores * 2.0, 0.0).unwrap(),
+        priority: Default::default(),
+        os: None,
+        requested_at_s: None,
+        max_per_rack: None,
+        features: BTreeMap::new(),
+        prediction: lifetime_s.map(|lifetime| LifetimePrediction {
+            p_long: if lifetime >= 2.0 * HOUR { 0.9 } else { 0.1 },
+            class: if lifetime >= 2.0 * HOUR { LifetimeClass::Long } else { LifetimeClass::Short },
+            interval_class: None,
+            expected_lifetime_s: Some(lifetime),
+            model_version: Some("m-1".into()),
+            source: PredictionSource::Model,
+        }),
+    }
+}
+
+fn host_of(decision: &domain::AllocationDecision) -> HostId {
+    match &decision.outcome {
+        AllocationOutcome::Placed { placements } => placements[0].host_id.clone(),
+        AllocationOutcome::Rejected { rejection } => panic!("rejected: {}", rejection.detail),
+    }
+}
+
+fn place(a: &mut Allocator, vm: VmRequest, now: f64) -> HostId {
+    host_of(&a.allocate(&AllocationRequest::Vm(vm), now).unwrap())
+}
+
+#[test]
+fn best_fit_fills_the_fullest_host_that_fits_and_opens_empty_hosts_last() {
+    let mut a = allocator(PolicyKind::Pbfr, 4);
+    assert_eq!(place(&mut a, vm("a", 8.0, None), 0.0).as_str(), "z-h0", "lowest index among empty hosts");
+    assert_eq!(place(&mut a, vm("b", 4.0, None), 1.0).as_str(), "z-h0", "non-empty host first");
+    assert_eq!(place(&mut a, vm("c", 8.0, None), 2.0).as_str(), "z-h1", "does not fit h0 any more");
+    // 4 cores fit both h0 (4 free) and h1 (8 free); the tighter fit wins.
+    assert_eq!(place(&mut a, vm("d", 4.0, None), 3.0).as_str(), "z-h0");
+    let stats = a.stats();
+    assert_eq!((stats.vms, stats.empty_hosts), (4, 2));
+    assert!((stats.packing_density - 24.0 / 32.0).abs() < 1e-9, "{}", stats.packing_density);
+}
+
+/// h0 holds a long VM and much free space; h1 holds a short VM and little free space.
+fn long_host_and_tight_short_host(kind: PolicyKind) -> Allocator {
+    let mut a = allocator(kind, 4);
+    assert_eq!(place(&mut a, vm("long-1", 2.0, Some(10.0 * HOUR)), 0.0).as_str(), "z-h0");
+    a.set_host_state(&HostId::from("z-h0"), HostState::Unavailable).unwrap();
+    assert_eq!(place(&mut a, vm("short-1", 12.0, Some(0.5 * HOUR)), 1.0).as_str(), "z-h1");
+    a.set_host_state(&HostId::from("z-h0"), HostState::Available).unwrap();
+    a
+}
+
+#[test]
+fn la_binary_puts_long_vms_with_long_vms_until_their_hosts_turn_short() {
+    // Best fit alone picks the tight short host for a long VM.
+    let mut pbfr = long_host_and_tight_short_host(PolicyKind::Pbfr);
+    assert_eq!(place(&mut pbfr, vm("long-2", 2.0, Some(10.0 * HOUR)), 2.0).as_str(), "z-h1");
+    // LA-binary aligns it with the other long VM.
+    let mut la = long_host_and_tight_short_host(PolicyKind::LaBinary);
+    let h0 = la.state().host_index(&HostId::from("z-h0")).unwrap();
+    assert_eq!(la.host_lifetime(h0).class, 1);
+    assert_eq!(place(&mut la, vm("long-2", 2.0, Some(10.0 * HOUR)), 2.0).as_str(), "z-h0");
+    // A short VM has no lifetime preference: best fit.
+    assert_eq!(place(&mut la, vm("short-2", 2.0, Some(0.5 * HOUR)), 3.0).as_str(), "z-h1");
+    // Nine hours on, h0's VMs have under 2 h left: h0 is short now, and a new long VM goes by best
+    // fit again (h1, 2 cores free, against h0 with 12).
+    la.advance_clock(9.0 * HOUR);
+    assert_eq!(la.host_lifetime(h0).class, 0);
+    assert_eq!(place(&mut la, vm("long-3", 2.0, Some(10.0 * HOUR)), 9.0 * HOUR).as_str(), "z-h1");
+}
+
+#[test]
+fn dpbfr_uses_finer_buckets_for_long_vms() {
+    // Cores only in the score: S = cores left after placement / 16.
+    let dpbfr = || {
+        let spec = InventorySpec::homogeneous("z", 3, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+        let mut policy = PolicyConfig::of_kind(PolicyKind::Dpbfr);
+        policy.weights = allocator::rules::FitWeights { cores: 1.0, memory_gib: 0.0, ssd_gib: 0.0 };
+        let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
+        let mut a = Allocator::new(&spec, &config).unwrap();
+        // h0 keeps 6 cores free, h1 4.
+        place(&mut a, vm("a", 10.0, None), 0.0);
+        a.set_host_state(&HostId::from("z-h0"), HostState::Unavailable).unwrap();
+        place(&mut a, vm("b", 12.0, None), 1.0);
+        a.set_host_state(&HostId::from("z-h0"), HostState::Available).unwrap();
+        a
+    };
+    // A 1-core VM leaves 5/16 on h0 and 3/16 on h1: with 3 buckets both score ceil(0.94) =
+    // ceil(0.56) = 1, a tie, and the lowest index wins; with 5 buckets h1 scores 1 and h0 2.
+    assert_eq!(place(&mut dpbfr(), vm("short", 1.0, Some(0.5 * HOUR)), 2.0).as_str(), "z-h0");
+    assert_eq!(place(&mut dpbfr(), vm("long", 1.0, Some(10.0 * HOUR)), 2.0).as_str(), "z-h1");
+}
+
+#[test]
+fn a_gang_is_placed_whole_or_not_at_all() {
+    let mut a = allocator(PolicyKind::Pbfr, 2);
+    let gang = |ids: &[&str], cores| {
+        AllocationRequest::Gang(GangRequest {
+            tenant_id: TenantId::from("tenant"),
+            vms: ids.iter().map(|id| vm(id, cores, None)).collect(),
+        })
+    };
+    // Two 12-core VMs: one per host, 4 cores left on each.
+    assert!(a.allocate(&gang(&["g1", "g2"], 12.0), 0.0).unwrap().is_placed());
+    let before = a.state().clone();
+    // Three 4-core VMs: each fits alone, the three together do not.
+    match a.allocate(&gang(&["g3", "g4", "g5"], 4.0), 1.0).unwrap().outcome {
+        AllocationOutcome::Rejected { rejection } => {
+            assert_eq!(rejection.code, RejectionCode::GangDoesNotFit);
+            assert_eq!(rejection.vm_id, Some(VmId::from("g5")));
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(a.state(), &before, "a rejected gang changes nothing");
+    match a.allocate(&AllocationRequest::Vm(vm("huge", 32.0, None)), 2.0).unwrap().outcome {
+        AllocationOutcome::Rejected { rejection } => {
+            assert_eq!(rejection.code, RejectionCode::NoFeasibleHost);
+            assert_eq!(rejection.eliminated_by[0].rule, "fits-resources");
+            assert_eq!(rejection.eliminated_by[0].hosts_in - rejection.eliminated_by[0].hosts_kept, 2);
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(a.stats().rejections.values().sum::<u64>(), 2);
+}
+
+#[test]
+fn retries_return_the_first_answer_and_reused_ids_are_refused() {
+    let mut a = allocator(PolicyKind::Pbfr, 3);
+    let first = a.allocate(&AllocationRequest::Vm(vm("a", 2.0, None)), 0.0).unwrap();
+    let again = a.allocate(&AllocationRequest::Vm(vm("a", 2.0, None)), 5.0).unwrap();
+    assert!(again.replayed && !first.replayed);
+    assert_eq!(host_of(&first), host_of(&again));
+    assert_eq!(a.state().vm_count(), 1);
+    let err = a.allocate(&AllocationRequest::Vm(vm("a", 4.0, None)), 6.0).unwrap_err();
+    assert!(err.to_string().contains("demand"), "{err}");
+}
+
+#[test]
+fn spread_keeps_a_tenant_under_k_vms_per_rack() {
+    // 6 hosts, 2 per rack: 3 racks.
+    let mut a = allocator(PolicyKind::Pbfr, 6);
+    let mut racks = std::collections::HashMap::new();
+    for i in 0..6 {
+        let mut request = vm(&format!("s{i}"), 1.0, None);
+        request.max_per_rack = Some(2);
+        let host = place(&mut a, request, f64::from(i));
+        let index = a.state().host_index(&host).unwrap();
+        *racks.entry(a.state().hosts()[index.get()].rack.clone()).or_insert(0) += 1;
+    }
+    assert_eq!(racks.len(), 3);
+    assert!(racks.values().all(|&n| n == 2), "{racks:?}");
+    let mut seventh = vm("s6", 1.0, None);
+    seventh.max_per_rack = Some(2);
+    let decision = a.allocate(&AllocationRequest::Vm(seventh), 7.0).unwrap();
+    let AllocationOutcome::Rejected { rejection } = decision.outcome else { panic!("every rack holds 2 already") };
+    assert_eq!(rejection.eliminated_by.last().unwrap().rule, "tenant-spread");
+}
+
+#[test]
+fn drained_hosts_take_nothing_and_explain_says_why() {
+    let mut a = allocator(PolicyKind::Pbfr, 2);
+    place(&mut a, vm("a", 2.0, None), 0.0);
+    a.set_host_state(&HostId::from("z-h0"), HostState::Unavailable).unwrap();
+    assert_eq!(place(&mut a, vm("b", 2.0, None), 1.0).as_str(), "z-h1");
+    let before = a.state().clone();
+    let explanation = a.explain(&vm("c", 2.0, None), Some(&HostId::from("z-h0")), 5, 2.0).unwrap();
+    assert_eq!(explanation.would_pick, Some(HostId::from("z-h1")));
+    assert_eq!(explanation.why_not.unwrap().rejected_by.as_deref(), Some("host-available"));
+    assert_eq!(a.state(), &before, "explain changes nothing");
+    a.set_host_state(&HostId::from("z-h0"), HostState::Available).unwrap();
+    // h0 and h1 hold 2 cores each: a 14-core VM fits both exactly alike; the lowest index wins.
+    let explanation = a.explain(&vm("c", 14.0, None), Some(&HostId::from("z-h1")), 5, 3.0).unwrap();
+    assert_eq!(explanation.would_pick, Some(HostId::from("z-h0")));
+    assert_eq!(explanation.ties, 2);
+    assert!(explanation.why_not.unwrap().explanation.contains("ties"));
+    // Against an empty host, the non-empty preference decides.
+    let explanation = a.explain(&vm("d", 2.0, None), Some(&HostId::from("z-h1")), 5, 4.0).unwrap();
+    assert_eq!(explanation.top.len(), 2);
+}
