@@ -106,7 +106,13 @@ fn summarize(mut samples: Vec<Duration>) -> Figures {
 }
 
 /// Steady-state churn: release a random VM, then time the allocation of a new one.
-fn measure(allocator: &mut Allocator, workload: &mut Workload, placed: &mut Vec<VmId>, now: &mut f64, steps: usize) -> Figures {
+fn measure(
+    allocator: &mut Allocator,
+    workload: &mut Workload,
+    placed: &mut Vec<VmId>,
+    now: &mut f64,
+    steps: usize,
+) -> Figures {
     let mut samples = Vec::with_capacity(steps);
     for _ in 0..steps {
         *now += 1.0;
@@ -129,7 +135,10 @@ fn measure(allocator: &mut Allocator, workload: &mut Workload, placed: &mut Vec<
 fn main() {
     let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let sizes = if sizes.is_empty() { vec![1_000, 10_000, 100_000] } else { sizes };
-    println!("host: {HOST_CORES} cores, {HOST_MEMORY_GIB} GiB; filled to {:.0}% of cores; steady-state churn", FILL * 100.0);
+    println!(
+        "host: {HOST_CORES} cores, {HOST_MEMORY_GIB} GiB; filled to {:.0}% of cores; steady-state churn",
+        FILL * 100.0
+    );
     println!();
     println!("| policy | hosts | VMs | engine | p50 | p99 | mean | full scan / incremental (mean) |");
     println!("|---|---:|---:|---|---:|---:|---:|---:|");
@@ -138,7 +147,12 @@ fn main() {
     for kind in [PolicyKind::Pbfr, PolicyKind::LaBinary] {
         for &hosts in &sizes {
             let before = LIVE.load(Ordering::Relaxed);
-            let spec = InventorySpec::homogeneous("bench", hosts, 40, Resources::from_whole(HOST_CORES, HOST_MEMORY_GIB, 0.0).expect("capacity"));
+            let spec = InventorySpec::homogeneous(
+                "bench",
+                hosts,
+                40,
+                Resources::from_whole(HOST_CORES, HOST_MEMORY_GIB, 0.0).expect("capacity"),
+            );
             let config = AllocatorConfig { policy: PolicyConfig::of_kind(kind), seed: 1, ..Default::default() };
             let mut allocator = Allocator::new(&spec, &config).expect("allocator");
             drop(spec);
@@ -169,7 +183,9 @@ fn main() {
             let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
             let us = |d: Duration| d.as_secs_f64() * 1e6;
             let speedup = full.mean.as_secs_f64() / incremental.mean.as_secs_f64();
-            for (engine, f, ratio) in [("incremental", &incremental, format!("{speedup:.0}x")), ("full scan", &full, String::new())] {
+            for (engine, f, ratio) in
+                [("incremental", &incremental, format!("{speedup:.0}x")), ("full scan", &full, String::new())]
+            {
                 println!(
                     "| {name} | {hosts} | {vms} | {engine} | {:.1} us | {:.1} us | {:.1} us | {ratio} |",
                     us(f.p50),

@@ -201,7 +201,8 @@ impl Allocator {
     /// Switches the host selection engine; the state stays as it is (a new index starts empty and
     /// builds each request class on first use).
     pub fn set_engine(&mut self, engine: Engine, index: &IndexConfig) {
-        self.index = (engine == Engine::Incremental).then(|| IncrementalIndex::new(index.clone(), self.state.hosts().len()));
+        self.index =
+            (engine == Engine::Incremental).then(|| IncrementalIndex::new(index.clone(), self.state.hosts().len()));
     }
 
     pub fn state(&self) -> &InventoryState {
