@@ -3,6 +3,9 @@
 //! Every answer comes after the batch it ran in has committed; every error is an
 //! `application/problem+json` body.
 
+// axum's rejections are `Response`s; boxing them would only obscure the handlers.
+#![allow(clippy::result_large_err)]
+
 use crate::durable::{
     Command, CommandError, HostDetail, HostFilter, HostInfo, HostPage, HostStateChange, HostSummary, Reply,
     StoreStatus, VmInfo,
@@ -135,7 +138,22 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    problem(StatusCode::NOT_FOUND, "not-found", "Not found", format!("no route for `{}`", uri.path()))
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        format!("`{}` does not accept {method}", uri.path()),
+    )
 }
 
 /// Runs a command on the worker, timing it per endpoint.
