@@ -105,7 +105,7 @@ struct Driver {
 }
 
 enum Step {
-    Allocate(AllocationRequest),
+    Allocate(Box<AllocationRequest>),
     Release(VmId),
     SetState(HostId, HostState),
     Wait,
@@ -128,11 +128,12 @@ impl Driver {
                         vm_request(self.next_vm, spec, tenant)
                     })
                     .collect();
-                if vms.len() == 1 {
-                    Step::Allocate(AllocationRequest::Vm(vms.into_iter().next().unwrap()))
+                let request = if vms.len() == 1 {
+                    AllocationRequest::Vm(vms.into_iter().next().unwrap())
                 } else {
-                    Step::Allocate(AllocationRequest::Gang(GangRequest { tenant_id: vms[0].tenant_id.clone(), vms }))
-                }
+                    AllocationRequest::Gang(GangRequest { tenant_id: vms[0].tenant_id.clone(), vms })
+                };
+                Step::Allocate(Box::new(request))
             }
             Op::Release(i) if !self.placed.is_empty() => {
                 let at = usize::from(*i) % self.placed.len();
@@ -240,7 +241,8 @@ proptest! {
         let mut driver = Driver::new();
         for op in &ops {
             match driver.step(op) {
-                Step::Allocate(AllocationRequest::Vm(vm)) => {
+                Step::Allocate(request) if matches!(*request, AllocationRequest::Vm(_)) => {
+                    let AllocationRequest::Vm(vm) = *request else { unreachable!() };
                     // The reference on the state as it is now, after this instant's class drops.
                     allocator.release(&VmId::from("no-such-vm"), driver.now_s).ok();
                     let reference = full_scan(
