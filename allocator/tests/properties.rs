@@ -2,6 +2,7 @@
 //! releases, all-or-nothing gangs, lifetime classes that drop on time, and the incremental index
 //! agreeing with the full-scan reference on every decision.
 
+use allocator::durable::{Command, DurableAllocator};
 use allocator::select::{full_scan, Chooser};
 use allocator::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
 use domain::{
@@ -202,7 +203,7 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// With lowest-index ties, the incremental index and the full scan make the very same decisions
     /// (hosts, rejections and per-rule filtering figures) on every policy.
@@ -290,5 +291,35 @@ proptest! {
             }
             check_books(&mut allocator, driver.now_s)?;
         }
+    }
+
+    /// The state after a restart equals the state before: every acknowledged operation is in the
+    /// store and nothing else is, whatever the sequence (gangs, releases, drains, time passing).
+    #[test]
+    fn state_after_restart_equals_state_before(kind in kinds(), ops in proptest::collection::vec(op(), 1..60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let config = config(kind, Engine::Incremental, TieBreak::Random);
+        let mut durable = DurableAllocator::open(&inventory(), &config, &path, 0.0).unwrap();
+        let mut driver = Driver::new();
+        for op in &ops {
+            let command = match driver.step(op) {
+                Step::Allocate(request) => Command::Allocate(*request),
+                Step::Release(vm) => Command::Release(vm),
+                Step::SetState(host, state) => Command::SetHostState { host, state },
+                Step::Wait => continue,
+            };
+            let reply = durable.execute_one(command, driver.now_s);
+            if let Ok(allocator::durable::Reply::Allocated(decision)) = &reply {
+                driver.record(&decision.outcome);
+            }
+        }
+        let before = durable.allocator().unwrap().state().clone();
+        let exits_before: Vec<f64> = durable.allocator().unwrap().lifetimes().iter().map(|l| l.exit_s).collect();
+        drop(durable);
+        let reopened = DurableAllocator::open(&inventory(), &config, &path, driver.now_s).unwrap();
+        prop_assert_eq!(reopened.allocator().unwrap().state(), &before);
+        let exits_after: Vec<f64> = reopened.allocator().unwrap().lifetimes().iter().map(|l| l.exit_s).collect();
+        prop_assert_eq!(exits_after, exits_before);
     }
 }
