@@ -86,6 +86,7 @@ impl Workload {
             priority: Default::default(),
             os: None,
             requested_at_s: None,
+            zone: None,
             max_per_rack: None,
             features: BTreeMap::new(),
             prediction: Some(prediction),

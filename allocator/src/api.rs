@@ -20,14 +20,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use domain::problem::FieldProblem;
 use domain::{
-    AllocationRequest, ClusterId, HostId, HostState, Problem, RackId, Validate, ValidationError, ValidationLimits,
-    VmId, VmRequest,
+    AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, Problem, RackId, Rejection,
+    RejectionCode, Validate, ValidationError, ValidationLimits, VmId, VmRequest, ZoneId,
 };
 use serde::{Deserialize, Serialize};
 use service_common::auth::require_bearer;
 use service_common::problem::{problem, problem_response, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use service_common::ValidJson;
+use std::sync::Arc;
 use std::time::Instant;
 use utoipa::{OpenApi, ToSchema};
 
@@ -43,6 +44,9 @@ pub struct AppState {
     pub limits: ValidationLimits,
     pub admin_token: Option<String>,
     pub metrics: Option<PrometheusHandle>,
+    /// The zones of this allocator's inventory: a request naming another zone is rejected with
+    /// `unknown_zone` (it was routed to the wrong allocator).
+    pub zones: Arc<[ZoneId]>,
 }
 
 impl HasLimits for AppState {
@@ -226,6 +230,18 @@ fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Resp
               (status = 400, body = domain::Problem), (status = 409, body = domain::Problem),
               (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
 async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<AllocationRequest>) -> Response {
+    if let Some(zone) = request.zone().filter(|zone| !state.zones.contains(zone)) {
+        let served: Vec<&str> = state.zones.iter().map(ZoneId::as_str).collect();
+        let rejection = Rejection {
+            code: RejectionCode::UnknownZone,
+            detail: format!("zone `{zone}` is not served here (this allocator serves {})", served.join(", ")),
+            vm_id: None,
+            eliminated_by: Vec::new(),
+        };
+        let decision =
+            AllocationDecision { outcome: AllocationOutcome::Rejected { rejection }, rule_stats: Vec::new(), replayed: false };
+        return (StatusCode::OK, Json(decision)).into_response();
+    }
     match call(&state, "allocate", Command::Allocate(request)).await {
         Ok(Reply::Allocated(decision)) => {
             let status = if decision.is_placed() && !decision.replayed { StatusCode::CREATED } else { StatusCode::OK };

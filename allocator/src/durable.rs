@@ -549,6 +549,7 @@ mod tests {
             priority: Priority::Regular,
             os: None,
             requested_at_s: None,
+            zone: None,
             max_per_rack: None,
             features: BTreeMap::new(),
             prediction: None,

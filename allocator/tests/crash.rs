@@ -242,6 +242,7 @@ fn request(id: String, rng: &mut ChaCha8Rng) -> VmRequest {
         priority: Priority::Regular,
         os: None,
         requested_at_s: None,
+        zone: None,
         max_per_rack: rng.random_bool(0.2).then_some(2),
         features: BTreeMap::new(),
         prediction: rng.random_bool(0.6).then(|| LifetimePrediction {

@@ -29,6 +29,7 @@ fn vm(id: &str, cores: f64, lifetime_s: Option<f64>) -> VmRequest {
         priority: Default::default(),
         os: None,
         requested_at_s: None,
+        zone: None,
         max_per_rack: None,
         features: BTreeMap::new(),
         prediction: lifetime_s.map(|lifetime| LifetimePrediction {

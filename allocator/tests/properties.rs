@@ -92,6 +92,7 @@ fn vm_request(id: usize, spec: &VmSpec, tenant: u8) -> VmRequest {
         priority: Default::default(),
         os: None,
         requested_at_s: None,
+        zone: None,
         max_per_rack: spec.spread.map(u32::from),
         features: BTreeMap::new(),
         prediction: prediction(spec),

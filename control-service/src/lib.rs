@@ -1,4 +1,10 @@
-//! The control service: the public `POST /allocate` front door with its prediction cache, timeout
-//! fallback and safeguard, forwarding to the allocator of the request's zone.
+//! The control service: the public `POST /allocate` front door. For each request it builds the
+//! model's feature key of every VM, answers from the prediction cache or asks an inference server
+//! within a timeout budget, falls back to short-lived when it cannot, applies the long-lived-share
+//! safeguard, and forwards the request with its predictions to the allocator of the request's zone.
 //!
-//! Empty until the control-service issue lands; see `ARCHITECTURE.md` for what it will own.
+//! The decisions about predictions (keys, cache, safeguard, fallback) live in [`feature_key`],
+//! [`cache`], [`safeguard`] and [`predictions`], which know nothing of HTTP; [`inference`] and
+//! [`upstream`] are the HTTP clients, [`api`] the axum layer.
+
+pub mod config;

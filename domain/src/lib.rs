@@ -10,6 +10,7 @@
 //!
 //! This crate knows nothing about HTTP servers, databases or models.
 
+pub mod control;
 pub mod decision;
 pub mod ids;
 pub mod inference;
@@ -20,6 +21,9 @@ pub mod request;
 pub mod resources;
 pub mod validate;
 
+pub use control::{
+    CacheStats, ControlDecision, ControlStats, InferenceServerHealth, SafeguardStatus, StageLatency, VmPrediction, ZoneStats,
+};
 pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
 pub use inference::{

@@ -1,6 +1,6 @@
 //! VM requests: a single VM or a tenant gang whose VMs are placed all or none.
 
-use crate::ids::{TenantId, VmId};
+use crate::ids::{TenantId, VmId, ZoneId};
 use crate::prediction::LifetimePrediction;
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
@@ -79,6 +79,10 @@ pub struct VmRequest {
     /// service stamps the arrival time when a client leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at_s: Option<f64>,
+    /// Zone to place the VM in; the control service's default zone when absent. Every VM of a gang
+    /// names the same zone (or none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<ZoneId>,
     /// Spread: at most this many VMs of the tenant on one rack (fault domain), this one included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_per_rack: Option<u32>,
@@ -122,6 +126,11 @@ impl AllocationRequest {
             AllocationRequest::Vm(vm) => std::slice::from_mut(vm),
             AllocationRequest::Gang(gang) => &mut gang.vms,
         }
+    }
+
+    /// The zone the request names, if any (validation makes every VM of a gang agree).
+    pub fn zone(&self) -> Option<&ZoneId> {
+        self.vms().iter().find_map(|vm| vm.zone.as_ref())
     }
 
     pub fn tenant_id(&self) -> &TenantId {

@@ -136,6 +136,9 @@ impl Validate for VmRequest {
         if let Some(os) = &self.os {
             check_text(os, limits, path, "os")?;
         }
+        if let Some(zone) = &self.zone {
+            check_text(zone.as_str(), limits, path, "zone")?;
+        }
         if let Some(at) = self.requested_at_s {
             check_finite(at, path, "requested_at_s")?;
         }
@@ -186,6 +189,7 @@ impl Validate for GangRequest {
             ));
         }
         let mut seen: HashSet<&VmId> = HashSet::with_capacity(self.vms.len());
+        let gang_zone = self.vms.iter().find_map(|vm| vm.zone.as_ref());
         for (i, vm) in self.vms.iter().enumerate() {
             let vm_path = format!("{}[{i}]", child(path, "vms"));
             vm.validate(limits, &vm_path)?;
@@ -194,6 +198,14 @@ impl Validate for GangRequest {
                     child(&vm_path, "tenant_id"),
                     format!("must equal the gang's tenant `{}`, got `{}`", self.tenant_id, vm.tenant_id),
                 ));
+            }
+            if let (Some(zone), Some(gang_zone)) = (&vm.zone, gang_zone) {
+                if zone != gang_zone {
+                    return Err(ValidationError::invalid(
+                        child(&vm_path, "zone"),
+                        format!("every VM of a gang must be in one zone: `{gang_zone}` named first, got `{zone}`"),
+                    ));
+                }
             }
             if !seen.insert(&vm.vm_id) {
                 return Err(ValidationError::invalid(

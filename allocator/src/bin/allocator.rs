@@ -8,6 +8,8 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use domain::ZoneId;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -41,6 +43,7 @@ fn main() -> Result<()> {
         config.admin_token = Some(token);
     }
     let inventory = config.inventory()?;
+    let zones: Arc<[ZoneId]> = inventory.zones.iter().map(|zone| zone.id.clone()).collect();
     let started = Instant::now();
     let durable = DurableAllocator::open(&inventory, &config.allocator, &config.store, unix_now_s())
         .with_context(|| format!("recovering the allocator state from {}", config.store.display()))?;
@@ -57,7 +60,7 @@ fn main() -> Result<()> {
         tokio::runtime::Builder::new_multi_thread().worker_threads(config.runtime_threads).enable_all().build()
     }
     .context("starting the async runtime")?;
-    runtime.block_on(serve(&config, worker))?;
+    runtime.block_on(serve(&config, worker, zones))?;
     // Every handle on the worker is gone with the server: let it finish its last batch and close
     // the store (committed batches are durable either way).
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -70,9 +73,10 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-async fn serve(config: &ServiceConfig, worker: Worker) -> Result<()> {
+async fn serve(config: &ServiceConfig, worker: Worker, zones: Arc<[ZoneId]>) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
     let state = AppState {
+        zones,
         worker,
         limits: config.limits.clone(),
         admin_token: config.admin_token.clone().filter(|t| !t.is_empty()),

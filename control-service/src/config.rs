@@ -1,0 +1,253 @@
+//! Configuration of the control service (TOML; every field has a default except the zone map's
+//! content, which defaults to one zone on the allocator's default address).
+
+use domain::ValidationLimits;
+use serde::{Deserialize, Serialize};
+use service_common::layers::LayerConfig;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControlConfig {
+    pub listen: SocketAddr,
+    /// Zone of requests that name none; must be a key of `zones`.
+    pub default_zone: String,
+    /// Zone name -> its allocator.
+    pub zones: BTreeMap<String, ZoneConfig>,
+    pub inference: InferenceConfig,
+    pub cache: CacheConfig,
+    pub safeguard: SafeguardConfig,
+    /// Calls to the allocators.
+    pub allocator: AllocatorClientConfig,
+    /// Request validation limits (gang size, text lengths, features).
+    pub limits: ValidationLimits,
+    /// Threads of the async runtime.
+    pub runtime_threads: usize,
+    pub http: LayerConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneConfig {
+    /// Base URL of the zone's allocator, e.g. `http://127.0.0.1:8082`.
+    pub allocator: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InferenceConfig {
+    /// Base URLs of the inference servers, asked in turn (round robin). Empty: every VM is placed
+    /// with the `fallback_unavailable` prediction.
+    pub servers: Vec<String>,
+    /// Budget of one prediction call, connection included; past it the VMs fall back to
+    /// short-lived (`fallback_timeout`).
+    pub timeout_ms: u64,
+    /// Also ask for the lifetime interval (the multi-class model; LA-multiclass needs it). It costs
+    /// about ten times the binary prediction.
+    pub interval_class: bool,
+    /// How often each server's `/readyz` is probed. A server that failed a call or a probe is skipped
+    /// until a probe succeeds again.
+    pub health_interval_ms: u64,
+    /// Idle kept-alive connections per server.
+    pub max_idle_connections: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Most feature keys kept; 0 turns the cache off.
+    pub max_entries: u64,
+    /// An entry expires this long after it was stored: the model's tenant-history features move
+    /// with time, so an old answer goes stale even for identical request features.
+    pub ttl_s: u64,
+    /// Request times are rounded down to this step inside the key: the model sees the hour of day
+    /// and the weekday, so answers within one step are interchangeable. 0 leaves time out of the
+    /// key.
+    pub time_bucket_s: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafeguardConfig {
+    pub enabled: bool,
+    /// Length of the sliding window of model predictions (paper 003 s4.3: 10 minutes).
+    pub window_s: u64,
+    /// Trips when the long-lived share of the window exceeds this.
+    pub threshold: f64,
+    /// Never trips on fewer predictions than this in the window.
+    pub min_predictions: u64,
+    /// How long every request is placed as short-lived once tripped; the window restarts after.
+    pub cooldown_s: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AllocatorClientConfig {
+    /// Most time one allocator call may take before the request fails with 504 (its outcome is then
+    /// unknown; retrying with the same VM ids is safe).
+    pub timeout_ms: u64,
+    /// How often each allocator's `/readyz` is probed for the control service's own readiness.
+    pub health_interval_ms: u64,
+    /// Idle kept-alive connections per allocator.
+    pub max_idle_connections: usize,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            default_zone: "zone-1".to_owned(),
+            zones: BTreeMap::from([(
+                "zone-1".to_owned(),
+                ZoneConfig { allocator: "http://127.0.0.1:8082".to_owned() },
+            )]),
+            inference: InferenceConfig::default(),
+            cache: CacheConfig::default(),
+            safeguard: SafeguardConfig::default(),
+            allocator: AllocatorClientConfig::default(),
+            limits: ValidationLimits::default(),
+            runtime_threads: 2,
+            http: LayerConfig::default(),
+        }
+    }
+}
+
+impl Default for InferenceConfig {
+    fn default() -> Self {
+        InferenceConfig {
+            servers: vec!["http://127.0.0.1:8081".to_owned()],
+            timeout_ms: 20,
+            interval_class: false,
+            health_interval_ms: 1_000,
+            max_idle_connections: 64,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { max_entries: 100_000, ttl_s: 300, time_bucket_s: 3_600 }
+    }
+}
+
+impl Default for SafeguardConfig {
+    fn default() -> Self {
+        SafeguardConfig { enabled: true, window_s: 600, threshold: 0.5, min_predictions: 50, cooldown_s: 600 }
+    }
+}
+
+impl Default for AllocatorClientConfig {
+    fn default() -> Self {
+        AllocatorClientConfig { timeout_ms: 2_000, health_interval_ms: 1_000, max_idle_connections: 64 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { field: field.into(), message: message.into() }
+}
+
+fn check_url(field: String, url: &str) -> Result<(), ConfigError> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => Ok(()),
+        Ok(_) => Err(invalid(field, format!("`{url}` must be an http:// or https:// URL with a host"))),
+        Err(error) => Err(invalid(field, format!("`{url}` is not a URL: {error}"))),
+    }
+}
+
+impl ControlConfig {
+    /// Reads, parses and checks a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let config: ControlConfig =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot; every error names the field.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.zones.is_empty() {
+            return Err(invalid("zones", "at least one zone with its allocator is needed"));
+        }
+        if !self.zones.contains_key(&self.default_zone) {
+            return Err(invalid(
+                "default_zone",
+                format!("`{}` is not one of the zones ({})", self.default_zone, self.zone_names()),
+            ));
+        }
+        for (name, zone) in &self.zones {
+            check_url(format!("zones.{name}.allocator"), &zone.allocator)?;
+        }
+        for (i, server) in self.inference.servers.iter().enumerate() {
+            check_url(format!("inference.servers[{i}]"), server)?;
+        }
+        if self.inference.timeout_ms == 0 {
+            return Err(invalid("inference.timeout_ms", "must be at least 1"));
+        }
+        if self.allocator.timeout_ms == 0 {
+            return Err(invalid("allocator.timeout_ms", "must be at least 1"));
+        }
+        let safeguard = &self.safeguard;
+        if !(0.0..=1.0).contains(&safeguard.threshold) {
+            return Err(invalid("safeguard.threshold", format!("must be in [0, 1], got {}", safeguard.threshold)));
+        }
+        if safeguard.enabled && safeguard.window_s == 0 {
+            return Err(invalid("safeguard.window_s", "must be at least 1 second"));
+        }
+        if self.http.request_timeout_ms <= self.inference.timeout_ms + self.allocator.timeout_ms {
+            return Err(invalid(
+                "http.request_timeout_ms",
+                format!(
+                    "must exceed inference.timeout_ms + allocator.timeout_ms ({} ms), or requests time out before \
+                     their upstream calls do",
+                    self.inference.timeout_ms + self.allocator.timeout_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn zone_names(&self) -> String {
+        self.zones.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_checked_in_config_parses() {
+        ControlConfig::default().check().unwrap();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/control-service.toml");
+        let config = ControlConfig::load(&path).unwrap();
+        assert!(config.zones.contains_key(&config.default_zone));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut config = ControlConfig { default_zone: "nowhere".into(), ..ControlConfig::default() };
+        assert!(config.check().unwrap_err().to_string().starts_with("default_zone:"));
+        config.default_zone = "zone-1".into();
+        config.inference.servers = vec!["localhost:8081".into()];
+        assert!(config.check().unwrap_err().to_string().starts_with("inference.servers[0]:"));
+        config.inference.servers.clear();
+        config.safeguard.threshold = 1.5;
+        assert!(config.check().unwrap_err().to_string().starts_with("safeguard.threshold:"));
+        let error = toml::from_str::<ControlConfig>("listen = \"127.0.0.1:1\"\ntimeout = 3").unwrap_err();
+        assert!(error.to_string().contains("timeout"));
+    }
+}
