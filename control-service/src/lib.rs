@@ -8,3 +8,4 @@
 //! [`upstream`] are the HTTP clients, [`api`] the axum layer.
 
 pub mod config;
+pub mod replay;
