@@ -9,3 +9,7 @@
 
 pub mod config;
 pub mod replay;
+pub mod cache;
+pub mod feature_key;
+pub mod predictions;
+pub mod safeguard;
