@@ -45,7 +45,11 @@ impl PredictionCache {
             hits,
             misses,
             hit_rate: if lookups == 0 { 0.0 } else { hits as f64 / lookups as f64 },
-            entries: self.entries.as_ref().map_or(0, |entries| entries.entry_count()),
+            entries: self.entries.as_ref().map_or(0, |entries| {
+                // The count is maintained lazily; settle pending inserts first.
+                entries.run_pending_tasks();
+                entries.entry_count()
+            }),
         }
     }
 }

@@ -13,3 +13,7 @@ pub mod cache;
 pub mod feature_key;
 pub mod predictions;
 pub mod safeguard;
+pub mod api;
+pub mod health;
+pub mod inference;
+pub mod upstream;

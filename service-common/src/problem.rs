@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{decode_json, Problem, Validate, ValidationLimits, PROBLEM_CONTENT_TYPE};
 use serde::de::DeserializeOwned;
@@ -38,22 +38,38 @@ where
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/problem+json"));
-        if !is_json {
-            return Err(problem(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-                "send the body as `Content-Type: application/json`",
-            ));
-        }
+        require_json(request.headers())?;
         let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
             problem(rejection.status(), "unreadable-body", "Unreadable request body", rejection.body_text())
         })?;
         decode_json(&bytes, state.limits()).map(ValidJson).map_err(|err| problem_response(Problem::from(&err)))
     }
+}
+
+/// Parses and validates a JSON request body that has been read already (for handlers that time the
+/// parsing themselves): 415 unless the content type is JSON, 400 or 422 naming the field otherwise.
+pub fn json_body<T: DeserializeOwned + Validate>(
+    headers: &HeaderMap,
+    bytes: &[u8],
+    limits: &ValidationLimits,
+) -> Result<T, Response> {
+    require_json(headers)?;
+    decode_json(bytes, limits).map_err(|err| problem_response(Problem::from(&err)))
+}
+
+/// 415 unless the body is declared JSON.
+fn require_json(headers: &HeaderMap) -> Result<(), Response> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/problem+json"));
+    if !is_json {
+        return Err(problem(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "send the body as `Content-Type: application/json`",
+        ));
+    }
+    Ok(())
 }

@@ -1,1 +1,127 @@
-fn main() {}
+//! `control-service`: the public `POST /allocate` front door of the stack.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use control_service::api::{router, AppState, Control, Counters};
+use control_service::cache::PredictionCache;
+use control_service::config::{ControlConfig, ZoneConfig};
+use control_service::health::spawn_probes;
+use control_service::inference::InferenceClient;
+use control_service::predictions::{Resolver, ResolverConfig};
+use control_service::safeguard::Safeguard;
+use control_service::upstream::Allocators;
+use domain::ZoneId;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "control-service", version, about = "Serve POST /allocate: predict lifetimes, then place through the zone's allocator")]
+struct Cli {
+    /// TOML configuration file (docs/control-service.md); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// An inference server's base URL; repeat for round robin. Replaces the configured list.
+    #[arg(long = "inference-server", value_name = "URL")]
+    inference_servers: Vec<String>,
+    /// A zone's allocator, as NAME=URL; repeat for more zones. Sets or replaces that zone.
+    #[arg(long = "zone", value_name = "NAME=URL")]
+    zones: Vec<String>,
+}
+
+fn main() -> Result<()> {
+    service_common::telemetry::init_tracing();
+    let cli = Cli::parse();
+    let mut config = match &cli.config {
+        Some(path) => ControlConfig::load(path)?,
+        None => ControlConfig::default(),
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    if !cli.inference_servers.is_empty() {
+        config.inference.servers = cli.inference_servers;
+    }
+    for zone in cli.zones {
+        let Some((name, url)) = zone.split_once('=') else {
+            bail!("--zone `{zone}`: expected NAME=URL, e.g. --zone zone-1=http://127.0.0.1:8082");
+        };
+        config.zones.insert(name.to_owned(), ZoneConfig { allocator: url.to_owned() });
+    }
+    config.check().context("invalid configuration")?;
+    let runtime = if config.runtime_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(config.runtime_threads).enable_all().build()
+    }
+    .context("starting the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+fn http_client(max_idle: usize) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(max_idle)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .context("building the HTTP client")
+}
+
+async fn serve(config: ControlConfig) -> Result<()> {
+    let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
+    let inference_http = http_client(config.inference.max_idle_connections)?;
+    let allocator_http = http_client(config.allocator.max_idle_connections)?;
+    let inference = InferenceClient::new(inference_http.clone(), &config.inference.servers);
+    spawn_probes(
+        inference_http,
+        inference.servers().to_vec(),
+        Duration::from_millis(config.inference.health_interval_ms),
+    );
+    let allocators = Allocators::new(
+        allocator_http.clone(),
+        config.zones.iter().map(|(name, zone)| (ZoneId(name.clone()), zone.allocator.clone())),
+        Duration::from_millis(config.allocator.timeout_ms),
+    );
+    spawn_probes(
+        allocator_http,
+        allocators.zones().map(|(_, upstream)| upstream.clone()).collect(),
+        Duration::from_millis(config.allocator.health_interval_ms),
+    );
+    let resolver = Resolver::new(
+        inference,
+        PredictionCache::new(config.cache.max_entries, Duration::from_secs(config.cache.ttl_s)),
+        Safeguard::new(config.safeguard.clone()),
+        ResolverConfig {
+            budget: Duration::from_millis(config.inference.timeout_ms),
+            time_step_s: config.cache.time_bucket_s,
+            interval_class: config.inference.interval_class,
+        },
+    );
+    let control = Control {
+        resolver,
+        allocators,
+        default_zone: ZoneId(config.default_zone.clone()),
+        limits: config.limits.clone(),
+        started: Instant::now(),
+        counters: Counters::default(),
+    };
+    let app = service_common::layers::apply(
+        router(AppState { control: Arc::new(control), metrics: Some(metrics) }),
+        &config.http,
+    );
+    let listener = service_common::layers::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(
+        listen = %config.listen,
+        zones = ?config.zones.keys().collect::<Vec<_>>(),
+        inference_servers = ?config.inference.servers,
+        "control service listening"
+    );
+    axum::serve(listener, app).with_graceful_shutdown(service_common::layers::shutdown_signal()).await?;
+    Ok(())
+}

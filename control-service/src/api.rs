@@ -1,0 +1,443 @@
+//! The HTTP API of the control service (axum): `POST /allocate` and `/v1/allocate`, release and
+//! lookup by VM id, `/v1/stats`, health, readiness, metrics and the OpenAPI document. Thin: the
+//! prediction rules are in [`crate::predictions`], the upstream calls in [`crate::upstream`].
+
+use crate::inference::InferenceClient;
+use crate::predictions::Resolver;
+use crate::upstream::{Allocators, Answer, UpstreamError};
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use domain::problem::FieldProblem;
+use domain::{
+    AllocationDecision, AllocationRequest, ControlDecision, ControlStats, Problem, StageLatency, ValidationLimits,
+    VmPrediction, ZoneId, ZoneStats,
+};
+use serde::Deserialize;
+use service_common::layers::REQUEST_ID_HEADER;
+use service_common::problem::{json_body, problem, problem_response};
+use service_common::telemetry::PrometheusHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use utoipa::OpenApi;
+
+/// Everything the handlers share.
+pub struct Control {
+    pub resolver: Resolver<InferenceClient>,
+    pub allocators: Allocators,
+    pub default_zone: ZoneId,
+    pub limits: ValidationLimits,
+    /// Origin of the safeguard's monotonic clock.
+    pub started: Instant,
+    pub counters: Counters,
+}
+
+/// Request outcomes since start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub placed: AtomicU64,
+    pub rejected: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub control: Arc<Control>,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "control-service",
+        description = "The public front door: lifetime predictions (cache, inference servers, fallback, safeguard) \
+                       injected into VM requests, forwarded to the allocator of the request's zone."
+    ),
+    paths(allocate, release, lookup, stats, healthz, readyz),
+    components(schemas(ControlStats, StageLatency, VmPrediction, domain::LifetimePrediction, domain::Problem))
+)]
+pub struct ApiDoc;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/allocate", post(allocate))
+        .route("/v1/allocate", post(allocate))
+        .route("/allocate/{vm_id}", get(lookup).delete(release))
+        .route("/v1/allocate/{vm_id}", get(lookup).delete(release))
+        .route("/v1/stats", get(stats))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_endpoint))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    problem(StatusCode::NOT_FOUND, "not-found", "Not found", format!("no route for `{}`", uri.path()))
+}
+
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn request_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok())
+}
+
+fn invalid_field(field: String, message: String) -> Response {
+    let mut body = Problem::new(422, "invalid-request", "Invalid request", format!("field `{field}`: {message}"));
+    body.errors.push(FieldProblem { field, message });
+    problem_response(body)
+}
+
+/// The JSON path of VM `i` of a request, for error messages.
+fn vm_path(request: &AllocationRequest, i: usize) -> String {
+    match request {
+        AllocationRequest::Vm(_) => "vm".to_owned(),
+        AllocationRequest::Gang(_) => format!("gang.vms[{i}]"),
+    }
+}
+
+/// What the control service adds to a request must not come from the client.
+fn check_public_request(control: &Control, request: &AllocationRequest) -> Result<ZoneId, Response> {
+    for (i, vm) in request.vms().iter().enumerate() {
+        if vm.prediction.is_some() {
+            return Err(invalid_field(
+                format!("{}.prediction", vm_path(request, i)),
+                "is filled in by the control service; leave it out".to_owned(),
+            ));
+        }
+    }
+    let zone = request.zone().cloned().unwrap_or_else(|| control.default_zone.clone());
+    if !control.allocators.contains(&zone) {
+        let i = request.vms().iter().position(|vm| vm.zone.is_some()).unwrap_or(0);
+        let known: Vec<&str> = control.allocators.zones().map(|(zone, _)| zone.as_str()).collect();
+        return Err(invalid_field(
+            format!("{}.zone", vm_path(request, i)),
+            format!("unknown zone `{zone}`; this control service routes {}", known.join(", ")),
+        ));
+    }
+    Ok(zone)
+}
+
+fn upstream_failure(control: &Control, error: UpstreamError) -> Response {
+    let detail = error.to_string();
+    match error {
+        UpstreamError::Timeout { .. } => problem(
+            StatusCode::GATEWAY_TIMEOUT,
+            "allocator-timeout",
+            "Allocator timed out",
+            format!("{detail}; the outcome is unknown, and retrying with the same VM ids is safe"),
+        ),
+        UpstreamError::Unreachable { zone, .. } => {
+            if let Some((_, upstream)) = control.allocators.zones().find(|(z, _)| **z == zone) {
+                upstream.set_ready(false);
+            }
+            let mut response =
+                problem(StatusCode::BAD_GATEWAY, "allocator-unreachable", "Allocator unreachable", detail);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+        UpstreamError::UnknownZone(_) => problem(StatusCode::UNPROCESSABLE_ENTITY, "unknown-zone", "Unknown zone", detail),
+    }
+}
+
+/// An allocator answer passed on as it came.
+fn pass_through(answer: Answer) -> Response {
+    let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = (status, answer.body).into_response();
+    if let Some(value) = answer.content_type.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+fn record_stage(stage: &'static str, us: u64) {
+    metrics::histogram!("control_stage_duration_seconds", "stage" => stage).record(us as f64 / 1e6);
+}
+
+/// Places a VM (`{"vm": {...}}`) or a tenant gang (`{"gang": {...}}`) in the request's zone (the
+/// default zone when it names none), with a lifetime prediction for every VM.
+///
+/// 201: placed. 200: rejected (`"status": "rejected"`, a normal answer) or replayed (the VM ids were
+/// placed by an earlier request; nothing placed twice). The body is the allocator's decision plus
+/// `zone`, `predictions` (each VM's prediction and its source) and `latency_us` (per stage).
+/// 4xx from the allocator (409 reused VM id, ...) are passed on. 502: the allocator could not be
+/// reached; 504: it did not answer in time (outcome unknown; retrying with the same VM ids is safe).
+#[utoipa::path(post, path = "/allocate",
+    request_body(content = Object, description = "domain::AllocationRequest: `{\"vm\": VmRequest}` or `{\"gang\": {\"tenant_id\", \"vms\": [VmRequest]}}`, without `prediction`; `zone` optional"),
+    responses((status = 201, description = "placed: ControlDecision with `status: placed`"),
+              (status = 200, description = "rejected (`status: rejected`) or replayed"),
+              (status = 400, body = domain::Problem), (status = 409, body = domain::Problem),
+              (status = 415, body = domain::Problem), (status = 422, body = domain::Problem),
+              (status = 502, body = domain::Problem), (status = 503, body = domain::Problem),
+              (status = 504, body = domain::Problem)))]
+async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let control = &state.control;
+    let mut request: AllocationRequest = match json_body(&headers, &body, &control.limits) {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let zone = match check_public_request(control, &request) {
+        Ok(zone) => zone,
+        Err(response) => return response,
+    };
+    let validate_us = micros(started.elapsed());
+    control.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let request_id = request_id(&headers);
+
+    let clock_s = control.started.elapsed().as_secs_f64();
+    let resolved = control.resolver.resolve(request.vms(), unix_now_s(), clock_s, request_id).await;
+    for (vm, prediction) in request.vms_mut().iter_mut().zip(&resolved.predictions) {
+        vm.prediction = Some(prediction.clone());
+    }
+
+    let forwarded = Instant::now();
+    let answer = control.allocators.allocate(&zone, &request, request_id).await;
+    let allocator_us = micros(forwarded.elapsed());
+    record_stage("validate", validate_us);
+    record_stage("cache", resolved.cache_us);
+    if resolved.inference_us > 0 {
+        record_stage("inference", resolved.inference_us);
+    }
+    record_stage("allocator", allocator_us);
+
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(error) => {
+            control.counters.failed.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
+            return upstream_failure(control, error);
+        }
+    };
+    if !matches!(answer.status.as_u16(), 200 | 201) {
+        control.counters.failed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
+        return pass_through(answer);
+    }
+    let decision: AllocationDecision = match serde_json::from_slice(&answer.body) {
+        Ok(decision) => decision,
+        Err(error) => {
+            control.counters.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(%error, "unreadable decision from the allocator");
+            return problem(
+                StatusCode::BAD_GATEWAY,
+                "bad-allocator-answer",
+                "Unreadable allocator answer",
+                format!("the allocator of zone `{zone}` answered {} with an unreadable decision: {error}", answer.status),
+            );
+        }
+    };
+    let (counter, outcome) = if decision.is_placed() {
+        (&control.counters.placed, "placed")
+    } else {
+        (&control.counters.rejected, "rejected")
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    metrics::counter!("control_requests_total", "outcome" => outcome).increment(1);
+
+    let predictions = request
+        .vms()
+        .iter()
+        .zip(resolved.predictions)
+        .map(|(vm, prediction)| VmPrediction { vm_id: vm.vm_id.clone(), prediction })
+        .collect();
+    let total_us = micros(started.elapsed());
+    record_stage("total", total_us);
+    let latency_us = StageLatency {
+        validate_us,
+        cache_us: resolved.cache_us,
+        inference_us: resolved.inference_us,
+        allocator_us,
+        total_us,
+    };
+    let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::OK);
+    (status, Json(ControlDecision { zone, decision, predictions, latency_us })).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ZoneQuery {
+    zone: Option<String>,
+}
+
+/// The zones to ask about a VM: the one named, or every zone in turn.
+fn zones_to_ask(control: &Control, query: Result<Query<ZoneQuery>, QueryRejection>) -> Result<Vec<ZoneId>, Response> {
+    let Query(query) = query.map_err(|rejection| {
+        problem(rejection.status(), "malformed-query", "Malformed query", rejection.body_text())
+    })?;
+    match query.zone {
+        Some(zone) => {
+            let zone = ZoneId(zone);
+            if !control.allocators.contains(&zone) {
+                return Err(invalid_field("zone".to_owned(), format!("unknown zone `{zone}`")));
+            }
+            Ok(vec![zone])
+        }
+        None => Ok(control.allocators.zones().map(|(zone, _)| zone.clone()).collect()),
+    }
+}
+
+/// Asks each zone in turn; the first answer other than 404 wins.
+async fn ask_zones<'a, F, Fut>(control: &'a Control, zones: Vec<ZoneId>, call: F) -> Response
+where
+    F: Fn(ZoneId) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, UpstreamError>> + 'a,
+{
+    let mut last = None;
+    for zone in zones {
+        match call(zone).await {
+            Ok(answer) if answer.status == reqwest::StatusCode::NOT_FOUND => last = Some(answer),
+            Ok(answer) => return pass_through(answer),
+            Err(error) => return upstream_failure(control, error),
+        }
+    }
+    match last {
+        Some(answer) => pass_through(answer),
+        None => problem(StatusCode::NOT_FOUND, "unknown-vm", "Unknown VM", "no zone is configured"),
+    }
+}
+
+fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
+    param.map(|Path(value)| value).map_err(|rejection| {
+        problem(rejection.status(), "malformed-path", "Malformed path parameter", rejection.body_text())
+    })
+}
+
+/// Releases a VM. Without `?zone=` every zone's allocator is asked in turn. 204, or 404 when no
+/// zone has it.
+#[utoipa::path(delete, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
+    responses((status = 204, description = "released"), (status = 404, body = domain::Problem),
+              (status = 502, body = domain::Problem), (status = 503, body = domain::Problem)))]
+async fn release(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<ZoneQuery>, QueryRejection>,
+) -> Response {
+    let control = &state.control;
+    let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
+        (Ok(vm_id), Ok(zones)) => (vm_id, zones),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let request_id = request_id(&headers);
+    let vm_id = vm_id.as_str();
+    ask_zones(control, zones, |zone| async move { control.allocators.release(&zone, vm_id, request_id).await }).await
+}
+
+/// Where a VM is placed (the allocator's answer). Without `?zone=` every zone is asked in turn.
+#[utoipa::path(get, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
+    responses((status = 200, description = "the allocator's VmInfo"), (status = 404, body = domain::Problem)))]
+async fn lookup(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<ZoneQuery>, QueryRejection>,
+) -> Response {
+    let control = &state.control;
+    let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
+        (Ok(vm_id), Ok(zones)) => (vm_id, zones),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let request_id = request_id(&headers);
+    let vm_id = vm_id.as_str();
+    ask_zones(control, zones, |zone| async move { control.allocators.lookup(&zone, vm_id, request_id).await }).await
+}
+
+impl Control {
+    /// The control service's counters and each zone's allocator statistics.
+    pub async fn stats(&self, request_id: Option<&str>) -> ControlStats {
+        let mut zones = std::collections::BTreeMap::new();
+        for (zone, upstream) in self.allocators.zones() {
+            let (stats, error) = match self.allocators.stats(zone, request_id).await {
+                Ok(answer) if answer.status.is_success() => match serde_json::from_slice(&answer.body) {
+                    Ok(value) => (Some(value), None),
+                    Err(error) => (None, Some(format!("unreadable statistics: {error}"))),
+                },
+                Ok(answer) => (None, Some(format!("the allocator answered {}", answer.status))),
+                Err(error) => (None, Some(error.to_string())),
+            };
+            zones.insert(zone.to_string(), ZoneStats { allocator: upstream.base.clone(), stats, error });
+        }
+        let clock_s = self.started.elapsed().as_secs_f64();
+        ControlStats {
+            requests: self.counters.requests.load(Ordering::Relaxed),
+            placed: self.counters.placed.load(Ordering::Relaxed),
+            rejected: self.counters.rejected.load(Ordering::Relaxed),
+            failed: self.counters.failed.load(Ordering::Relaxed),
+            cache: self.resolver.cache().stats(),
+            predictions_by_source: self.resolver.counts_by_source(),
+            fallbacks: self.resolver.fallbacks_by_reason(),
+            safeguard: self.resolver.safeguard().status(clock_s),
+            inference_servers: self.resolver.predictor().health(),
+            zones,
+        }
+    }
+}
+
+/// Counters of the control service (requests, cache, predictions by source, fallbacks by reason,
+/// safeguard) and each zone's allocator statistics (`zones.<zone>.stats`).
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = ControlStats)))]
+async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Json<ControlStats> {
+    Json(state.control.stats(request_id(&headers)).await)
+}
+
+/// Alive.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Ready when every zone's allocator answered its last readiness probe. The inference servers do
+/// not count: without them requests are still placed, as short-lived.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = domain::Problem)))]
+async fn readyz(State(state): State<AppState>) -> Response {
+    let down: Vec<String> = state
+        .control
+        .allocators
+        .zones()
+        .filter(|(_, upstream)| !upstream.is_ready())
+        .map(|(zone, upstream)| format!("{zone} ({})", upstream.base))
+        .collect();
+    if down.is_empty() {
+        "ready".into_response()
+    } else {
+        problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not-ready",
+            "Not ready",
+            format!("no answer from the allocator of {}", down.join(", ")),
+        )
+    }
+}
+
+async fn metrics_endpoint(State(state): State<AppState>) -> Response {
+    let Some(handle) = &state.metrics else {
+        return problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics off", "this server does not record metrics");
+    };
+    let control = &state.control;
+    let cache = control.resolver.cache().stats();
+    metrics::gauge!("control_cache_hit_ratio").set(cache.hit_rate);
+    metrics::gauge!("control_cache_entries").set(cache.entries as f64);
+    metrics::gauge!("control_cache_hits").set(cache.hits as f64);
+    metrics::gauge!("control_cache_misses").set(cache.misses as f64);
+    let safeguard = control.resolver.safeguard().status(control.started.elapsed().as_secs_f64());
+    metrics::gauge!("control_safeguard_active").set(if safeguard.active { 1.0 } else { 0.0 });
+    metrics::gauge!("control_safeguard_long_share").set(safeguard.long_share);
+    metrics::gauge!("control_safeguard_trips").set(safeguard.trips as f64);
+    let ready = control.resolver.predictor().servers().iter().filter(|s| s.is_ready()).count();
+    metrics::gauge!("control_inference_servers_ready").set(ready as f64);
+    service_common::telemetry::render_metrics(handle)
+}

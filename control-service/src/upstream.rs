@@ -1,0 +1,124 @@
+//! The zones' allocators: forwarding placement, release and lookup calls to the allocator of a zone,
+//! with the request id carried along. Answers come back as status and body, for the API layer to
+//! pass on; only transport failures are errors here.
+
+use crate::health::Upstream;
+use domain::{AllocationRequest, ZoneId};
+use reqwest::StatusCode;
+use service_common::layers::REQUEST_ID_HEADER;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why an allocator call has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The allocator did not answer in time. For a placement the outcome is unknown; retrying with
+    /// the same VM ids is safe (the allocator answers a retry with the earlier decision).
+    #[error("the allocator of zone `{zone}` did not answer within {timeout_ms} ms")]
+    Timeout { zone: ZoneId, timeout_ms: u64 },
+    /// No connection could be made, or it broke: the request may or may not have arrived.
+    #[error("the allocator of zone `{zone}` could not be reached: {message}")]
+    Unreachable { zone: ZoneId, message: String },
+    #[error("no allocator is configured for zone `{0}`")]
+    UnknownZone(ZoneId),
+}
+
+/// An allocator's answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: Option<String>,
+    pub body: axum::body::Bytes,
+}
+
+pub struct Allocators {
+    client: reqwest::Client,
+    zones: BTreeMap<ZoneId, Arc<Upstream>>,
+    timeout: Duration,
+}
+
+impl Allocators {
+    pub fn new(client: reqwest::Client, zones: impl IntoIterator<Item = (ZoneId, String)>, timeout: Duration) -> Self {
+        let zones = zones.into_iter().map(|(zone, url)| (zone, Upstream::new(&url))).collect();
+        Allocators { client, zones, timeout }
+    }
+
+    pub fn zones(&self) -> impl Iterator<Item = (&ZoneId, &Arc<Upstream>)> {
+        self.zones.iter()
+    }
+
+    pub fn contains(&self, zone: &ZoneId) -> bool {
+        self.zones.contains_key(zone)
+    }
+
+    pub async fn allocate(&self, zone: &ZoneId, request: &AllocationRequest, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        let upstream = self.upstream(zone)?;
+        let call = self.client.post(upstream.url("/v1/allocations")).json(request);
+        self.send(zone, call, request_id).await
+    }
+
+    pub async fn release(&self, zone: &ZoneId, vm_id: &str, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        let upstream = self.upstream(zone)?;
+        let call = self.client.delete(upstream.url(&format!("/v1/allocations/{}", encode_segment(vm_id))));
+        self.send(zone, call, request_id).await
+    }
+
+    pub async fn lookup(&self, zone: &ZoneId, vm_id: &str, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        let upstream = self.upstream(zone)?;
+        let call = self.client.get(upstream.url(&format!("/v1/allocations/{}", encode_segment(vm_id))));
+        self.send(zone, call, request_id).await
+    }
+
+    pub async fn stats(&self, zone: &ZoneId, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        let upstream = self.upstream(zone)?;
+        let call = self.client.get(upstream.url("/v1/stats"));
+        self.send(zone, call, request_id).await
+    }
+
+    fn upstream(&self, zone: &ZoneId) -> Result<&Arc<Upstream>, UpstreamError> {
+        self.zones.get(zone).ok_or_else(|| UpstreamError::UnknownZone(zone.clone()))
+    }
+
+    async fn send(&self, zone: &ZoneId, mut call: reqwest::RequestBuilder, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        if let Some(id) = request_id {
+            call = call.header(REQUEST_ID_HEADER, id);
+        }
+        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        let failed = |error: reqwest::Error| {
+            if error.is_timeout() {
+                UpstreamError::Timeout { zone: zone.clone(), timeout_ms }
+            } else {
+                UpstreamError::Unreachable { zone: zone.clone(), message: error.to_string() }
+            }
+        };
+        let response = call.timeout(self.timeout).send().await.map_err(failed)?;
+        let status = response.status();
+        let content_type =
+            response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = response.bytes().await.map_err(failed)?;
+        Ok(Answer { status, content_type, body })
+    }
+}
+
+/// Percent-encodes a path segment (VM ids are free text).
+fn encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(super::encode_segment("vm-1_a.b~"), "vm-1_a.b~");
+        assert_eq!(super::encode_segment("a/b c?"), "a%2Fb%20c%3F");
+    }
+}
