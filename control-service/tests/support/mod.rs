@@ -1,0 +1,164 @@
+//! Starting the real three binaries on loopback for the end-to-end tests: an inference server on a
+//! models directory, an allocator on a fresh store, and the control service in front of them.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Process {
+    child: Option<Child>,
+    pub base: String,
+}
+
+impl Process {
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A workspace binary built beside this test's package (`cargo test --workspace` builds them all).
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_control-service")).parent().unwrap();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: these tests start the real binaries; build them with \
+         `cargo build --release --workspace --bins` (or run `cargo test --release --workspace`)",
+        path.display()
+    );
+    path
+}
+
+async fn wait_ready(process: &mut Process, what: &str) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(response) = client.get(process.url("/readyz")).send().await {
+            if response.status().is_success() {
+                return;
+            }
+        }
+        if let Some(child) = process.child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("{what} exited during start-up: {status}");
+            }
+        }
+        assert!(Instant::now() < deadline, "{what} did not become ready at {}", process.base);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn spawn(binary: &Path, config: &Path) -> Child {
+    Command::new(binary)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .env_remove("ALLOCATOR_ADMIN_TOKEN")
+        .env_remove("INFERENCE_ADMIN_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
+}
+
+/// An inference server on `models` (a directory of bundles).
+pub async fn start_inference(dir: &Path, models: &Path) -> Process {
+    let port = free_port();
+    let config = dir.join(format!("inference-{port}.toml"));
+    std::fs::write(
+        &config,
+        format!("listen = \"127.0.0.1:{port}\"\nmodels_dir = \"{}\"\nwatch_interval_ms = 200\n", models.display()),
+    )
+    .unwrap();
+    let mut process = Process {
+        child: Some(spawn(&workspace_binary("inference-server"), &config)),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    wait_ready(&mut process, "inference-server").await;
+    process
+}
+
+/// An allocator serving zone `zone-1`: `hosts` hosts of 16 cores and 64 GiB, LA-binary placement.
+pub async fn start_allocator(dir: &Path, hosts: usize) -> Process {
+    let port = free_port();
+    let config = dir.join(format!("allocator-{port}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n[generate]\nzone = \"zone-1\"\nhosts = {hosts}\n\
+             hosts_per_rack = 2\ncores = 16\nmemory_gib = 64\n[allocator.policy]\nkind = \"la-binary\"\n",
+            dir.join(format!("allocator-{port}.db")).display()
+        ),
+    )
+    .unwrap();
+    let mut process =
+        Process { child: Some(spawn(&workspace_binary("allocator"), &config)), base: format!("http://127.0.0.1:{port}") };
+    wait_ready(&mut process, "allocator").await;
+    process
+}
+
+/// The control service in front of `inference` servers and the `zone-1` allocator, with `extra`
+/// TOML sections appended (`[cache]`, `[safeguard]`, ...).
+pub async fn start_control(dir: &Path, inference: &[&str], allocator: &str, timeout_ms: u64, extra: &str) -> Process {
+    let port = free_port();
+    let config = dir.join(format!("control-{port}.toml"));
+    let servers: Vec<String> = inference.iter().map(|s| format!("\"{s}\"")).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndefault_zone = \"zone-1\"\n[zones.zone-1]\nallocator = \"{allocator}\"\n\
+             [inference]\nservers = [{}]\ntimeout_ms = {timeout_ms}\nhealth_interval_ms = 100\n\
+             [allocator]\nhealth_interval_ms = 100\n{extra}\n",
+            servers.join(", ")
+        ),
+    )
+    .unwrap();
+    let mut process = Process {
+        child: Some(spawn(Path::new(env!("CARGO_BIN_EXE_control-service")), &config)),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    wait_ready(&mut process, "control-service").await;
+    process
+}
+
+/// The checked-in default model bundle, copied into a fresh models directory under `dir`.
+pub fn default_models(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let models = dir.join("models");
+    let target = models.join("default");
+    std::fs::create_dir_all(&target).unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), target.join(entry.file_name())).unwrap();
+    }
+    models
+}
+
+/// The JSON body of a single-VM request.
+pub fn vm(vm_id: &str, tenant: &str, vm_type: &str, cores: f64) -> serde_json::Value {
+    serde_json::json!({"vm": {
+        "vm_id": vm_id, "tenant_id": tenant, "vm_type": vm_type,
+        "demand": {"cores": cores, "memory_gib": cores * 4.0},
+        "requested_at_s": 864_000.0 + 13.0 * 3_600.0
+    }})
+}
