@@ -1,2 +1,1319 @@
-//! The trace replay client: drives a trace through the control service's `POST /allocate`.
-//! (Being written; see the `vmreplay` binary.)
+//! The trace replay client's logic, free of I/O and clocks: which VMs of a trace to request (the
+//! [`Plan`]), when to send each allocation and release ([`schedule`]: time compression plus a rate
+//! cap), how to read the control service's answers ([`classify_answer`]), and what the run amounted
+//! to ([`Tally`], [`percentile`], [`stats_delta`], [`series_point`], [`thin_indices`], the
+//! plain-text [`Summary`] and its SVG plot). The `vmreplay` binary does the HTTP and the waiting.
+
+use domain::{
+    AllocationOutcome, ControlDecision, ControlStats, FeatureValue, Problem, Resources, TenantId, VmId, VmRequest,
+};
+use serde::Serialize;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use traces::stats::format_duration;
+use traces::{TraceError, VmRecord};
+
+/// Tenant sent for trace rows without one (the Huawei trace): the wire format requires a tenant.
+pub const NO_TENANT: &str = "no-tenant";
+
+/// Most rows of the time-series table in the text summary.
+pub const TABLE_ROWS: usize = 15;
+
+/// Most distinct error messages kept as examples.
+const ERROR_SAMPLES: usize = 5;
+
+/// Why a replay cannot be planned or reported.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{flag} {message}")]
+    InvalidFlag { flag: &'static str, message: String },
+    #[error("reading the trace: {0}")]
+    Trace(#[from] TraceError),
+    #[error("the trace holds no VM")]
+    EmptyTrace,
+    #[error(
+        "no VM of the trace starts in the window {window}; the trace's VMs start between {first_start_s} s \
+         and {last_start_s} s: change --from-s or --duration-s"
+    )]
+    EmptyWindow { window: String, first_start_s: f64, last_start_s: f64 },
+    #[error("VM `{vm_id}` of the trace: `{field}` {message}")]
+    BadRecord { vm_id: String, field: &'static str, message: String },
+    #[error("writing the plot {}: {message}", path.display())]
+    Plot { path: PathBuf, message: String },
+}
+
+fn invalid(flag: &'static str, message: impl Into<String>) -> ReplayError {
+    ReplayError::InvalidFlag { flag, message: message.into() }
+}
+
+/// Which part of the trace to replay.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WindowSpec {
+    /// Trace time to start at; the earliest VM start when absent.
+    pub from_s: Option<f64>,
+    /// Trace seconds to replay; up to the last VM start when absent.
+    pub duration_s: Option<f64>,
+    /// At most this many VMs (the earliest ones of the window).
+    pub max_vms: Option<usize>,
+}
+
+impl WindowSpec {
+    pub fn validate(&self) -> Result<(), ReplayError> {
+        if let Some(from) = self.from_s {
+            if !from.is_finite() {
+                return Err(invalid("--from-s", format!("must be a finite number of trace seconds, got {from}")));
+            }
+        }
+        if let Some(duration) = self.duration_s {
+            if !(duration.is_finite() && duration > 0.0) {
+                return Err(invalid("--duration-s", format!("must be > 0 trace seconds, got {duration}")));
+            }
+        }
+        if self.max_vms == Some(0) {
+            return Err(invalid("--max-vms", "must be at least 1 (leave it out for no cap)"));
+        }
+        Ok(())
+    }
+}
+
+/// One VM to request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedVm {
+    /// The request body's VM, with the run's id prefix.
+    pub request: VmRequest,
+    /// Arrival in trace seconds.
+    pub start_s: f64,
+    /// Departure in trace seconds; `None` when the trace does not know it.
+    pub end_s: Option<f64>,
+}
+
+/// The VMs of the window, in start order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub vms: Vec<PlannedVm>,
+    /// Trace time the replay starts at (real time 0).
+    pub from_s: f64,
+    /// Trace time the window ends at: `from_s + duration`, or the last planned start when no duration
+    /// was given or `max_vms` cut the window short. VMs ending by then are released on schedule.
+    pub to_s: f64,
+    /// Trace records read.
+    pub records_read: u64,
+}
+
+impl Plan {
+    /// True when the VM's trace end falls inside the window, so it is released on schedule.
+    pub fn releases_in_window(&self, vm: &PlannedVm) -> bool {
+        vm.end_s.is_some_and(|end| end <= self.to_s)
+    }
+}
+
+/// Earliest VM start of a trace, the default `--from-s`.
+pub fn first_start(records: impl IntoIterator<Item = Result<VmRecord, TraceError>>) -> Result<f64, ReplayError> {
+    let mut first: Option<f64> = None;
+    for record in records {
+        let start = record?.start_s;
+        first = Some(first.map_or(start, |f| f.min(start)));
+    }
+    first.ok_or(ReplayError::EmptyTrace)
+}
+
+/// A trace record waiting in the selection heap, ordered by (start, position in the trace) so that
+/// the heap's top is the latest one, the first to drop when `max_vms` is exceeded.
+struct Candidate {
+    start_s: f64,
+    seq: u64,
+    record: VmRecord,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Candidate {}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.start_s.total_cmp(&other.start_s).then(self.seq.cmp(&other.seq))
+    }
+}
+
+/// Selects the VMs that start in `[from_s, from_s + duration)`, the earliest `max_vms` of them, in
+/// start order (ties in trace order), and builds their requests. One pass, and with a cap it keeps
+/// only `max_vms` records in memory, so a multi-million-row trace costs no more than its window.
+pub fn plan(
+    records: impl IntoIterator<Item = Result<VmRecord, TraceError>>,
+    from_s: f64,
+    window: &WindowSpec,
+    vm_id_prefix: &str,
+) -> Result<Plan, ReplayError> {
+    window.validate()?;
+    let window_end = window.duration_s.map_or(f64::INFINITY, |d| from_s + d);
+    let cap = window.max_vms.unwrap_or(usize::MAX);
+    let mut heap = BinaryHeap::new();
+    let mut truncated = false;
+    let mut records_read = 0u64;
+    let (mut first_start_s, mut last_start_s) = (f64::INFINITY, f64::NEG_INFINITY);
+    for record in records {
+        let record = record?;
+        records_read += 1;
+        first_start_s = first_start_s.min(record.start_s);
+        last_start_s = last_start_s.max(record.start_s);
+        if record.start_s < from_s || record.start_s >= window_end {
+            continue;
+        }
+        heap.push(Candidate { start_s: record.start_s, seq: records_read, record });
+        if heap.len() > cap {
+            heap.pop();
+            truncated = true;
+        }
+    }
+    if records_read == 0 {
+        return Err(ReplayError::EmptyTrace);
+    }
+    let selected = heap.into_sorted_vec();
+    let Some(last) = selected.last() else {
+        let window = if window_end.is_finite() {
+            format!("[{from_s} s, {window_end} s)")
+        } else {
+            format!("from {from_s} s on")
+        };
+        return Err(ReplayError::EmptyWindow { window, first_start_s, last_start_s });
+    };
+    let to_s = if window_end.is_finite() && !truncated { window_end } else { last.start_s };
+    let vms = selected
+        .into_iter()
+        .map(|c| {
+            Ok(PlannedVm {
+                request: vm_request(&c.record, vm_id_prefix)?,
+                start_s: c.record.start_s,
+                end_s: c.record.end_s,
+            })
+        })
+        .collect::<Result<Vec<_>, ReplayError>>()?;
+    Ok(Plan { vms, from_s, to_s, records_read })
+}
+
+/// The request for one trace VM: its id behind the run's prefix, its trace start as the request
+/// time, the `os` column as the request's OS and every other non-empty extra column as a feature
+/// (a number when it reads as a finite one), exactly as the inference client builds its instances,
+/// so the model sees the same row either way.
+pub fn vm_request(record: &VmRecord, vm_id_prefix: &str) -> Result<VmRequest, ReplayError> {
+    let vm_id = if vm_id_prefix.is_empty() { record.vm_id.clone() } else { format!("{vm_id_prefix}-{}", record.vm_id) };
+    let tenant_id = if record.tenant_id.is_empty() { NO_TENANT.to_owned() } else { record.tenant_id.clone() };
+    let demand = Resources::from_whole(record.cores, record.memory_gib, 0.0).map_err(|(kind, err)| {
+        ReplayError::BadRecord { vm_id: record.vm_id.clone(), field: kind.field_name(), message: err.to_string() }
+    })?;
+    let mut os = None;
+    let mut features = BTreeMap::new();
+    for (name, value) in record.extra.iter() {
+        if value.is_empty() {
+            continue;
+        }
+        if name == "os" {
+            os = Some(value.to_owned());
+        } else {
+            let feature = match value.parse::<f64>() {
+                Ok(number) if number.is_finite() => FeatureValue::Number(number),
+                _ => FeatureValue::Text(value.to_owned()),
+            };
+            features.insert(name.to_owned(), feature);
+        }
+    }
+    Ok(VmRequest {
+        vm_id: VmId(vm_id),
+        tenant_id: TenantId(tenant_id),
+        vm_type: record.vm_type.clone(),
+        demand,
+        priority: record.priority,
+        os,
+        requested_at_s: Some(record.start_s),
+        zone: None,
+        max_per_rack: None,
+        features,
+        prediction: None,
+    })
+}
+
+/// How trace time maps onto real time.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Pacing {
+    /// Trace seconds per real second.
+    pub speed: f64,
+    /// Most requests (allocations and releases together) per real second; `None` for no cap.
+    pub max_rate: Option<f64>,
+}
+
+impl Pacing {
+    pub fn new(speed: f64, max_rate: Option<f64>) -> Result<Self, ReplayError> {
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(invalid(
+                "--speed",
+                format!("must be > 0 (trace seconds per real second, e.g. 1440 for a day per minute), got {speed}"),
+            ));
+        }
+        if let Some(rate) = max_rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(invalid(
+                    "--max-rate",
+                    format!("must be > 0 requests per second (leave it out for no cap), got {rate}"),
+                ));
+            }
+        }
+        Ok(Pacing { speed, max_rate })
+    }
+
+    /// Real seconds since the run's start at which trace time `trace_s` comes.
+    pub fn real_s(&self, from_s: f64, trace_s: f64) -> f64 {
+        (trace_s - from_s) / self.speed
+    }
+}
+
+/// The rate cap: hands out send times at least `1 / max_rate` apart, never earlier than wanted. A
+/// token bucket of depth one, so the cap holds over any interval, however short: no bursts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pacer {
+    interval_s: f64,
+    next_free_s: f64,
+}
+
+impl Pacer {
+    pub fn new(max_rate: Option<f64>) -> Self {
+        Pacer { interval_s: max_rate.map_or(0.0, |rate| 1.0 / rate), next_free_s: f64::NEG_INFINITY }
+    }
+
+    /// Reserves the first send slot at or after `wanted_s` and returns it.
+    pub fn reserve(&mut self, wanted_s: f64) -> f64 {
+        let at = wanted_s.max(self.next_free_s);
+        self.next_free_s = at + self.interval_s;
+        at
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// Releases sort first: at one instant, the trace's departures free capacity before its arrivals.
+    Release,
+    Allocate,
+}
+
+/// One request of the run.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Event {
+    /// Real seconds since the start of the run at which to send, with the rate cap applied.
+    pub at_s: f64,
+    /// The trace time the event stands for.
+    pub trace_s: f64,
+    pub kind: EventKind,
+    /// Index into [`Plan::vms`].
+    pub vm: usize,
+}
+
+/// Every allocation at its compressed start time and every in-window release at its compressed end
+/// time, in time order, paced by the rate cap. A VM's release never comes before its allocation
+/// (a VM that ends when it starts is released right after); releases of VMs that end after the
+/// window (or never) are not scheduled: the run releases whatever is left at its end.
+pub fn schedule(plan: &Plan, pacing: &Pacing) -> Vec<Event> {
+    // (trace time, rank, vm): rank 0 releases, 1 allocations, 2 releases of zero-lifetime VMs.
+    let mut pending: Vec<(f64, u8, usize)> = Vec::with_capacity(plan.vms.len() * 2);
+    for (i, vm) in plan.vms.iter().enumerate() {
+        pending.push((vm.start_s, 1, i));
+        if plan.releases_in_window(vm) {
+            if let Some(end) = vm.end_s {
+                if end > vm.start_s {
+                    pending.push((end, 0, i));
+                } else {
+                    pending.push((vm.start_s, 2, i));
+                }
+            }
+        }
+    }
+    pending.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut pacer = Pacer::new(pacing.max_rate);
+    pending
+        .into_iter()
+        .map(|(trace_s, rank, vm)| Event {
+            at_s: pacer.reserve(pacing.real_s(plan.from_s, trace_s)),
+            trace_s,
+            kind: if rank == 1 { EventKind::Allocate } else { EventKind::Release },
+            vm,
+        })
+        .collect()
+}
+
+/// What one allocation request came to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Placed,
+    Rejected {
+        code: String,
+    },
+    /// The VM id had been requested before (an earlier run with the same prefix): the allocator
+    /// answered that request's decision again.
+    Replayed {
+        placed: bool,
+    },
+    Failed {
+        kind: String,
+        detail: String,
+    },
+}
+
+/// One answer to `POST /allocate`, read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub outcome: Outcome,
+    /// The control service's own time for the request (`latency_us.total_us`).
+    pub server_total_us: Option<u64>,
+    /// Source of each VM's prediction (`model`, `cache`, `fallback_timeout`, ...).
+    pub prediction_sources: Vec<String>,
+}
+
+impl Answer {
+    /// True when the VM now sits on a host, so it has to be released.
+    pub fn is_placed(&self) -> bool {
+        matches!(self.outcome, Outcome::Placed | Outcome::Replayed { placed: true })
+    }
+
+    /// A request that never got an HTTP answer (connection refused, timeout, ...).
+    pub fn transport_error(kind: &str, detail: impl Into<String>) -> Self {
+        Answer {
+            outcome: Outcome::Failed { kind: format!("transport: {kind}"), detail: detail.into() },
+            server_total_us: None,
+            prediction_sources: Vec::new(),
+        }
+    }
+}
+
+/// The snake_case wire name of a serde enum value (a rejection code, a prediction source).
+fn wire_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => format!("{other:?}"),
+    }
+}
+
+/// Reads an answer of the control service: a `ControlDecision` on 2xx (201 placed, 200 rejected or
+/// replayed), a problem body on anything else.
+pub fn classify_answer(status: u16, body: &[u8]) -> Answer {
+    let failed = |kind: String, detail: String| Answer {
+        outcome: Outcome::Failed { kind, detail },
+        server_total_us: None,
+        prediction_sources: Vec::new(),
+    };
+    if !(200..300).contains(&status) {
+        let detail = match serde_json::from_slice::<Problem>(body) {
+            Ok(problem) => format!("{}: {} ({})", problem.title, problem.detail, problem.problem_type),
+            Err(_) => String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_owned(),
+        };
+        return failed(format!("HTTP {status}"), detail);
+    }
+    let decision: ControlDecision = match serde_json::from_slice(body) {
+        Ok(decision) => decision,
+        Err(err) => return failed(format!("HTTP {status}, unreadable body"), err.to_string()),
+    };
+    let placed = matches!(decision.decision.outcome, AllocationOutcome::Placed { .. });
+    let outcome = match &decision.decision.outcome {
+        _ if decision.decision.replayed => Outcome::Replayed { placed },
+        AllocationOutcome::Placed { .. } => Outcome::Placed,
+        AllocationOutcome::Rejected { rejection } => Outcome::Rejected { code: wire_name(&rejection.code) },
+    };
+    Answer {
+        outcome,
+        server_total_us: Some(decision.latency_us.total_us),
+        prediction_sources: decision.predictions.iter().map(|p| wire_name(&p.prediction.source)).collect(),
+    }
+}
+
+/// Releases of the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReleaseTally {
+    /// `DELETE` requests sent (or attempted).
+    pub requests: u64,
+    /// Answered 2xx.
+    pub released: u64,
+    /// Answered 404: the VM was already gone.
+    pub not_found: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Of the requests, those sent at the end of the run for VMs still alive.
+    pub at_end: u64,
+    /// VMs left placed at the end (`--keep`, or releases that failed or were interrupted).
+    pub left_placed: u64,
+}
+
+/// Everything counted during the run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tally {
+    pub requests: u64,
+    pub placed: u64,
+    pub rejected: u64,
+    pub rejected_by_code: BTreeMap<String, u64>,
+    pub replayed: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// The first few distinct error messages, to show what went wrong.
+    pub error_samples: Vec<String>,
+    pub predictions_by_source: BTreeMap<String, u64>,
+    pub client_latency_us: Vec<u64>,
+    pub server_total_us: Vec<u64>,
+    pub releases: ReleaseTally,
+}
+
+impl Tally {
+    pub fn record_allocation(&mut self, answer: &Answer, client_us: u64) {
+        self.requests += 1;
+        self.client_latency_us.push(client_us);
+        if let Some(us) = answer.server_total_us {
+            self.server_total_us.push(us);
+        }
+        for source in &answer.prediction_sources {
+            *self.predictions_by_source.entry(source.clone()).or_default() += 1;
+        }
+        match &answer.outcome {
+            Outcome::Placed => self.placed += 1,
+            Outcome::Rejected { code } => {
+                self.rejected += 1;
+                *self.rejected_by_code.entry(code.clone()).or_default() += 1;
+            }
+            Outcome::Replayed { .. } => self.replayed += 1,
+            Outcome::Failed { kind, detail } => {
+                self.errors += 1;
+                *self.errors_by_kind.entry(kind.clone()).or_default() += 1;
+                self.note_error(format!("POST /allocate: {kind}: {detail}"));
+            }
+        }
+    }
+
+    /// Records a release: its HTTP status, or the transport error's kind and message.
+    pub fn record_release(&mut self, answer: Result<u16, (String, String)>, at_end: bool) {
+        let releases = &mut self.releases;
+        releases.requests += 1;
+        releases.at_end += u64::from(at_end);
+        let kind = match answer {
+            Ok(status) if (200..300).contains(&status) => {
+                releases.released += 1;
+                return;
+            }
+            Ok(404) => {
+                releases.not_found += 1;
+                return;
+            }
+            Ok(status) => {
+                self.note_error(format!("DELETE /allocate: HTTP {status}"));
+                format!("HTTP {status}")
+            }
+            Err((kind, detail)) => {
+                self.note_error(format!("DELETE /allocate: transport: {kind}: {detail}"));
+                format!("transport: {kind}")
+            }
+        };
+        let releases = &mut self.releases;
+        releases.errors += 1;
+        *releases.errors_by_kind.entry(kind).or_default() += 1;
+    }
+
+    fn note_error(&mut self, message: String) {
+        if self.error_samples.len() < ERROR_SAMPLES && !self.error_samples.contains(&message) {
+            self.error_samples.push(message);
+        }
+    }
+
+    /// Share of allocation requests that failed (0 when none was sent).
+    pub fn error_rate(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.requests as f64
+        }
+    }
+}
+
+/// The `q` quantile (0..=1) of sorted values by nearest rank: an observed value, never an
+/// interpolation; `None` for no values.
+pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// p50 / p99 / max of one latency, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LatencySummary {
+    pub count: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+impl LatencySummary {
+    pub fn from_us(samples_us: &[u64]) -> Self {
+        let mut ms: Vec<f64> = samples_us.iter().map(|&us| us as f64 / 1000.0).collect();
+        ms.sort_by(f64::total_cmp);
+        LatencySummary {
+            count: ms.len(),
+            p50_ms: percentile(&ms, 0.50),
+            p99_ms: percentile(&ms, 0.99),
+            max_ms: ms.last().copied(),
+        }
+    }
+}
+
+/// What the control service counted during the run: the difference of its `/v1/stats` at the start
+/// and the end, so that earlier runs do not count.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StatsDelta {
+    pub requests: u64,
+    pub placed: u64,
+    pub rejected: u64,
+    pub failed: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// hits / (hits + misses); `None` without lookups.
+    pub cache_hit_rate: Option<f64>,
+    pub fallbacks: BTreeMap<String, u64>,
+    pub predictions_by_source: BTreeMap<String, u64>,
+    pub safeguard_trips: u64,
+    pub safeguard_active_at_end: bool,
+    /// Some counter went down: the service restarted during the run, and the figures count from
+    /// the restart.
+    pub counters_reset: bool,
+}
+
+/// `end - start` of one counter; after a restart (the counter went down) the end value, which is
+/// what was counted since.
+fn counter_delta(start: u64, end: u64, reset: &mut bool) -> u64 {
+    if end >= start {
+        end - start
+    } else {
+        *reset = true;
+        end
+    }
+}
+
+fn map_delta(start: &BTreeMap<String, u64>, end: &BTreeMap<String, u64>, reset: &mut bool) -> BTreeMap<String, u64> {
+    end.iter()
+        .map(|(name, &e)| (name.clone(), counter_delta(start.get(name).copied().unwrap_or(0), e, reset)))
+        .filter(|(_, d)| *d > 0)
+        .collect()
+}
+
+pub fn stats_delta(start: &ControlStats, end: &ControlStats) -> StatsDelta {
+    let mut reset = false;
+    let cache_hits = counter_delta(start.cache.hits, end.cache.hits, &mut reset);
+    let cache_misses = counter_delta(start.cache.misses, end.cache.misses, &mut reset);
+    let lookups = cache_hits + cache_misses;
+    StatsDelta {
+        requests: counter_delta(start.requests, end.requests, &mut reset),
+        placed: counter_delta(start.placed, end.placed, &mut reset),
+        rejected: counter_delta(start.rejected, end.rejected, &mut reset),
+        failed: counter_delta(start.failed, end.failed, &mut reset),
+        cache_hits,
+        cache_misses,
+        cache_hit_rate: (lookups > 0).then(|| cache_hits as f64 / lookups as f64),
+        fallbacks: map_delta(&start.fallbacks, &end.fallbacks, &mut reset),
+        predictions_by_source: map_delta(&start.predictions_by_source, &end.predictions_by_source, &mut reset),
+        safeguard_trips: counter_delta(start.safeguard.trips, end.safeguard.trips, &mut reset),
+        safeguard_active_at_end: end.safeguard.active,
+        counters_reset: reset,
+    }
+}
+
+/// One sample of the allocators' state during the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    /// Real seconds since the start of the run.
+    pub elapsed_s: f64,
+    /// Trace time the replay had reached (the latest request sent).
+    pub trace_s: f64,
+    /// VMs this run placed and has not released yet.
+    pub vms_alive: u64,
+    /// VMs on the allocators (every client's), summed over zones.
+    pub allocator_vms: Option<u64>,
+    pub hosts: Option<u64>,
+    pub empty_hosts: Option<u64>,
+    /// Used over offered cores of the non-empty hosts, 0..1 (over several zones, weighted by their
+    /// non-empty hosts).
+    pub packing_density: Option<f64>,
+    /// Percent of hosts that are empty.
+    pub empty_hosts_pct: Option<f64>,
+}
+
+/// A time-series point from a `/v1/stats` answer. Zones whose allocator did not answer, and fields
+/// an allocator does not report, are left out rather than read as zero.
+pub fn series_point(elapsed_s: f64, trace_s: f64, vms_alive: u64, stats: &ControlStats) -> SeriesPoint {
+    let mut point = SeriesPoint { elapsed_s, trace_s, vms_alive, ..SeriesPoint::default() };
+    let (mut density_sum, mut density_weight, mut empty_pct_sum, mut empty_pct_zones) = (0.0, 0.0, 0.0, 0u32);
+    let add = |slot: &mut Option<u64>, value: Option<u64>| {
+        if let Some(v) = value {
+            *slot = Some(slot.unwrap_or(0) + v);
+        }
+    };
+    for zone in stats.zones.values() {
+        let Some(zone_stats) = &zone.stats else { continue };
+        let uint = |name: &str| zone_stats.get(name).and_then(serde_json::Value::as_u64);
+        let float = |name: &str| zone_stats.get(name).and_then(serde_json::Value::as_f64);
+        let (hosts, empty) = (uint("hosts"), uint("empty_hosts"));
+        add(&mut point.allocator_vms, uint("vms"));
+        add(&mut point.hosts, hosts);
+        add(&mut point.empty_hosts, empty);
+        if let Some(density) = float("packing_density") {
+            let weight = match (hosts, empty) {
+                (Some(h), Some(e)) => h.saturating_sub(e) as f64,
+                _ => 1.0,
+            };
+            density_sum += density * weight;
+            density_weight += weight;
+        }
+        if let Some(pct) = float("empty_hosts_pct") {
+            empty_pct_sum += pct;
+            empty_pct_zones += 1;
+        }
+    }
+    point.packing_density = if density_weight > 0.0 {
+        Some(density_sum / density_weight)
+    } else if stats.zones.len() == 1 {
+        // One zone with every host empty: weight 0, and its own figure is the answer.
+        stats.zones.values().find_map(|z| z.stats.as_ref()?.get("packing_density")?.as_f64())
+    } else {
+        None
+    };
+    point.empty_hosts_pct = match (point.hosts, point.empty_hosts) {
+        (Some(hosts), Some(empty)) if hosts > 0 => Some(100.0 * empty as f64 / hosts as f64),
+        _ if empty_pct_zones > 0 => Some(empty_pct_sum / f64::from(empty_pct_zones)),
+        _ => None,
+    };
+    point
+}
+
+/// Indices of at most `max` of `n` rows, evenly spread, first and last included.
+pub fn thin_indices(n: usize, max: usize) -> Vec<usize> {
+    if n <= max {
+        return (0..n).collect();
+    }
+    match max {
+        0 => Vec::new(),
+        1 => vec![n - 1],
+        _ => {
+            let mut picked: Vec<usize> =
+                (0..max).map(|i| ((i as f64 * (n - 1) as f64) / (max - 1) as f64).round() as usize).collect();
+            picked.dedup();
+            picked
+        }
+    }
+}
+
+/// What was replayed and how.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunInfo {
+    pub control: String,
+    /// The trace file, or `synthetic (D days, seed S)`.
+    pub trace: String,
+    pub vm_id_prefix: String,
+    pub from_s: f64,
+    pub to_s: f64,
+    pub vms_planned: usize,
+    pub releases_planned: usize,
+    pub speed: f64,
+    pub max_rate: Option<f64>,
+    pub concurrency: usize,
+    pub keep: bool,
+    /// Real seconds from the first request to the end of the last release.
+    pub wall_s: f64,
+    /// Stopped early by Ctrl-C.
+    pub interrupted: bool,
+    /// `/v1/stats` samples that failed.
+    pub sample_errors: u64,
+}
+
+/// Allocation requests and their answers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RequestSummary {
+    pub total: u64,
+    pub placed: u64,
+    pub rejected: u64,
+    pub rejected_by_code: BTreeMap<String, u64>,
+    pub replayed: u64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub error_rate: f64,
+    pub error_samples: Vec<String>,
+    /// Allocation requests per real second over the run.
+    pub rate_per_s: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Latencies {
+    /// Measured by the client around each `POST /allocate`, body included.
+    pub client: LatencySummary,
+    /// The control service's `latency_us.total_us`.
+    pub server_total: LatencySummary,
+}
+
+/// The whole report of a run; `--json` writes it as is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub run: RunInfo,
+    pub requests: RequestSummary,
+    pub releases: ReleaseTally,
+    pub latency: Latencies,
+    /// Each VM's prediction source, from the answers.
+    pub predictions_by_source: BTreeMap<String, u64>,
+    /// From the control service's `/v1/stats`; `None` when the end snapshot failed.
+    pub control_stats: Option<StatsDelta>,
+    pub series: Vec<SeriesPoint>,
+}
+
+impl Summary {
+    pub fn new(run: RunInfo, tally: Tally, control_stats: Option<StatsDelta>, series: Vec<SeriesPoint>) -> Self {
+        let rate_per_s = if run.wall_s > 0.0 { tally.requests as f64 / run.wall_s } else { 0.0 };
+        Summary {
+            requests: RequestSummary {
+                total: tally.requests,
+                placed: tally.placed,
+                rejected: tally.rejected,
+                error_rate: tally.error_rate(),
+                rejected_by_code: tally.rejected_by_code,
+                replayed: tally.replayed,
+                errors: tally.errors,
+                errors_by_kind: tally.errors_by_kind,
+                error_samples: tally.error_samples,
+                rate_per_s,
+            },
+            releases: tally.releases,
+            latency: Latencies {
+                client: LatencySummary::from_us(&tally.client_latency_us),
+                server_total: LatencySummary::from_us(&tally.server_total_us),
+            },
+            predictions_by_source: tally.predictions_by_source,
+            control_stats,
+            series,
+            run,
+        }
+    }
+
+    /// The readable plain-text report.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.render_into(&mut out);
+        out
+    }
+
+    fn render_into(&self, out: &mut String) -> std::fmt::Result {
+        let run = &self.run;
+        let req = &self.requests;
+        let rate = run.max_rate.map_or_else(|| "no rate cap".to_owned(), |r| format!("at most {r} requests/s"));
+        writeln!(out, "vmreplay against {}", run.control)?;
+        writeln!(
+            out,
+            "trace     {}: {} VMs starting in trace time [{:.0} s, {:.0} s] ({}), {}",
+            run.trace,
+            run.vms_planned,
+            run.from_s,
+            run.to_s,
+            format_duration(run.to_s - run.from_s),
+            if run.vm_id_prefix.is_empty() {
+                "the trace's VM ids".to_owned()
+            } else {
+                format!("VM ids prefixed `{}-`", run.vm_id_prefix)
+            }
+        )?;
+        writeln!(out, "pacing    speed {}x, {rate}, concurrency {}", run.speed, run.concurrency)?;
+        let state = if run.interrupted { "interrupted (Ctrl-C)" } else { "completed" };
+        writeln!(out, "run       {state} in {:.1} s real ({:.1} allocations/s)", run.wall_s, req.rate_per_s)?;
+        writeln!(out)?;
+        writeln!(out, "requests  {:>8}", req.total)?;
+        writeln!(out, "  placed  {:>8}", req.placed)?;
+        writeln!(out, "  rejected{:>8}{}", req.rejected, breakdown(&req.rejected_by_code))?;
+        writeln!(out, "  replayed{:>8}", req.replayed)?;
+        writeln!(out, "  errors  {:>8}{}", req.errors, breakdown(&req.errors_by_kind))?;
+        for sample in &req.error_samples {
+            writeln!(out, "      e.g. {sample}")?;
+        }
+        let rel = &self.releases;
+        writeln!(
+            out,
+            "releases  {:>8}   released {}, not found {}, errors {}{} (at the end of the run: {}; left placed: {})",
+            rel.requests,
+            rel.released,
+            rel.not_found,
+            rel.errors,
+            breakdown(&rel.errors_by_kind),
+            rel.at_end,
+            rel.left_placed
+        )?;
+        writeln!(out)?;
+        writeln!(out, "latency (ms)        p50       p99       max")?;
+        for (name, lat) in [("client", &self.latency.client), ("server total", &self.latency.server_total)] {
+            writeln!(out, "  {name:<12} {:>9} {:>9} {:>9}", ms(lat.p50_ms), ms(lat.p99_ms), ms(lat.max_ms))?;
+        }
+        writeln!(out)?;
+        match &self.control_stats {
+            Some(delta) => {
+                let hit_rate = delta.cache_hit_rate.map_or_else(|| "-".to_owned(), |r| format!("{:.1}%", r * 100.0));
+                writeln!(
+                    out,
+                    "cache     hit rate {hit_rate} ({} hits, {} misses)",
+                    delta.cache_hits, delta.cache_misses
+                )?;
+                writeln!(out, "fallbacks {}", list_or_none(&delta.fallbacks))?;
+                let active = if delta.safeguard_active_at_end { "active" } else { "inactive" };
+                writeln!(out, "safeguard {} trips ({active} at the end)", delta.safeguard_trips)?;
+                if delta.counters_reset {
+                    writeln!(
+                        out,
+                        "          (the control service restarted during the run: its figures count from then)"
+                    )?;
+                }
+            }
+            None => writeln!(out, "cache, fallbacks, safeguard: unknown (the final /v1/stats failed)")?,
+        }
+        writeln!(out, "predictions {}", list_or_none(&self.predictions_by_source))?;
+        writeln!(out)?;
+        self.render_series(out)
+    }
+
+    fn render_series(&self, out: &mut String) -> std::fmt::Result {
+        if self.series.is_empty() {
+            return writeln!(out, "time series: no /v1/stats sample");
+        }
+        let rows = thin_indices(self.series.len(), TABLE_ROWS);
+        writeln!(out, "time series ({} of {} samples)", rows.len(), self.series.len())?;
+        writeln!(
+            out,
+            "  {:>8}  {:>14}  {:>9}  {:>13}  {:>7}  {:>11}",
+            "real s", "trace s", "VMs alive", "allocator VMs", "density", "empty hosts"
+        )?;
+        for i in rows {
+            let p = &self.series[i];
+            writeln!(
+                out,
+                "  {:>8.1}  {:>14.0}  {:>9}  {:>13}  {:>7}  {:>11}",
+                p.elapsed_s,
+                p.trace_s,
+                p.vms_alive,
+                p.allocator_vms.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                p.packing_density.map_or_else(|| "-".to_owned(), |d| format!("{:.1}%", d * 100.0)),
+                p.empty_hosts_pct.map_or_else(|| "-".to_owned(), |e| format!("{e:.1}%")),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
+}
+
+fn list_or_none(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        "none".to_owned()
+    } else {
+        counts.iter().map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+fn breakdown(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        String::new()
+    } else {
+        format!("   ({})", list_or_none(counts))
+    }
+}
+
+/// Draws packing density and empty hosts (both in percent) over trace time, in hours, as SVG.
+pub fn write_plot(series: &[SeriesPoint], path: &Path) -> Result<(), ReplayError> {
+    draw_plot(series, path).map_err(|err| ReplayError::Plot { path: path.to_owned(), message: err.to_string() })
+}
+
+fn draw_plot(series: &[SeriesPoint], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let hours = |p: &SeriesPoint| p.trace_s / 3_600.0;
+    let x_min = series.iter().map(hours).fold(f64::INFINITY, f64::min);
+    let x_max = series.iter().map(hours).fold(f64::NEG_INFINITY, f64::max);
+    let (x_min, x_max) = if x_min.is_finite() && x_max > x_min { (x_min, x_max) } else { (0.0, 1.0) };
+    let density: Vec<(f64, f64)> = series.iter().filter_map(|p| Some((hours(p), p.packing_density? * 100.0))).collect();
+    let empty: Vec<(f64, f64)> = series.iter().filter_map(|p| Some((hours(p), p.empty_hosts_pct?))).collect();
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Packing density and empty hosts during the replay", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(x_min..x_max, 0.0..100.0)?;
+    chart.configure_mesh().x_desc("trace time (h)").y_desc("%").draw()?;
+    for (name, points, color) in [("packing density", density, BLUE), ("empty hosts", empty, RED)] {
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{CacheStats, SafeguardStatus, ZoneStats};
+    use std::sync::Arc;
+    use traces::ExtraColumns;
+
+    fn record(id: &str, start_s: f64, end_s: Option<f64>) -> VmRecord {
+        VmRecord {
+            vm_id: id.to_owned(),
+            tenant_id: "t1".to_owned(),
+            vm_type: "D2".to_owned(),
+            cores: 2.0,
+            memory_gib: 8.0,
+            priority: domain::Priority::Regular,
+            start_s,
+            end_s,
+            extra: ExtraColumns::default(),
+        }
+    }
+
+    fn ok(records: Vec<VmRecord>) -> impl Iterator<Item = Result<VmRecord, TraceError>> {
+        records.into_iter().map(Ok)
+    }
+
+    fn window(from_s: Option<f64>, duration_s: Option<f64>, max_vms: Option<usize>) -> WindowSpec {
+        WindowSpec { from_s, duration_s, max_vms }
+    }
+
+    #[test]
+    fn the_plan_keeps_the_window_in_start_order() {
+        let records = vec![
+            record("late", 500.0, None),
+            record("b", 20.0, Some(30.0)),
+            record("before", 5.0, Some(8.0)),
+            record("a", 10.0, Some(400.0)),
+            record("a2", 10.0, None),
+        ];
+        let plan = plan(ok(records), 10.0, &window(Some(10.0), Some(100.0), None), "run").unwrap();
+        let ids: Vec<&str> = plan.vms.iter().map(|v| v.request.vm_id.as_str()).collect();
+        assert_eq!(ids, ["run-a", "run-a2", "run-b"]);
+        assert_eq!((plan.from_s, plan.to_s, plan.records_read), (10.0, 110.0, 5));
+        assert!(plan.releases_in_window(&plan.vms[2]));
+        assert!(!plan.releases_in_window(&plan.vms[0]), "ends after the window");
+        assert!(!plan.releases_in_window(&plan.vms[1]), "no end");
+    }
+
+    #[test]
+    fn max_vms_keeps_the_earliest_and_ends_the_window_at_the_last_of_them() {
+        let records = (0..10).rev().map(|i| record(&format!("v{i}"), f64::from(i) * 10.0, None)).collect();
+        let plan = plan(ok(records), 0.0, &window(None, Some(1000.0), Some(3)), "").unwrap();
+        let ids: Vec<&str> = plan.vms.iter().map(|v| v.request.vm_id.as_str()).collect();
+        assert_eq!(ids, ["v0", "v1", "v2"]);
+        assert_eq!(plan.to_s, 20.0);
+    }
+
+    #[test]
+    fn first_start_is_the_minimum_and_an_empty_window_says_where_the_trace_is() {
+        let records = || ok(vec![record("a", 50.0, None), record("b", -20.0, None)]);
+        assert_eq!(first_start(records()).unwrap(), -20.0);
+        let err = plan(records(), 1000.0, &window(Some(1000.0), None, None), "p").unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("from 1000 s on") && message.contains("between -20 s and 50 s"), "{message}");
+        let err = plan(records(), 60.0, &window(None, Some(10.0), None), "p").unwrap_err();
+        assert!(err.to_string().contains("window [60 s, 70 s)"), "{err}");
+        assert!(matches!(first_start(ok(Vec::new())), Err(ReplayError::EmptyTrace)));
+    }
+
+    #[test]
+    fn the_request_carries_prefix_features_os_and_start_time() {
+        let names: Arc<[String]> = ["os", "batch_size", "pool", "empty"].map(str::to_owned).into();
+        let mut rec = record("vm7", 123.5, Some(200.0));
+        rec.tenant_id = String::new();
+        rec.extra = ExtraColumns::new(names, ["linux", "3", "gpu-a", ""].map(str::to_owned).to_vec());
+        let vm = vm_request(&rec, "r1").unwrap();
+        let json = serde_json::to_value(domain::AllocationRequest::Vm(vm)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"vm": {
+                "vm_id": "r1-vm7", "tenant_id": NO_TENANT, "vm_type": "D2",
+                "demand": {"cores": 2.0, "memory_gib": 8.0, "ssd_gib": 0.0},
+                "priority": "regular", "os": "linux", "requested_at_s": 123.5,
+                "features": {"batch_size": 3.0, "pool": "gpu-a"}
+            }})
+        );
+        // What we send passes the service's own validation.
+        let body = serde_json::to_vec(&json).unwrap();
+        domain::decode_json::<domain::AllocationRequest>(&body, &domain::ValidationLimits::default()).unwrap();
+    }
+
+    #[test]
+    fn flags_are_checked_with_their_names() {
+        assert!(Pacing::new(0.0, None).unwrap_err().to_string().starts_with("--speed must be > 0"));
+        assert!(Pacing::new(1.0, Some(-1.0)).unwrap_err().to_string().starts_with("--max-rate must be > 0"));
+        assert!(window(None, Some(0.0), None).validate().unwrap_err().to_string().starts_with("--duration-s"));
+        assert!(window(None, None, Some(0)).validate().unwrap_err().to_string().starts_with("--max-vms"));
+        assert!(window(Some(f64::NAN), None, None).validate().unwrap_err().to_string().starts_with("--from-s"));
+    }
+
+    fn plan_of(vms: &[(f64, Option<f64>)], from_s: f64, to_s: f64) -> Plan {
+        let vms = vms
+            .iter()
+            .enumerate()
+            .map(|(i, &(start_s, end_s))| PlannedVm {
+                request: vm_request(&record(&format!("v{i}"), start_s, end_s), "").unwrap(),
+                start_s,
+                end_s,
+            })
+            .collect();
+        Plan { vms, from_s, to_s, records_read: 0 }
+    }
+
+    fn times(events: &[Event]) -> Vec<(f64, EventKind, usize)> {
+        events.iter().map(|e| ((e.at_s * 1e6).round() / 1e6, e.kind, e.vm)).collect()
+    }
+
+    #[test]
+    fn compression_maps_trace_time_and_releases_come_at_end_times() {
+        use EventKind::{Allocate as A, Release as R};
+        // speed 10: 10 trace seconds per real second, from trace time 100.
+        let plan =
+            plan_of(&[(100.0, Some(150.0)), (120.0, None), (130.0, Some(150.0)), (140.0, Some(900.0))], 100.0, 200.0);
+        let events = schedule(&plan, &Pacing::new(10.0, None).unwrap());
+        assert_eq!(
+            times(&events),
+            [(0.0, A, 0), (2.0, A, 1), (3.0, A, 2), (4.0, A, 3), (5.0, R, 0), (5.0, R, 2)],
+            "no release for the VM without an end nor for the one ending after the window"
+        );
+        assert_eq!(events[4].trace_s, 150.0);
+    }
+
+    #[test]
+    fn releases_free_capacity_before_arrivals_at_one_instant_but_never_before_their_own_allocation() {
+        use EventKind::{Allocate as A, Release as R};
+        let plan = plan_of(&[(0.0, Some(10.0)), (10.0, Some(10.0)), (10.0, Some(20.0))], 0.0, 20.0);
+        let events = schedule(&plan, &Pacing::new(1.0, None).unwrap());
+        assert_eq!(times(&events), [(0.0, A, 0), (10.0, R, 0), (10.0, A, 1), (10.0, A, 2), (10.0, R, 1), (20.0, R, 2)]);
+    }
+
+    #[test]
+    fn the_rate_cap_spaces_every_request_and_never_bursts() {
+        use EventKind::{Allocate as A, Release as R};
+        // Five VMs at the same instant, then one much later; 2 requests/s at most.
+        let plan =
+            plan_of(&[(0.0, Some(1.0)), (0.0, None), (0.0, None), (0.0, None), (0.0, None), (100.0, None)], 0.0, 100.0);
+        let events = schedule(&plan, &Pacing::new(1.0, Some(2.0)).unwrap());
+        assert_eq!(
+            times(&events),
+            [(0.0, A, 0), (0.5, A, 1), (1.0, A, 2), (1.5, A, 3), (2.0, A, 4), (2.5, R, 0), (100.0, A, 5)],
+            "the release waits for its slot; the late VM keeps its own time"
+        );
+        for pair in events.windows(2) {
+            assert!(pair[1].at_s - pair[0].at_s >= 0.5 - 1e-9);
+        }
+    }
+
+    #[test]
+    fn the_pacer_never_hands_out_two_slots_closer_than_the_interval() {
+        let mut pacer = Pacer::new(Some(4.0));
+        assert_eq!(pacer.reserve(1.0), 1.0);
+        assert_eq!(pacer.reserve(1.0), 1.25);
+        assert_eq!(pacer.reserve(1.3), 1.5);
+        assert_eq!(pacer.reserve(9.0), 9.0);
+        let mut free = Pacer::new(None);
+        assert_eq!((free.reserve(3.0), free.reserve(3.0)), (3.0, 3.0));
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&values, 0.5), Some(50.0));
+        assert_eq!(percentile(&values, 0.99), Some(99.0));
+        assert_eq!(percentile(&values, 1.0), Some(100.0));
+        assert_eq!(percentile(&values, 0.0), Some(1.0));
+        assert_eq!(percentile(&[7.0], 0.99), Some(7.0));
+        assert_eq!(percentile(&[], 0.5), None);
+        let lat = LatencySummary::from_us(&[3000, 1000, 2000]);
+        assert_eq!((lat.count, lat.p50_ms, lat.p99_ms, lat.max_ms), (3, Some(2.0), Some(3.0), Some(3.0)));
+    }
+
+    fn stats(hits: u64, misses: u64, fallbacks: &[(&str, u64)], trips: u64) -> ControlStats {
+        ControlStats {
+            requests: hits + misses,
+            cache: CacheStats { hits, misses, hit_rate: 0.0, entries: 0 },
+            fallbacks: fallbacks.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            safeguard: SafeguardStatus { trips, ..SafeguardStatus::default() },
+            ..ControlStats::default()
+        }
+    }
+
+    #[test]
+    fn the_stats_delta_counts_only_this_run() {
+        let start = stats(100, 50, &[("timeout", 4)], 1);
+        let end = stats(180, 70, &[("timeout", 9), ("error", 2)], 3);
+        let delta = stats_delta(&start, &end);
+        assert_eq!((delta.cache_hits, delta.cache_misses), (80, 20));
+        assert_eq!(delta.cache_hit_rate, Some(0.8));
+        assert_eq!(delta.fallbacks, BTreeMap::from([("error".to_owned(), 2), ("timeout".to_owned(), 5)]));
+        assert_eq!((delta.safeguard_trips, delta.requests, delta.counters_reset), (2, 100, false));
+        assert_eq!(stats_delta(&end, &end).cache_hit_rate, None);
+        // A restart in between: the counters start over and the end values are what counted.
+        let after_restart = stats_delta(&end, &stats(5, 5, &[], 0));
+        assert!(after_restart.counters_reset);
+        assert_eq!((after_restart.cache_hits, after_restart.cache_hit_rate), (5, Some(0.5)));
+    }
+
+    #[test]
+    fn series_points_read_and_combine_the_zones_stats() {
+        let zone =
+            |stats: serde_json::Value| ZoneStats { allocator: "http://a".into(), stats: Some(stats), error: None };
+        let mut control = ControlStats::default();
+        control.zones.insert(
+            "z1".into(),
+            zone(serde_json::json!({"packing_density": 0.9, "empty_hosts_pct": 50.0, "vms": 10, "empty_hosts": 5, "hosts": 10})),
+        );
+        let one = series_point(1.0, 2.0, 3, &control);
+        assert_eq!(
+            (one.packing_density, one.empty_hosts_pct, one.allocator_vms, one.vms_alive),
+            (Some(0.9), Some(50.0), Some(10), 3)
+        );
+        control.zones.insert(
+            "z2".into(),
+            zone(serde_json::json!({"packing_density": 0.6, "empty_hosts_pct": 0.0, "vms": 30, "empty_hosts": 0, "hosts": 10})),
+        );
+        control.zones.insert("down".into(), ZoneStats { allocator: "x".into(), stats: None, error: Some("no".into()) });
+        let two = series_point(1.0, 2.0, 3, &control);
+        // Density weighted by non-empty hosts: (0.9 * 5 + 0.6 * 10) / 15.
+        assert!((two.packing_density.unwrap() - 0.7).abs() < 1e-12);
+        assert_eq!((two.empty_hosts_pct, two.allocator_vms, two.hosts), (Some(25.0), Some(40), Some(20)));
+        assert_eq!(series_point(0.0, 0.0, 0, &ControlStats::default()).packing_density, None);
+    }
+
+    #[test]
+    fn thinning_spreads_rows_evenly_and_keeps_both_ends() {
+        assert_eq!(thin_indices(5, 15), [0, 1, 2, 3, 4]);
+        assert_eq!(thin_indices(100, 5), [0, 25, 50, 74, 99]);
+        let many = thin_indices(1000, 15);
+        assert_eq!((many.len(), many[0], many[14]), (15, 0, 999));
+        assert_eq!(thin_indices(16, 15).len(), 15);
+        assert_eq!(thin_indices(10, 1), [9]);
+        assert!(thin_indices(10, 0).is_empty());
+    }
+
+    #[test]
+    fn answers_are_classified_by_status_and_body() {
+        let placed = br#"{"zone":"z","status":"placed","placements":[{"vm_id":"v","host_id":"h","rack_id":"r","cluster_id":"c"}],
+            "predictions":[{"vm_id":"v","prediction":{"p_long":0.1,"class":"short","source":"cache"}}],
+            "latency_us":{"validate_us":1,"cache_us":1,"inference_us":0,"allocator_us":5,"total_us":9}}"#;
+        let answer = classify_answer(201, placed);
+        assert_eq!(answer.outcome, Outcome::Placed);
+        assert_eq!((answer.server_total_us, answer.prediction_sources.clone()), (Some(9), vec!["cache".to_owned()]));
+        assert!(answer.is_placed());
+
+        let rejected = br#"{"zone":"z","status":"rejected","rejection":{"code":"no_feasible_host","detail":"full"},
+            "predictions":[],"latency_us":{"validate_us":1,"cache_us":1,"inference_us":0,"allocator_us":5,"total_us":7}}"#;
+        let answer = classify_answer(200, rejected);
+        assert_eq!(answer.outcome, Outcome::Rejected { code: "no_feasible_host".into() });
+        assert!(!answer.is_placed());
+
+        let replayed =
+            String::from_utf8(placed.to_vec()).unwrap().replace(r#""zone":"z","#, r#""zone":"z","replayed":true,"#);
+        let answer = classify_answer(200, replayed.as_bytes());
+        assert_eq!(answer.outcome, Outcome::Replayed { placed: true });
+        assert!(answer.is_placed());
+
+        let problem = br#"{"type":"urn:problem:allocator-unavailable","title":"Allocator unavailable","status":503,"detail":"zone-1 down"}"#;
+        let answer = classify_answer(503, problem);
+        assert_eq!(
+            answer.outcome,
+            Outcome::Failed {
+                kind: "HTTP 503".into(),
+                detail: "Allocator unavailable: zone-1 down (urn:problem:allocator-unavailable)".into()
+            }
+        );
+        assert!(
+            matches!(classify_answer(500, b"oops").outcome, Outcome::Failed { ref detail, .. } if detail == "oops")
+        );
+        assert!(
+            matches!(classify_answer(201, b"{}").outcome, Outcome::Failed { ref kind, .. } if kind.contains("unreadable"))
+        );
+    }
+
+    #[test]
+    fn the_tally_counts_outcomes_releases_and_the_error_rate() {
+        let mut tally = Tally::default();
+        let answer = |outcome| Answer { outcome, server_total_us: Some(5), prediction_sources: vec!["model".into()] };
+        tally.record_allocation(&answer(Outcome::Placed), 10);
+        tally.record_allocation(&answer(Outcome::Rejected { code: "no_feasible_host".into() }), 10);
+        tally.record_allocation(&answer(Outcome::Replayed { placed: false }), 10);
+        tally.record_allocation(&Answer::transport_error("connect", "refused"), 10);
+        assert_eq!((tally.requests, tally.placed, tally.rejected, tally.replayed, tally.errors), (4, 1, 1, 1, 1));
+        assert_eq!(tally.error_rate(), 0.25);
+        assert_eq!(tally.predictions_by_source["model"], 3);
+        assert_eq!(tally.server_total_us.len(), 3);
+        assert_eq!(tally.error_samples, ["POST /allocate: transport: connect: refused"]);
+        tally.record_release(Ok(204), false);
+        tally.record_release(Ok(404), true);
+        tally.record_release(Ok(503), true);
+        tally.record_release(Err(("timeout".into(), "slow".into())), false);
+        let r = &tally.releases;
+        assert_eq!((r.requests, r.released, r.not_found, r.errors, r.at_end), (4, 1, 1, 2, 2));
+        assert_eq!(r.errors_by_kind.len(), 2);
+    }
+
+    #[test]
+    fn the_summary_renders_every_section_and_serializes() {
+        let mut tally = Tally::default();
+        tally.record_allocation(
+            &Answer { outcome: Outcome::Placed, server_total_us: Some(1500), prediction_sources: vec!["model".into()] },
+            2345,
+        );
+        let series: Vec<SeriesPoint> = (0..40)
+            .map(|i| SeriesPoint { elapsed_s: f64::from(i), packing_density: Some(0.5), ..SeriesPoint::default() })
+            .collect();
+        let run = RunInfo { control: "http://c".into(), wall_s: 2.0, vm_id_prefix: "r1".into(), ..RunInfo::default() };
+        let delta = stats_delta(&stats(0, 0, &[], 0), &stats(3, 1, &[("timeout", 1)], 0));
+        let summary = Summary::new(run, tally, Some(delta), series);
+        let text = summary.render();
+        for needle in
+            ["placed         1", "2.35", "1.50", "hit rate 75.0%", "timeout 1", "model 1", "15 of 40 samples", "50.0%"]
+        {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert_eq!(text.lines().filter(|l| l.trim_start().starts_with("39.0")).count(), 1, "the last sample is shown");
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["requests"]["placed"], 1);
+        assert_eq!(json["latency"]["client"]["p50_ms"], 2.345);
+        assert_eq!(json["series"].as_array().unwrap().len(), 40);
+    }
+
+    #[test]
+    fn the_plot_is_an_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replay.svg");
+        let series: Vec<SeriesPoint> = (0..5)
+            .map(|i| SeriesPoint {
+                trace_s: f64::from(i) * 3600.0,
+                packing_density: Some(0.8),
+                empty_hosts_pct: Some(f64::from(i) * 10.0),
+                ..SeriesPoint::default()
+            })
+            .collect();
+        write_plot(&series, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("empty hosts"));
+        write_plot(&[], &dir.path().join("empty.svg")).unwrap();
+        let err = write_plot(&series, &dir.path().join("missing/dir/x.svg")).unwrap_err();
+        assert!(err.to_string().contains("missing/dir/x.svg"), "{err}");
+    }
+}

@@ -1,1 +1,654 @@
-fn main() {}
+//! `vmreplay`: drives a VM trace through the control service's public API in compressed time:
+//! `POST /allocate` at each VM's start, `DELETE /allocate/{vm_id}` at its end, `/v1/stats` sampled
+//! as it goes, and a report of what happened. Which VMs, when, and the statistics are
+//! `control_service::replay`'s pure logic; this file does the HTTP, the clock and the terminal.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{ArgGroup, Parser};
+use control_service::replay::{self, Answer, EventKind, Pacer, Pacing, Plan, SeriesPoint, Tally, WindowSpec};
+use domain::{AllocationRequest, ControlStats, VmId};
+use indicatif::{ProgressBar, ProgressStyle};
+use reqwest::Url;
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use traces::synthetic::{generate, SyntheticConfig};
+use traces::TraceSource;
+
+/// Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Stand-in for "never" when a schedule reaches absurdly far (a tiny `--speed`): a century.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+#[derive(Parser)]
+#[command(
+    name = "vmreplay",
+    version,
+    about = "Replay a VM trace through the control service's POST /allocate and report what happened",
+    long_about = "Replay a VM trace through the control service's public API: each VM of the window is requested \
+                  (POST /allocate) at its trace start and released (DELETE /allocate/{vm_id}) at its trace end, \
+                  both compressed by --speed and capped by --max-rate. VMs still placed at the end are released \
+                  unless --keep. Prints a summary: outcomes, latency, cache and fallbacks, packing density and \
+                  empty hosts over time."
+)]
+#[command(group(ArgGroup::new("input").required(true).args(["trace", "synthetic_days"])))]
+struct Cli {
+    /// The trace: the project's CSV (.csv or .csv.gz, docs/trace-format.md).
+    trace: Option<PathBuf>,
+    /// Instead of a file, replay a synthetic trace of this many days, generated in memory.
+    #[arg(long, value_name = "DAYS")]
+    synthetic_days: Option<f64>,
+    /// Seed of the synthetic trace.
+    #[arg(long, default_value_t = 42, requires = "synthetic_days")]
+    seed: u64,
+    /// Base URL of the control service.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    control: String,
+    /// Trace time to start at, in seconds [default: the first VM's start].
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS")]
+    from_s: Option<f64>,
+    /// Trace seconds to replay [default: up to the last VM's start].
+    #[arg(long, value_name = "SECONDS")]
+    duration_s: Option<f64>,
+    /// Request at most this many VMs (the earliest of the window).
+    #[arg(long, value_name = "N")]
+    max_vms: Option<usize>,
+    /// Time compression: trace seconds per real second (1440 = one trace day per real minute).
+    #[arg(long, default_value_t = 1440.0)]
+    speed: f64,
+    /// Most requests (allocations and releases) per real second; evenly spaced, never in bursts
+    /// [default: no cap].
+    #[arg(long, value_name = "PER_SECOND")]
+    max_rate: Option<f64>,
+    /// Requests in flight at most.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Leave the VMs still placed at the end of the run on their hosts.
+    #[arg(long)]
+    keep: bool,
+    /// Prefix of the VM ids sent (`PREFIX-<trace id>`), so that runs on one allocator store do not
+    /// collide: the allocator answers a reused id with the earlier decision. Empty for the trace's
+    /// own ids [default: `r<unix time>`].
+    #[arg(long, value_name = "PREFIX")]
+    vm_id_prefix: Option<String>,
+    /// Real seconds between two samples of the control service's /v1/stats.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    sample_every_s: f64,
+    /// Budget of one HTTP request, connection included.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    request_timeout_s: f64,
+    /// Fail (exit code 1) when more than this share of the allocation requests failed.
+    #[arg(long, default_value_t = 0.01, value_name = "SHARE")]
+    max_error_rate: f64,
+    /// Also write the whole summary as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Also draw packing density and empty hosts over time into this SVG file.
+    #[arg(long, value_name = "PATH.svg")]
+    plot: Option<PathBuf>,
+    /// No progress bar or progress messages; only the summary.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// The flags checked and turned into what the run needs.
+struct Settings {
+    window: WindowSpec,
+    pacing: Pacing,
+    control: Url,
+    vm_id_prefix: String,
+    sample_every: Duration,
+    request_timeout: Duration,
+}
+
+fn check_flags(cli: &Cli) -> Result<Settings> {
+    let window = WindowSpec { from_s: cli.from_s, duration_s: cli.duration_s, max_vms: cli.max_vms };
+    window.validate()?;
+    let pacing = Pacing::new(cli.speed, cli.max_rate)?;
+    if !(1..=10_000).contains(&cli.concurrency) {
+        bail!("--concurrency must be between 1 and 10000, got {}", cli.concurrency);
+    }
+    if !(cli.sample_every_s.is_finite() && cli.sample_every_s >= 0.1) {
+        bail!("--sample-every-s must be at least 0.1 seconds, got {}", cli.sample_every_s);
+    }
+    if !(cli.request_timeout_s.is_finite() && cli.request_timeout_s >= 0.001) {
+        bail!("--request-timeout-s must be at least 0.001 seconds, got {}", cli.request_timeout_s);
+    }
+    if !(0.0..=1.0).contains(&cli.max_error_rate) {
+        bail!("--max-error-rate must be a share between 0 and 1 (0.01 = 1%), got {}", cli.max_error_rate);
+    }
+    if let Some(days) = cli.synthetic_days {
+        if !(days.is_finite() && days > 0.0 && days <= 3650.0) {
+            bail!("--synthetic-days must be > 0 and at most 3650, got {days}");
+        }
+    }
+    let control = Url::parse(&cli.control).map_err(|err| {
+        anyhow!("--control `{}` is not a URL ({err}); expected e.g. http://127.0.0.1:8080", cli.control)
+    })?;
+    if !matches!(control.scheme(), "http" | "https") || control.cannot_be_a_base() {
+        bail!("--control `{}` must be an http:// URL, e.g. http://127.0.0.1:8080", cli.control);
+    }
+    let vm_id_prefix = match &cli.vm_id_prefix {
+        Some(prefix) => prefix.clone(),
+        None => format!("r{}", SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())),
+    };
+    if vm_id_prefix.len() > 128 || vm_id_prefix.chars().any(char::is_control) {
+        bail!("--vm-id-prefix must be at most 128 bytes without control characters, got {vm_id_prefix:?}");
+    }
+    Ok(Settings {
+        window,
+        pacing,
+        control,
+        vm_id_prefix,
+        sample_every: Duration::from_secs_f64(cli.sample_every_s),
+        request_timeout: Duration::from_secs_f64(cli.request_timeout_s),
+    })
+}
+
+/// Reads the trace (or generates it) and plans the window. Returns the plan and a description of
+/// the trace for the summary.
+fn load_plan(cli: &Cli, settings: &Settings) -> Result<(Plan, String)> {
+    let window = &settings.window;
+    let prefix = &settings.vm_id_prefix;
+    if let Some(days) = cli.synthetic_days {
+        let config = SyntheticConfig { seed: cli.seed, span_days: days, ..SyntheticConfig::default() };
+        let records = generate(&config);
+        let from_s = match window.from_s {
+            Some(from) => from,
+            None => records.iter().map(|r| r.start_s).reduce(f64::min).unwrap_or(0.0),
+        };
+        let plan = replay::plan(records.into_iter().map(Ok), from_s, window, prefix)?;
+        return Ok((plan, format!("synthetic trace ({days} days, seed {})", cli.seed)));
+    }
+    let Some(path) = &cli.trace else { bail!("give a trace file or --synthetic-days") };
+    let source = TraceSource::from_path(path, None).with_context(|| {
+        format!(
+            "trace {}: vmreplay reads the project's CSV (.csv, .csv.gz); convert other traces with `vmtrace convert`",
+            path.display()
+        )
+    })?;
+    let open = || source.open().with_context(|| format!("opening the trace {}", path.display()));
+    let from_s = match window.from_s {
+        Some(from) => from,
+        None => replay::first_start(open()?).with_context(|| format!("trace {}", path.display()))?,
+    };
+    let plan = replay::plan(open()?, from_s, window, prefix).with_context(|| format!("trace {}", path.display()))?;
+    Ok((plan, path.display().to_string()))
+}
+
+/// The control service's routes.
+struct Endpoints {
+    allocate: Url,
+    stats: Url,
+    readyz: Url,
+}
+
+impl Endpoints {
+    fn new(base: &Url) -> Result<Self> {
+        let at = |segments: &[&str]| -> Result<Url> {
+            let mut url = base.clone();
+            url.set_query(None);
+            url.set_fragment(None);
+            url.path_segments_mut()
+                .map_err(|()| anyhow!("--control `{base}` cannot take a path; expected e.g. http://127.0.0.1:8080"))?
+                .pop_if_empty()
+                .extend(segments);
+            Ok(url)
+        };
+        Ok(Endpoints { allocate: at(&["allocate"])?, stats: at(&["v1", "stats"])?, readyz: at(&["readyz"])? })
+    }
+
+    /// `DELETE /allocate/{vm_id}`, the id percent-encoded as one path segment.
+    fn release(&self, vm_id: &VmId) -> Url {
+        let mut url = self.allocate.clone();
+        // `allocate` was built by pushing a segment, so it takes one more.
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.push(vm_id.as_str());
+        }
+        url
+    }
+}
+
+/// A transport error's kind for the counters, and its message with every cause.
+fn transport(err: reqwest::Error) -> (String, String) {
+    let kind = if err.is_timeout() {
+        "timeout"
+    } else if err.is_connect() {
+        "connect"
+    } else if err.is_body() || err.is_decode() {
+        "body"
+    } else {
+        "request"
+    };
+    (kind.to_owned(), format!("{:#}", anyhow::Error::from(err)))
+}
+
+async fn check_ready(client: &reqwest::Client, endpoints: &Endpoints, control: &str) -> Result<()> {
+    let response =
+        client.get(endpoints.readyz.clone()).timeout(Duration::from_secs(5)).send().await.map_err(|err| {
+            anyhow!(
+                "cannot reach the control service at {control} (--control): {}\nStart the stack with \
+             `scripts/stack.sh up`, or point --control at a running control service.",
+                transport(err).1
+            )
+        })?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        bail!(
+            "the control service at {control} (--control) is not ready: GET /readyz answered {status}: {}\n\
+             Wait until its allocators and inference servers are up (`scripts/stack.sh up` starts them all).",
+            body.trim()
+        );
+    }
+    Ok(())
+}
+
+async fn get_stats(client: &reqwest::Client, url: &Url) -> Result<ControlStats> {
+    let response = client.get(url.clone()).send().await.map_err(|err| anyhow!("GET {url}: {}", transport(err).1))?;
+    let status = response.status();
+    let body = response.bytes().await.with_context(|| format!("GET {url}: reading the body"))?;
+    if !status.is_success() {
+        bail!("GET {url} answered {status}: {}", String::from_utf8_lossy(&body).trim());
+    }
+    serde_json::from_slice(&body).with_context(|| format!("GET {url}: not the control service's statistics"))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking task already fails the run; the counters it left are still worth reporting.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `start + seconds`, saturating at [`FAR_FUTURE`] instead of panicking on absurd schedules.
+fn instant_after(start: Instant, seconds: f64) -> tokio::time::Instant {
+    let offset = Duration::try_from_secs_f64(seconds.max(0.0)).unwrap_or(FAR_FUTURE).min(FAR_FUTURE);
+    tokio::time::Instant::from_std(start + offset)
+}
+
+/// What the request tasks share.
+struct Shared {
+    client: reqwest::Client,
+    endpoints: Endpoints,
+    plan: Plan,
+    start: Instant,
+    pacer: Mutex<Pacer>,
+    tally: Mutex<Tally>,
+    /// VMs (indices into the plan) placed and not yet released.
+    alive: Mutex<HashSet<usize>>,
+    /// Trace time of the latest event dispatched, as `f64` bits.
+    trace_now: AtomicU64,
+    bar: ProgressBar,
+}
+
+impl Shared {
+    fn elapsed_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Waits for this request's slot under the rate cap. Every request passes here right before it
+    /// is sent, so the cap holds whatever the scheduling delays were.
+    async fn pace(&self) {
+        let now = self.elapsed_s();
+        let at = lock(&self.pacer).reserve(now);
+        if at > now {
+            tokio::time::sleep_until(instant_after(self.start, at)).await;
+        }
+    }
+
+    fn point(&self, stats: &ControlStats) -> SeriesPoint {
+        let trace_s = f64::from_bits(self.trace_now.load(Ordering::Relaxed));
+        let alive = lock(&self.alive).len() as u64;
+        replay::series_point(self.elapsed_s(), trace_s, alive, stats)
+    }
+}
+
+async fn allocate(shared: Arc<Shared>, vm: usize, done: Option<oneshot::Sender<bool>>, _permit: OwnedSemaphorePermit) {
+    let body = AllocationRequest::Vm(shared.plan.vms[vm].request.clone());
+    shared.pace().await;
+    let sent = Instant::now();
+    let answer = match shared.client.post(shared.endpoints.allocate.clone()).json(&body).send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            match response.bytes().await {
+                Ok(bytes) => replay::classify_answer(status, &bytes),
+                Err(err) => {
+                    let (kind, detail) = transport(err);
+                    Answer::transport_error(&kind, detail)
+                }
+            }
+        }
+        Err(err) => {
+            let (kind, detail) = transport(err);
+            Answer::transport_error(&kind, detail)
+        }
+    };
+    let client_us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let placed = answer.is_placed();
+    if placed {
+        lock(&shared.alive).insert(vm);
+    }
+    let message = {
+        let mut tally = lock(&shared.tally);
+        tally.record_allocation(&answer, client_us);
+        format!(
+            "placed {}, rejected {}, replayed {}, errors {}",
+            tally.placed, tally.rejected, tally.replayed, tally.errors
+        )
+    };
+    shared.bar.inc(1);
+    shared.bar.set_message(message);
+    if let Some(done) = done {
+        // The release task may be gone (interrupted run): nobody to tell.
+        let _ = done.send(placed);
+    }
+}
+
+/// Releases a VM once its allocation has answered, if it was placed.
+async fn release(
+    shared: Arc<Shared>,
+    vm: usize,
+    allocated: Option<oneshot::Receiver<bool>>,
+    _permit: OwnedSemaphorePermit,
+    at_end: bool,
+) {
+    if let Some(allocated) = allocated {
+        if !allocated.await.unwrap_or(false) {
+            return;
+        }
+    }
+    if !lock(&shared.alive).contains(&vm) {
+        return;
+    }
+    shared.pace().await;
+    let url = shared.endpoints.release(&shared.plan.vms[vm].request.vm_id);
+    let result = match shared.client.delete(url).send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            // Read the (small) body so the connection goes back to the pool.
+            let _ = response.bytes().await;
+            Ok(status)
+        }
+        Err(err) => Err(transport(err)),
+    };
+    if matches!(result, Ok(status) if (200..300).contains(&status) || status == 404) {
+        lock(&shared.alive).remove(&vm);
+    }
+    lock(&shared.tally).record_release(result, at_end);
+}
+
+/// Waits for every task; a panic in one is re-raised, since its counts would be wrong.
+async fn join_all(tasks: &mut JoinSet<()>) {
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(err) = joined {
+            if err.is_panic() {
+                std::panic::resume_unwind(err.into_panic());
+            }
+        }
+    }
+}
+
+/// Sends every event at its time; stops early at the first Ctrl-C. Returns whether it was
+/// interrupted.
+async fn dispatch(
+    shared: &Arc<Shared>,
+    events: &[replay::Event],
+    concurrency: usize,
+    interrupts: &mut watch::Receiver<u32>,
+) -> bool {
+    let vms = shared.plan.vms.len();
+    // An in-window release waits for its VM's allocation answer through a one-shot channel.
+    let mut senders: Vec<Option<oneshot::Sender<bool>>> = (0..vms).map(|_| None).collect();
+    let mut receivers: Vec<Option<oneshot::Receiver<bool>>> = (0..vms).map(|_| None).collect();
+    for event in events.iter().filter(|e| e.kind == EventKind::Release) {
+        let (tx, rx) = oneshot::channel();
+        senders[event.vm] = Some(tx);
+        receivers[event.vm] = Some(rx);
+    }
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut tasks = JoinSet::new();
+    let mut interrupted = false;
+    for event in events {
+        let due = instant_after(shared.start, event.at_s);
+        // Taking the permit here, before spawning, is the back-pressure: when the service is slower
+        // than the schedule, the dispatcher waits instead of piling up tasks.
+        let permit = tokio::select! {
+            Ok(_) = interrupts.wait_for(|&n| n >= 1) => {
+                interrupted = true;
+                break;
+            }
+            permit = async {
+                tokio::time::sleep_until(due).await;
+                Arc::clone(&permits).acquire_owned().await
+            } => permit,
+        };
+        let Ok(permit) = permit else { break };
+        shared.trace_now.store(event.trace_s.to_bits(), Ordering::Relaxed);
+        match event.kind {
+            EventKind::Allocate => {
+                tasks.spawn(allocate(Arc::clone(shared), event.vm, senders[event.vm].take(), permit))
+            }
+            EventKind::Release => {
+                tasks.spawn(release(Arc::clone(shared), event.vm, receivers[event.vm].take(), permit, false))
+            }
+        };
+        while tasks.try_join_next().is_some() {}
+    }
+    // Undispatched releases will never hear from their allocations; dropping the senders is fine.
+    drop(senders);
+    join_all(&mut tasks).await;
+    interrupted
+}
+
+/// Releases the VMs still placed, until done or a second Ctrl-C.
+async fn release_leftovers(
+    shared: &Arc<Shared>,
+    concurrency: usize,
+    interrupts: &mut watch::Receiver<u32>,
+    quiet: bool,
+) {
+    let mut leftover: Vec<usize> = lock(&shared.alive).iter().copied().collect();
+    leftover.sort_unstable();
+    if leftover.is_empty() {
+        return;
+    }
+    if !quiet {
+        eprintln!("vmreplay: releasing the {} VMs still placed (Ctrl-C to leave them)", leftover.len());
+    }
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut tasks = JoinSet::new();
+    for vm in leftover {
+        let permit = tokio::select! {
+            Ok(_) = interrupts.wait_for(|&n| n >= 2) => break,
+            permit = Arc::clone(&permits).acquire_owned() => permit,
+        };
+        let Ok(permit) = permit else { break };
+        tasks.spawn(release(Arc::clone(shared), vm, None, permit, true));
+        while tasks.try_join_next().is_some() {}
+    }
+    join_all(&mut tasks).await;
+}
+
+/// Counts Ctrl-C presses: the first stops sending, the second stops the final releases, the third
+/// exits at once.
+fn watch_interrupts() -> watch::Receiver<u32> {
+    let (tx, rx) = watch::channel(0u32);
+    tokio::spawn(async move {
+        let mut presses = 0;
+        while tokio::signal::ctrl_c().await.is_ok() {
+            presses += 1;
+            if presses >= 3 {
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+            if tx.send(presses).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+async fn sample_loop(shared: Arc<Shared>, every: Duration, mut stop: oneshot::Receiver<()>) -> (Vec<SeriesPoint>, u64) {
+    let mut points = Vec::new();
+    let mut errors = 0;
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = ticker.tick() => {}
+        }
+        match get_stats(&shared.client, &shared.endpoints.stats).await {
+            Ok(stats) => points.push(shared.point(&stats)),
+            Err(err) => {
+                errors += 1;
+                if errors == 1 {
+                    shared.bar.suspend(|| eprintln!("vmreplay: warning: sampling /v1/stats failed: {err:#}"));
+                }
+            }
+        }
+    }
+    (points, errors)
+}
+
+fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} requests ({per_sec}, eta {eta}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+#[tokio::main]
+async fn main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    let settings = check_flags(&cli)?;
+    if !cli.quiet {
+        eprintln!("vmreplay: reading the trace");
+    }
+    let (plan, trace) = load_plan(&cli, &settings)?;
+    let events = replay::schedule(&plan, &settings.pacing);
+    let releases_planned = events.iter().filter(|e| e.kind == EventKind::Release).count();
+
+    let client = reqwest::Client::builder()
+        .timeout(settings.request_timeout)
+        .pool_max_idle_per_host(cli.concurrency)
+        .build()
+        .context("building the HTTP client")?;
+    let endpoints = Endpoints::new(&settings.control)?;
+    check_ready(&client, &endpoints, &cli.control).await?;
+    let start_stats = get_stats(&client, &endpoints.stats).await.context(
+        "the control service is up but its statistics are not readable (--control points at something else?)",
+    )?;
+
+    if !cli.quiet {
+        let planned_s = events.last().map_or(0.0, |e| e.at_s);
+        eprintln!(
+            "vmreplay: {} VMs from {trace}, trace time {:.0} s .. {:.0} s, {releases_planned} releases in the window; \
+             about {:.0} s at {}x; VM ids `{}`",
+            plan.vms.len(),
+            plan.from_s,
+            plan.to_s,
+            planned_s,
+            settings.pacing.speed,
+            if settings.vm_id_prefix.is_empty() {
+                "as in the trace".to_owned()
+            } else {
+                format!("{}-...", settings.vm_id_prefix)
+            },
+        );
+    }
+
+    let mut run = replay::RunInfo {
+        control: cli.control.clone(),
+        trace,
+        vm_id_prefix: settings.vm_id_prefix.clone(),
+        from_s: plan.from_s,
+        to_s: plan.to_s,
+        vms_planned: plan.vms.len(),
+        releases_planned,
+        speed: settings.pacing.speed,
+        max_rate: settings.pacing.max_rate,
+        concurrency: cli.concurrency,
+        keep: cli.keep,
+        ..replay::RunInfo::default()
+    };
+    let from_s = plan.from_s;
+    let shared = Arc::new(Shared {
+        client,
+        endpoints,
+        bar: progress_bar(plan.vms.len(), cli.quiet),
+        plan,
+        start: Instant::now(),
+        pacer: Mutex::new(Pacer::new(settings.pacing.max_rate)),
+        tally: Mutex::new(Tally::default()),
+        alive: Mutex::new(HashSet::new()),
+        trace_now: AtomicU64::new(from_s.to_bits()),
+    });
+    let mut series = vec![replay::series_point(0.0, from_s, 0, &start_stats)];
+    let (stop_sampling, stop) = oneshot::channel();
+    let sampler = tokio::spawn(sample_loop(Arc::clone(&shared), settings.sample_every, stop));
+    let mut interrupts = watch_interrupts();
+
+    run.interrupted = dispatch(&shared, &events, cli.concurrency, &mut interrupts).await;
+    let _ = stop_sampling.send(());
+    let (points, sample_errors) = sampler.await.context("the /v1/stats sampler failed")?;
+    series.extend(points);
+    let end_stats = match get_stats(&shared.client, &shared.endpoints.stats).await {
+        Ok(stats) => {
+            series.push(shared.point(&stats));
+            Some(stats)
+        }
+        Err(err) => {
+            shared.bar.suspend(|| eprintln!("vmreplay: warning: the final /v1/stats failed: {err:#}"));
+            None
+        }
+    };
+    run.sample_errors = sample_errors + u64::from(end_stats.is_none());
+    shared.bar.finish_and_clear();
+
+    if !cli.keep {
+        release_leftovers(&shared, cli.concurrency, &mut interrupts, cli.quiet).await;
+    }
+    run.wall_s = shared.elapsed_s();
+    let mut tally = std::mem::take(&mut *lock(&shared.tally));
+    tally.releases.left_placed = lock(&shared.alive).len() as u64;
+    let delta = end_stats.as_ref().map(|end| replay::stats_delta(&start_stats, end));
+    let summary = replay::Summary::new(run, tally, delta, series);
+
+    print!("{}", summary.render());
+    if let Some(path) = &cli.json {
+        let json = serde_json::to_vec_pretty(&summary).context("serializing the summary")?;
+        std::fs::write(path, json).with_context(|| format!("writing --json {}", path.display()))?;
+    }
+    if let Some(path) = &cli.plot {
+        replay::write_plot(&summary.series, path).context("--plot")?;
+    }
+    let requests = &summary.requests;
+    if requests.error_rate > cli.max_error_rate {
+        bail!(
+            "{} of {} allocation requests failed ({:.1}%), more than --max-error-rate {} ({:.1}%); see the errors above",
+            requests.errors,
+            requests.total,
+            requests.error_rate * 100.0,
+            cli.max_error_rate,
+            cli.max_error_rate * 100.0
+        );
+    }
+    if summary.run.interrupted {
+        eprintln!("vmreplay: interrupted by Ctrl-C; the summary covers the requests sent until then");
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    Ok(ExitCode::SUCCESS)
+}
