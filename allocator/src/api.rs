@@ -238,8 +238,11 @@ async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<A
             vm_id: None,
             eliminated_by: Vec::new(),
         };
-        let decision =
-            AllocationDecision { outcome: AllocationOutcome::Rejected { rejection }, rule_stats: Vec::new(), replayed: false };
+        let decision = AllocationDecision {
+            outcome: AllocationOutcome::Rejected { rejection },
+            rule_stats: Vec::new(),
+            replayed: false,
+        };
         return (StatusCode::OK, Json(decision)).into_response();
     }
     match call(&state, "allocate", Command::Allocate(request)).await {

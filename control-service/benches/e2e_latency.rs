@@ -143,7 +143,8 @@ async fn main() {
     // Warm the connection pools of the client and of the control service.
     for i in 0..50 {
         let _ = client.get(control.url("/healthz")).send().await;
-        let _ = client.post(control.url("/allocate")).json(&body(1_000_000 + i, &format!("warm-{i}"), None)).send().await;
+        let _ =
+            client.post(control.url("/allocate")).json(&body(1_000_000 + i, &format!("warm-{i}"), None)).send().await;
         let _ = client.delete(control.url(&format!("/allocate/{}", vm_id(1_000_000 + i)))).send().await;
     }
 

@@ -2,6 +2,9 @@
 //! lookup by VM id, `/v1/stats`, health, readiness, metrics and the OpenAPI document. Thin: the
 //! prediction rules are in [`crate::predictions`], the upstream calls in [`crate::upstream`].
 
+// Handlers return early with a ready `Response` (a problem body); it is built once per request.
+#![allow(clippy::result_large_err)]
+
 use crate::inference::InferenceClient;
 use crate::predictions::Resolver;
 use crate::upstream::{Allocators, Answer, UpstreamError};
@@ -149,7 +152,9 @@ fn upstream_failure(control: &Control, error: UpstreamError) -> Response {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
-        UpstreamError::UnknownZone(_) => problem(StatusCode::UNPROCESSABLE_ENTITY, "unknown-zone", "Unknown zone", detail),
+        UpstreamError::UnknownZone(_) => {
+            problem(StatusCode::UNPROCESSABLE_ENTITY, "unknown-zone", "Unknown zone", detail)
+        }
     }
 }
 
@@ -236,7 +241,10 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
                 StatusCode::BAD_GATEWAY,
                 "bad-allocator-answer",
                 "Unreadable allocator answer",
-                format!("the allocator of zone `{zone}` answered {} with an unreadable decision: {error}", answer.status),
+                format!(
+                    "the allocator of zone `{zone}` answered {} with an unreadable decision: {error}",
+                    answer.status
+                ),
             );
         }
     };

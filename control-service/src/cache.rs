@@ -15,7 +15,8 @@ pub struct PredictionCache {
 
 impl PredictionCache {
     pub fn new(max_entries: u64, ttl: Duration) -> Self {
-        let entries = (max_entries > 0).then(|| moka::sync::Cache::builder().max_capacity(max_entries).time_to_live(ttl).build());
+        let entries =
+            (max_entries > 0).then(|| moka::sync::Cache::builder().max_capacity(max_entries).time_to_live(ttl).build());
         PredictionCache { entries, hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
     }
 

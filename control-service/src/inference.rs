@@ -18,7 +18,11 @@ pub struct InferenceClient {
 
 impl InferenceClient {
     pub fn new(client: reqwest::Client, servers: &[String]) -> Self {
-        InferenceClient { client, servers: servers.iter().map(|s| Upstream::new(s)).collect(), next: AtomicUsize::new(0) }
+        InferenceClient {
+            client,
+            servers: servers.iter().map(|s| Upstream::new(s)).collect(),
+            next: AtomicUsize::new(0),
+        }
     }
 
     pub fn servers(&self) -> &[Arc<Upstream>] {
@@ -29,7 +33,12 @@ impl InferenceClient {
         self.servers.iter().map(|s| InferenceServerHealth { url: s.base.clone(), healthy: s.is_ready() }).collect()
     }
 
-    async fn ask(&self, server: &Upstream, request: &PredictRequest, request_id: Option<&str>) -> Result<Vec<LifetimePrediction>, PredictError> {
+    async fn ask(
+        &self,
+        server: &Upstream,
+        request: &PredictRequest,
+        request_id: Option<&str>,
+    ) -> Result<Vec<LifetimePrediction>, PredictError> {
         let mut call = self.client.post(server.url("/v1/predict")).json(request);
         if let Some(id) = request_id {
             call = call.header(REQUEST_ID_HEADER, id);
@@ -55,7 +64,11 @@ impl InferenceClient {
 }
 
 impl Predictor for InferenceClient {
-    async fn predict(&self, request: PredictRequest, request_id: Option<&str>) -> Result<Vec<LifetimePrediction>, PredictError> {
+    async fn predict(
+        &self,
+        request: PredictRequest,
+        request_id: Option<&str>,
+    ) -> Result<Vec<LifetimePrediction>, PredictError> {
         let count = self.servers.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let mut last_error = PredictError::Unavailable;

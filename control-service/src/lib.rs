@@ -7,13 +7,13 @@
 //! [`cache`], [`safeguard`] and [`predictions`], which know nothing of HTTP; [`inference`] and
 //! [`upstream`] are the HTTP clients, [`api`] the axum layer.
 
-pub mod config;
-pub mod replay;
-pub mod cache;
-pub mod feature_key;
-pub mod predictions;
-pub mod safeguard;
 pub mod api;
+pub mod cache;
+pub mod config;
+pub mod feature_key;
 pub mod health;
 pub mod inference;
+pub mod predictions;
+pub mod replay;
+pub mod safeguard;
 pub mod upstream;

@@ -183,13 +183,13 @@ impl<P: Predictor> Resolver<P> {
                 .collect();
             let request = PredictRequest { instances, interval_class: self.config.interval_class };
             let asked = Instant::now();
-            let answer = match tokio::time::timeout(self.config.budget, self.predictor.predict(request, request_id)).await {
+            let answer = match tokio::time::timeout(self.config.budget, self.predictor.predict(request, request_id))
+                .await
+            {
                 Ok(Ok(answers)) if answers.len() == misses.len() => Ok(answers),
-                Ok(Ok(answers)) => Err(PredictError::Failed(format!(
-                    "asked for {} predictions, got {}",
-                    misses.len(),
-                    answers.len()
-                ))),
+                Ok(Ok(answers)) => {
+                    Err(PredictError::Failed(format!("asked for {} predictions, got {}", misses.len(), answers.len())))
+                }
                 Ok(Err(error)) => Err(error),
                 Err(_) => Err(PredictError::Timeout),
             };
@@ -264,7 +264,11 @@ mod tests {
     }
 
     impl Predictor for FakeModel {
-        async fn predict(&self, request: PredictRequest, _: Option<&str>) -> Result<Vec<LifetimePrediction>, PredictError> {
+        async fn predict(
+            &self,
+            request: PredictRequest,
+            _: Option<&str>,
+        ) -> Result<Vec<LifetimePrediction>, PredictError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             self.instances.fetch_add(request.instances.len(), Ordering::SeqCst);
             tokio::time::sleep(self.delay).await;
@@ -287,19 +291,20 @@ mod tests {
     }
 
     fn model(delay_ms: u64, fail: bool) -> FakeModel {
-        FakeModel {
-            delay: Duration::from_millis(delay_ms),
-            fail,
-            calls: Arc::default(),
-            instances: Arc::default(),
-        }
+        FakeModel { delay: Duration::from_millis(delay_ms), fail, calls: Arc::default(), instances: Arc::default() }
     }
 
     fn resolver(model: FakeModel, min_predictions: u64) -> Resolver<FakeModel> {
         Resolver::new(
             model,
             PredictionCache::new(100, Duration::from_secs(60)),
-            Safeguard::new(SafeguardConfig { enabled: true, window_s: 600, threshold: 0.5, min_predictions, cooldown_s: 60 }),
+            Safeguard::new(SafeguardConfig {
+                enabled: true,
+                window_s: 600,
+                threshold: 0.5,
+                min_predictions,
+                cooldown_s: 60,
+            }),
             ResolverConfig { budget: Duration::from_millis(50), time_step_s: 3_600, interval_class: false },
         )
     }

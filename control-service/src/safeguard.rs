@@ -144,7 +144,13 @@ mod tests {
     use super::*;
 
     fn safeguard() -> Safeguard {
-        Safeguard::new(SafeguardConfig { enabled: true, window_s: 600, threshold: 0.5, min_predictions: 10, cooldown_s: 60 })
+        Safeguard::new(SafeguardConfig {
+            enabled: true,
+            window_s: 600,
+            threshold: 0.5,
+            min_predictions: 10,
+            cooldown_s: 60,
+        })
     }
 
     #[test]

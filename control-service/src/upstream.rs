@@ -52,7 +52,12 @@ impl Allocators {
         self.zones.contains_key(zone)
     }
 
-    pub async fn allocate(&self, zone: &ZoneId, request: &AllocationRequest, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+    pub async fn allocate(
+        &self,
+        zone: &ZoneId,
+        request: &AllocationRequest,
+        request_id: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
         let upstream = self.upstream(zone)?;
         let call = self.client.post(upstream.url("/v1/allocations")).json(request);
         self.send(zone, call, request_id).await
@@ -80,7 +85,12 @@ impl Allocators {
         self.zones.get(zone).ok_or_else(|| UpstreamError::UnknownZone(zone.clone()))
     }
 
-    async fn send(&self, zone: &ZoneId, mut call: reqwest::RequestBuilder, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+    async fn send(
+        &self,
+        zone: &ZoneId,
+        mut call: reqwest::RequestBuilder,
+        request_id: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
         if let Some(id) = request_id {
             call = call.header(REQUEST_ID_HEADER, id);
         }

@@ -134,19 +134,20 @@ async fn killing_the_inference_server_mid_run_falls_back_without_failing_an_allo
             inference.kill();
         }
         // A tenant of its own per VM: every request misses the cache and needs the model.
-        let (status, decision) = post(&client, &control.url("/allocate"), &vm(&format!("k-{i}"), &format!("t{i}"), "D2", 2.0)).await;
+        let (status, decision) =
+            post(&client, &control.url("/allocate"), &vm(&format!("k-{i}"), &format!("t{i}"), "D2", 2.0)).await;
         assert_eq!(status, 201, "request {i}: {decision}");
         let latency = &decision["latency_us"];
         let before_allocator = latency["total_us"].as_u64().unwrap() - latency["allocator_us"].as_u64().unwrap();
         // Within the budget, plus scheduling slack on a loaded 2-core machine.
-        assert!(before_allocator < (BUDGET_MS + 30) * 1_000, "request {i} spent {before_allocator} us before the allocator");
+        assert!(
+            before_allocator < (BUDGET_MS + 30) * 1_000,
+            "request {i} spent {before_allocator} us before the allocator"
+        );
         sources.push(source(&decision).to_owned());
     }
     assert!(sources[..15].iter().all(|s| s == "model"), "{sources:?}");
-    assert!(
-        sources[15..].iter().all(|s| s == "fallback_error" || s == "fallback_unavailable"),
-        "{sources:?}"
-    );
+    assert!(sources[15..].iter().all(|s| s == "fallback_error" || s == "fallback_unavailable"), "{sources:?}");
     let stats = get_json(&client, &control.url("/v1/stats")).await;
     let fallbacks = &stats["fallbacks"];
     let counted = fallbacks["error"].as_u64().unwrap_or(0) + fallbacks["unavailable"].as_u64().unwrap_or(0);
@@ -190,7 +191,8 @@ async fn a_slow_inference_server_times_out_into_short_lived_fallbacks() {
     let client = reqwest::Client::new();
     for i in 0..5 {
         let started = Instant::now();
-        let (status, decision) = post(&client, &control.url("/allocate"), &vm(&format!("s-{i}"), "t1", "D2", 2.0)).await;
+        let (status, decision) =
+            post(&client, &control.url("/allocate"), &vm(&format!("s-{i}"), "t1", "D2", 2.0)).await;
         assert!(started.elapsed() < Duration::from_secs(1), "waited {:?} for a 40 ms budget", started.elapsed());
         assert_eq!(status, 201, "{decision}");
         assert_eq!(source(&decision), "fallback_timeout");
@@ -230,12 +232,14 @@ async fn a_model_that_calls_everything_long_trips_the_safeguard_which_later_reco
     let dir = tempfile::tempdir().unwrap();
     let inference = start_inference(dir.path(), &all_long_models(dir.path())).await;
     let allocator = start_allocator(dir.path(), 20).await;
-    let safeguard = "[safeguard]\nenabled = true\nwindow_s = 60\nthreshold = 0.5\nmin_predictions = 5\ncooldown_s = 2\n\
+    let safeguard =
+        "[safeguard]\nenabled = true\nwindow_s = 60\nthreshold = 0.5\nmin_predictions = 5\ncooldown_s = 2\n\
                      [cache]\nmax_entries = 0\n";
     let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, safeguard).await;
     let client = reqwest::Client::new();
     for i in 0..5 {
-        let (status, decision) = post(&client, &control.url("/allocate"), &vm(&format!("l-{i}"), "t1", "D2", 2.0)).await;
+        let (status, decision) =
+            post(&client, &control.url("/allocate"), &vm(&format!("l-{i}"), "t1", "D2", 2.0)).await;
         assert_eq!(status, 201, "{decision}");
         assert_eq!(source(&decision), "model");
         assert_eq!(decision["predictions"][0]["prediction"]["class"], "long", "{decision}");
@@ -245,7 +249,8 @@ async fn a_model_that_calls_everything_long_trips_the_safeguard_which_later_reco
     assert_eq!(stats["safeguard"]["active"], true, "{stats}");
     assert_eq!(stats["safeguard"]["trips"], 1);
     for i in 5..8 {
-        let (status, decision) = post(&client, &control.url("/allocate"), &vm(&format!("l-{i}"), "t1", "D2", 2.0)).await;
+        let (status, decision) =
+            post(&client, &control.url("/allocate"), &vm(&format!("l-{i}"), "t1", "D2", 2.0)).await;
         assert_eq!(status, 201);
         assert_eq!(source(&decision), "safeguard");
         assert_eq!(decision["placements"][0]["prediction"]["class"], "short");
@@ -260,5 +265,8 @@ async fn a_model_that_calls_everything_long_trips_the_safeguard_which_later_reco
     assert_eq!(source(&decision), "model");
     let stats = get_json(&client, &control.url("/v1/stats")).await;
     assert_eq!(stats["safeguard"]["active"], false);
-    assert_eq!((stats["safeguard"]["trips"].as_u64(), stats["safeguard"]["window_predictions"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (stats["safeguard"]["trips"].as_u64(), stats["safeguard"]["window_predictions"].as_u64()),
+        (Some(1), Some(1))
+    );
 }

@@ -22,7 +22,8 @@ pub mod resources;
 pub mod validate;
 
 pub use control::{
-    CacheStats, ControlDecision, ControlStats, InferenceServerHealth, SafeguardStatus, StageLatency, VmPrediction, ZoneStats,
+    CacheStats, ControlDecision, ControlStats, InferenceServerHealth, SafeguardStatus, StageLatency, VmPrediction,
+    ZoneStats,
 };
 pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};

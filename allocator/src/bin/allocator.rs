@@ -6,10 +6,10 @@ use allocator::durable::DurableAllocator;
 use allocator::worker::{unix_now_s, Worker};
 use anyhow::{Context, Result};
 use clap::Parser;
+use domain::ZoneId;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use domain::ZoneId;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]

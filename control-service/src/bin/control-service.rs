@@ -17,7 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "control-service", version, about = "Serve POST /allocate: predict lifetimes, then place through the zone's allocator")]
+#[command(
+    name = "control-service",
+    version,
+    about = "Serve POST /allocate: predict lifetimes, then place through the zone's allocator"
+)]
 struct Cli {
     /// TOML configuration file (docs/control-service.md); flags override it.
     #[arg(long)]
@@ -113,9 +117,8 @@ async fn serve(config: ControlConfig) -> Result<()> {
         router(AppState { control: Arc::new(control), metrics: Some(metrics) }),
         &config.http,
     );
-    let listener = service_common::layers::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener =
+        service_common::layers::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(
         listen = %config.listen,
         zones = ?config.zones.keys().collect::<Vec<_>>(),

@@ -111,8 +111,10 @@ pub async fn start_allocator(dir: &Path, hosts: usize) -> Process {
         ),
     )
     .unwrap();
-    let mut process =
-        Process { child: Some(spawn(&workspace_binary("allocator"), &config)), base: format!("http://127.0.0.1:{port}") };
+    let mut process = Process {
+        child: Some(spawn(&workspace_binary("allocator"), &config)),
+        base: format!("http://127.0.0.1:{port}"),
+    };
     wait_ready(&mut process, "allocator").await;
     process
 }
