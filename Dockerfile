@@ -1,12 +1,37 @@
-# One image with every binary of the workspace; docker-compose.yml picks the binary per service.
+# One image with the service binaries (inference-server, allocator, control-service, and their
+# clients inference-client and vmreplay); docker-compose.yml picks the binary per service.
 FROM rust:1-bookworm AS build
 WORKDIR /src
+# Prerequisites in a layer of their own, so that editing the sources does not reinstall them.
+COPY scripts/setup.sh scripts/setup.sh
+RUN ./scripts/setup.sh
 COPY . .
-RUN ./scripts/setup.sh && cargo build --release --workspace --bins \
-    && find target/release -maxdepth 1 -type f -executable -exec cp {} /usr/local/bin/ \;
+# The cache mounts keep downloaded crates and the target directory (above all LightGBM's C++ build,
+# which takes minutes) from one image build to the next. The target directory is a cache, not part
+# of the layer, so the binaries are copied out of it in the same step. --locked: the image is built
+# from exactly the checked-in Cargo.lock.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bins -p inference-server -p allocator -p control-service \
+    && mkdir -p /out \
+    && find target/release -maxdepth 1 -type f -executable -exec cp {} /out/ \;
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl libgomp1 \
+# curl: the health checks of docker-compose.yml; ca-certificates: HTTPS clients; libgomp1: LightGBM's
+# OpenMP runtime, when the build found OpenMP and linked it dynamically.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates curl libgomp1 \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=build /usr/local/bin/ /usr/local/bin/
+# The services run unprivileged. /var/lib/lava is the allocator's state directory: a new named
+# volume mounted there takes this ownership.
+RUN useradd --system --user-group --uid 10001 --home-dir /var/lib/lava --no-create-home lava \
+    && mkdir -p /var/lib/lava \
+    && chown lava:lava /var/lib/lava
+COPY --from=build /out/ /usr/local/bin/
+# Built-in defaults, so the image also runs without docker-compose.yml; the compose file mounts the
+# checked-in configs/ and models/ over them.
+COPY configs /etc/lava
 COPY models /models
+USER lava
+WORKDIR /var/lib/lava
+EXPOSE 8080 8081 8082

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# Runs the three-service stack natively on loopback, with the checked-in configs:
+#
+#   scripts/stack.sh up [--fresh] [--build]   start inference-server and allocator, wait for their
+#                                             /readyz, then control-service and wait for its /readyz
+#   scripts/stack.sh down                     SIGTERM each (control service first), SIGKILL after a
+#                                             timeout; safe to repeat
+#   scripts/stack.sh status                   pid, running or not, address and /readyz of each;
+#                                             exit code 0 only when all three are ready
+#
+# Options of `up`: --fresh (or STACK_FRESH=1) deletes the allocator's store first; --build runs
+# cargo even when the binaries exist (by default they are built only when missing, because the
+# README's main command has just built them).
+# Environment: RUST_LOG (default info, into the log files), STACK_READY_TIMEOUT (seconds, default 60),
+# STACK_STOP_TIMEOUT (seconds, default 10), CARGO_TARGET_DIR (where the binaries are).
+#
+# Everything the stack writes is under target/stack/: <service>.log (the previous run's log is kept
+# as <service>.log.1), <service>.pid, and the allocator's store allocator.db (+ -wal, -shm).
+# The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
+# cannot disagree; docker-compose.yml runs the same topology in containers and
+# control-service/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SERVICES=(inference-server allocator control-service)
+STATE_DIR=target/stack
+BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
+READY_TIMEOUT="${STACK_READY_TIMEOUT:-60}"
+STOP_TIMEOUT="${STACK_STOP_TIMEOUT:-10}"
+export RUST_LOG="${RUST_LOG:-info}"
+
+say() { echo "stack: $*"; }
+warn() { echo "stack: WARNING: $*" >&2; }
+die() { echo "stack: ERROR: $*" >&2; exit 1; }
+
+usage() {
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+}
+
+config_of() { echo "configs/$1.toml"; }
+pidfile_of() { echo "$STATE_DIR/$1.pid"; }
+log_of() { echo "$STATE_DIR/$1.log"; }
+
+# The top-level `listen = "host:port"` of a service's config (lines before the first [table] only,
+# so a `listen` inside a table cannot be mistaken for it).
+listen_of() {
+    local config addr
+    config=$(config_of "$1")
+    [ -f "$config" ] || die "$config is missing"
+    addr=$(awk '/^[[:space:]]*\[/ { exit } /^[[:space:]]*listen[[:space:]]*=/ {
+        sub(/^[^=]*=[[:space:]]*"/, ""); sub(/".*$/, ""); print; exit }' "$config")
+    [ -n "$addr" ] || die "$config has no top-level listen = \"host:port\""
+    echo "$addr"
+}
+
+# Whether process $1 exists and has not exited (a zombie has).
+proc_running() {
+    local stat
+    [[ "$1" =~ ^[0-9]+$ ]] || return 1
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }                        # the state follows "pid (comm) "
+    [ "${stat%% *}" != Z ]
+}
+
+# Whether $1 is a running process of the binary $2: a pid file can outlive its process and the pid
+# can be reused by something else, which must then not be signalled.
+pid_alive() {
+    local exe
+    proc_running "$1" || return 1
+    exe=$(tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline" | head -n 1) || return 1
+    [ "$(basename -- "$exe")" = "$2" ]
+}
+
+# The pid of a running service, or nothing (a stale pid file is removed).
+running_pid() {
+    local svc=$1 pidfile pid
+    pidfile=$(pidfile_of "$svc")
+    [ -f "$pidfile" ] || return 0
+    pid=$(<"$pidfile")
+    if pid_alive "$pid" "$svc"; then
+        echo "$pid"
+    else
+        rm -f "$pidfile"
+    fi
+}
+
+# Whether something accepts TCP connections on host:port (bash's /dev/tcp: no extra tool needed).
+port_in_use() {
+    local host=${1%:*} port=${1##*:}
+    [ "$host" != 0.0.0.0 ] || host=127.0.0.1
+    (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+}
+
+# GET /readyz: prints "<http code> <body on one line>"; code 000 when nothing answers.
+readyz() {
+    local out
+    out=$(curl -sS --max-time 2 -w '\n%{http_code}' "http://$1/readyz" 2>&1) || true
+    printf '%s %s\n' "${out##*$'\n'}" "$(printf '%s' "${out%$'\n'*}" | tr '\n' ' ' | cut -c1-200)"
+}
+
+show_log_tail() {
+    local log
+    log=$(log_of "$1")
+    echo "---- last 30 lines of $log ----" >&2
+    if [ -s "$log" ]; then tail -n 30 "$log" >&2; else echo "(empty)" >&2; fi
+    echo "----" >&2
+}
+
+start_one() {
+    local svc=$1 log args
+    log=$(log_of "$svc")
+    args=(--config "$(config_of "$svc")")
+    # The allocator's store lives with the rest of the stack's state, not in the working directory
+    # (the config's relative "allocator.db").
+    [ "$svc" != allocator ] || args+=(--store "$STATE_DIR/allocator.db")
+    [ ! -f "$log" ] || mv -f "$log" "$log.1"
+    # nohup: the services outlive the terminal that ran `up`. NO_COLOR: the logs are files, and
+    # tracing's ANSI colour codes would only clutter them.
+    NO_COLOR=1 nohup "$BIN_DIR/$svc" "${args[@]}" </dev/null >"$log" 2>&1 &
+    echo $! >"$(pidfile_of "$svc")"
+    STARTED+=("$svc")
+    say "$svc started (pid $!, $(listen_of "$svc"), log $log)"
+}
+
+wait_ready() {
+    local svc=$1 pid addr deadline answer code
+    pid=$(<"$(pidfile_of "$svc")")
+    addr=$(listen_of "$svc")
+    deadline=$((SECONDS + READY_TIMEOUT))
+    while :; do
+        # Our own child: whether it still runs is enough (and `wait` below must not block).
+        if ! proc_running "$pid"; then
+            code=0
+            wait "$pid" 2>/dev/null || code=$?
+            echo "stack: ERROR: $svc exited (status $code) before it was ready" >&2
+            show_log_tail "$svc"
+            exit 1
+        fi
+        answer=$(readyz "$addr")
+        if [ "${answer%% *}" = 200 ]; then
+            say "$svc ready on $addr"
+            return 0
+        fi
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            echo "stack: ERROR: $svc not ready after ${READY_TIMEOUT} s: GET http://$addr/readyz answered ${answer}" >&2
+            show_log_tail "$svc"
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
+
+# SIGTERM (graceful: requests in flight finish), then SIGKILL after STOP_TIMEOUT seconds.
+stop_one() {
+    local svc=$1 pid pidfile i
+    pidfile=$(pidfile_of "$svc")
+    if [ ! -f "$pidfile" ]; then
+        say "$svc not running"
+        return 0
+    fi
+    pid=$(running_pid "$svc")
+    if [ -z "$pid" ]; then
+        say "$svc not running (stale pid file removed)"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
+        pid_alive "$pid" "$svc" || break
+        sleep 0.1
+    done
+    if pid_alive "$pid" "$svc"; then
+        warn "$svc (pid $pid) still running ${STOP_TIMEOUT} s after SIGTERM; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        while pid_alive "$pid" "$svc"; do sleep 0.1; done
+    fi
+    # Reap it if `up` started it in this very shell (rollback), so no zombie is left behind.
+    proc_running "$pid" || wait "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+    say "$svc stopped (pid $pid)"
+}
+
+# Undo a failed or interrupted `up`, so that no half-started stack blocks the next one.
+rollback() {
+    local i
+    [ "$UP_DONE" -eq 0 ] || return 0
+    [ "${#STARTED[@]}" -gt 0 ] || return 0
+    echo "stack: stopping what this run started" >&2
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop_one "${STARTED[i]}" >&2; done
+}
+
+cmd_up() {
+    local svc pid addr running=() missing=()
+    mkdir -p "$STATE_DIR"
+    for svc in "${SERVICES[@]}"; do
+        pid=$(running_pid "$svc")
+        [ -z "$pid" ] || running+=("$svc (pid $pid)")
+    done
+    [ "${#running[@]}" -eq 0 ] ||
+        die "a stack is already running: ${running[*]}; stop it first with scripts/stack.sh down"
+    for svc in "${SERVICES[@]}"; do
+        addr=$(listen_of "$svc")
+        ! port_in_use "$addr" ||
+            die "port ${addr##*:} ($svc, listen = \"$addr\" in $(config_of "$svc")) is already in use by another process (see: ss -ltnp 'sport = :${addr##*:}')"
+    done
+
+    for svc in "${SERVICES[@]}"; do [ -x "$BIN_DIR/$svc" ] || missing+=("$svc"); done
+    if [ "$BUILD" -eq 1 ] || [ "${#missing[@]}" -gt 0 ]; then
+        [ "${#missing[@]}" -eq 0 ] || say "building (missing from $BIN_DIR: ${missing[*]})"
+        cargo build --release --bins -p inference-server -p allocator -p control-service
+    fi
+    for svc in "${SERVICES[@]}"; do [ -x "$BIN_DIR/$svc" ] || die "$BIN_DIR/$svc is missing after the build"; done
+
+    if [ "$FRESH" -eq 1 ]; then
+        # The WAL and shared-memory files belong to the store: a leftover WAL would replay into a new one.
+        rm -f "$STATE_DIR/allocator.db" "$STATE_DIR/allocator.db-wal" "$STATE_DIR/allocator.db-shm"
+        say "fresh start: deleted $STATE_DIR/allocator.db"
+    fi
+
+    STARTED=()
+    UP_DONE=0
+    trap rollback EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    # The control service's readiness depends on the other two, so they go first.
+    start_one inference-server
+    start_one allocator
+    wait_ready inference-server
+    wait_ready allocator
+    start_one control-service
+    wait_ready control-service
+    UP_DONE=1
+    trap - EXIT INT TERM
+    say "stack up; logs and pids in $STATE_DIR/; stop it with scripts/stack.sh down"
+}
+
+cmd_down() {
+    local svc
+    # The front door first, so no new request reaches the backends while they stop.
+    for svc in control-service allocator inference-server; do stop_one "$svc"; done
+}
+
+cmd_status() {
+    local svc pid addr answer ready=0 state
+    printf '%-17s %-8s %-8s %-16s %s\n' SERVICE PID STATE ADDRESS READYZ
+    for svc in "${SERVICES[@]}"; do
+        addr=$(listen_of "$svc")
+        pid=$(running_pid "$svc")
+        if [ -z "$pid" ]; then
+            printf '%-17s %-8s %-8s %-16s %s\n' "$svc" - stopped "$addr" -
+            continue
+        fi
+        answer=$(readyz "$addr")
+        state=running
+        [ "${answer%% *}" != 200 ] || ready=$((ready + 1))
+        printf '%-17s %-8s %-8s %-16s %s\n' "$svc" "$pid" "$state" "$addr" "$answer"
+    done
+    [ "$ready" -eq "${#SERVICES[@]}" ]
+}
+
+[ $# -ge 1 ] || { usage >&2; exit 2; }
+COMMAND=$1
+shift
+FRESH="${STACK_FRESH:-0}"
+[ "$FRESH" = 1 ] || FRESH=0
+BUILD=0
+for arg in "$@"; do
+    case "$arg" in
+        --fresh) [ "$COMMAND" = up ] || die "--fresh only applies to up"; FRESH=1 ;;
+        --build) [ "$COMMAND" = up ] || die "--build only applies to up"; BUILD=1 ;;
+        -h | --help) usage; exit 0 ;;
+        *) die "unknown option '$arg' (see scripts/stack.sh --help)" ;;
+    esac
+done
+case "$COMMAND" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    -h | --help | help) usage ;;
+    *) echo "stack: ERROR: unknown command '$COMMAND'" >&2; usage >&2; exit 2 ;;
+esac
