@@ -324,6 +324,37 @@ fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Resp
     })
 }
 
+/// What to do with a VM id at its zone's allocator.
+#[derive(Clone, Copy)]
+enum VmCall {
+    Release,
+    Lookup,
+}
+
+/// Runs `call` for the VM of the path at the zone of the query, or at each zone in turn.
+async fn vm_call(
+    state: &AppState,
+    headers: &HeaderMap,
+    vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<ZoneQuery>, QueryRejection>,
+    call: VmCall,
+) -> Response {
+    let control = &state.control;
+    let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
+        (Ok(vm_id), Ok(zones)) => (vm_id, zones),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let request_id = request_id(headers);
+    let vm_id = vm_id.as_str();
+    ask_zones(control, zones, |zone| async move {
+        match call {
+            VmCall::Release => control.allocators.release(&zone, vm_id, request_id).await,
+            VmCall::Lookup => control.allocators.lookup(&zone, vm_id, request_id).await,
+        }
+    })
+    .await
+}
+
 /// Releases a VM. Without `?zone=` every zone's allocator is asked in turn. 204, or 404 when no
 /// zone has it.
 #[utoipa::path(delete, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
@@ -335,14 +366,7 @@ async fn release(
     vm_id: Result<Path<String>, PathRejection>,
     query: Result<Query<ZoneQuery>, QueryRejection>,
 ) -> Response {
-    let control = &state.control;
-    let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
-        (Ok(vm_id), Ok(zones)) => (vm_id, zones),
-        (Err(response), _) | (_, Err(response)) => return response,
-    };
-    let request_id = request_id(&headers);
-    let vm_id = vm_id.as_str();
-    ask_zones(control, zones, |zone| async move { control.allocators.release(&zone, vm_id, request_id).await }).await
+    vm_call(&state, &headers, vm_id, query, VmCall::Release).await
 }
 
 /// Where a VM is placed (the allocator's answer). Without `?zone=` every zone is asked in turn.
@@ -354,14 +378,7 @@ async fn lookup(
     vm_id: Result<Path<String>, PathRejection>,
     query: Result<Query<ZoneQuery>, QueryRejection>,
 ) -> Response {
-    let control = &state.control;
-    let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
-        (Ok(vm_id), Ok(zones)) => (vm_id, zones),
-        (Err(response), _) | (_, Err(response)) => return response,
-    };
-    let request_id = request_id(&headers);
-    let vm_id = vm_id.as_str();
-    ask_zones(control, zones, |zone| async move { control.allocators.lookup(&zone, vm_id, request_id).await }).await
+    vm_call(&state, &headers, vm_id, query, VmCall::Lookup).await
 }
 
 impl Control {

@@ -58,22 +58,10 @@ impl PredictionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{Priority, Resources, TenantId, VmId, VmRequest};
+    use domain::{Resources, VmRequest};
 
     fn key(tenant: &str) -> FeatureKey {
-        let vm = VmRequest {
-            vm_id: VmId("v".into()),
-            tenant_id: TenantId(tenant.into()),
-            vm_type: "D2".into(),
-            demand: Resources::from_whole(2.0, 8.0, 0.0).unwrap(),
-            priority: Priority::Regular,
-            os: None,
-            requested_at_s: None,
-            zone: None,
-            max_per_rack: None,
-            features: Default::default(),
-            prediction: None,
-        };
+        let vm = VmRequest::new("v", tenant, "D2", Resources::from_whole(2.0, 8.0, 0.0).unwrap());
         FeatureKey::new(&vm, 0.0, 0)
     }
 

@@ -58,22 +58,10 @@ impl FeatureKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{Resources, TenantId, VmId, ZoneId};
+    use domain::{Resources, TenantId, ZoneId};
 
     fn vm(id: &str) -> VmRequest {
-        VmRequest {
-            vm_id: VmId(id.into()),
-            tenant_id: TenantId("t".into()),
-            vm_type: "D4".into(),
-            demand: Resources::from_whole(4.0, 16.0, 0.0).unwrap(),
-            priority: Priority::Regular,
-            os: None,
-            requested_at_s: None,
-            zone: None,
-            max_per_rack: None,
-            features: Default::default(),
-            prediction: None,
-        }
+        VmRequest::new(id, "t", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap())
     }
 
     #[test]

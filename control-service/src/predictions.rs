@@ -250,7 +250,7 @@ fn micros(duration: Duration) -> u64 {
 mod tests {
     use super::*;
     use crate::config::SafeguardConfig;
-    use domain::{Priority, Resources, TenantId, VmId};
+    use domain::Resources;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
 
@@ -310,19 +310,7 @@ mod tests {
     }
 
     fn vm(id: &str, vm_type: &str) -> VmRequest {
-        VmRequest {
-            vm_id: VmId(id.into()),
-            tenant_id: TenantId("t".into()),
-            vm_type: vm_type.into(),
-            demand: Resources::from_whole(2.0, 8.0, 0.0).unwrap(),
-            priority: Priority::Regular,
-            os: None,
-            requested_at_s: None,
-            zone: None,
-            max_per_rack: None,
-            features: Default::default(),
-            prediction: None,
-        }
+        VmRequest::new(id, "t", vm_type, Resources::from_whole(2.0, 8.0, 0.0).unwrap())
     }
 
     fn sources(resolved: &Resolved) -> Vec<PredictionSource> {

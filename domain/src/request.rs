@@ -95,6 +95,25 @@ pub struct VmRequest {
     pub prediction: Option<LifetimePrediction>,
 }
 
+impl VmRequest {
+    /// A regular-priority VM with nothing but its identity and demand set.
+    pub fn new(vm_id: &str, tenant_id: &str, vm_type: &str, demand: Resources) -> Self {
+        VmRequest {
+            vm_id: VmId(vm_id.to_owned()),
+            tenant_id: TenantId(tenant_id.to_owned()),
+            vm_type: vm_type.to_owned(),
+            demand,
+            priority: Priority::Regular,
+            os: None,
+            requested_at_s: None,
+            zone: None,
+            max_per_rack: None,
+            features: BTreeMap::new(),
+            prediction: None,
+        }
+    }
+}
+
 /// Several VMs of one tenant that must all be placed or none.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -105,3 +105,13 @@ pub async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
     tracing::info!("shutting down");
 }
+
+/// The async runtime of a service binary: `threads` <= 1 runs a single-threaded runtime (no hand-off
+/// between workers, the lowest latency on loopback), more a multi-threaded one.
+pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+    }
+}

@@ -54,12 +54,7 @@ fn main() -> Result<()> {
     );
     let (worker, handle) = Worker::spawn(durable, config.max_batch, config.queue).context("starting the worker")?;
 
-    let runtime = if config.runtime_threads <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(config.runtime_threads).enable_all().build()
-    }
-    .context("starting the async runtime")?;
+    let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
     runtime.block_on(serve(&config, worker, zones))?;
     // Every handle on the worker is gone with the server: let it finish its last batch and close
     // the store (committed batches are durable either way).

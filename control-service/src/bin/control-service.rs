@@ -57,12 +57,7 @@ fn main() -> Result<()> {
         config.zones.insert(name.to_owned(), ZoneConfig { allocator: url.to_owned() });
     }
     config.check().context("invalid configuration")?;
-    let runtime = if config.runtime_threads <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(config.runtime_threads).enable_all().build()
-    }
-    .context("starting the async runtime")?;
+    let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
     runtime.block_on(serve(config))
 }
 
