@@ -389,6 +389,19 @@ mod tests {
                 false,
             ),
             (
+                r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","zone":"","demand":{"cores":1,"memory_gib":1}}}"#,
+                "vm.zone",
+                true,
+            ),
+            (
+                r#"{"gang":{"tenant_id":"t","vms":[
+                    {"vm_id":"a","tenant_id":"t","vm_type":"a","demand":{"cores":1,"memory_gib":1}},
+                    {"vm_id":"b","tenant_id":"t","vm_type":"a","zone":"z1","demand":{"cores":1,"memory_gib":1}},
+                    {"vm_id":"c","tenant_id":"t","vm_type":"a","zone":"z2","demand":{"cores":1,"memory_gib":1}}]}}"#,
+                "gang.vms[2].zone",
+                true,
+            ),
+            (
                 r#"{"vm":{"vm_id":"v","tenant_id":"t","vm_type":"a","demand":{"cores":"two","memory_gib":1}}}"#,
                 "vm.demand.cores",
                 false,
