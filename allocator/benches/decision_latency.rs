@@ -12,12 +12,11 @@
 use allocator::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
 use domain::{
     AllocationRequest, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource, ResourceKind, Resources,
-    TenantId, VmId, VmRequest,
+    VmId, VmRequest,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -78,19 +77,11 @@ impl Workload {
             model_version: Some("bench-1".to_owned()),
             source: PredictionSource::Model,
         };
-        VmRequest {
-            vm_id: VmId(format!("vm-{}", self.next_vm)),
-            tenant_id: TenantId(format!("tenant-{}", self.rng.random_range(0..5000))),
-            vm_type: format!("c{cores}m{memory}"),
-            demand: Resources::from_whole(cores, memory, 0.0).expect("valid demand"),
-            priority: Default::default(),
-            os: None,
-            requested_at_s: None,
-            zone: None,
-            max_per_rack: None,
-            features: BTreeMap::new(),
-            prediction: Some(prediction),
-        }
+        let tenant = format!("tenant-{}", self.rng.random_range(0..5000));
+        let demand = Resources::from_whole(cores, memory, 0.0).expect("valid demand");
+        let mut vm = VmRequest::new(&format!("vm-{}", self.next_vm), &tenant, &format!("c{cores}m{memory}"), demand);
+        vm.prediction = Some(prediction);
+        vm
     }
 }
 

@@ -533,27 +533,14 @@ fn list_hosts(allocator: &Allocator, filter: &HostFilter) -> HostPage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{Priority, ResourceKind};
-    use std::collections::BTreeMap;
+    use domain::ResourceKind;
 
     fn spec() -> InventorySpec {
         InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap())
     }
 
     fn vm(id: &str, cores: f64) -> VmRequest {
-        VmRequest {
-            vm_id: VmId::from(id),
-            tenant_id: TenantId::from("t"),
-            vm_type: "D".to_owned(),
-            demand: Resources::from_whole(cores, 4.0, 0.0).unwrap(),
-            priority: Priority::Regular,
-            os: None,
-            requested_at_s: None,
-            zone: None,
-            max_per_rack: None,
-            features: BTreeMap::new(),
-            prediction: None,
-        }
+        VmRequest::new(id, "t", "D", Resources::from_whole(cores, 4.0, 0.0).unwrap())
     }
 
     fn allocate(id: &str, cores: f64) -> Command {

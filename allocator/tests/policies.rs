@@ -5,7 +5,6 @@ use domain::{
     AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
     LifetimePrediction, PredictionSource, RejectionCode, Resources, TenantId, VmId, VmRequest,
 };
-use std::collections::BTreeMap;
 
 const HOUR: f64 = 3600.0;
 
@@ -21,26 +20,17 @@ fn allocator(kind: PolicyKind, hosts: usize) -> Allocator {
 }
 
 fn vm(id: &str, cores: f64, lifetime_s: Option<f64>) -> VmRequest {
-    VmRequest {
-        vm_id: VmId::from(id),
-        tenant_id: TenantId::from("tenant"),
-        vm_type: format!("c{cores}"),
-        demand: Resources::from_whole(cores, cores * 2.0, 0.0).unwrap(),
-        priority: Default::default(),
-        os: None,
-        requested_at_s: None,
-        zone: None,
-        max_per_rack: None,
-        features: BTreeMap::new(),
-        prediction: lifetime_s.map(|lifetime| LifetimePrediction {
-            p_long: if lifetime >= 2.0 * HOUR { 0.9 } else { 0.1 },
-            class: if lifetime >= 2.0 * HOUR { LifetimeClass::Long } else { LifetimeClass::Short },
-            interval_class: None,
-            expected_lifetime_s: Some(lifetime),
-            model_version: Some("m-1".into()),
-            source: PredictionSource::Model,
-        }),
-    }
+    let mut vm =
+        VmRequest::new(id, "tenant", &format!("c{cores}"), Resources::from_whole(cores, cores * 2.0, 0.0).unwrap());
+    vm.prediction = lifetime_s.map(|lifetime| LifetimePrediction {
+        p_long: if lifetime >= 2.0 * HOUR { 0.9 } else { 0.1 },
+        class: if lifetime >= 2.0 * HOUR { LifetimeClass::Long } else { LifetimeClass::Short },
+        interval_class: None,
+        expected_lifetime_s: Some(lifetime),
+        model_version: Some("m-1".into()),
+        source: PredictionSource::Model,
+    });
+    vm
 }
 
 fn host_of(decision: &domain::AllocationDecision) -> HostId {
