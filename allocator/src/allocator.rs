@@ -8,8 +8,10 @@
 //! Time is the caller's: every call takes `now_s` (Unix seconds in the service, trace time in the
 //! simulator). It only moves forward; an earlier `now_s` is taken as the latest one seen.
 
-use crate::lifetime::{ClassIndex, HostLifetime, VmLifetime};
+use crate::lava::{LavaHost, LavaState};
+use crate::lifetime::{HostLifetime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError, ScoreKey};
+use crate::reprediction::{RepredictionConfig, Repredictions, Repredictor};
 use crate::rules::{HostView, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
 use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
@@ -19,7 +21,9 @@ use domain::{
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use lifetime_model::RequestFeatures;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
 
 /// How hosts are chosen.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +48,8 @@ pub struct AllocatorConfig {
     pub index: IndexConfig,
     /// VM type -> hardware generations it runs on; types not listed run on every generation.
     pub compatibility: HashMap<String, Vec<String>>,
+    /// How hosts' exit times follow repredictions (NILAS, LAVA).
+    pub reprediction: RepredictionConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -94,6 +100,25 @@ pub struct AllocatorStats {
     pub rejections: HashMap<String, u64>,
     /// Cached request classes of the incremental index.
     pub classes_cached: usize,
+    /// Hosts by LAVA state and class (LAVA policy only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lava: Option<LavaStats>,
+    /// Version of the remaining-lifetime model repredicting exit times, if one is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reprediction_model: Option<String>,
+    /// Repredictions made since start.
+    pub repredictions: u64,
+}
+
+/// How many hosts are in each LAVA state, and the non-empty ones by class.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LavaStats {
+    pub empty: usize,
+    pub open: usize,
+    pub recycling: usize,
+    /// Non-empty hosts per class index (0: < 1 h ... 4: >= 1000 h), as `"0"`..`"4"`.
+    pub by_class: BTreeMap<String, usize>,
 }
 
 /// One host as `explain` ranks it.
@@ -144,7 +169,7 @@ pub struct Explanation {
     pub why_not: Option<HostVerdict>,
 }
 
-/// An expiry time in the heap of scheduled class drops (total order on finite times).
+/// A time in the heap of scheduled host events (total order on finite times).
 #[derive(Copy, Clone, Debug, PartialEq)]
 struct Due(f64);
 
@@ -166,8 +191,18 @@ pub struct Allocator {
     policy: Policy,
     state: InventoryState,
     lifetimes: Vec<HostLifetime>,
-    /// When hosts' lifetime classes are due to drop; entries whose host changed since are stale.
-    class_drops: BinaryHeap<Reverse<(Due, HostIndex)>>,
+    /// Host events in time: a lifetime class dropping, an exit-time refresh, a LAVA deadline.
+    /// An entry is stale unless it equals the host's `next_due`.
+    due: BinaryHeap<Reverse<(Due, HostIndex)>>,
+    next_due: Vec<f64>,
+    /// When each host's exit time is next recomputed from repredictions.
+    next_refresh: Vec<f64>,
+    refresh_interval_s: Option<f64>,
+    repredictions: Repredictions,
+    /// Every host's LAVA state (empty unless the policy is LAVA).
+    lava: Vec<LavaHost>,
+    /// Hosts whose LAVA state changed since [`Allocator::take_lava_changes`] was last called.
+    lava_changed: BTreeSet<HostIndex>,
     index: Option<IncrementalIndex>,
     chooser: Chooser,
     clock_s: f64,
@@ -186,7 +221,13 @@ impl Allocator {
             policy,
             state,
             lifetimes: vec![HostLifetime::EMPTY; hosts],
-            class_drops: BinaryHeap::new(),
+            due: BinaryHeap::new(),
+            next_due: vec![f64::INFINITY; hosts],
+            next_refresh: vec![f64::INFINITY; hosts],
+            refresh_interval_s: config.reprediction.interval_s(),
+            repredictions: Repredictions::default(),
+            lava: vec![LavaHost::default(); hosts],
+            lava_changed: BTreeSet::new(),
             index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
             chooser: Chooser::new(config.tie_break, config.seed),
             clock_s: f64::NEG_INFINITY,
@@ -220,7 +261,77 @@ impl Allocator {
 
     /// What the rules see of `vm` now: for checking a decision against [`crate::select::full_scan`].
     pub fn rule_request<'a>(&'a self, vm: &'a VmRequest) -> RuleRequest<'a> {
-        rule_request(&self.state, vm, self.policy.classes().vm_lifetime(vm.prediction.as_ref()).class)
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        rule_request(&self.state, vm, lifetime, self.clock_s)
+    }
+
+    /// The allocator's clock: the latest time it was given.
+    pub fn clock_s(&self) -> f64 {
+        self.clock_s
+    }
+
+    /// Uses `model` to repredict remaining lifetimes from now on (`None`: initial predictions minus
+    /// age), and recomputes every host's exit time with it. Only policies that read exit times
+    /// (NILAS, LAVA) use it.
+    pub fn set_repredictor(&mut self, model: Option<Arc<dyn Repredictor>>) {
+        if !self.policy.reads_exit_times() {
+            return;
+        }
+        self.repredictions.set_model(model);
+        if self.repredictions.has_model() {
+            // Rows for the VMs already placed, from what the state keeps of them.
+            let features: Vec<(VmId, RequestFeatures)> =
+                self.state.vms().map(|(id, vm)| (id.clone(), stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s))).collect();
+            for (id, features) in features {
+                self.repredictions.add(&id, features);
+            }
+        }
+        self.refresh_exits();
+    }
+
+    /// Version of the repredicting model, if one is set.
+    pub fn repredictor_version(&self) -> Option<&str> {
+        self.repredictions.model_version()
+    }
+
+    /// Recomputes every non-empty host's exit time now (what the periodic refresh does host by
+    /// host); the hosts whose summary changed are re-evaluated by the index.
+    pub fn refresh_exits(&mut self) {
+        for index in 0..self.state.hosts().len() {
+            let host = HostIndex(index as u32);
+            if !self.state.hosts()[index].is_empty() {
+                let before = self.lifetimes[index];
+                self.refresh_lifetime(host);
+                if self.lifetimes[index] != before {
+                    self.host_changed(host);
+                }
+            }
+        }
+    }
+
+    /// A host's LAVA state (LAVA policy only).
+    pub fn lava_host(&self, host: HostIndex) -> Option<&LavaHost> {
+        self.policy.is_lava().then(|| &self.lava[host.get()])
+    }
+
+    /// The hosts whose LAVA state changed since the last call, with their state now: what the
+    /// store must write.
+    pub fn take_lava_changes(&mut self) -> Vec<(HostIndex, LavaHost)> {
+        std::mem::take(&mut self.lava_changed).into_iter().map(|h| (h, self.lava[h.get()].clone())).collect()
+    }
+
+    /// Puts back a host's LAVA state recorded by the store (after its VMs were restored).
+    pub fn restore_lava(&mut self, host: &HostId, lava: LavaHost) -> Result<(), StateError> {
+        let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        if !self.policy.is_lava() {
+            return Ok(());
+        }
+        self.lava[index.get()] = lava;
+        self.refresh_lifetime(index);
+        self.host_changed(index);
+        // A deadline that passed while the allocator was down applies now, at the deadline.
+        self.advance_clock(self.clock_s);
+        Ok(())
     }
 
     /// The VM's predicted lifetime under this policy's classes.
@@ -249,18 +360,26 @@ impl Allocator {
         }
         self.advance_clock(now_s);
         let mut placements = Vec::with_capacity(request.vms().len());
+        // LAVA states before the gang touched them, to put back if it does not fit.
+        let mut lava_before: Vec<(HostIndex, LavaHost)> = Vec::new();
         let mut last_stats = Vec::new();
         for (position, vm) in request.vms().iter().enumerate() {
             let selection = self.select(vm, None);
             last_stats = selection.stats.clone();
             match selection.host {
                 Some(host) => {
+                    lava_before.push((host, self.lava[host.get()].clone()));
                     self.place_on(vm, host);
                     placements.push(self.placement(&vm.vm_id).expect("just placed"));
                 }
                 None => {
                     for placed in &placements {
                         self.remove_vm(&placed.vm_id);
+                    }
+                    for (host, lava) in lava_before.into_iter().rev() {
+                        self.lava[host.get()] = lava;
+                        self.refresh_lifetime(host);
+                        self.host_changed(host);
                     }
                     // After the rollback: would this VM fit alone? Then it is the gang that does not.
                     let alone = position > 0 && self.select(vm, Some(self.chooser.clone())).host.is_some();
@@ -345,6 +464,10 @@ impl Allocator {
     pub fn restore(&mut self, vm: NewVm, host: &HostId, now_s: f64) -> Result<(), StateError> {
         self.advance_clock(now_s);
         let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        if self.repredictions.has_model() {
+            self.repredictions.add(&vm.id, stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s));
+        }
+        // No LAVA transition: the store's record of the host's LAVA state follows.
         self.state.restore(vm, index)?;
         self.refresh_lifetime(index);
         self.host_changed(index);
@@ -366,7 +489,7 @@ impl Allocator {
             .transpose()?;
         let selection = self.select(vm, Some(self.chooser.clone()));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        let request = rule_request(&self.state, vm, lifetime.class);
+        let request = rule_request(&self.state, vm, lifetime, self.clock_s);
         let validators = self.policy.validators().len();
         let mut ranked: Vec<(ScoreKey, HostIndex)> = (0..self.state.hosts().len())
             .map(|i| HostIndex(i as u32))
@@ -495,7 +618,25 @@ impl Allocator {
                 })
                 .collect(),
             classes_cached: self.index.as_ref().map_or(0, IncrementalIndex::classes_cached),
+            lava: self.policy.is_lava().then(|| self.lava_stats()),
+            reprediction_model: self.repredictions.model_version().map(str::to_owned),
+            repredictions: self.repredictions.count,
         }
+    }
+
+    fn lava_stats(&self) -> LavaStats {
+        let mut stats = LavaStats::default();
+        for lava in &self.lava {
+            match lava.state {
+                LavaState::Empty => stats.empty += 1,
+                LavaState::Open => stats.open += 1,
+                LavaState::Recycling => stats.recycling += 1,
+            }
+            if lava.state != LavaState::Empty {
+                *stats.by_class.entry(lava.class.to_string()).or_insert(0) += 1;
+            }
+        }
+        stats
     }
 
     /// Bytes held by the incremental index.
@@ -510,12 +651,12 @@ impl Allocator {
     /// Chooses a host for `vm` with the configured engine; `dry_run` draws ties with a copy of the
     /// generator so that the real sequence is untouched.
     fn select(&mut self, vm: &VmRequest, dry_run: Option<Chooser>) -> Selection {
-        let class = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).class;
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
         let mut dry = dry_run;
         // Split borrows: the request reads the state while the index and chooser change.
-        let Allocator { policy, state, lifetimes, index, chooser, .. } = self;
+        let Allocator { policy, state, lifetimes, index, chooser, clock_s, .. } = self;
         let chooser = dry.as_mut().unwrap_or(chooser);
-        let request = rule_request(state, vm, class);
+        let request = rule_request(state, vm, lifetime, *clock_s);
         match index {
             Some(index) => index.select(policy, state, lifetimes, &request, chooser),
             None => full_scan(policy, state, lifetimes, &request, chooser),
@@ -535,6 +676,14 @@ impl Allocator {
         if let Err(error) = self.state.place(new, host) {
             unreachable!("a selected host refused its VM: {error}");
         }
+        if self.repredictions.has_model() {
+            self.repredictions.add(&vm.vm_id, RequestFeatures::from_request(vm, self.clock_s));
+        }
+        if self.policy.is_lava() {
+            let class = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).class;
+            self.lava[host.get()].on_place(&self.state.hosts()[host.get()], class, self.clock_s);
+            self.lava_changed.insert(host);
+        }
         self.refresh_lifetime(host);
         self.host_changed(host);
     }
@@ -544,6 +693,11 @@ impl Allocator {
             Ok(placed) => placed,
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
+        self.repredictions.remove(vm);
+        if self.policy.is_lava() {
+            self.lava[placed.host.get()].on_release(&self.state.hosts()[placed.host.get()], vm, self.clock_s);
+            self.lava_changed.insert(placed.host);
+        }
         self.refresh_lifetime(placed.host);
         self.host_changed(placed.host);
         placed
@@ -555,53 +709,98 @@ impl Allocator {
         }
     }
 
-    /// Recomputes a host's lifetime summary from its VMs, and schedules its next class drop.
+    /// Recomputes a host's lifetime summary from its VMs (its exit time from repredictions when the
+    /// policy reads exit times), and schedules its next event.
     fn refresh_lifetime(&mut self, host: HostIndex) {
+        let now = self.clock_s;
         let classes = self.policy.classes();
-        let exit_s = self.state.hosts()[host.get()]
-            .vms
-            .iter()
-            .filter_map(|id| self.state.vm(id))
-            .map(|vm| vm.placed_at_s + classes.vm_lifetime(vm.prediction.as_ref()).lifetime_s)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let summary = HostLifetime::at(classes, exit_s, self.clock_s);
-        if summary.next_change_s.is_finite() && summary.next_change_s != self.lifetimes[host.get()].next_change_s {
-            self.class_drops.push(Reverse((Due(summary.next_change_s), host)));
+        let record = &self.state.hosts()[host.get()];
+        let reads_exits = self.policy.reads_exit_times();
+        let mut exit_s = f64::NEG_INFINITY;
+        for vm in record.vms.iter().filter_map(|id| self.state.vm(id).map(|vm| (id, vm))) {
+            let (id, vm) = vm;
+            let lifetime_s = classes.vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+            let exit = if reads_exits {
+                now + self.repredictions.remaining_s(id, lifetime_s, now - vm.placed_at_s)
+            } else {
+                vm.placed_at_s + lifetime_s
+            };
+            exit_s = exit_s.max(exit);
         }
+        let mut summary = HostLifetime::at(classes, exit_s, now);
+        if reads_exits {
+            // These policies read exit times, not the class (whose drops would only cost events).
+            summary.next_change_s = f64::INFINITY;
+            self.next_refresh[host.get()] = match self.refresh_interval_s {
+                Some(interval) if !record.is_empty() => now + interval,
+                _ => f64::INFINITY,
+            };
+        }
+        summary.lava = self.lava[host.get()].summary();
         self.lifetimes[host.get()] = summary;
+        self.schedule(host);
     }
 
-    /// Moves the clock to `now_s` and applies the lifetime-class drops that fell due (every other
-    /// call does this itself; the simulator calls it to move time between events).
+    /// Puts the host's next event (class drop, exit refresh, LAVA deadline) in the heap.
+    fn schedule(&mut self, host: HostIndex) {
+        let lava_deadline = self.lava[host.get()].deadline_s.unwrap_or(f64::INFINITY);
+        let due = self.lifetimes[host.get()].next_change_s.min(self.next_refresh[host.get()]).min(lava_deadline);
+        if due.is_finite() && due != self.next_due[host.get()] {
+            self.due.push(Reverse((Due(due), host)));
+        }
+        self.next_due[host.get()] = due;
+    }
+
+    /// Moves the clock to `now_s` and applies the host events that fell due: lifetime classes
+    /// dropping, exit times refreshed, LAVA deadlines (every other call does this itself; the
+    /// simulator calls it to move time between events).
     pub fn advance_clock(&mut self, now_s: f64) {
         if now_s.is_finite() && now_s > self.clock_s {
             self.clock_s = now_s;
         }
-        while let Some(Reverse((Due(at), host))) = self.class_drops.peek().copied() {
+        while let Some(Reverse((Due(at), host))) = self.due.peek().copied() {
             if at > self.clock_s {
                 break;
             }
-            self.class_drops.pop();
-            // Stale when the host changed after this drop was scheduled.
-            if self.lifetimes[host.get()].next_change_s != at {
+            self.due.pop();
+            // Stale when the host changed after this event was scheduled.
+            if self.next_due[host.get()] != at {
                 continue;
             }
-            let before = self.lifetimes[host.get()].class;
+            self.next_due[host.get()] = f64::INFINITY;
+            let before = self.lifetimes[host.get()];
+            if self.lava[host.get()].on_deadline(&self.state.hosts()[host.get()], at) {
+                self.lava_changed.insert(host);
+            }
             self.refresh_lifetime(host);
-            if self.lifetimes[host.get()].class != before {
+            if self.lifetimes[host.get()] != before {
                 self.host_changed(host);
             }
         }
     }
 }
 
-/// What the rules see of `vm`.
-fn rule_request<'a>(state: &'a InventoryState, vm: &'a VmRequest, lifetime_class: ClassIndex) -> RuleRequest<'a> {
+/// What repredictions can know of a VM restored from the store: its identity, shape and placement
+/// time (the store does not keep the request's other features).
+fn stored_features(tenant: &domain::TenantId, vm_type: &str, demand: &domain::Resources, placed_at_s: f64) -> RequestFeatures {
+    RequestFeatures {
+        tenant_id: tenant.to_string(),
+        vm_type: vm_type.to_owned(),
+        cores: demand.whole(ResourceKind::Cores),
+        memory_gib: demand.whole(ResourceKind::MemoryGib),
+        time_s: placed_at_s,
+        ..RequestFeatures::default()
+    }
+}
+
+/// What the rules see of `vm` at `now_s`.
+fn rule_request<'a>(state: &'a InventoryState, vm: &'a VmRequest, lifetime: VmLifetime, now_s: f64) -> RuleRequest<'a> {
     static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
     RuleRequest {
         demand: vm.demand,
-        lifetime_class,
+        lifetime_class: lifetime.class,
         vm_type: &vm.vm_type,
+        exit_s: now_s + lifetime.lifetime_s,
         spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
             max_per_rack,
             vms_per_rack: state.tenant_racks(&vm.tenant_id).unwrap_or(&NO_VMS),

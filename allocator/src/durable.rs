@@ -20,6 +20,8 @@
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
 use crate::allocator::{AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, Explanation};
+use crate::lava::LavaHost;
+use crate::reprediction::Repredictor;
 use crate::state::{HostIndex, NewVm, StateError};
 use crate::store::{Store, StoreError, StoreOp, StoredVm};
 use domain::{
@@ -28,6 +30,7 @@ use domain::{
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 use utoipa::ToSchema;
 
@@ -146,6 +149,9 @@ pub struct HostInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_exit_s: Option<f64>,
     pub vm_count: usize,
+    /// Its LAVA state, class, deadline and residual VMs (LAVA policy only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lava: Option<LavaHost>,
 }
 
 /// A host in a listing: its VMs by id.
@@ -243,14 +249,23 @@ pub struct DurableAllocator {
     live: Option<Live>,
     /// Why the last rebuild failed, while `live` is `None`.
     broken: Option<String>,
+    /// The repredicting model, set again on every rebuild.
+    repredictor: Option<Arc<dyn Repredictor>>,
 }
 
 /// Rebuilds the acknowledged state: the inventory, every stored VM in placement order, then the
 /// stored host states.
-fn recover(spec: &InventorySpec, config: &AllocatorConfig, path: &Path, now_s: f64) -> Result<Live, DurableError> {
+fn recover(
+    spec: &InventorySpec,
+    config: &AllocatorConfig,
+    path: &Path,
+    now_s: f64,
+    repredictor: Option<Arc<dyn Repredictor>>,
+) -> Result<Live, DurableError> {
     let store = Store::open(path)?;
     let stored = store.load()?;
     let mut allocator = Allocator::new(spec, config)?;
+    allocator.set_repredictor(repredictor);
     for StoredVm { host, vm, .. } in stored.vms {
         let id = vm.id.clone();
         allocator.restore(vm, &host, now_s).map_err(|source| DurableError::Contradiction {
@@ -262,6 +277,11 @@ fn recover(spec: &InventorySpec, config: &AllocatorConfig, path: &Path, now_s: f
     }
     for (host, state) in stored.host_states {
         if let Err(source) = allocator.set_host_state(&host, state) {
+            return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
+        }
+    }
+    for (host, lava) in stored.lava_hosts {
+        if let Err(source) = allocator.restore_lava(&host, lava) {
             return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
         }
     }
@@ -277,14 +297,23 @@ impl DurableAllocator {
         db_path: &Path,
         now_s: f64,
     ) -> Result<Self, DurableError> {
-        let live = recover(spec, config, db_path, now_s)?;
+        let live = recover(spec, config, db_path, now_s, None)?;
         Ok(DurableAllocator {
             spec: spec.clone(),
             config: config.clone(),
             path: db_path.to_owned(),
             live: Some(live),
             broken: None,
+            repredictor: None,
         })
+    }
+
+    /// Repredicts remaining lifetimes with `model` from now on (NILAS, LAVA), also after a rebuild.
+    pub fn set_repredictor(&mut self, model: Option<Arc<dyn Repredictor>>) {
+        self.repredictor = model.clone();
+        if let Some(live) = &mut self.live {
+            live.allocator.set_repredictor(model);
+        }
     }
 
     /// The live allocator (none while the store is unusable). Read only: changes go through
@@ -301,7 +330,7 @@ impl DurableAllocator {
     pub fn rebuild(&mut self, now_s: f64) -> Result<(), DurableError> {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
-        match recover(&self.spec, &self.config, &self.path, now_s) {
+        match recover(&self.spec, &self.config, &self.path, now_s, self.repredictor.clone()) {
             Ok(live) => {
                 self.live = Some(live);
                 self.broken = None;
@@ -343,6 +372,13 @@ impl DurableAllocator {
         if ops.is_empty() {
             record_outcomes(&outcomes);
             return replies;
+        }
+        // LAVA states the batch changed (also deadlines that passed, which a restart would replay
+        // the same way) go in the same transaction as the placements that changed them.
+        let lava = live.allocator.take_lava_changes();
+        for (host, state) in lava {
+            let id = live.allocator.state().hosts()[host.get()].id.clone();
+            ops.push(StoreOp::Lava { host: id, lava: state });
         }
         metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
         let started = Instant::now();
@@ -509,6 +545,7 @@ fn host_info(allocator: &Allocator, index: HostIndex) -> HostInfo {
         lifetime_class: lifetime.class,
         predicted_exit_s: lifetime.exit_s.is_finite().then_some(lifetime.exit_s),
         vm_count: record.vms.len(),
+        lava: allocator.lava_host(index).cloned(),
     }
 }
 
@@ -631,5 +668,32 @@ mod tests {
         let other_zone = InventorySpec::homogeneous("y", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
         let err = DurableAllocator::open(&other_zone, &AllocatorConfig::default(), &path, 2.0).unwrap_err().to_string();
         assert!(err.contains("`big`") && err.contains("not in the inventory"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod lava_restart_tests {
+    use super::*;
+    use crate::PolicyKind;
+
+    #[test]
+    fn a_deadline_that_passed_unrecorded_applies_again_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
+        let config = AllocatorConfig { policy: crate::PolicyConfig::of_kind(PolicyKind::Lava), ..Default::default() };
+        let mut durable = DurableAllocator::open(&spec, &config, &path, 1e6).unwrap();
+        let vm = VmRequest::new("a", "t", "D", Resources::from_whole(1.0, 2.0, 0.0).unwrap());
+        durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm)), 1e6 + 1.0).unwrap();
+        // Only a rejection after the deadline: the class rises in memory, nothing is written.
+        let huge = VmRequest::new("huge", "t", "D", Resources::from_whole(64.0, 2.0, 0.0).unwrap());
+        durable.execute_one(Command::Allocate(AllocationRequest::Vm(huge)), 1e6 + 5_000.0).unwrap();
+        let live = durable.allocator().unwrap();
+        let host = live.state().vm(&VmId::from("a")).unwrap().host;
+        let before = live.lava_host(host).cloned().unwrap();
+        assert_eq!(before.class, 1);
+        drop(durable);
+        let reopened = DurableAllocator::open(&spec, &config, &path, 1e6 + 5_000.0).unwrap();
+        assert_eq!(reopened.allocator().unwrap().lava_host(host).cloned().unwrap(), before);
     }
 }

@@ -7,18 +7,21 @@
 //! its remaining lifetime crosses the next cut-off down ([`HostLifetime::next_change_s`]), which the
 //! allocator schedules.
 
+use crate::lava::{LavaState, LavaSummary};
 use domain::{LifetimeClass, LifetimePrediction};
-use serde::{Deserialize, Serialize};
 
 /// Lifetime class index: 0 is the shortest class.
 pub type ClassIndex = u8;
 
 /// Cut-offs between lifetime classes, in seconds, strictly increasing; class `i` holds lifetimes in
 /// `[cutoffs[i-1], cutoffs[i])`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LifetimeClasses {
     cutoffs_s: Vec<f64>,
+    /// Whether a prediction's `interval_class` is an index into these classes (LA-multiclass, whose
+    /// classes are the interval model's). Otherwise an interval class is read as a lifetime in the
+    /// interval model's own classes.
+    reads_interval: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -41,7 +44,13 @@ impl LifetimeClasses {
         if cutoffs_s.is_empty() || !increasing || cutoffs_s.iter().any(|c| !c.is_finite() || *c <= 0.0) {
             return Err(ClassesError::NotIncreasing(cutoffs_s));
         }
-        Ok(LifetimeClasses { cutoffs_s })
+        Ok(LifetimeClasses { cutoffs_s, reads_interval: true })
+    }
+
+    /// The same classes, reading a prediction's expected lifetime before its interval class, and the
+    /// interval class as a lifetime of the interval model's classes (NILAS, LAVA).
+    pub fn by_expected_lifetime(self) -> Self {
+        LifetimeClasses { reads_interval: false, ..self }
     }
 
     /// Two classes split at `threshold_s` (LA-binary).
@@ -51,7 +60,7 @@ impl LifetimeClasses {
 
     /// The lifetime-interval model's default classes: cut-offs at 15 * 2^i minutes, i = 0..10.
     pub fn doubling_from_15_minutes() -> Self {
-        LifetimeClasses { cutoffs_s: (0..10).map(|i| 900.0 * f64::from(1u32 << i)).collect() }
+        LifetimeClasses { cutoffs_s: (0..10).map(|i| 900.0 * f64::from(1u32 << i)).collect(), reads_interval: true }
     }
 
     pub fn cutoffs_s(&self) -> &[f64] {
@@ -92,10 +101,15 @@ impl LifetimeClasses {
         };
         let long = prediction.placement_class() == LifetimeClass::Long;
         let top = (self.count() - 1) as ClassIndex;
-        let (class, lifetime_s) = if let Some(interval) = prediction.interval_class {
+        let interval_lifetime = |interval: u32| {
+            let model_classes = Self::doubling_from_15_minutes();
+            model_classes.representative_s(interval.min(model_classes.count() as u32 - 1) as ClassIndex)
+        };
+        let (class, lifetime_s) = if let Some(interval) = prediction.interval_class.filter(|_| self.reads_interval) {
             let class = interval.min(u32::from(top)) as ClassIndex;
             (class, self.representative_s(class))
-        } else if let Some(expected) = prediction.expected_lifetime_s {
+        } else if let Some(expected) = prediction.expected_lifetime_s.or(prediction.interval_class.map(interval_lifetime))
+        {
             (self.class_of(expected), expected)
         } else if long {
             (self.first_long_class(), f64::INFINITY)
@@ -143,10 +157,17 @@ pub struct HostLifetime {
     pub class: ClassIndex,
     /// When the class next drops if nothing else happens (infinity: never).
     pub next_change_s: f64,
+    /// The host's LAVA state and class (LAVA policy only; empty otherwise).
+    pub lava: LavaSummary,
 }
 
 impl HostLifetime {
-    pub const EMPTY: HostLifetime = HostLifetime { exit_s: f64::NEG_INFINITY, class: 0, next_change_s: f64::INFINITY };
+    pub const EMPTY: HostLifetime = HostLifetime {
+        exit_s: f64::NEG_INFINITY,
+        class: 0,
+        next_change_s: f64::INFINITY,
+        lava: LavaSummary { state: LavaState::Empty, class: 0 },
+    };
 
     /// The summary of a host whose VMs exit at `exit_s` at the latest, seen at `now_s`.
     pub fn at(classes: &LifetimeClasses, exit_s: f64, now_s: f64) -> HostLifetime {
@@ -162,7 +183,7 @@ impl HostLifetime {
             0 => f64::INFINITY,
             c => exit_s - classes.cutoffs_s[usize::from(c) - 1],
         };
-        HostLifetime { exit_s, class, next_change_s }
+        HostLifetime { exit_s, class, next_change_s, lava: LavaSummary::default() }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Placement policies as ordered lists of rules (paper 003 s3.1, s4.4; paper 001 s3):
-//! PBFR, DPBFR, LA-binary (LAR) and LA-multiclass, selected by configuration.
+//! PBFR, DPBFR, LA-binary (LAR), LA-multiclass, NILAS and LAVA, selected by configuration.
 //!
 //! Every policy starts with the same validators (host available, hardware compatible, fits, tenant
 //! spread when asked) and differs in its preference rules:
@@ -10,15 +10,18 @@
 //! | `dpbfr` | prefer non-empty, best fit with k_long buckets for long VMs, k_short for short |
 //! | `la-binary` | prefer non-empty, lifetime alignment over two classes (2 h), best fit |
 //! | `la-multiclass` | prefer non-empty, lifetime alignment over the interval classes, best fit |
+//! | `nilas` | prefer non-empty, temporal cost (repredicted host exit times), best fit |
+//! | `lava` | LAVA host state and class, temporal cost, best fit |
 //!
 //! "Prefer non-empty" can be switched off per policy; it is on by default because an allocator that
 //! opens empty hosts while others have room packs worse whatever its lifetime logic (Protean's
-//! `PreferNonEmptyMachines`).
+//! `PreferNonEmptyMachines`). LAVA ranks empty hosts last by itself.
 
 use crate::lifetime::{ClassIndex, ClassesError, LifetimeClasses};
 use crate::rules::{
     BestFit, Buckets, DynamicBestFit, FitWeights, FitsResources, HardwareCompatible, HostAvailable, HostView,
-    LifetimeAlignment, PreferNonEmpty, PreferenceRule, RequestTrait, RuleRequest, TenantSpreadRule, ValidatorRule,
+    LavaPreference, LifetimeAlignment, PreferNonEmpty, PreferenceRule, RequestTrait, RuleRequest, TemporalCost,
+    TenantSpreadRule, ValidatorRule,
 };
 use domain::{Resources, RuleFilterStat};
 use serde::{Deserialize, Serialize};
@@ -38,6 +41,8 @@ pub enum PolicyKind {
     Dpbfr,
     LaBinary,
     LaMulticlass,
+    Nilas,
+    Lava,
 }
 
 /// The `[policy]` section of the allocator's configuration.
@@ -91,6 +96,10 @@ pub enum PolicyError {
     RequestSpecificPreference(&'static str),
     #[error("policy.weights: at least one weight must be positive, and none negative or non-finite")]
     Weights,
+    #[error("preference rule `{0}` reads the VM's exit time but is not a temporal rule")]
+    ExitTimeOutsideTemporalRule(&'static str),
+    #[error("a policy may have at most one temporal preference rule")]
+    TwoTemporalRules,
 }
 
 /// A policy: validators, then strictly ordered preference rules, over lifetime classes.
@@ -104,6 +113,10 @@ pub struct Policy {
     class_traits: Vec<RequestTrait>,
     /// How many leading validators are cacheable; the rest read the tenant.
     cached_validators: usize,
+    /// The level of the temporal preference rule (NILAS), if any.
+    temporal_level: Option<usize>,
+    /// Whether the rules read LAVA host state.
+    lava: bool,
 }
 
 /// The traits of a request that its equivalence class is made of: two requests with the same key
@@ -130,6 +143,11 @@ impl Policy {
             LifetimeClasses::binary(config.long_threshold_s)
                 .map_err(|source| PolicyError::Classes { field: "long_threshold_s", source })
         };
+        let interval_classes = || match &config.class_cutoffs_s {
+            Some(cutoffs) => LifetimeClasses::new(cutoffs.clone())
+                .map_err(|source| PolicyError::Classes { field: "class_cutoffs_s", source }),
+            None => Ok(LifetimeClasses::doubling_from_15_minutes()),
+        };
         let best_fit =
             || Box::new(BestFit { buckets: config.buckets, weights: config.weights }) as Box<dyn PreferenceRule>;
         let (classes, mut preferences): (LifetimeClasses, Vec<Box<dyn PreferenceRule>>) = match config.kind {
@@ -143,16 +161,18 @@ impl Policy {
                 })],
             ),
             PolicyKind::LaBinary => (binary()?, vec![Box::new(LifetimeAlignment), best_fit()]),
-            PolicyKind::LaMulticlass => {
-                let classes = match &config.class_cutoffs_s {
-                    Some(cutoffs) => LifetimeClasses::new(cutoffs.clone())
-                        .map_err(|source| PolicyError::Classes { field: "class_cutoffs_s", source })?,
-                    None => LifetimeClasses::doubling_from_15_minutes(),
-                };
-                (classes, vec![Box::new(LifetimeAlignment), best_fit()])
+            PolicyKind::LaMulticlass => (interval_classes()?, vec![Box::new(LifetimeAlignment), best_fit()]),
+            // NILAS reads only exit times; its classes only turn interval predictions into lifetimes.
+            PolicyKind::Nilas => (interval_classes()?.by_expected_lifetime(), vec![Box::new(TemporalCost), best_fit()]),
+            PolicyKind::Lava => {
+                let lava = crate::lava::classes();
+                let top = (lava.count() - 1) as ClassIndex;
+                let rules: Vec<Box<dyn PreferenceRule>> =
+                    vec![Box::new(LavaPreference { top_class: top }), Box::new(TemporalCost), best_fit()];
+                (lava.by_expected_lifetime(), rules)
             }
         };
-        if config.prefer_non_empty {
+        if config.prefer_non_empty && config.kind != PolicyKind::Lava {
             preferences.insert(0, Box::new(PreferNonEmpty));
         }
         let mut validators: Vec<Box<dyn ValidatorRule>> = vec![Box::new(HostAvailable)];
@@ -179,6 +199,17 @@ impl Policy {
         if let Some(rule) = preferences.iter().find(|r| r.reads().contains(&RequestTrait::Tenant)) {
             return Err(PolicyError::RequestSpecificPreference(rule.name()));
         }
+        if let Some(rule) =
+            preferences.iter().find(|r| r.reads().contains(&RequestTrait::ExitTime) && r.exit_buckets().is_none())
+        {
+            return Err(PolicyError::ExitTimeOutsideTemporalRule(rule.name()));
+        }
+        let mut temporal = preferences.iter().enumerate().filter(|(_, r)| r.exit_buckets().is_some()).map(|(i, _)| i);
+        let temporal_level = temporal.next();
+        if temporal.next().is_some() {
+            return Err(PolicyError::TwoTemporalRules);
+        }
+        let lava = preferences.iter().any(|r| r.name() == "lava");
         // Stable: request-specific validators move behind the cacheable ones, keeping their order.
         validators.sort_by_key(|v| v.reads().contains(&RequestTrait::Tenant));
         let cached_validators = validators.iter().filter(|v| !v.reads().contains(&RequestTrait::Tenant)).count();
@@ -188,9 +219,35 @@ impl Policy {
             .chain(preferences.iter().flat_map(|p| p.reads()))
             .copied()
             .collect();
+        // The exit time is read by ranges, never cached per request class.
+        class_traits.retain(|t| *t != RequestTrait::ExitTime);
         class_traits.sort_by_key(|t| *t as u8);
         class_traits.dedup();
-        Ok(Policy { name: name.into(), validators, preferences, classes, class_traits, cached_validators })
+        Ok(Policy {
+            name: name.into(),
+            validators,
+            preferences,
+            classes,
+            class_traits,
+            cached_validators,
+            temporal_level,
+            lava,
+        })
+    }
+
+    /// The level of the temporal preference rule (NILAS's temporal cost), if the policy has one.
+    pub fn temporal_level(&self) -> Option<usize> {
+        self.temporal_level
+    }
+
+    /// Whether the rules read hosts' exit times, which then follow repredictions.
+    pub fn reads_exit_times(&self) -> bool {
+        self.temporal_level.is_some() || self.lava
+    }
+
+    /// Whether the rules read LAVA host state, which the allocator then keeps.
+    pub fn is_lava(&self) -> bool {
+        self.lava
     }
 
     pub fn name(&self) -> &str {
@@ -244,6 +301,18 @@ impl Policy {
         key
     }
 
+    /// The host's scores under every rule but the temporal one, whose slot is 0: what a request
+    /// class can cache.
+    pub fn cached_score(&self, host: &HostView, request: &RuleRequest) -> ScoreKey {
+        let mut key = [0; MAX_PREFERENCE_RULES];
+        for (level, (slot, rule)) in key.iter_mut().zip(&self.preferences).enumerate() {
+            if Some(level) != self.temporal_level {
+                *slot = rule.score(host, request);
+            }
+        }
+        key
+    }
+
     /// Filtering statistics of one decision: for each validator the hosts it saw and kept, then
     /// for each preference rule the hosts that tie with the best on it and every rule above.
     ///
@@ -290,6 +359,13 @@ mod tests {
         assert_eq!(lar.classes().count(), 2);
         let multi = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::LaMulticlass), &none).unwrap();
         assert_eq!(multi.classes().count(), 11);
+        let nilas = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Nilas), &none).unwrap();
+        assert_eq!(rule_names(&nilas).1, vec!["prefer-non-empty", "temporal-cost", "best-fit"]);
+        assert_eq!(nilas.temporal_level(), Some(1));
+        let lava = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Lava), &none).unwrap();
+        assert_eq!(rule_names(&lava).1, vec!["lava", "temporal-cost", "best-fit"]);
+        assert!(lava.is_lava() && lava.reads_exit_times() && !multi.reads_exit_times());
+        assert_eq!(lava.classes().count(), 5);
         let compat = HashMap::from([("M128".to_owned(), vec!["gen8".to_owned()])]);
         let dpbfr = Policy::from_config(
             &PolicyConfig { prefer_non_empty: false, ..PolicyConfig::of_kind(PolicyKind::Dpbfr) },
@@ -312,6 +388,7 @@ mod tests {
             demand: Resources::from_whole(2.0, 8.0, 0.0).unwrap(),
             lifetime_class: 1,
             vm_type: "D2",
+            exit_s: 5_000.0,
             spread: None,
         };
         let pbfr = Policy::from_config(&PolicyConfig::default(), &none).unwrap();
@@ -321,6 +398,12 @@ mod tests {
         );
         let lar = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::LaBinary), &none).unwrap();
         assert_eq!(lar.class_key(&request).lifetime_class, Some(1));
+        let nilas = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Nilas), &none).unwrap();
+        assert_eq!(
+            nilas.class_key(&request),
+            ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
+            "the exit time is not part of the class"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! single request, so they are applied on top of the cached order instead of inside it. Adding a rule
 //! is adding a type here and naming it in a policy ([`crate::policy`]); the engine does not change.
 
+use crate::lava::LavaState;
 use crate::lifetime::{ClassIndex, HostLifetime};
 use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
 use domain::{HostState, ResourceKind, Resources, RESOURCE_DIMS};
@@ -23,6 +24,9 @@ pub enum RequestTrait {
     LifetimeClass,
     /// The VM type name.
     VmType,
+    /// The VM's predicted exit time: read only by a temporal rule ([`PreferenceRule::exit_buckets`]),
+    /// which the index evaluates by ranges of host exit times instead of caching.
+    ExitTime,
     /// The tenant and its placement constraints: specific to one request, never cached.
     Tenant,
 }
@@ -41,6 +45,9 @@ pub struct RuleRequest<'a> {
     pub demand: Resources,
     pub lifetime_class: ClassIndex,
     pub vm_type: &'a str,
+    /// When the VM is predicted to exit (request time + predicted lifetime), in the allocator's
+    /// clock; infinite when only "long" is known.
+    pub exit_s: f64,
     /// Present only when the request asks for spread.
     pub spread: Option<TenantSpread<'a>>,
 }
@@ -72,6 +79,13 @@ pub trait PreferenceRule: Debug + Send + Sync {
     fn name(&self) -> &'static str;
     fn reads(&self) -> &'static [RequestTrait];
     fn score(&self, host: &HostView, request: &RuleRequest) -> u32;
+
+    /// For a temporal rule: its score is the index of `max(request exit - host exit, 0)` in these
+    /// increasing bucket bounds (the first is 0). The index then finds the best hosts by ranges of
+    /// host exit times ([`crate::select`]) instead of caching a score per host.
+    fn exit_buckets(&self) -> Option<&'static [f64]> {
+        None
+    }
 }
 
 /// The host takes new VMs (not drained for maintenance or defragmentation, not failed).
@@ -327,9 +341,95 @@ impl PreferenceRule for LifetimeAlignment {
     }
 }
 
+/// NILAS / LAS temporal cost (paper 000 s4.2): the bucket of how much later than the host's last VM
+/// this VM is predicted to exit, `max(vm_exit - host_exit, 0)`, over [`TemporalCost::BUCKETS_S`].
+/// An empty host's exit is minus infinity, so it costs the most.
+#[derive(Debug)]
+pub struct TemporalCost;
+
+impl TemporalCost {
+    /// 0, 30 min, 60 min, 90 min, 2 h, 3 h, 4 h, 6 h, 12 h, 24 h, 168 h.
+    pub const BUCKETS_S: [f64; 11] =
+        [0.0, 1_800.0, 3_600.0, 5_400.0, 7_200.0, 10_800.0, 14_400.0, 21_600.0, 43_200.0, 86_400.0, 604_800.0];
+
+    /// The cost of a VM exiting at `vm_exit_s` on a host whose VMs exit by `host_exit_s`.
+    pub fn cost(vm_exit_s: f64, host_exit_s: f64) -> u32 {
+        bucket_of(&Self::BUCKETS_S, vm_exit_s, host_exit_s)
+    }
+}
+
+/// Index of `max(vm_exit - host_exit, 0)` in increasing `bounds` (the first 0); a VM that exits no
+/// later than the host (both infinite included) is in bucket 0.
+pub fn bucket_of(bounds: &[f64], vm_exit_s: f64, host_exit_s: f64) -> u32 {
+    if vm_exit_s <= host_exit_s || vm_exit_s.is_nan() || host_exit_s.is_nan() {
+        return 0;
+    }
+    let delta = vm_exit_s - host_exit_s;
+    (bounds.partition_point(|&b| b <= delta).max(1) - 1) as u32
+}
+
+impl PreferenceRule for TemporalCost {
+    fn name(&self) -> &'static str {
+        "temporal-cost"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::ExitTime]
+    }
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        Self::cost(request.exit_s, host.lifetime.exit_s)
+    }
+    fn exit_buckets(&self) -> Option<&'static [f64]> {
+        Some(&Self::BUCKETS_S)
+    }
+}
+
+/// LAVA's host preference (paper 000 s4.3): recycling hosts of a class above the VM's, the closest
+/// first; then open hosts of the VM's class; then any other non-empty host; then empty hosts.
+/// With `c` the top class: scores `0..c` for recycling hosts `1..=c` classes above, `c` for an open
+/// host of the same class, `c + 1` for other non-empty hosts, `c + 2` for empty ones.
+#[derive(Debug)]
+pub struct LavaPreference {
+    pub top_class: ClassIndex,
+}
+
+impl PreferenceRule for LavaPreference {
+    fn name(&self) -> &'static str {
+        "lava"
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::LifetimeClass]
+    }
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        let lava = host.lifetime.lava;
+        let top = u32::from(self.top_class);
+        let (host_class, vm_class) = (u32::from(lava.class), u32::from(request.lifetime_class.min(self.top_class)));
+        match lava.state {
+            _ if host.record.is_empty() => top + 2,
+            LavaState::Recycling if host_class > vm_class => host_class - vm_class - 1,
+            LavaState::Open if host_class == vm_class => top,
+            _ => top + 1,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Paper 000 s4.2: "if delta T = 70m, the temporal cost is 2".
+    #[test]
+    fn temporal_cost_follows_the_papers_example() {
+        let minute = 60.0;
+        assert_eq!(TemporalCost::cost(1_000.0 + 70.0 * minute, 1_000.0), 2);
+        assert_eq!(TemporalCost::cost(1_000.0, 5_000.0), 0, "exits before the host: no cost");
+        assert_eq!(TemporalCost::cost(29.0 * minute, 0.0), 0);
+        assert_eq!(TemporalCost::cost(30.0 * minute, 0.0), 1);
+        assert_eq!(TemporalCost::cost(90.0 * minute, 0.0), 3);
+        assert_eq!(TemporalCost::cost(1e9, 0.0), 10);
+        assert_eq!(TemporalCost::cost(100.0, f64::NEG_INFINITY), 10, "an empty host costs the most");
+        assert_eq!(TemporalCost::cost(f64::INFINITY, f64::INFINITY), 0);
+        assert_eq!(TemporalCost::cost(f64::INFINITY, 1e6), 10);
+    }
 
     #[test]
     fn quantization_follows_protean() {

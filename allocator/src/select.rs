@@ -51,11 +51,15 @@ impl Chooser {
         self.mode
     }
 
+    /// A uniform position in `0..len` (random mode), the same draw [`Chooser::pick`] makes.
+    fn draw(&mut self, len: usize) -> Option<usize> {
+        (len > 0).then(|| self.rng.random_range(0..len))
+    }
+
     /// One of `candidates` (not empty).
     fn pick(&mut self, candidates: &[HostIndex]) -> Option<HostIndex> {
         match self.mode {
-            TieBreak::Random if !candidates.is_empty() => Some(candidates[self.rng.random_range(0..candidates.len())]),
-            TieBreak::Random => None,
+            TieBreak::Random => self.draw(candidates.len()).map(|i| candidates[i]),
             TieBreak::LowestIndex => candidates.iter().min().copied(),
         }
     }
@@ -176,6 +180,25 @@ enum TieSet {
     Any(Vec<HostIndex>),
     /// Ordered, for lowest-index tie-breaking.
     Ordered(BTreeSet<HostIndex>),
+    /// Sorted by host exit time (policies with a temporal rule): the hosts of one temporal cost
+    /// are a contiguous run, found by binary search.
+    ByExit(Vec<(ExitTime, HostIndex)>),
+}
+
+/// A host exit time ordered totally (minus infinity for empty hosts first).
+#[derive(Copy, Clone, Debug, PartialEq)]
+struct ExitTime(f64);
+
+impl Eq for ExitTime {}
+impl PartialOrd for ExitTime {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ExitTime {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 impl TieSet {
@@ -183,6 +206,7 @@ impl TieSet {
         match self {
             TieSet::Any(members) => members.len(),
             TieSet::Ordered(members) => members.len(),
+            TieSet::ByExit(members) => members.len(),
         }
     }
 
@@ -190,6 +214,7 @@ impl TieSet {
         match self {
             TieSet::Any(members) => Box::new(members.iter().copied()),
             TieSet::Ordered(members) => Box::new(members.iter().copied()),
+            TieSet::ByExit(members) => Box::new(members.iter().map(|(_, h)| *h)),
         }
     }
 }
@@ -210,7 +235,14 @@ struct Representative {
 
 impl Representative {
     fn request(&self) -> RuleRequest<'_> {
-        RuleRequest { demand: self.demand, lifetime_class: self.lifetime_class, vm_type: &self.vm_type, spread: None }
+        RuleRequest {
+            demand: self.demand,
+            lifetime_class: self.lifetime_class,
+            vm_type: &self.vm_type,
+            // Never read: the temporal rule is evaluated per request, not cached.
+            exit_s: f64::NAN,
+            spread: None,
+        }
     }
 }
 
@@ -231,6 +263,10 @@ struct ClassCache {
     /// entries below that level zeroed).
     prefix_counts: Vec<HashMap<ScoreKey, usize>>,
     ordered: bool,
+    /// The policy's temporal level: its buckets hold hosts by exit time.
+    temporal: Option<usize>,
+    /// Each host's exit time as filed in its bucket (temporal policies only).
+    filed_exit: Vec<f64>,
 }
 
 fn masked(key: &ScoreKey, level: usize) -> ScoreKey {
@@ -249,6 +285,7 @@ impl ClassCache {
         ordered: bool,
     ) -> Self {
         let levels = policy.preferences().len().saturating_sub(1);
+        let temporal = policy.temporal_level();
         let mut cache = ClassCache {
             representative,
             revision,
@@ -260,6 +297,8 @@ impl ClassCache {
             eliminated: vec![0; policy.cached_validators()],
             prefix_counts: vec![HashMap::new(); levels],
             ordered,
+            temporal,
+            filed_exit: if temporal.is_some() { vec![f64::NEG_INFINITY; state.hosts().len()] } else { Vec::new() },
         };
         for index in 0..state.hosts().len() {
             cache.refresh(policy, state, lifetimes, HostIndex(index as u32));
@@ -278,7 +317,10 @@ impl ClassCache {
                 self.slots[host.get()] = Slot { bucket: REJECTED + rule as u32, pos: 0 };
             }
             None => {
-                let key = policy.score(&view, &request);
+                let key = policy.cached_score(&view, &request);
+                if self.temporal.is_some() {
+                    self.filed_exit[host.get()] = view.lifetime.exit_s;
+                }
                 self.insert(host, key);
             }
         }
@@ -306,6 +348,11 @@ impl ClassCache {
             TieSet::Ordered(members) => {
                 members.remove(&host);
             }
+            TieSet::ByExit(members) => {
+                if let Ok(at) = members.binary_search(&(ExitTime(self.filed_exit[host.get()]), host)) {
+                    members.remove(at);
+                }
+            }
         }
         if bucket.members.len() == 0 {
             self.order.remove(&key);
@@ -326,7 +373,11 @@ impl ClassCache {
         let id = match self.order.get(&key) {
             Some(&id) => id,
             None => {
-                let members = if self.ordered { TieSet::Ordered(BTreeSet::new()) } else { TieSet::Any(Vec::new()) };
+                let members = match (self.temporal, self.ordered) {
+                    (Some(_), _) => TieSet::ByExit(Vec::new()),
+                    (None, true) => TieSet::Ordered(BTreeSet::new()),
+                    (None, false) => TieSet::Any(Vec::new()),
+                };
                 let bucket = Bucket { key, members };
                 let id = match self.free_buckets.pop() {
                     Some(id) => {
@@ -349,6 +400,12 @@ impl ClassCache {
             }
             TieSet::Ordered(members) => {
                 members.insert(host);
+                0
+            }
+            TieSet::ByExit(members) => {
+                let entry = (ExitTime(self.filed_exit[host.get()]), host);
+                let at = members.binary_search(&entry).unwrap_or_else(|at| at);
+                members.insert(at, entry);
                 0
             }
         };
@@ -376,6 +433,9 @@ impl ClassCache {
         eliminated.resize(policy.validators().len(), 0);
         // Hosts valid for the class that a request-specific validator (spread) rejects.
         let excluded = self.request_rejections(policy, state, lifetimes, request, &mut eliminated);
+        if let Some(level) = self.temporal {
+            return self.choose_temporal(policy, state, request, chooser, level, &eliminated, &excluded);
+        }
         let mut excluded_per_bucket: HashMap<u32, usize> = HashMap::new();
         for host in &excluded {
             *excluded_per_bucket.entry(self.slots[host.get()].bucket).or_insert(0) += 1;
@@ -411,7 +471,7 @@ impl ClassCache {
         let host = match (&bucket.members, excluded_per_bucket.contains_key(&best_id)) {
             (TieSet::Ordered(members), false) => members.first().copied(),
             (TieSet::Any(members), false) => chooser.pick(members),
-            (members, true) => {
+            (members, _) => {
                 let excluded: HashSet<HostIndex> = excluded.iter().copied().collect();
                 let candidates: Vec<HostIndex> = members.iter().filter(|h| !excluded.contains(h)).collect();
                 chooser.pick(&candidates)
@@ -422,6 +482,105 @@ impl ClassCache {
             score: Some(*best_key),
             ties,
             stats: policy.filter_stats(state.hosts().len(), &eliminated, &tied),
+        }
+    }
+
+    /// [`ClassCache::choose`] for a policy with a temporal rule at `level`.
+    ///
+    /// The cached keys hold 0 at that level, and each bucket keeps its hosts sorted by exit time.
+    /// The temporal cost falls as the host's exit time rises, so within a bucket the hosts of one
+    /// cost are a contiguous run, and a bucket's lowest cost is that of its last host. The best
+    /// host is then found per group of keys above the temporal level (in key order): the bucket
+    /// with the lowest (cost, key below the level), and in it the run of hosts with that cost.
+    #[allow(clippy::too_many_arguments)]
+    fn choose_temporal(
+        &self,
+        policy: &Policy,
+        state: &InventoryState,
+        request: &RuleRequest,
+        chooser: &mut Chooser,
+        level: usize,
+        eliminated: &[usize],
+        excluded: &[HostIndex],
+    ) -> Selection {
+        let levels = policy.preferences().len();
+        let bounds = policy.preferences()[level].exit_buckets().unwrap_or(&[0.0]);
+        let cost = |exit: ExitTime| crate::rules::bucket_of(bounds, request.exit_s, exit.0);
+        let excluded: HashSet<HostIndex> = excluded.iter().copied().collect();
+        let members = |id: u32| match &self.buckets[id as usize].members {
+            TieSet::ByExit(members) => members.as_slice(),
+            _ => &[],
+        };
+        // The run of hosts with temporal cost `c` in a bucket: [hosts costing more, hosts costing c).
+        let run = |id: u32, c: u32| {
+            let hosts = members(id);
+            (hosts.partition_point(|(e, _)| cost(*e) > c), hosts.partition_point(|(e, _)| cost(*e) >= c))
+        };
+        let usable = |id: u32, (from, to): (usize, usize)| {
+            if excluded.is_empty() {
+                return to - from;
+            }
+            members(id)[from..to].iter().filter(|(_, h)| !excluded.contains(h)).count()
+        };
+        let keys: Vec<(ScoreKey, u32)> = self.order.iter().map(|(k, id)| (*k, *id)).collect();
+        let mut start = 0;
+        while start < keys.len() {
+            let end = start + keys[start..].iter().take_while(|(k, _)| k[..level] == keys[start].0[..level]).count();
+            let group = &keys[start..end];
+            start = end;
+            // Lowest cost of each bucket among the hosts the request may use.
+            let best = group
+                .iter()
+                .filter_map(|&(key, id)| {
+                    let last = members(id).iter().rev().find(|(_, h)| !excluded.contains(h))?;
+                    Some((cost(last.0), key, id))
+                })
+                .min_by_key(|&(c, key, _)| (c, key));
+            let Some((best_cost, mut best_key, best_id)) = best else { continue };
+            best_key[level] = best_cost;
+            let (from, to) = run(best_id, best_cost);
+            let hosts = &members(best_id)[from..to];
+            let ties = usable(best_id, (from, to));
+            let host = match chooser.mode() {
+                // Draw among the run directly unless some of it is excluded.
+                TieBreak::Random if excluded.is_empty() => chooser.draw(hosts.len()).map(|i| hosts[i].1),
+                _ => {
+                    let candidates: Vec<HostIndex> =
+                        hosts.iter().map(|(_, h)| *h).filter(|h| !excluded.contains(h)).collect();
+                    chooser.pick(&candidates)
+                }
+            };
+            // Ties: above the level from the prefix counts; at and below it, the hosts of the group
+            // with the best cost whose keys agree down to that level.
+            let tied: Vec<usize> = (0..levels)
+                .map(|l| {
+                    if l < level {
+                        let cached = self.prefix_counts[l].get(&masked(&best_key, l)).copied().unwrap_or(0);
+                        let gone = excluded
+                            .iter()
+                            .filter(|h| self.key_of(**h).is_some_and(|k| prefix_eq(&k, &best_key, l)))
+                            .count();
+                        return cached - gone;
+                    }
+                    group
+                        .iter()
+                        .filter(|(key, _)| key[level + 1..=l] == best_key[level + 1..=l])
+                        .map(|&(_, id)| usable(id, run(id, best_cost)))
+                        .sum()
+                })
+                .collect();
+            return Selection {
+                host,
+                score: Some(best_key),
+                ties,
+                stats: policy.filter_stats(state.hosts().len(), eliminated, &tied),
+            };
+        }
+        Selection {
+            host: None,
+            score: None,
+            ties: 0,
+            stats: policy.filter_stats(state.hosts().len(), eliminated, &vec![0; levels]),
         }
     }
 
@@ -473,9 +632,11 @@ impl ClassCache {
                 TieSet::Any(m) => m.capacity() * std::mem::size_of::<HostIndex>(),
                 // A B-tree node holds up to 11 keys; count about 2 words of overhead per key.
                 TieSet::Ordered(m) => m.len() * (std::mem::size_of::<HostIndex>() + 16),
+                TieSet::ByExit(m) => m.capacity() * std::mem::size_of::<(ExitTime, HostIndex)>(),
             })
             .sum();
         self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.filed_exit.capacity() * std::mem::size_of::<f64>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
             + members
             + self.order.len() * (std::mem::size_of::<ScoreKey>() + 4 + 16)

@@ -2,11 +2,12 @@
 //! so that a committed transaction survives a crash of the process or of the machine).
 //!
 //! It records what the in-memory [`crate::Allocator`] cannot rebuild by itself: every placed VM
-//! (with a sequence number giving the placement order) and every host state set by an operator.
+//! (with a sequence number giving the placement order), every host state set by an operator, and
+//! the LAVA state of every non-empty host (LAVA policy).
 //! [`Store::load`] reads it all back; [`Store::apply`] writes a whole batch of changes in one
 //! transaction, which is what makes group commit possible (see [`crate::durable`]).
 //!
-//! Schema (version 1):
+//! Schema (version 2; a version-1 store gains the `lava_hosts` table when opened):
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
@@ -16,11 +17,14 @@
 //!     cores_base INTEGER NOT NULL, memory_base INTEGER NOT NULL, ssd_base INTEGER NOT NULL,
 //!     placed_at_s REAL NOT NULL, prediction TEXT);                     -- prediction as JSON
 //! CREATE TABLE host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+//! CREATE TABLE lava_hosts (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, class INTEGER NOT NULL,
+//!     deadline_s REAL, residual_vms TEXT NOT NULL);                    -- residual VM ids as JSON
 //! ```
 //!
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
+use crate::lava::{LavaHost, LavaState};
 use crate::state::NewVm;
 use domain::{HostId, HostState, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
 use rusqlite::{params, Connection};
@@ -28,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a write waits for a lock held by another connection (an operator's `sqlite3` shell, a
 /// backup) before failing. The allocator itself uses one connection.
@@ -46,6 +50,8 @@ pub enum StoreError {
     CorruptVm { path: PathBuf, vm: String, detail: String },
     #[error("allocator store {path}: host `{host}`: unknown state `{state}`")]
     CorruptHostState { path: PathBuf, host: String, state: String },
+    #[error("allocator store {path}: LAVA state of host `{host}`: {detail}")]
+    CorruptLava { path: PathBuf, host: String, detail: String },
 }
 
 /// One VM as the store recorded it.
@@ -64,6 +70,8 @@ pub struct StoredState {
     pub vms: Vec<StoredVm>,
     /// Host states set by operators, by host id.
     pub host_states: Vec<(HostId, HostState)>,
+    /// LAVA states of non-empty hosts, by host id.
+    pub lava_hosts: Vec<(HostId, LavaHost)>,
 }
 
 /// One change to record.
@@ -75,6 +83,8 @@ pub enum StoreOp {
     Release { vm: VmId },
     /// An operator set a host's state.
     HostState { host: HostId, state: HostState },
+    /// A host's LAVA state changed (an empty host's row is deleted).
+    Lava { host: HostId, lava: LavaHost },
 }
 
 /// See the module documentation.
@@ -138,13 +148,15 @@ impl Store {
         let tables: i64 = self
             .conn
             .query_row(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'vms', 'host_states')",
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
+                 AND name IN ('meta', 'vms', 'host_states', 'lava_hosts')",
                 [],
                 |row| row.get(0),
             )
             .map_err(self.sql("reading the schema"))?;
         // Creating the schema takes the write lock; a store that has it already is only read here.
-        if tables < 3 {
+        // A version-1 store (no `lava_hosts`) is upgraded in the same transaction.
+        if tables < 4 {
             self.create_schema()?;
         }
         self.read_meta()
@@ -155,7 +167,7 @@ impl Store {
             .execute_batch(
                 "BEGIN IMMEDIATE;
                  CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1), ('next_seq', 1);
+                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 2), ('next_seq', 1);
                  CREATE TABLE IF NOT EXISTS vms (
                      vm_id TEXT PRIMARY KEY,
                      seq INTEGER NOT NULL UNIQUE,
@@ -169,6 +181,14 @@ impl Store {
                      prediction TEXT
                  );
                  CREATE TABLE IF NOT EXISTS host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS lava_hosts (
+                     host_id TEXT PRIMARY KEY,
+                     state TEXT NOT NULL,
+                     class INTEGER NOT NULL,
+                     deadline_s REAL,
+                     residual_vms TEXT NOT NULL
+                 );
+                 UPDATE meta SET value = 2 WHERE key = 'schema_version' AND value = 1;
                  COMMIT;",
             )
             .map_err(|source| {
@@ -265,7 +285,31 @@ impl Store {
             })?;
             host_states.push((HostId(host), parsed));
         }
-        Ok(StoredState { vms, host_states })
+        Ok(StoredState { vms, host_states, lava_hosts: self.load_lava()? })
+    }
+
+    fn load_lava(&self) -> Result<Vec<(HostId, LavaHost)>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT host_id, state, class, deadline_s, residual_vms FROM lava_hosts ORDER BY host_id")
+            .map_err(self.sql("reading the LAVA host states"))?;
+        type Row = (String, String, i64, Option<f64>, String);
+        let rows = statement
+            .query_map([], |row| -> rusqlite::Result<Row> {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+            })
+            .map_err(self.sql("reading the LAVA host states"))?;
+        let mut hosts = Vec::new();
+        for row in rows {
+            let (host, state, class, deadline_s, residual) = row.map_err(self.sql("reading the LAVA host states"))?;
+            let corrupt = |detail: String| StoreError::CorruptLava { path: self.path.clone(), host: host.clone(), detail };
+            let state = LavaState::parse(&state).ok_or_else(|| corrupt(format!("unknown state `{state}`")))?;
+            let class = u8::try_from(class).map_err(|_| corrupt(format!("class {class} out of range")))?;
+            let residual_vms: Vec<VmId> =
+                serde_json::from_str(&residual).map_err(|e| corrupt(format!("unreadable residual VMs: {e}")))?;
+            hosts.push((HostId(host.clone()), LavaHost { state, class, deadline_s, residual_vms }));
+        }
+        Ok(hosts)
     }
 
     /// Writes `ops` in order, in one transaction: after `Ok` all of them are durable, after `Err`
@@ -293,6 +337,15 @@ impl Store {
             let mut host_state = tx
                 .prepare_cached("INSERT OR REPLACE INTO host_states (host_id, state) VALUES (?1, ?2)")
                 .map_err(sql("recording a host state"))?;
+            let mut lava = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO lava_hosts (host_id, state, class, deadline_s, residual_vms)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(sql("recording a LAVA host state"))?;
+            let mut lava_empty = tx
+                .prepare_cached("DELETE FROM lava_hosts WHERE host_id = ?1")
+                .map_err(sql("recording a LAVA host state"))?;
             for op in ops {
                 match op {
                     StoreOp::Place { vm, host } => {
@@ -328,6 +381,24 @@ impl Store {
                         host_state
                             .execute(params![host.as_str(), state_name(*state)])
                             .map_err(sql("recording a host state"))?;
+                    }
+                    StoreOp::Lava { host, lava: state } if state.state == LavaState::Empty => {
+                        lava_empty.execute(params![host.as_str()]).map_err(sql("recording a LAVA host state"))?;
+                    }
+                    StoreOp::Lava { host, lava: state } => {
+                        let residual = serde_json::to_string(&state.residual_vms).map_err(|e| StoreError::CorruptLava {
+                            path: path.clone(),
+                            host: host.to_string(),
+                            detail: format!("residual VMs cannot be written: {e}"),
+                        })?;
+                        lava.execute(params![
+                            host.as_str(),
+                            state.state.name(),
+                            i64::from(state.class),
+                            state.deadline_s,
+                            residual
+                        ])
+                        .map_err(sql("recording a LAVA host state"))?;
                     }
                 }
             }
@@ -394,6 +465,52 @@ mod tests {
         assert_eq!(loaded.vms[1].host, HostId::from("h1"));
         assert!(loaded.vms[0].seq < loaded.vms[1].seq);
         assert_eq!(loaded.host_states, [(HostId::from("h1"), HostState::Failed)]);
+    }
+
+    #[test]
+    fn lava_states_round_trip_and_empty_hosts_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let mut store = Store::open(&path).unwrap();
+        let recycling = LavaHost {
+            state: LavaState::Recycling,
+            class: 3,
+            deadline_s: Some(1.5e6),
+            residual_vms: vec![VmId::from("a"), VmId::from("b")],
+        };
+        let open = LavaHost { state: LavaState::Open, class: 4, deadline_s: None, residual_vms: Vec::new() };
+        store
+            .apply(&[
+                StoreOp::Lava { host: HostId::from("h0"), lava: recycling.clone() },
+                StoreOp::Lava { host: HostId::from("h1"), lava: open.clone() },
+            ])
+            .unwrap();
+        store.apply(&[StoreOp::Lava { host: HostId::from("h1"), lava: LavaHost::default() }]).unwrap();
+        drop(store);
+        let loaded = Store::open(&path).unwrap().load().unwrap();
+        assert_eq!(loaded.lava_hosts, [(HostId::from("h0"), recycling)]);
+    }
+
+    #[test]
+    fn a_version_1_store_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             INSERT INTO meta (key, value) VALUES ('schema_version', 1), ('next_seq', 1);
+             CREATE TABLE vms (vm_id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, host_id TEXT NOT NULL,
+                 tenant_id TEXT NOT NULL, vm_type TEXT NOT NULL, cores_base INTEGER NOT NULL,
+                 memory_base INTEGER NOT NULL, ssd_base INTEGER NOT NULL, placed_at_s REAL NOT NULL, prediction TEXT);
+             CREATE TABLE host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let mut store = Store::open(&path).unwrap();
+        store.apply(&[StoreOp::Place { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.vms.len(), 1);
+        assert!(loaded.lava_hosts.is_empty());
     }
 
     #[test]
