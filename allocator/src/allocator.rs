@@ -8,6 +8,7 @@
 //! Time is the caller's: every call takes `now_s` (Unix seconds in the service, trace time in the
 //! simulator). It only moves forward; an earlier `now_s` is taken as the latest one seen.
 
+use crate::defrag::{Drain, DrainHosts, DrainReport, DrainRequest, Migration, MigrationOrder};
 use crate::lava::{LavaHost, LavaState};
 use crate::lifetime::{HostLifetime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError, ScoreKey};
@@ -71,6 +72,29 @@ pub enum AllocateError {
         "VM `{placed}` of this gang is already placed but `{missing}` is not; a gang is placed whole or not at all"
     )]
     PartialGang { placed: VmId, missing: VmId },
+}
+
+/// Why a drain or migration operation was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DrainError {
+    #[error("a drain is in progress; wait for it to finish (GET /v1/drains)")]
+    Busy,
+    #[error("no drain is in progress")]
+    NoDrain,
+    #[error("host `{0}` is not in the inventory")]
+    UnknownHost(HostId),
+    #[error("no host to drain: name hosts, or pick at least one non-empty available host")]
+    NoHosts,
+    #[error("VM `{0}` is not migrating")]
+    NotMigrating(VmId),
+}
+
+/// A change to migrations that the store records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MigrationChange {
+    Started { vm: VmId, target: HostId },
+    Completed { vm: VmId, target: HostId },
+    Cancelled { vm: VmId },
 }
 
 /// Occupancy and lifetime figures of the inventory (`GET /v1/stats`).
@@ -203,6 +227,11 @@ pub struct Allocator {
     lava: Vec<LavaHost>,
     /// Hosts whose LAVA state changed since [`Allocator::take_lava_changes`] was last called.
     lava_changed: BTreeSet<HostIndex>,
+    /// The drain in progress (or the last one, finished), LARS.
+    drain: Option<Drain>,
+    /// Migration and drain changes since [`Allocator::take_migration_changes`] was last called.
+    migration_changes: Vec<MigrationChange>,
+    drain_changed: bool,
     index: Option<IncrementalIndex>,
     chooser: Chooser,
     clock_s: f64,
@@ -228,6 +257,9 @@ impl Allocator {
             repredictions: Repredictions::default(),
             lava: vec![LavaHost::default(); hosts],
             lava_changed: BTreeSet::new(),
+            drain: None,
+            migration_changes: Vec::new(),
+            drain_changed: false,
             index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
             chooser: Chooser::new(config.tie_break, config.seed),
             clock_s: f64::NEG_INFINITY,
@@ -689,18 +721,213 @@ impl Allocator {
     }
 
     fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
+        let migrating_to = self.state.migration_target(vm);
         let placed = match self.state.release(vm) {
             Ok(placed) => placed,
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
         self.repredictions.remove(vm);
+        if let Some(target) = migrating_to {
+            // Its reservation went with it.
+            self.migration_changes.push(MigrationChange::Cancelled { vm: vm.clone() });
+            self.refresh_lifetime(target);
+            self.host_changed(target);
+        }
+        if let Some(drain) = &mut self.drain {
+            if drain.vm_exited(vm) {
+                self.drain_changed = true;
+            }
+        }
         if self.policy.is_lava() {
             self.lava[placed.host.get()].on_release(&self.state.hosts()[placed.host.get()], vm, self.clock_s);
             self.lava_changed.insert(placed.host);
         }
         self.refresh_lifetime(placed.host);
         self.host_changed(placed.host);
+        self.pump_drain();
         placed
+    }
+
+    /// Starts draining hosts (LARS, paper 000 s4.4): they become unavailable and their VMs migrate
+    /// away, `max_in_flight` at a time, longest predicted remaining lifetime first (or in arrival
+    /// order). Returns where the drain stands: the first migrations are in flight.
+    pub fn start_drain(&mut self, request: &DrainRequest, now_s: f64) -> Result<DrainReport, DrainError> {
+        self.advance_clock(now_s);
+        if self.drain.as_ref().is_some_and(|d| !self.drain_done(d)) {
+            return Err(DrainError::Busy);
+        }
+        let mut hosts: Vec<HostIndex> = match &request.hosts {
+            DrainHosts::Listed(ids) => ids
+                .iter()
+                .map(|id| self.state.host_index(id).ok_or_else(|| DrainError::UnknownHost(id.clone())))
+                .collect::<Result<_, _>>()?,
+            DrainHosts::Pick(count) => self.drain_candidates(*count),
+        };
+        hosts.sort_unstable();
+        hosts.dedup();
+        if hosts.is_empty() {
+            return Err(DrainError::NoHosts);
+        }
+        let mut queue: Vec<(f64, VmId)> = Vec::new();
+        for &host in &hosts {
+            if let Err(error) = self.state.set_host_state(host, HostState::Unavailable) {
+                unreachable!("an indexed host exists: {error}");
+            }
+            self.host_changed(host);
+            for id in self.state.hosts()[host.get()].vms.clone() {
+                if self.state.migration_target(&id).is_some() {
+                    continue;
+                }
+                let Some(vm) = self.state.vm(&id).cloned() else { continue };
+                let key = match request.order {
+                    MigrationOrder::Arrival => vm.placed_at_s,
+                    MigrationOrder::LongestRemainingFirst => -self.remaining_s(&id, &vm),
+                };
+                queue.push((key, id));
+            }
+        }
+        // Stable: VMs of equal key keep host and placement order.
+        queue.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let ids = hosts.iter().map(|h| self.state.hosts()[h.get()].id.clone()).collect();
+        self.drain =
+            Some(Drain::new(ids, request.order, request.max_in_flight, queue.into_iter().map(|(_, id)| id).collect()));
+        self.drain_changed = true;
+        self.pump_drain();
+        self.drain_report().ok_or(DrainError::NoDrain)
+    }
+
+    /// The migration of `vm` finished: it leaves its source for the host reserved for it, and the
+    /// next VM starts migrating.
+    pub fn complete_migration(&mut self, vm: &VmId, now_s: f64) -> Result<Migration, DrainError> {
+        self.advance_clock(now_s);
+        let drain = self.drain.as_mut().ok_or(DrainError::NoDrain)?;
+        let migration = drain.completed(vm).ok_or_else(|| DrainError::NotMigrating(vm.clone()))?;
+        self.drain_changed = true;
+        let source = match self.state.complete_migration(vm) {
+            Ok(source) => source,
+            Err(error) => unreachable!("a drain's migration is in the state: {error}"),
+        };
+        let target = self.state.vm(vm).map_or(source, |v| v.host);
+        if self.policy.is_lava() {
+            let class = self.state.vm(vm).map_or(0, |v| self.policy.classes().vm_lifetime(v.prediction.as_ref()).class);
+            self.lava[source.get()].on_release(&self.state.hosts()[source.get()], vm, self.clock_s);
+            self.lava[target.get()].on_place(&self.state.hosts()[target.get()], class, self.clock_s);
+            self.lava_changed.extend([source, target]);
+        }
+        for host in [source, target] {
+            self.refresh_lifetime(host);
+            self.host_changed(host);
+        }
+        self.migration_changes.push(MigrationChange::Completed { vm: vm.clone(), target: migration.target.clone() });
+        self.pump_drain();
+        Ok(migration)
+    }
+
+    /// Where the current (or last) drain stands.
+    pub fn drain_report(&self) -> Option<DrainReport> {
+        self.drain.as_ref().map(|drain| drain.report(self.drain_hosts_empty(drain)))
+    }
+
+    /// The drain as the store records it.
+    pub fn drain(&self) -> Option<&Drain> {
+        self.drain.as_ref()
+    }
+
+    /// Migration changes since the last call, and the drain if it changed: what the store must write.
+    pub fn take_migration_changes(&mut self) -> (Vec<MigrationChange>, Option<Option<Drain>>) {
+        let drain = std::mem::take(&mut self.drain_changed).then(|| self.drain.clone());
+        (std::mem::take(&mut self.migration_changes), drain)
+    }
+
+    /// Puts back a migration recorded by the store (after the VMs were restored).
+    pub fn restore_migration(&mut self, vm: &VmId, target: &HostId) -> Result<(), StateError> {
+        let index = self.state.host_index(target).ok_or_else(|| StateError::UnknownHostId(target.clone()))?;
+        self.state.reserve(vm, index, false)?;
+        self.host_changed(index);
+        Ok(())
+    }
+
+    /// Puts back the drain recorded by the store (after its migrations were restored).
+    pub fn restore_drain(&mut self, drain: Drain) {
+        self.drain = Some(drain);
+    }
+
+    fn drain_hosts_empty(&self, drain: &Drain) -> bool {
+        drain.hosts.iter().filter_map(|id| self.state.host_index(id)).all(|h| self.state.hosts()[h.get()].is_empty())
+    }
+
+    fn drain_done(&self, drain: &Drain) -> bool {
+        drain.queue.is_empty() && drain.in_flight.is_empty()
+    }
+
+    /// The `count` available non-empty hosts cheapest to empty: fewest VMs, then most free
+    /// (weighted as best fit weighs them), then lowest index.
+    fn drain_candidates(&self, count: usize) -> Vec<HostIndex> {
+        let mut hosts: Vec<(usize, u64, HostIndex)> = self
+            .state
+            .hosts()
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.state == HostState::Available && !h.vms.is_empty() && h.incoming.is_empty())
+            .map(|(i, h)| (h.vms.len(), u64::MAX - h.free().base(ResourceKind::Cores), HostIndex(i as u32)))
+            .collect();
+        hosts.sort_unstable();
+        hosts.into_iter().take(count).map(|(_, _, h)| h).collect()
+    }
+
+    /// A VM's predicted remaining lifetime now (repredicted when a model is loaded).
+    fn remaining_s(&mut self, id: &VmId, vm: &PlacedVm) -> f64 {
+        let initial = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+        self.repredictions.remaining_s(id, initial, self.clock_s - vm.placed_at_s)
+    }
+
+    /// Starts migrations while the drain has room and VMs to move. A VM no host can take goes to the
+    /// back of the queue and waits for the next event.
+    fn pump_drain(&mut self) {
+        let mut tries = self.drain.as_ref().map_or(0, |d| d.queue.len());
+        while tries > 0 && self.drain.as_ref().is_some_and(|d| d.has_room() && !d.queue.is_empty()) {
+            tries -= 1;
+            let Some(id) = self.drain.as_mut().and_then(|d| d.queue.pop_front()) else { break };
+            self.drain_changed = true;
+            let Some(vm) = self.state.vm(&id).cloned() else { continue };
+            let request = self.migration_request(&id, &vm);
+            let Some(target) = self.select(&request, None).host else {
+                if let Some(drain) = &mut self.drain {
+                    drain.no_target += 1;
+                    drain.queue.push_back(id);
+                }
+                continue;
+            };
+            if let Err(error) = self.state.reserve(&id, target, true) {
+                unreachable!("the selected host takes the migrating VM: {error}");
+            }
+            self.host_changed(target);
+            let target_id = self.state.hosts()[target.get()].id.clone();
+            let migration = Migration {
+                vm_id: id.clone(),
+                source: self.state.hosts()[vm.host.get()].id.clone(),
+                target: target_id.clone(),
+                started_at_s: self.clock_s,
+            };
+            if let Some(drain) = &mut self.drain {
+                drain.in_flight.push(migration);
+            }
+            self.migration_changes.push(MigrationChange::Started { vm: id, target: target_id });
+        }
+    }
+
+    /// The VM as the placement policy sees it when it migrates: its repredicted remaining lifetime
+    /// as the prediction (paper 002 H: "with the current VM state").
+    fn migration_request(&mut self, id: &VmId, vm: &PlacedVm) -> VmRequest {
+        let mut request = VmRequest::new(id.as_str(), vm.tenant.as_str(), &vm.vm_type, vm.demand);
+        request.prediction = vm.prediction.clone().map(|mut prediction| {
+            if !prediction.source.is_fallback() {
+                prediction.expected_lifetime_s = Some(self.remaining_s(id, vm));
+                prediction.interval_class = None;
+            }
+            prediction
+        });
+        request
     }
 
     fn host_changed(&mut self, host: HostIndex) {

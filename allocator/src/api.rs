@@ -11,7 +11,8 @@ use crate::durable::{
     StoreStatus, VmInfo,
 };
 use crate::worker::Worker;
-use crate::AllocateError;
+use crate::defrag::{DrainReport, DrainRequest, Migration};
+use crate::{AllocateError, DrainError};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -106,6 +107,9 @@ impl Validate for ExplainRequest {
         drain_host,
         fail_host,
         restore_host,
+        start_drain,
+        drain_status,
+        complete_migration,
         stats,
         explain,
         healthz,
@@ -120,6 +124,13 @@ impl Validate for ExplainRequest {
         HostStateChange,
         StoreStatus,
         ExplainRequest,
+        DrainRequest,
+        DrainReport,
+        Migration,
+        crate::defrag::DrainHosts,
+        crate::defrag::MigrationOrder,
+        crate::lava::LavaHost,
+        crate::lava::LavaState,
         domain::LifetimePrediction,
         domain::Problem
     ))
@@ -136,6 +147,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/hosts/{host_id}/drain", post(drain_host))
         .route("/v1/hosts/{host_id}/fail", post(fail_host))
         .route("/v1/hosts/{host_id}/restore", post(restore_host))
+        .route("/v1/drains", get(drain_status).post(start_drain))
+        .route("/v1/migrations/{vm_id}/complete", post(complete_migration))
         .route("/v1/stats", get(stats))
         .route("/v1/explain", post(explain))
         .route("/healthz", get(healthz))
@@ -190,6 +203,17 @@ fn command_error(error: CommandError) -> Response {
         }
         CommandError::Unavailable(_) => {
             retry_later(problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Store unavailable", detail))
+        }
+        CommandError::Drain(DrainError::Busy) => problem(StatusCode::CONFLICT, "drain-busy", "Drain in progress", detail),
+        CommandError::Drain(DrainError::NoDrain) => problem(StatusCode::NOT_FOUND, "no-drain", "No drain", detail),
+        CommandError::Drain(DrainError::UnknownHost(_)) => {
+            problem(StatusCode::NOT_FOUND, "unknown-host", "Unknown host", detail)
+        }
+        CommandError::Drain(DrainError::NoHosts) => {
+            problem(StatusCode::UNPROCESSABLE_ENTITY, "no-hosts-to-drain", "No host to drain", detail)
+        }
+        CommandError::Drain(DrainError::NotMigrating(_)) => {
+            problem(StatusCode::NOT_FOUND, "not-migrating", "VM not migrating", detail)
         }
     }
 }
@@ -452,6 +476,71 @@ async fn restore_host(
     host_id: Result<Path<String>, PathRejection>,
 ) -> Response {
     set_host_state(&state, &headers, host_id, HostState::Available).await
+}
+
+/// Starts draining hosts (admin; LARS): they take no new VM and their VMs migrate away, at most
+/// `max_in_flight` at a time, longest predicted remaining lifetime first (`order:
+/// "longest-remaining-first"`, the default) or in arrival order (`"arrival"`). Each migration
+/// reserves the VM's demand on a target the placement policy picks; confirm it with
+/// `POST /v1/migrations/{vm_id}/complete` once the live migration finished.
+#[utoipa::path(post, path = "/v1/drains", request_body = DrainRequest,
+    responses((status = 201, body = DrainReport), (status = 401, body = domain::Problem),
+              (status = 404, body = domain::Problem), (status = 409, body = domain::Problem),
+              (status = 422, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn start_drain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ValidJson(request): ValidJson<DrainRequest>,
+) -> Response {
+    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    match call(&state, "start-drain", Command::StartDrain(request)).await {
+        Ok(Reply::Drain(report)) => {
+            tracing::info!(hosts = ?report.hosts, in_flight = report.in_flight.len(), "drain started");
+            (StatusCode::CREATED, Json(report)).into_response()
+        }
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Where the current (or last) drain stands: migrations performed, avoided (the VM exited before
+/// its turn), in flight, queued.
+#[utoipa::path(get, path = "/v1/drains",
+    responses((status = 200, body = DrainReport), (status = 404, body = domain::Problem)))]
+async fn drain_status(State(state): State<AppState>) -> Response {
+    match call(&state, "drain-status", Command::DrainStatus).await {
+        Ok(Reply::Drain(report)) => Json(report).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Confirms a migration (admin): the VM now runs on its target, its source capacity is freed, and
+/// the next VM of the drain starts migrating.
+#[utoipa::path(post, path = "/v1/migrations/{vm_id}/complete", params(("vm_id" = String, Path)),
+    responses((status = 200, body = Migration), (status = 401, body = domain::Problem),
+              (status = 404, body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn complete_migration(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    vm_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    let vm_id = match path_param(vm_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(&state, "complete-migration", Command::CompleteMigration(VmId(vm_id))).await {
+        Ok(Reply::MigrationCompleted(migration)) => Json(migration).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
 }
 
 /// Occupancy, packing density, empty hosts, VMs by lifetime, rejections by reason.

@@ -19,7 +19,10 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::allocator::{AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, Explanation};
+use crate::allocator::{
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation, MigrationChange,
+};
+use crate::defrag::{DrainReport, DrainRequest, Migration};
 use crate::lava::LavaHost;
 use crate::reprediction::Repredictor;
 use crate::state::{HostIndex, NewVm, StateError};
@@ -90,12 +93,25 @@ pub enum Command {
     },
     /// Whether the store is usable, with a few figures.
     Status,
+    /// Start draining hosts (LARS) (write).
+    StartDrain(DrainRequest),
+    /// A migration finished: the VM moves to its target (write).
+    CompleteMigration(VmId),
+    /// Where the current drain stands.
+    DrainStatus,
 }
 
 impl Command {
     /// True for commands that change the state.
     pub fn is_write(&self) -> bool {
-        matches!(self, Command::Allocate(_) | Command::Release(_) | Command::SetHostState { .. })
+        matches!(
+            self,
+            Command::Allocate(_)
+                | Command::Release(_)
+                | Command::SetHostState { .. }
+                | Command::StartDrain(_)
+                | Command::CompleteMigration(_)
+        )
     }
 }
 
@@ -213,6 +229,8 @@ pub enum Reply {
     Stats(Box<AllocatorStats>),
     Explained(Box<Explanation>),
     Status(StoreStatus),
+    Drain(Box<DrainReport>),
+    MigrationCompleted(Box<Migration>),
 }
 
 /// Why a command was not carried out.
@@ -231,6 +249,8 @@ pub enum CommandError {
     /// The store cannot be used right now.
     #[error("the allocator's store is unavailable: {0}")]
     Unavailable(String),
+    #[error(transparent)]
+    Drain(#[from] DrainError),
 }
 
 /// The live allocator and the store it mirrors.
@@ -284,6 +304,17 @@ fn recover(
         if let Err(source) = allocator.restore_lava(&host, lava) {
             return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
         }
+    }
+    for (vm, target) in stored.migrations {
+        allocator.restore_migration(&vm, &target).map_err(|source| DurableError::Contradiction {
+            path: path.to_owned(),
+            vm,
+            host: target,
+            source: Box::new(source),
+        })?;
+    }
+    if let Some(drain) = stored.drain {
+        allocator.restore_drain(drain);
     }
     Ok(Live { allocator, store })
 }
@@ -375,6 +406,17 @@ impl DurableAllocator {
         }
         // LAVA states the batch changed (also deadlines that passed, which a restart would replay
         // the same way) go in the same transaction as the placements that changed them.
+        let (migrations, drain) = live.allocator.take_migration_changes();
+        for change in migrations {
+            ops.push(match change {
+                MigrationChange::Started { vm, target } => StoreOp::MigrationStarted { vm, target },
+                MigrationChange::Completed { vm, target } => StoreOp::MigrationCompleted { vm, target },
+                MigrationChange::Cancelled { vm } => StoreOp::MigrationCancelled { vm },
+            });
+        }
+        if let Some(drain) = drain {
+            ops.push(StoreOp::Drain(drain.map(Box::new)));
+        }
         let lava = live.allocator.take_lava_changes();
         for (host, state) in lava {
             let id = live.allocator.state().hosts()[host.get()].id.clone();
@@ -479,6 +521,19 @@ fn apply(
             ops.push(StoreOp::HostState { host: host.clone(), state: *state });
             Ok(Reply::HostStateSet(HostStateChange { host_id: host.clone(), previous, state: *state }))
         }
+        Command::StartDrain(request) => {
+            let report = allocator.start_drain(request, now_s)?;
+            for host in &report.hosts {
+                ops.push(StoreOp::HostState { host: host.clone(), state: HostState::Unavailable });
+            }
+            Ok(Reply::Drain(Box::new(report)))
+        }
+        Command::CompleteMigration(vm) => {
+            let migration = allocator.complete_migration(vm, now_s)?;
+            // The store's own record of the move is among the allocator's migration changes.
+            outcomes.push("migrated");
+            Ok(Reply::MigrationCompleted(Box::new(migration)))
+        }
         read_only => read(allocator, read_only, now_s, path),
     }
 }
@@ -507,7 +562,14 @@ fn read(allocator: &mut Allocator, command: &Command, now_s: f64, path: &Path) -
             hosts: allocator.state().hosts().len(),
             vms: allocator.state().vm_count(),
         })),
-        Command::Allocate(_) | Command::Release(_) | Command::SetHostState { .. } => {
+        Command::DrainStatus => {
+            allocator.drain_report().map(|r| Reply::Drain(Box::new(r))).ok_or(CommandError::Drain(DrainError::NoDrain))
+        }
+        Command::Allocate(_)
+        | Command::Release(_)
+        | Command::SetHostState { .. }
+        | Command::StartDrain(_)
+        | Command::CompleteMigration(_) => {
             Err(CommandError::Unavailable("a write cannot be answered as a read".to_owned()))
         }
     }

@@ -4,8 +4,11 @@
 //!
 //! - [`state`]: the live inventory; its checked arithmetic makes over-committing a host impossible.
 //! - [`lifetime`]: lifetime classes of VMs and hosts (LA-binary, LA-multiclass).
+//! - [`reprediction`]: remaining-lifetime repredictions and the hosts' exit times (NILAS, LAVA).
+//! - [`lava`]: LAVA's per-host state machine (empty, open, recycling; class, residual VMs, deadline).
+//! - [`defrag`]: LARS drains: hosts emptied by migrations, longest remaining lifetime first.
 //! - [`rules`]: validator and preference rules, each a small type declaring what it reads.
-//! - [`policy`]: PBFR, DPBFR, LA-binary, LA-multiclass as ordered rule lists.
+//! - [`policy`]: PBFR, DPBFR, LA-binary, LA-multiclass, NILAS, LAVA as ordered rule lists.
 //! - [`select`]: the full-scan reference and the incremental index that choose a host.
 //! - [`allocator`]: [`Allocator`], the placement logic: gangs, idempotency, stats, explain.
 //! - [`store`]: the SQLite store of placed VMs and host states (WAL, `synchronous = FULL`).
@@ -18,6 +21,7 @@
 pub mod allocator;
 pub mod api;
 pub mod config;
+pub mod defrag;
 pub mod durable;
 pub mod lava;
 pub mod lifetime;
@@ -29,7 +33,9 @@ pub mod state;
 pub mod store;
 pub mod worker;
 
-pub use allocator::{AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, Engine, Explanation};
+pub use allocator::{
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Engine, Explanation,
+};
 pub use durable::{Command, CommandError, DurableAllocator, DurableError, Reply};
 pub use policy::{Policy, PolicyConfig, PolicyKind};
 pub use select::{IndexConfig, TieBreak};

@@ -37,6 +37,8 @@ pub struct HostRecord {
     pub state: HostState,
     /// The VMs on the host, in placement order.
     pub vms: Vec<VmId>,
+    /// VMs migrating here: their demand is reserved in `used` until the migration completes.
+    pub incoming: Vec<VmId>,
 }
 
 impl HostRecord {
@@ -45,8 +47,9 @@ impl HostRecord {
         self.capacity.checked_sub(&self.used).unwrap_or(Resources::ZERO)
     }
 
+    /// No VM on it and none migrating to it.
     pub fn is_empty(&self) -> bool {
-        self.vms.is_empty()
+        self.vms.is_empty() && self.incoming.is_empty()
     }
 }
 
@@ -76,6 +79,12 @@ pub enum StateError {
     UnknownHost(u32),
     #[error("host `{0}` is not in the inventory")]
     UnknownHostId(HostId),
+    #[error("VM `{0}` is already migrating")]
+    AlreadyMigrating(VmId),
+    #[error("VM `{0}` is not migrating")]
+    NotMigrating(VmId),
+    #[error("VM `{vm}` cannot migrate to its own host `{host}`")]
+    SameHost { vm: VmId, host: HostId },
     #[error("host `{host}` is {state:?}, not available")]
     HostNotAvailable { host: HostId, state: HostState },
     #[error("VM `{vm}` ({demand}) does not fit on host `{host}` ({free} free)")]
@@ -102,6 +111,8 @@ pub struct InventoryState {
     racks: Vec<RackId>,
     rack_hosts: Vec<Vec<HostIndex>>,
     vms: HashMap<VmId, PlacedVm>,
+    /// Migrations in flight: VM -> the host reserved for it.
+    migrations: HashMap<VmId, HostIndex>,
     tenant_racks: HashMap<TenantId, HashMap<RackIndex, u32>>,
     totals: Totals,
 }
@@ -149,6 +160,7 @@ impl InventoryState {
                 used: Resources::ZERO,
                 state: host.state,
                 vms: Vec::new(),
+                incoming: Vec::new(),
             });
         }
         Ok(state)
@@ -228,7 +240,7 @@ impl InventoryState {
                 })
             }
         };
-        if record.vms.is_empty() {
+        if record.is_empty() {
             self.totals.non_empty_hosts += 1;
             self.totals.non_empty_capacity += record.capacity;
         }
@@ -248,33 +260,122 @@ impl InventoryState {
         Ok(())
     }
 
-    /// Removes a VM and gives its resources back to its host.
+    /// Removes a VM and gives its resources back to its host (and to the host reserved for it, if
+    /// it was migrating).
     pub fn release(&mut self, vm: &VmId) -> Result<PlacedVm, StateError> {
-        let placed = self.vms.remove(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
-        let record = &mut self.hosts[placed.host.get()];
-        // `used` is the sum of the VMs' demands, so none of these can underflow.
-        record.used = record.used.checked_sub(&placed.demand).unwrap_or(Resources::ZERO);
-        self.totals.used = self.totals.used.checked_sub(&placed.demand).unwrap_or(Resources::ZERO);
-        if let Some(at) = record.vms.iter().position(|v| v == vm) {
-            record.vms.remove(at);
+        if self.migrations.contains_key(vm) {
+            self.cancel_migration(vm)?;
         }
-        if record.vms.is_empty() {
+        let placed = self.vms.remove(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        self.unbook(placed.host, vm, &placed.tenant, &placed.demand, false);
+        Ok(placed)
+    }
+
+    /// Takes `demand` of `vm` off `host` (from its VMs, or from its incoming reservations).
+    fn unbook(&mut self, host: HostIndex, vm: &VmId, tenant: &TenantId, demand: &Resources, incoming: bool) {
+        let record = &mut self.hosts[host.get()];
+        // `used` is the sum of the VMs' and reservations' demands, so none of these can underflow.
+        record.used = record.used.checked_sub(demand).unwrap_or(Resources::ZERO);
+        self.totals.used = self.totals.used.checked_sub(demand).unwrap_or(Resources::ZERO);
+        let list = if incoming { &mut record.incoming } else { &mut record.vms };
+        if let Some(at) = list.iter().position(|v| v == vm) {
+            list.remove(at);
+        }
+        if record.is_empty() {
             self.totals.non_empty_hosts -= 1;
             self.totals.non_empty_capacity =
                 self.totals.non_empty_capacity.checked_sub(&record.capacity).unwrap_or(Resources::ZERO);
         }
-        if let Some(racks) = self.tenant_racks.get_mut(&placed.tenant) {
-            if let Some(count) = racks.get_mut(&record.rack_index) {
+        let rack = record.rack_index;
+        if let Some(racks) = self.tenant_racks.get_mut(tenant) {
+            if let Some(count) = racks.get_mut(&rack) {
                 *count -= 1;
                 if *count == 0 {
-                    racks.remove(&record.rack_index);
+                    racks.remove(&rack);
                 }
             }
             if racks.is_empty() {
-                self.tenant_racks.remove(&placed.tenant);
+                self.tenant_racks.remove(tenant);
             }
         }
-        Ok(placed)
+    }
+
+    /// The host reserved for a VM that is migrating.
+    pub fn migration_target(&self, vm: &VmId) -> Option<HostIndex> {
+        self.migrations.get(vm).copied()
+    }
+
+    /// Migrations in flight: VM -> target host.
+    pub fn migrations(&self) -> impl Iterator<Item = (&VmId, HostIndex)> {
+        self.migrations.iter().map(|(vm, host)| (vm, *host))
+    }
+
+    /// Starts migrating a placed VM to `target`: reserves its demand there while it still occupies
+    /// its source (a live migration uses both hosts). `require_available` is off only to restore a
+    /// reservation from the store. Changes nothing on error.
+    pub fn reserve(&mut self, vm: &VmId, target: HostIndex, require_available: bool) -> Result<(), StateError> {
+        let placed = self.vms.get(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        if self.migrations.contains_key(vm) {
+            return Err(StateError::AlreadyMigrating(vm.clone()));
+        }
+        let record = self.hosts.get(target.get()).ok_or(StateError::UnknownHost(target.0))?;
+        if placed.host == target {
+            return Err(StateError::SameHost { vm: vm.clone(), host: record.id.clone() });
+        }
+        if require_available && record.state != HostState::Available {
+            return Err(StateError::HostNotAvailable { host: record.id.clone(), state: record.state });
+        }
+        let used = match record.used.checked_add(&placed.demand) {
+            Some(used) if used.fits_within(&record.capacity) => used,
+            _ => {
+                return Err(StateError::DoesNotFit {
+                    vm: vm.clone(),
+                    host: record.id.clone(),
+                    demand: placed.demand,
+                    free: record.free(),
+                })
+            }
+        };
+        let (demand, tenant) = (placed.demand, placed.tenant.clone());
+        let record = &mut self.hosts[target.get()];
+        if record.is_empty() {
+            self.totals.non_empty_hosts += 1;
+            self.totals.non_empty_capacity += record.capacity;
+        }
+        record.used = used;
+        record.incoming.push(vm.clone());
+        self.totals.used += demand;
+        *self.tenant_racks.entry(tenant).or_default().entry(record.rack_index).or_insert(0) += 1;
+        self.migrations.insert(vm.clone(), target);
+        Ok(())
+    }
+
+    /// Completes a migration: the VM leaves its source and occupies the reserved host. Returns the
+    /// source.
+    pub fn complete_migration(&mut self, vm: &VmId) -> Result<HostIndex, StateError> {
+        let target = self.migrations.remove(vm).ok_or_else(|| StateError::NotMigrating(vm.clone()))?;
+        let placed = self.vms.get(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        let (source, tenant, demand) = (placed.host, placed.tenant.clone(), placed.demand);
+        self.unbook(source, vm, &tenant, &demand, false);
+        // The demand was booked on the target with the reservation; the VM now counts there.
+        let record = &mut self.hosts[target.get()];
+        if let Some(at) = record.incoming.iter().position(|v| v == vm) {
+            record.incoming.remove(at);
+        }
+        record.vms.push(vm.clone());
+        if let Some(placed) = self.vms.get_mut(vm) {
+            placed.host = target;
+        }
+        Ok(source)
+    }
+
+    /// Abandons a migration: the reservation on the target is given back. Returns the target.
+    pub fn cancel_migration(&mut self, vm: &VmId) -> Result<HostIndex, StateError> {
+        let target = self.migrations.remove(vm).ok_or_else(|| StateError::NotMigrating(vm.clone()))?;
+        let placed = self.vms.get(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        let (tenant, demand) = (placed.tenant.clone(), placed.demand);
+        self.unbook(target, vm, &tenant, &demand, true);
+        Ok(target)
     }
 
     /// Changes a host's state (drain, fail, restore); its VMs stay where they are.

@@ -7,7 +7,7 @@
 //! [`Store::load`] reads it all back; [`Store::apply`] writes a whole batch of changes in one
 //! transaction, which is what makes group commit possible (see [`crate::durable`]).
 //!
-//! Schema (version 2; a version-1 store gains the `lava_hosts` table when opened):
+//! Schema (version 3; an older store gains the missing tables when opened):
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
@@ -19,11 +19,14 @@
 //! CREATE TABLE host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
 //! CREATE TABLE lava_hosts (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, class INTEGER NOT NULL,
 //!     deadline_s REAL, residual_vms TEXT NOT NULL);                    -- residual VM ids as JSON
+//! CREATE TABLE migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);  -- in flight
+//! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL); -- LARS, JSON
 //! ```
 //!
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
+use crate::defrag::Drain;
 use crate::lava::{LavaHost, LavaState};
 use crate::state::NewVm;
 use domain::{HostId, HostState, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
@@ -32,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a write waits for a lock held by another connection (an operator's `sqlite3` shell, a
 /// backup) before failing. The allocator itself uses one connection.
@@ -52,6 +55,8 @@ pub enum StoreError {
     CorruptHostState { path: PathBuf, host: String, state: String },
     #[error("allocator store {path}: LAVA state of host `{host}`: {detail}")]
     CorruptLava { path: PathBuf, host: String, detail: String },
+    #[error("allocator store {path}: drain record: {detail}")]
+    CorruptDrain { path: PathBuf, detail: String },
 }
 
 /// One VM as the store recorded it.
@@ -72,6 +77,10 @@ pub struct StoredState {
     pub host_states: Vec<(HostId, HostState)>,
     /// LAVA states of non-empty hosts, by host id.
     pub lava_hosts: Vec<(HostId, LavaHost)>,
+    /// Migrations in flight: VM -> target host.
+    pub migrations: Vec<(VmId, HostId)>,
+    /// The current (or last) drain.
+    pub drain: Option<Drain>,
 }
 
 /// One change to record.
@@ -85,6 +94,14 @@ pub enum StoreOp {
     HostState { host: HostId, state: HostState },
     /// A host's LAVA state changed (an empty host's row is deleted).
     Lava { host: HostId, lava: LavaHost },
+    /// A VM started migrating to `target` (its demand is reserved there).
+    MigrationStarted { vm: VmId, target: HostId },
+    /// A VM finished migrating: it is on `target` now.
+    MigrationCompleted { vm: VmId, target: HostId },
+    /// A migration was abandoned (the VM exited).
+    MigrationCancelled { vm: VmId },
+    /// The drain's record (`None`: no drain).
+    Drain(Option<Box<Drain>>),
 }
 
 /// See the module documentation.
@@ -149,14 +166,14 @@ impl Store {
             .conn
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
-                 AND name IN ('meta', 'vms', 'host_states', 'lava_hosts')",
+                 AND name IN ('meta', 'vms', 'host_states', 'lava_hosts', 'migrations', 'drain')",
                 [],
                 |row| row.get(0),
             )
             .map_err(self.sql("reading the schema"))?;
         // Creating the schema takes the write lock; a store that has it already is only read here.
-        // A version-1 store (no `lava_hosts`) is upgraded in the same transaction.
-        if tables < 4 {
+        // An older store (missing tables) is upgraded in the same transaction.
+        if tables < 6 {
             self.create_schema()?;
         }
         self.read_meta()
@@ -167,7 +184,7 @@ impl Store {
             .execute_batch(
                 "BEGIN IMMEDIATE;
                  CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 2), ('next_seq', 1);
+                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 3), ('next_seq', 1);
                  CREATE TABLE IF NOT EXISTS vms (
                      vm_id TEXT PRIMARY KEY,
                      seq INTEGER NOT NULL UNIQUE,
@@ -188,7 +205,9 @@ impl Store {
                      deadline_s REAL,
                      residual_vms TEXT NOT NULL
                  );
-                 UPDATE meta SET value = 2 WHERE key = 'schema_version' AND value = 1;
+                 CREATE TABLE IF NOT EXISTS migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+                 UPDATE meta SET value = 3 WHERE key = 'schema_version' AND value IN (1, 2);
                  COMMIT;",
             )
             .map_err(|source| {
@@ -285,7 +304,37 @@ impl Store {
             })?;
             host_states.push((HostId(host), parsed));
         }
-        Ok(StoredState { vms, host_states, lava_hosts: self.load_lava()? })
+        Ok(StoredState {
+            vms,
+            host_states,
+            lava_hosts: self.load_lava()?,
+            migrations: self.load_migrations()?,
+            drain: self.load_drain()?,
+        })
+    }
+
+    fn load_migrations(&self) -> Result<Vec<(VmId, HostId)>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT vm_id, target_host_id FROM migrations ORDER BY vm_id")
+            .map_err(self.sql("reading the migrations"))?;
+        let rows = statement
+            .query_map([], |row| Ok((VmId(row.get(0)?), HostId(row.get(1)?))))
+            .map_err(self.sql("reading the migrations"))?;
+        rows.collect::<Result<_, _>>().map_err(self.sql("reading the migrations"))
+    }
+
+    fn load_drain(&self) -> Result<Option<Drain>, StoreError> {
+        let record: Option<String> = self
+            .conn
+            .query_row("SELECT record FROM drain WHERE id = 1", [], |row| row.get(0))
+            .map(Some)
+            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })
+            .map_err(self.sql("reading the drain"))?;
+        record
+            .map(|json| serde_json::from_str(&json))
+            .transpose()
+            .map_err(|e| StoreError::CorruptDrain { path: self.path.clone(), detail: e.to_string() })
     }
 
     fn load_lava(&self) -> Result<Vec<(HostId, LavaHost)>, StoreError> {
@@ -343,6 +392,14 @@ impl Store {
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
                 .map_err(sql("recording a LAVA host state"))?;
+            let mut migration_start = tx
+                .prepare_cached("INSERT OR REPLACE INTO migrations (vm_id, target_host_id) VALUES (?1, ?2)")
+                .map_err(sql("recording a migration"))?;
+            let mut migration_end =
+                tx.prepare_cached("DELETE FROM migrations WHERE vm_id = ?1").map_err(sql("recording a migration"))?;
+            let mut moved = tx
+                .prepare_cached("UPDATE vms SET host_id = ?2 WHERE vm_id = ?1")
+                .map_err(sql("recording a migration"))?;
             let mut lava_empty = tx
                 .prepare_cached("DELETE FROM lava_hosts WHERE host_id = ?1")
                 .map_err(sql("recording a LAVA host state"))?;
@@ -381,6 +438,33 @@ impl Store {
                         host_state
                             .execute(params![host.as_str(), state_name(*state)])
                             .map_err(sql("recording a host state"))?;
+                    }
+                    StoreOp::MigrationStarted { vm, target } => {
+                        migration_start
+                            .execute(params![vm.as_str(), target.as_str()])
+                            .map_err(sql("recording a migration"))?;
+                    }
+                    StoreOp::MigrationCompleted { vm, target } => {
+                        migration_end.execute(params![vm.as_str()]).map_err(sql("recording a migration"))?;
+                        moved.execute(params![vm.as_str(), target.as_str()]).map_err(sql("recording a migration"))?;
+                    }
+                    StoreOp::MigrationCancelled { vm } => {
+                        migration_end.execute(params![vm.as_str()]).map_err(sql("recording a migration"))?;
+                    }
+                    StoreOp::Drain(drain) => {
+                        let record = drain
+                            .as_ref()
+                            .map(serde_json::to_string)
+                            .transpose()
+                            .map_err(|e| StoreError::CorruptDrain { path: path.clone(), detail: e.to_string() })?;
+                        match record {
+                            Some(record) => tx.execute(
+                                "INSERT OR REPLACE INTO drain (id, record) VALUES (1, ?1)",
+                                params![record],
+                            ),
+                            None => tx.execute("DELETE FROM drain", []),
+                        }
+                        .map_err(sql("recording the drain"))?;
                     }
                     StoreOp::Lava { host, lava: state } if state.state == LavaState::Empty => {
                         lava_empty.execute(params![host.as_str()]).map_err(sql("recording a LAVA host state"))?;
