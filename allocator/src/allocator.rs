@@ -733,18 +733,18 @@ impl Allocator {
             self.refresh_lifetime(target);
             self.host_changed(target);
         }
-        if let Some(drain) = &mut self.drain {
-            if drain.vm_exited(vm) {
-                self.drain_changed = true;
-            }
-        }
+        let drained = self.drain.as_mut().is_some_and(|drain| drain.vm_exited(vm));
+        self.drain_changed |= drained;
         if self.policy.is_lava() {
             self.lava[placed.host.get()].on_release(&self.state.hosts()[placed.host.get()], vm, self.clock_s);
             self.lava_changed.insert(placed.host);
         }
         self.refresh_lifetime(placed.host);
         self.host_changed(placed.host);
-        self.pump_drain();
+        if drained {
+            // A drained VM left: a migration slot may be free.
+            self.pump_drain();
+        }
         placed
     }
 
@@ -890,6 +890,10 @@ impl Allocator {
             let Some(id) = self.drain.as_mut().and_then(|d| d.queue.pop_front()) else { break };
             self.drain_changed = true;
             let Some(vm) = self.state.vm(&id).cloned() else { continue };
+            if self.state.hosts()[vm.host.get()].state == HostState::Available {
+                // An operator restored the VM's host during the drain: it stays.
+                continue;
+            }
             let request = self.migration_request(&id, &vm);
             let Some(target) = self.select(&request, None).host else {
                 if let Some(drain) = &mut self.drain {

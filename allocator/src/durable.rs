@@ -400,12 +400,7 @@ impl DurableAllocator {
             .iter()
             .map(|command| apply(&mut live.allocator, command, now_s, &mut ops, &mut outcomes, &self.path))
             .collect();
-        if ops.is_empty() {
-            record_outcomes(&outcomes);
-            return replies;
-        }
-        // LAVA states the batch changed (also deadlines that passed, which a restart would replay
-        // the same way) go in the same transaction as the placements that changed them.
+        // Migrations and the drain change only by writes of the batch.
         let (migrations, drain) = live.allocator.take_migration_changes();
         for change in migrations {
             ops.push(match change {
@@ -417,6 +412,12 @@ impl DurableAllocator {
         if let Some(drain) = drain {
             ops.push(StoreOp::Drain(drain.map(Box::new)));
         }
+        if ops.is_empty() {
+            record_outcomes(&outcomes);
+            return replies;
+        }
+        // LAVA states the batch changed (also deadlines that passed, which a restart would replay
+        // the same way) go in the same transaction as the placements that changed them.
         let lava = live.allocator.take_lava_changes();
         for (host, state) in lava {
             let id = live.allocator.state().hosts()[host.get()].id.clone();
