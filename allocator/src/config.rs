@@ -53,8 +53,15 @@ pub struct ServiceConfig {
     pub inventory_file: Option<PathBuf>,
     /// A generated homogeneous zone.
     pub generate: Option<GenerateConfig>,
-    /// Placement: policy, tie-breaking, engine, compatibility.
+    /// Placement: policy, tie-breaking, engine, compatibility, reprediction refresh.
     pub allocator: AllocatorConfig,
+    /// The inference server's models directory: NILAS and LAVA repredict remaining lifetimes with
+    /// the deployed bundle's remaining-lifetime model, in process, following the same rollout
+    /// (the stable bundle of `rollout.toml`, else the newest valid one). Without it they use the
+    /// initial predictions minus the VMs' ages.
+    pub models_dir: Option<PathBuf>,
+    /// How often the models directory is rescanned for a new bundle, in seconds.
+    pub model_poll_s: f64,
     /// Request validation limits (gang size, text lengths, features).
     pub limits: ValidationLimits,
     pub http: LayerConfig,
@@ -72,6 +79,8 @@ impl Default for ServiceConfig {
             inventory_file: None,
             generate: None,
             allocator: AllocatorConfig::default(),
+            models_dir: None,
+            model_poll_s: 10.0,
             limits: ValidationLimits::default(),
             http: LayerConfig::default(),
         }

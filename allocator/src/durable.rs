@@ -99,6 +99,18 @@ pub enum Command {
     CompleteMigration(VmId),
     /// Where the current drain stands.
     DrainStatus,
+    /// Repredict with this model from now on (a new bundle was deployed).
+    SetRepredictor(RepredictorHandle),
+}
+
+/// A repredicting model in a command (compared by version).
+#[derive(Clone, Debug)]
+pub struct RepredictorHandle(pub Option<Arc<dyn Repredictor>>);
+
+impl PartialEq for RepredictorHandle {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_ref().map(|m| m.version()) == other.0.as_ref().map(|m| m.version())
+    }
 }
 
 impl Command {
@@ -231,6 +243,8 @@ pub enum Reply {
     Status(StoreStatus),
     Drain(Box<DrainReport>),
     MigrationCompleted(Box<Migration>),
+    /// The repredicting model's version now, if any.
+    RepredictorSet(Option<String>),
 }
 
 /// Why a command was not carried out.
@@ -385,6 +399,12 @@ impl DurableAllocator {
     /// module documentation.
     pub fn execute(&mut self, commands: &[Command], now_s: f64) -> Vec<Result<Reply, CommandError>> {
         metrics::histogram!("allocator_batch_commands").record(commands.len() as f64);
+        for command in commands {
+            if let Command::SetRepredictor(RepredictorHandle(model)) = command {
+                // Kept for rebuilds as well.
+                self.repredictor = model.clone();
+            }
+        }
         if self.live.is_none() {
             if let Err(error) = self.rebuild(now_s) {
                 tracing::error!(%error, "the allocator's store is still unusable");
@@ -563,6 +583,10 @@ fn read(allocator: &mut Allocator, command: &Command, now_s: f64, path: &Path) -
             hosts: allocator.state().hosts().len(),
             vms: allocator.state().vm_count(),
         })),
+        Command::SetRepredictor(RepredictorHandle(model)) => {
+            allocator.set_repredictor(model.clone());
+            Ok(Reply::RepredictorSet(allocator.repredictor_version().map(str::to_owned)))
+        }
         Command::DrainStatus => {
             allocator.drain_report().map(|r| Reply::Drain(Box::new(r))).ok_or(CommandError::Drain(DrainError::NoDrain))
         }

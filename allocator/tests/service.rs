@@ -300,3 +300,73 @@ async fn serves_health_metrics_and_openapi() {
     let (status, problem) = send(client.put(server.url("/v1/stats"))).await;
     assert_eq!((status, problem["type"].clone()), (405, json!("urn:problem:method-not-allowed")));
 }
+
+/// LAVA with in-process repredictions from the checked-in bundle, and a LARS drain driven over
+/// HTTP: host state in `/v1/hosts` and `/v1/stats`, migrations confirmed one by one, the drained
+/// host ending empty and unavailable.
+#[tokio::test]
+async fn lava_state_and_a_lars_drain_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
+    let extra = format!(
+        "{}\nmodels_dir = \"{}\"\nmodel_poll_s = 0.2\n[allocator.policy]\nkind = \"lava\"\n",
+        with_token(),
+        models.display()
+    );
+    let server = start(&dir.path().join("a.db"), 4, &extra).await;
+    let client = reqwest::Client::new();
+    for i in 0..4 {
+        let (status, body) =
+            send(client.post(server.url("/v1/allocations")).json(&json!({"vm": vm(&format!("v{i}"), "t", 2.0, 4.0)})))
+                .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (_, info) = send(client.get(server.url("/v1/allocations/v0"))).await;
+    let source = info["host_id"].as_str().unwrap().to_owned();
+    let (_, detail) = send(client.get(server.url(&format!("/v1/hosts/{source}")))).await;
+    assert_eq!(detail["lava"]["state"], "open", "{detail}");
+    assert_eq!(detail["lava"]["class"], 0);
+    // The allocator follows the models directory: the bundle's model repredicts exit times.
+    let mut stats = Value::Null;
+    for _ in 0..50 {
+        stats = send(client.get(server.url("/v1/stats"))).await.1;
+        if stats["reprediction_model"].is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(stats["reprediction_model"].is_string(), "{stats}");
+    assert_eq!(stats["lava"]["open"], 1, "{stats}");
+    assert_eq!(stats["policy"], "lava");
+
+    let request = json!({"hosts": {"listed": [source]}, "order": "longest-remaining-first", "max_in_flight": 1});
+    assert_eq!(send(client.post(server.url("/v1/drains")).json(&request)).await.0, 401);
+    let bad = json!({"hosts": {"listed": [source]}, "max_in_flight": 0});
+    let (status, body) = send(client.post(server.url("/v1/drains")).bearer_auth(TOKEN).json(&bad)).await;
+    assert_eq!(status, 422);
+    assert_eq!(body["errors"][0]["field"], "max_in_flight", "{body}");
+    let (status, report) = send(client.post(server.url("/v1/drains")).bearer_auth(TOKEN).json(&request)).await;
+    assert_eq!(status, 201, "{report}");
+    assert_eq!(report["in_flight"].as_array().unwrap().len(), 1);
+    assert_eq!(report["queued"].as_array().unwrap().len(), 3);
+    let (status, body) = send(client.post(server.url("/v1/drains")).bearer_auth(TOKEN).json(&request)).await;
+    assert_eq!((status, body["type"].as_str()), (409, Some("urn:problem:drain-busy")));
+
+    let mut done = report;
+    for _ in 0..4 {
+        let vm_id = done["in_flight"][0]["vm_id"].as_str().unwrap().to_owned();
+        let (status, moved) =
+            send(client.post(server.url(&format!("/v1/migrations/{vm_id}/complete"))).bearer_auth(TOKEN)).await;
+        assert_eq!(status, 200, "{moved}");
+        assert_ne!(moved["target"], source.as_str());
+        let (_, info) = send(client.get(server.url(&format!("/v1/allocations/{vm_id}")))).await;
+        assert_eq!(info["host_id"], moved["target"]);
+        done = send(client.get(server.url("/v1/drains"))).await.1;
+    }
+    assert_eq!(done["done"], true, "{done}");
+    assert_eq!(done["performed"], 4);
+    let (_, detail) = send(client.get(server.url(&format!("/v1/hosts/{source}")))).await;
+    assert_eq!((detail["vm_count"].as_u64(), detail["state"].as_str()), (Some(0), Some("unavailable")));
+    let (status, body) = send(client.post(server.url("/v1/migrations/v0/complete")).bearer_auth(TOKEN)).await;
+    assert_eq!((status, body["type"].as_str()), (404, Some("urn:problem:not-migrating")));
+}

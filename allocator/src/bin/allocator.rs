@@ -2,7 +2,8 @@
 
 use allocator::api::{router, AppState};
 use allocator::config::ServiceConfig;
-use allocator::durable::DurableAllocator;
+use allocator::durable::{Command, DurableAllocator, RepredictorHandle};
+use allocator::reprediction::BundleRepredictor;
 use allocator::worker::{unix_now_s, Worker};
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -55,6 +56,10 @@ fn main() -> Result<()> {
     let (worker, handle) = Worker::spawn(durable, config.max_batch, config.queue).context("starting the worker")?;
 
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
+    let reads_exits = durable_policy_reads_exits(&config);
+    if let (Some(dir), true) = (config.models_dir.clone(), reads_exits) {
+        runtime.spawn(follow_models(dir, config.model_poll_s, worker.clone()));
+    }
     runtime.block_on(serve(&config, worker, zones))?;
     // Every handle on the worker is gone with the server: let it finish its last batch and close
     // the store (committed batches are durable either way).
@@ -66,6 +71,40 @@ fn main() -> Result<()> {
         let _ = handle.join();
     }
     Ok(())
+}
+
+fn durable_policy_reads_exits(config: &ServiceConfig) -> bool {
+    allocator::Policy::from_config(&config.allocator.policy, &config.allocator.compatibility)
+        .is_ok_and(|p| p.reads_exit_times())
+}
+
+/// Keeps the repredicting model in step with the models directory, by the inference server's own
+/// rules (a bundle is validated before use; a bad one leaves the current model in place).
+async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
+    let registry = inference_server::registry::Registry::new(&dir);
+    let mut current: Option<String> = None;
+    loop {
+        match registry.refresh() {
+            Ok(_) => {
+                let model = registry.deployment().map(|d| d.stable.clone());
+                let version = model.as_ref().map(|m| m.version().to_owned());
+                if version != current {
+                    let handle = RepredictorHandle(
+                        model.map(|m| Arc::new(BundleRepredictor(m)) as Arc<dyn allocator::reprediction::Repredictor>),
+                    );
+                    match worker.call(Command::SetRepredictor(handle)).await {
+                        Ok(_) => {
+                            tracing::info!(models = %dir.display(), version = ?version, "repredicting with the deployed bundle");
+                            current = version;
+                        }
+                        Err(error) => tracing::warn!(%error, "could not switch the repredicting model"),
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(models = %dir.display(), %error, "scanning the models directory failed"),
+        }
+        tokio::time::sleep(Duration::from_secs_f64(poll_s.max(0.1))).await;
+    }
 }
 
 async fn serve(config: &ServiceConfig, worker: Worker, zones: Arc<[ZoneId]>) -> Result<()> {
