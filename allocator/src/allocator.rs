@@ -20,9 +20,9 @@ use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass,
     Placement, Rejection, RejectionCode, ResourceKind, RuleFilterStat, VmId, VmRequest,
 };
+use lifetime_model::RequestFeatures;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use lifetime_model::RequestFeatures;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
 
@@ -312,8 +312,11 @@ impl Allocator {
         self.repredictions.set_model(model);
         if self.repredictions.has_model() {
             // Rows for the VMs already placed, from what the state keeps of them.
-            let features: Vec<(VmId, RequestFeatures)> =
-                self.state.vms().map(|(id, vm)| (id.clone(), stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s))).collect();
+            let features: Vec<(VmId, RequestFeatures)> = self
+                .state
+                .vms()
+                .map(|(id, vm)| (id.clone(), stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s)))
+                .collect();
             for (id, features) in features {
                 self.repredictions.add(&id, features);
             }
@@ -1013,7 +1016,12 @@ impl Allocator {
 
 /// What repredictions can know of a VM restored from the store: its identity, shape and placement
 /// time (the store does not keep the request's other features).
-fn stored_features(tenant: &domain::TenantId, vm_type: &str, demand: &domain::Resources, placed_at_s: f64) -> RequestFeatures {
+fn stored_features(
+    tenant: &domain::TenantId,
+    vm_type: &str,
+    demand: &domain::Resources,
+    placed_at_s: f64,
+) -> RequestFeatures {
     RequestFeatures {
         tenant_id: tenant.to_string(),
         vm_type: vm_type.to_owned(),

@@ -6,12 +6,12 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
+use crate::defrag::{DrainReport, DrainRequest, Migration};
 use crate::durable::{
     Command, CommandError, HostDetail, HostFilter, HostInfo, HostPage, HostStateChange, HostSummary, Reply,
     StoreStatus, VmInfo,
 };
 use crate::worker::Worker;
-use crate::defrag::{DrainReport, DrainRequest, Migration};
 use crate::{AllocateError, DrainError};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -204,7 +204,9 @@ fn command_error(error: CommandError) -> Response {
         CommandError::Unavailable(_) => {
             retry_later(problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Store unavailable", detail))
         }
-        CommandError::Drain(DrainError::Busy) => problem(StatusCode::CONFLICT, "drain-busy", "Drain in progress", detail),
+        CommandError::Drain(DrainError::Busy) => {
+            problem(StatusCode::CONFLICT, "drain-busy", "Drain in progress", detail)
+        }
         CommandError::Drain(DrainError::NoDrain) => problem(StatusCode::NOT_FOUND, "no-drain", "No drain", detail),
         CommandError::Drain(DrainError::UnknownHost(_)) => {
             problem(StatusCode::NOT_FOUND, "unknown-host", "Unknown host", detail)

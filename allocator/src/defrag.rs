@@ -65,7 +65,9 @@ impl Validate for DrainRequest {
                 return Err(ValidationError::invalid("hosts.listed", "must name 1 to 1000 hosts"));
             }
             DrainHosts::Listed(hosts) => {
-                if let Some(at) = hosts.iter().position(|h| h.as_str().is_empty() || h.as_str().len() > limits.max_text_len) {
+                if let Some(at) =
+                    hosts.iter().position(|h| h.as_str().is_empty() || h.as_str().len() > limits.max_text_len)
+                {
                     return Err(ValidationError::invalid(
                         format!("hosts.listed[{at}]"),
                         format!("must be a host id of 1 to {} bytes", limits.max_text_len),

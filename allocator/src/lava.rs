@@ -176,7 +176,10 @@ mod tests {
     impl Host {
         fn new() -> Self {
             let capacity = Resources::from_whole(10.0, 100.0, 0.0).unwrap();
-            Host { state: InventoryState::from_spec(&InventorySpec::homogeneous("z", 1, 1, capacity)).unwrap(), lava: LavaHost::default() }
+            Host {
+                state: InventoryState::from_spec(&InventorySpec::homogeneous("z", 1, 1, capacity)).unwrap(),
+                lava: LavaHost::default(),
+            }
         }
 
         fn record(&self) -> &HostRecord {

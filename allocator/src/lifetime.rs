@@ -108,7 +108,8 @@ impl LifetimeClasses {
         let (class, lifetime_s) = if let Some(interval) = prediction.interval_class.filter(|_| self.reads_interval) {
             let class = interval.min(u32::from(top)) as ClassIndex;
             (class, self.representative_s(class))
-        } else if let Some(expected) = prediction.expected_lifetime_s.or(prediction.interval_class.map(interval_lifetime))
+        } else if let Some(expected) =
+            prediction.expected_lifetime_s.or(prediction.interval_class.map(interval_lifetime))
         {
             (self.class_of(expected), expected)
         } else if long {

@@ -351,7 +351,8 @@ impl Store {
         let mut hosts = Vec::new();
         for row in rows {
             let (host, state, class, deadline_s, residual) = row.map_err(self.sql("reading the LAVA host states"))?;
-            let corrupt = |detail: String| StoreError::CorruptLava { path: self.path.clone(), host: host.clone(), detail };
+            let corrupt =
+                |detail: String| StoreError::CorruptLava { path: self.path.clone(), host: host.clone(), detail };
             let state = LavaState::parse(&state).ok_or_else(|| corrupt(format!("unknown state `{state}`")))?;
             let class = u8::try_from(class).map_err(|_| corrupt(format!("class {class} out of range")))?;
             let residual_vms: Vec<VmId> =
@@ -458,10 +459,9 @@ impl Store {
                             .transpose()
                             .map_err(|e| StoreError::CorruptDrain { path: path.clone(), detail: e.to_string() })?;
                         match record {
-                            Some(record) => tx.execute(
-                                "INSERT OR REPLACE INTO drain (id, record) VALUES (1, ?1)",
-                                params![record],
-                            ),
+                            Some(record) => {
+                                tx.execute("INSERT OR REPLACE INTO drain (id, record) VALUES (1, ?1)", params![record])
+                            }
                             None => tx.execute("DELETE FROM drain", []),
                         }
                         .map_err(sql("recording the drain"))?;
@@ -470,11 +470,12 @@ impl Store {
                         lava_empty.execute(params![host.as_str()]).map_err(sql("recording a LAVA host state"))?;
                     }
                     StoreOp::Lava { host, lava: state } => {
-                        let residual = serde_json::to_string(&state.residual_vms).map_err(|e| StoreError::CorruptLava {
-                            path: path.clone(),
-                            host: host.to_string(),
-                            detail: format!("residual VMs cannot be written: {e}"),
-                        })?;
+                        let residual =
+                            serde_json::to_string(&state.residual_vms).map_err(|e| StoreError::CorruptLava {
+                                path: path.clone(),
+                                host: host.to_string(),
+                                detail: format!("residual VMs cannot be written: {e}"),
+                            })?;
                         lava.execute(params![
                             host.as_str(),
                             state.state.name(),

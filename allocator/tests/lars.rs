@@ -28,11 +28,8 @@ fn vm(id: &str, cores: f64, lifetime_s: f64) -> VmRequest {
 }
 
 fn allocator(kind: PolicyKind, hosts: usize) -> Allocator {
-    let config = AllocatorConfig {
-        policy: PolicyConfig::of_kind(kind),
-        tie_break: TieBreak::LowestIndex,
-        ..Default::default()
-    };
+    let config =
+        AllocatorConfig { policy: PolicyConfig::of_kind(kind), tie_break: TieBreak::LowestIndex, ..Default::default() };
     Allocator::new(&InventorySpec::homogeneous("z", hosts, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap()), &config)
         .unwrap()
 }
@@ -169,7 +166,8 @@ fn check_books(a: &Allocator) -> Result<(), TestCaseError> {
     for host in state.hosts() {
         prop_assert!(host.used.fits_within(&host.capacity), "host {} over-committed", host.id);
         // Used = the VMs on it + the VMs migrating to it.
-        let sum = host.vms.iter().chain(&host.incoming).fold(Resources::ZERO, |acc, vm| acc + state.vm(vm).unwrap().demand);
+        let sum =
+            host.vms.iter().chain(&host.incoming).fold(Resources::ZERO, |acc, vm| acc + state.vm(vm).unwrap().demand);
         prop_assert_eq!(sum, host.used, "host {}", host.id);
         for vm in &host.incoming {
             prop_assert!(!host.vms.contains(vm));
@@ -274,8 +272,14 @@ fn a_drain_survives_a_restart() {
         durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm(id, 2.0, *lifetime))), i as f64).unwrap();
     }
     let source = host_of(durable.allocator().unwrap(), "a-1h");
-    let request = DrainRequest { hosts: DrainHosts::Listed(vec![source.clone()]), order: MigrationOrder::LongestRemainingFirst, max_in_flight: 2 };
-    let Ok(Reply::Drain(started)) = durable.execute_one(Command::StartDrain(request), 10.0) else { panic!("drain refused") };
+    let request = DrainRequest {
+        hosts: DrainHosts::Listed(vec![source.clone()]),
+        order: MigrationOrder::LongestRemainingFirst,
+        max_in_flight: 2,
+    };
+    let Ok(Reply::Drain(started)) = durable.execute_one(Command::StartDrain(request), 10.0) else {
+        panic!("drain refused")
+    };
     assert_eq!(started.in_flight.len(), 2);
     let first = started.in_flight[0].vm_id.clone();
     durable.execute_one(Command::CompleteMigration(first.clone()), 20.0).unwrap();
@@ -290,7 +294,8 @@ fn a_drain_survives_a_restart() {
     assert_eq!(live.drain_report(), report_before);
     assert_eq!((0..4).map(|i| live.lava_host(HostIndex(i)).cloned()).collect::<Vec<_>>(), lava_before);
     let next = report_before.unwrap().in_flight[0].vm_id.clone();
-    let Ok(Reply::MigrationCompleted(done)) = reopened.execute_one(Command::CompleteMigration(next.clone()), 30.0) else {
+    let Ok(Reply::MigrationCompleted(done)) = reopened.execute_one(Command::CompleteMigration(next.clone()), 30.0)
+    else {
         panic!("the restored migration cannot be confirmed")
     };
     assert_eq!(host_of(reopened.allocator().unwrap(), next.as_str()), done.target);

@@ -189,7 +189,13 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
             // Without a model, a host's exit is its VMs' predicted exits, or the last refresh
             // for VMs that outlived their prediction: never earlier than the predictions say.
             let cached = allocator.lifetimes()[i].exit_s;
-            prop_assert!(cached >= exit_s && (host.vms.is_empty() || cached <= exit_s.max(now_s)), "host {} exit {} vs {}", host.id, cached, exit_s);
+            prop_assert!(
+                cached >= exit_s && (host.vms.is_empty() || cached <= exit_s.max(now_s)),
+                "host {} exit {} vs {}",
+                host.id,
+                cached,
+                exit_s
+            );
         } else {
             // Every host's lifetime class is the one its VMs give it now, computed afresh.
             let expected = allocator::lifetime::HostLifetime::at(allocator.policy().classes(), exit_s, now_s);
@@ -199,7 +205,12 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
             // LAVA: empty exactly when the host is, residual VMs are on the host, deadlines ahead.
             prop_assert_eq!(lava.state == allocator::lava::LavaState::Empty, host.vms.is_empty());
             prop_assert!(lava.residual_vms.iter().all(|vm| host.vms.contains(vm)));
-            prop_assert!(lava.deadline_s.is_none_or(|d| d > now_s), "deadline {:?} passed at {}", lava.deadline_s, now_s);
+            prop_assert!(
+                lava.deadline_s.is_none_or(|d| d > now_s),
+                "deadline {:?} passed at {}",
+                lava.deadline_s,
+                now_s
+            );
         }
     }
     let mut seen = std::collections::HashSet::new();
