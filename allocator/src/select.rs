@@ -552,6 +552,8 @@ impl ClassCache {
             };
             // Ties: above the level from the prefix counts; at and below it, the hosts of the group
             // with the best cost whose keys agree down to that level.
+            let runs: Vec<(ScoreKey, usize)> =
+                group.iter().map(|&(key, id)| (key, usable(id, run(id, best_cost)))).collect();
             let tied: Vec<usize> = (0..levels)
                 .map(|l| {
                     if l < level {
@@ -562,10 +564,9 @@ impl ClassCache {
                             .count();
                         return cached - gone;
                     }
-                    group
-                        .iter()
+                    runs.iter()
                         .filter(|(key, _)| key[level + 1..=l] == best_key[level + 1..=l])
-                        .map(|&(_, id)| usable(id, run(id, best_cost)))
+                        .map(|(_, count)| count)
                         .sum()
                 })
                 .collect();
