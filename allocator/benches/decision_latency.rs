@@ -1,23 +1,51 @@
 //! Decision latency of the allocator at 1k, 10k and 100k hosts: the incremental index against the
-//! full-scan reference on the same occupied inventory, for PBFR and LA-binary; plus memory per host
-//! and per VM.
+//! full-scan reference on the same occupied inventory, for PBFR and LA-binary; NILAS and LAVA with
+//! the model bundle's repredictions, beside PBFR measured in the same run, with the per-host
+//! exit-time cache on and off; plus memory per host and per VM.
 //!
-//! `cargo bench -p allocator --bench decision_latency [-- HOSTS ...]`
+//! `cargo bench -p allocator --bench decision_latency [-- HOSTS ... POLICY ... --bundle DIR]`
+//!
+//! - `HOSTS`: inventory sizes. Default 1,000, 10,000 and 100,000 for PBFR and LA-binary, and 1,000
+//!   and 10,000 for NILAS and LAVA (at 100k hosts their fill alone makes tens of millions of
+//!   repredictions); sizes given on the command line apply to every policy.
+//! - `POLICY`: any of `pbfr`, `la-binary`, `nilas`, `lava` (default: all four). The NILAS and LAVA
+//!   rows are compared with the PBFR rows of the same run, so keep `pbfr` in the list.
+//! - `--bundle DIR`: the model bundle whose remaining-lifetime model repredicts (default:
+//!   `models/default` of the workspace). Without a loadable bundle the NILAS and LAVA rows are
+//!   skipped with a message.
 //!
 //! Each inventory is filled to about 75% of its cores with a VM mix of 1 to 16 cores (4 or 8 GiB per
-//! core; a quarter predicted long-lived with lifetimes of hours to weeks), then measured in steady
-//! state: every step releases a random VM and allocates a new one, so occupancy stays put and the
-//! index sees the churn it would in production. Only the `allocate` call is timed.
+//! core; a quarter predicted long-lived with lifetimes of hours to weeks; every VM carries an
+//! expected lifetime), then measured in steady state: every step moves the clock 1 s, releases a
+//! random VM and allocates a new one, so occupancy stays put and the index sees the churn it would
+//! in production. Only the `allocate` call is timed.
+//!
+//! NILAS and LAVA get the bundle's remaining-lifetime model before the fill
+//! (`Allocator::set_repredictor`), with the default 900 s periodic refresh, and are measured twice
+//! on the same inventory:
+//! - **cache on**: the allocator's per-host exit times, recomputed only for the host a VM joins or
+//!   leaves and when a host's refresh interval has passed. The release before each timed call moves
+//!   the clock, so the periodic refreshes that fall due are applied there, untimed; their count is
+//!   printed beside the row.
+//! - **cache off**: `Allocator::refresh_exits` (every non-empty host's exit time recomputed from
+//!   repredictions, what a scheduler without the per-host cache must do) before every decision, in
+//!   the timed section. Each decision then repredicts every VM, so fewer decisions are timed
+//!   (2,000,000 / hosts, between 50 and 1,000).
 
+use allocator::reprediction::BundleRepredictor;
 use allocator::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
 use domain::{
     AllocationRequest, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource, ResourceKind, Resources,
     VmId, VmRequest,
 };
+use lifetime_model::LifetimeModel;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Counts live heap bytes, for the memory figures.
@@ -46,6 +74,14 @@ static GLOBAL: Counting = Counting;
 const HOST_CORES: f64 = 48.0;
 const HOST_MEMORY_GIB: f64 = 384.0;
 const FILL: f64 = 0.75;
+/// The clock starts just after the end of the default bundle's training data (its feature store is
+/// as of 794,932 s), so that repredictions read the tenants' recent history as in production.
+const START_S: f64 = 800_000.0;
+/// Tenants `t0`..: the default bundle's feature store knows `t0` to `t1493`, so about three in four
+/// VMs belong to a tenant with a history and the rest to new tenants.
+const TENANTS: u32 = 2_000;
+/// Timed decisions in steady state with the incremental index (and the cache on).
+const STEPS: usize = 20_000;
 
 struct Workload {
     rng: ChaCha8Rng,
@@ -63,7 +99,8 @@ impl Workload {
             90..=97 => 8.0,
             _ => 16.0,
         };
-        let memory = cores * if self.rng.random_bool(0.5) { 4.0 } else { 8.0 };
+        let per_core = if self.rng.random_bool(0.5) { 4.0 } else { 8.0 };
+        let memory = cores * per_core;
         let long = self.rng.random_bool(0.25);
         let prediction = LifetimePrediction {
             p_long: if long { 0.8 } else { 0.2 },
@@ -77,9 +114,11 @@ impl Workload {
             model_version: Some("bench-1".to_owned()),
             source: PredictionSource::Model,
         };
-        let tenant = format!("tenant-{}", self.rng.random_range(0..5000));
+        let tenant = format!("t{}", self.rng.random_range(0..TENANTS));
         let demand = Resources::from_whole(cores, memory, 0.0).expect("valid demand");
-        let mut vm = VmRequest::new(&format!("vm-{}", self.next_vm), &tenant, &format!("c{cores}m{memory}"), demand);
+        // The bundle's VM types: D is 4 GiB per core, E 8 GiB per core.
+        let family = if per_core == 4.0 { "D" } else { "E" };
+        let mut vm = VmRequest::new(&format!("vm-{}", self.next_vm), &tenant, &format!("{family}{cores}"), demand);
         vm.prediction = Some(prediction);
         vm
     }
@@ -89,22 +128,38 @@ struct Figures {
     p50: Duration,
     p99: Duration,
     mean: Duration,
+    steps: usize,
 }
 
 fn summarize(mut samples: Vec<Duration>) -> Figures {
     samples.sort();
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
-    Figures { p50: samples[samples.len() / 2], p99: samples[samples.len() * 99 / 100], mean }
+    Figures { p50: samples[samples.len() / 2], p99: samples[samples.len() * 99 / 100], mean, steps: samples.len() }
 }
 
-/// Steady-state churn: release a random VM, then time the allocation of a new one.
+/// A steady-state measurement, with the repredictions it made.
+struct Measured {
+    figures: Figures,
+    /// Repredictions inside the timed section, per decision.
+    timed_repredictions: f64,
+    /// Repredictions outside it (the release before each decision and the periodic refreshes that
+    /// fell due with it), per step.
+    untimed_repredictions: f64,
+}
+
+/// Steady-state churn: release a random VM, then time the allocation of a new one; with
+/// `refresh_first`, time `refresh_exits` and the allocation together (the cache-off variant).
 fn measure(
     allocator: &mut Allocator,
     workload: &mut Workload,
     placed: &mut Vec<VmId>,
     now: &mut f64,
     steps: usize,
-) -> Figures {
+    refresh_first: bool,
+) -> Measured {
+    let repredicting = allocator.repredictor_version().is_some();
+    let before = if repredicting { allocator.stats().repredictions } else { 0 };
+    let mut timed = 0usize;
     let mut samples = Vec::with_capacity(steps);
     for _ in 0..steps {
         *now += 1.0;
@@ -114,30 +169,126 @@ fn measure(
         let vm = workload.vm();
         let id = vm.vm_id.clone();
         let request = AllocationRequest::Vm(vm);
+        // Every VM has a row once the model is set, and a refresh repredicts each of them.
+        let refreshed = if refresh_first && repredicting { allocator.state().vm_count() } else { 0 };
         let start = Instant::now();
+        if refresh_first {
+            allocator.refresh_exits();
+        }
         let decision = allocator.allocate(&request, *now).expect("fresh id");
         samples.push(start.elapsed());
         if decision.is_placed() {
+            if repredicting {
+                // Placing the VM repredicts every VM of its host, the new one included.
+                let state = allocator.state();
+                let host = state.vm(&id).expect("just placed").host;
+                timed += refreshed + state.hosts()[host.get()].vms.len();
+            }
             placed.push(id);
         }
     }
-    summarize(samples)
+    let total = if repredicting { allocator.stats().repredictions - before } else { 0 };
+    Measured {
+        figures: summarize(samples),
+        timed_repredictions: timed as f64 / steps as f64,
+        untimed_repredictions: (total as f64 - timed as f64) / steps as f64,
+    }
+}
+
+struct Args {
+    sizes: Option<Vec<usize>>,
+    policies: Vec<PolicyKind>,
+    bundle: PathBuf,
+}
+
+fn parse_args() -> Args {
+    let mut sizes = Vec::new();
+    let mut policies = Vec::new();
+    let mut bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--bundle" {
+            if let Some(dir) = args.next() {
+                bundle = PathBuf::from(dir);
+            }
+        } else if let Some(dir) = arg.strip_prefix("--bundle=") {
+            bundle = PathBuf::from(dir);
+        } else if let Ok(hosts) = arg.parse::<usize>() {
+            sizes.push(hosts);
+        } else if let Ok(kind) = serde_json::from_value::<PolicyKind>(serde_json::Value::String(arg.clone())) {
+            policies.push(kind);
+        }
+        // Anything else (cargo passes `--bench`) is ignored.
+    }
+    if policies.is_empty() {
+        policies = vec![PolicyKind::Pbfr, PolicyKind::LaBinary, PolicyKind::Nilas, PolicyKind::Lava];
+    }
+    Args { sizes: (!sizes.is_empty()).then_some(sizes), policies, bundle }
+}
+
+fn policy_name(kind: PolicyKind) -> String {
+    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The NILAS / LAVA table's rows, printed at the end beside PBFR's.
+struct ExitRow {
+    name: String,
+    hosts: usize,
+    vms: usize,
+    exit_times: &'static str,
+    measured: Measured,
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![1_000, 10_000, 100_000] } else { sizes };
+    let args = parse_args();
+    let reads_exits = |kind: PolicyKind| matches!(kind, PolicyKind::Nilas | PolicyKind::Lava);
+    let model = if args.policies.iter().any(|&k| reads_exits(k)) {
+        match LifetimeModel::load(&args.bundle) {
+            Ok(model) => Some(Arc::new(model)),
+            Err(error) => {
+                println!(
+                    "no model bundle at {} ({error}): skipping the NILAS and LAVA rows (pass --bundle DIR)",
+                    args.bundle.display()
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     println!(
         "host: {HOST_CORES} cores, {HOST_MEMORY_GIB} GiB; filled to {:.0}% of cores; steady-state churn",
         FILL * 100.0
     );
-    println!();
-    println!("| policy | hosts | VMs | engine | p50 | p99 | mean | full scan / incremental (mean) |");
-    println!("|---|---:|---:|---|---:|---:|---:|---:|");
+    if let Some(model) = &model {
+        println!("repredictions (NILAS, LAVA): bundle {} from {}", model.version(), args.bundle.display());
+    }
+    let classic = args.policies.iter().any(|&k| !reads_exits(k));
+    if classic {
+        println!();
+        println!("| policy | hosts | VMs | engine | p50 | p99 | mean | full scan / incremental (mean) |");
+        println!("|---|---:|---:|---|---:|---:|---:|---:|");
+    }
     let mut memory_rows = Vec::new();
     let mut growth: Vec<(String, usize, Duration)> = Vec::new();
-    for kind in [PolicyKind::Pbfr, PolicyKind::LaBinary] {
+    let mut exit_rows: Vec<ExitRow> = Vec::new();
+    for &kind in &args.policies {
+        let with_model = reads_exits(kind);
+        if with_model && model.is_none() {
+            continue;
+        }
+        let sizes = match &args.sizes {
+            Some(sizes) => sizes.clone(),
+            None if with_model => vec![1_000, 10_000],
+            None => vec![1_000, 10_000, 100_000],
+        };
+        let name = policy_name(kind);
         for &hosts in &sizes {
+            let started = Instant::now();
             let before = LIVE.load(Ordering::Relaxed);
             let spec = InventorySpec::homogeneous(
                 "bench",
@@ -149,9 +300,12 @@ fn main() {
             let mut allocator = Allocator::new(&spec, &config).expect("allocator");
             drop(spec);
             let inventory_bytes = LIVE.load(Ordering::Relaxed) - before;
+            if let (true, Some(model)) = (with_model, &model) {
+                allocator.set_repredictor(Some(Arc::new(BundleRepredictor(model.clone()))));
+            }
             let mut workload = Workload { rng: ChaCha8Rng::seed_from_u64(42), next_vm: 0 };
             let mut placed = Vec::new();
-            let mut now = 1.0e9;
+            let mut now = START_S;
             let target = FILL * HOST_CORES * hosts as f64;
             let after_inventory = LIVE.load(Ordering::Relaxed);
             while allocator.state().totals().used.whole(ResourceKind::Cores) < target {
@@ -166,33 +320,65 @@ fn main() {
             }
             let vm_bytes = LIVE.load(Ordering::Relaxed) - after_inventory - allocator.index_heap_bytes();
             let vms = allocator.state().vm_count();
-            let incremental = measure(&mut allocator, &mut workload, &mut placed, &mut now, 20_000);
+            eprintln!("{name}, {hosts} hosts: filled with {vms} VMs in {:.1} s", started.elapsed().as_secs_f64());
+            let incremental = measure(&mut allocator, &mut workload, &mut placed, &mut now, STEPS, false);
             let index_bytes = allocator.index_heap_bytes();
             let classes = allocator.stats().classes_cached;
-            allocator.set_engine(Engine::FullScan, &IndexConfig::default());
-            let scan_steps = (20_000_000 / hosts).clamp(200, 20_000);
-            let full = measure(&mut allocator, &mut workload, &mut placed, &mut now, scan_steps);
-            let name = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-            let us = |d: Duration| d.as_secs_f64() * 1e6;
-            let speedup = full.mean.as_secs_f64() / incremental.mean.as_secs_f64();
-            for (engine, f, ratio) in
-                [("incremental", &incremental, format!("{speedup:.0}x")), ("full scan", &full, String::new())]
-            {
-                println!(
-                    "| {name} | {hosts} | {vms} | {engine} | {:.1} us | {:.1} us | {:.1} us | {ratio} |",
-                    us(f.p50),
-                    us(f.p99),
-                    us(f.mean)
-                );
-            }
-            growth.push((name.clone(), hosts, incremental.mean));
+            growth.push((name.clone(), hosts, incremental.figures.mean));
             memory_rows.push(format!(
                 "| {name} | {hosts} | {:.0} B | {:.0} B ({classes} classes) | {:.0} B |",
                 inventory_bytes as f64 / hosts as f64,
                 index_bytes as f64 / hosts as f64,
                 vm_bytes as f64 / vms as f64
             ));
+            if with_model {
+                let steps = (2_000_000 / hosts).clamp(50, 1_000);
+                let cache_off = measure(&mut allocator, &mut workload, &mut placed, &mut now, steps, true);
+                exit_rows.push(ExitRow {
+                    name: name.clone(),
+                    hosts,
+                    vms,
+                    exit_times: "cached per host",
+                    measured: incremental,
+                });
+                exit_rows.push(ExitRow {
+                    name: name.clone(),
+                    hosts,
+                    vms,
+                    exit_times: "cache off: `refresh_exits` every decision",
+                    measured: cache_off,
+                });
+            } else {
+                allocator.set_engine(Engine::FullScan, &IndexConfig::default());
+                let scan_steps = (20_000_000 / hosts).clamp(200, 20_000);
+                let full = measure(&mut allocator, &mut workload, &mut placed, &mut now, scan_steps, false);
+                let speedup = full.figures.mean.as_secs_f64() / incremental.figures.mean.as_secs_f64();
+                for (engine, f, ratio) in [
+                    ("incremental", &incremental.figures, format!("{speedup:.0}x")),
+                    ("full scan", &full.figures, String::new()),
+                ] {
+                    println!(
+                        "| {name} | {hosts} | {vms} | {engine} | {:.1} us | {:.1} us | {:.1} us | {ratio} |",
+                        us(f.p50),
+                        us(f.p99),
+                        us(f.mean)
+                    );
+                }
+                if kind == PolicyKind::Pbfr {
+                    exit_rows.push(ExitRow {
+                        name: name.clone(),
+                        hosts,
+                        vms,
+                        exit_times: "none (reference)",
+                        measured: incremental,
+                    });
+                }
+            }
+            eprintln!("{name}, {hosts} hosts: done in {:.1} s", started.elapsed().as_secs_f64());
         }
+    }
+    if exit_rows.iter().any(|r| r.name != "pbfr") {
+        print_exit_rows(&exit_rows);
     }
     println!();
     println!("| policy | hosts | inventory per host | index per host | per VM |");
@@ -201,15 +387,56 @@ fn main() {
         println!("{row}");
     }
     println!();
-    for kind in ["pbfr", "la-binary"] {
-        let of = |n: usize| growth.iter().find(|(k, h, _)| k == kind && *h == n).map(|(_, _, d)| d.as_secs_f64());
-        if let (Some(small), Some(large)) = (of(*sizes.first().unwrap_or(&0)), of(*sizes.last().unwrap_or(&0))) {
-            println!(
-                "{kind}: incremental mean grows {:.2}x from {} to {} hosts",
-                large / small,
-                sizes.first().unwrap_or(&0),
-                sizes.last().unwrap_or(&0)
-            );
+    for &kind in &args.policies {
+        let kind = policy_name(kind);
+        let mut runs: Vec<&(String, usize, Duration)> = growth.iter().filter(|(k, _, _)| *k == kind).collect();
+        runs.sort_by_key(|(_, hosts, _)| *hosts);
+        if let (Some(small), Some(large)) = (runs.first(), runs.last()) {
+            if large.1 > small.1 {
+                println!(
+                    "{kind}: incremental mean grows {:.2}x from {} to {} hosts",
+                    large.2.as_secs_f64() / small.2.as_secs_f64(),
+                    small.1,
+                    large.1
+                );
+            }
         }
+    }
+}
+
+/// NILAS and LAVA, cache on and off, beside PBFR's incremental rows of the same run.
+fn print_exit_rows(rows: &[ExitRow]) {
+    let pbfr: HashMap<usize, &Figures> =
+        rows.iter().filter(|r| r.name == "pbfr").map(|r| (r.hosts, &r.measured.figures)).collect();
+    println!();
+    println!(
+        "| policy | hosts | VMs | exit times | decisions | p50 | p99 | mean | p50 / PBFR | p99 / PBFR | mean / PBFR \
+         | repredictions per decision (timed) | repredictions per step (untimed) |"
+    );
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut sorted: Vec<&ExitRow> = rows.iter().collect();
+    sorted.sort_by_key(|r| r.hosts);
+    for row in sorted {
+        let f = &row.measured.figures;
+        let ratio = |ours: Duration, theirs: fn(&Figures) -> Duration| {
+            pbfr.get(&row.hosts)
+                .map_or(String::new(), |p| format!("{:.2}x", ours.as_secs_f64() / theirs(p).as_secs_f64()))
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {:.1} us | {:.1} us | {:.1} us | {} | {} | {} | {:.1} | {:.1} |",
+            row.name,
+            row.hosts,
+            row.vms,
+            row.exit_times,
+            f.steps,
+            us(f.p50),
+            us(f.p99),
+            us(f.mean),
+            ratio(f.p50, |p| p.p50),
+            ratio(f.p99, |p| p.p99),
+            ratio(f.mean, |p| p.mean),
+            row.measured.timed_repredictions,
+            row.measured.untimed_repredictions,
+        );
     }
 }

@@ -1,0 +1,265 @@
+//! In-process cost of repredicting a running VM's remaining lifetime (what NILAS and LAVA pay to
+//! keep hosts' exit times current), beside the 9 us median paper 000 reports for its model.
+//!
+//! `cargo bench -p allocator --bench reprediction [-- HOSTS --bundle DIR]`
+//!
+//! - `HOSTS`: hosts of the allocator refreshed in (b) and (c) (default 10,000, about 141k VMs).
+//! - `--bundle DIR`: the model bundle (default `models/default` of the workspace). Without a
+//!   loadable bundle only the no-model reference (c) runs.
+//!
+//! Measured, one thread:
+//! - (a) `LifetimeModel::predict_remaining_row(row, uptime)`, a timer around each of 100k calls, on
+//!   rows encoded from the bench's VM requests (tenants of the bundle's feature store and new ones)
+//!   with uptimes from a minute to a week; and `LifetimeModel::encode`, which the allocator does
+//!   once per VM, on its first reprediction.
+//! - (b) a whole refresh through the allocator: an allocator (NILAS, periodic refresh off) filled to
+//!   75% of its cores with the model set before the fill (so every row is encoded), then
+//!   `Allocator::refresh_exits` timed after moving the clock a minute, divided by the increase of
+//!   `stats().repredictions`: the cost per VM including the host loop, the lookups of each VM and
+//!   its row, and the hosts' summaries and index journal.
+//! - (c) the same refresh on the same fill with no model: each VM's remaining lifetime is its
+//!   initial prediction minus its age, the simple reference, divided by the VMs refreshed.
+
+use allocator::reprediction::{BundleRepredictor, RepredictionConfig};
+use allocator::{Allocator, AllocatorConfig, PolicyConfig, PolicyKind};
+use domain::{
+    AllocationRequest, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource, ResourceKind, Resources,
+    VmRequest,
+};
+use lifetime_model::{LifetimeModel, RequestFeatures};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const HOST_CORES: f64 = 48.0;
+const HOST_MEMORY_GIB: f64 = 384.0;
+const FILL: f64 = 0.75;
+/// Just after the end of the default bundle's training data (its feature store is as of 794,932 s).
+const START_S: f64 = 800_000.0;
+/// `t0`..`t1493` have a history in the default bundle's feature store; the rest are new tenants.
+const TENANTS: u32 = 2_000;
+const CALLS: usize = 100_000;
+/// Whole refreshes timed in (b) and (c).
+const REFRESHES: usize = 20;
+/// The median paper 000 reports for one reprediction in process.
+const PAPER_MEDIAN_US: f64 = 9.0;
+
+/// The VM mix of the decision-latency bench.
+fn vm(rng: &mut ChaCha8Rng, n: u64) -> VmRequest {
+    let cores = match rng.random_range(0..100) {
+        0..=49 => 1.0,
+        50..=74 => 2.0,
+        75..=89 => 4.0,
+        90..=97 => 8.0,
+        _ => 16.0,
+    };
+    let per_core = if rng.random_bool(0.5) { 4.0 } else { 8.0 };
+    let long = rng.random_bool(0.25);
+    let prediction = LifetimePrediction {
+        p_long: if long { 0.8 } else { 0.2 },
+        class: if long { LifetimeClass::Long } else { LifetimeClass::Short },
+        interval_class: None,
+        expected_lifetime_s: Some(if long {
+            rng.random_range(3.0 * 3600.0..30.0 * 86_400.0)
+        } else {
+            rng.random_range(60.0..7200.0)
+        }),
+        model_version: Some("bench-1".to_owned()),
+        source: PredictionSource::Model,
+    };
+    let tenant = format!("t{}", rng.random_range(0..TENANTS));
+    let family = if per_core == 4.0 { "D" } else { "E" };
+    let demand = Resources::from_whole(cores, cores * per_core, 0.0).expect("valid demand");
+    let mut vm = VmRequest::new(&format!("vm-{n}"), &tenant, &format!("{family}{cores}"), demand);
+    vm.prediction = Some(prediction);
+    vm
+}
+
+struct Stats {
+    median_ns: f64,
+    p99_ns: f64,
+    mean_ns: f64,
+}
+
+fn stats(mut samples: Vec<f64>) -> Stats {
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len();
+    Stats { median_ns: samples[n / 2], p99_ns: samples[n * 99 / 100], mean_ns: samples.iter().sum::<f64>() / n as f64 }
+}
+
+/// A timer around each call, after 2,000 calls of warm-up.
+fn per_call<T>(inputs: &[T], mut call: impl FnMut(&T) -> f64) -> Stats {
+    for input in inputs.iter().cycle().take(2_000) {
+        black_box(call(black_box(input)));
+    }
+    let samples = inputs
+        .iter()
+        .cycle()
+        .take(CALLS)
+        .map(|input| {
+            let start = Instant::now();
+            black_box(call(black_box(input)));
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    stats(samples)
+}
+
+/// An allocator of `hosts` hosts (NILAS, no periodic refresh) filled to 75% of its cores, the model
+/// (if any) set before the fill.
+fn filled(hosts: usize, model: Option<&Arc<LifetimeModel>>) -> (Allocator, f64) {
+    let spec = InventorySpec::homogeneous(
+        "bench",
+        hosts,
+        40,
+        Resources::from_whole(HOST_CORES, HOST_MEMORY_GIB, 0.0).expect("capacity"),
+    );
+    let config = AllocatorConfig {
+        policy: PolicyConfig::of_kind(PolicyKind::Nilas),
+        seed: 1,
+        reprediction: RepredictionConfig { refresh_interval_s: 0.0 },
+        ..Default::default()
+    };
+    let mut allocator = Allocator::new(&spec, &config).expect("allocator");
+    if let Some(model) = model {
+        allocator.set_repredictor(Some(Arc::new(BundleRepredictor(model.clone()))));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let mut now = START_S;
+    let mut n = 0;
+    let target = FILL * HOST_CORES * hosts as f64;
+    while allocator.state().totals().used.whole(ResourceKind::Cores) < target {
+        n += 1;
+        now += 0.01;
+        allocator.allocate(&AllocationRequest::Vm(vm(&mut rng, n)), now).expect("fresh id");
+    }
+    (allocator, now)
+}
+
+/// Times `REFRESHES` whole refreshes, the clock a minute later each time; the cost per VM of each
+/// is its time over the repredictions it made (with a model) or the VMs it refreshed (without).
+fn refresh_per_vm(allocator: &mut Allocator, mut now: f64) -> (Stats, Duration, u64) {
+    let vms = allocator.state().vm_count() as u64;
+    let with_model = allocator.repredictor_version().is_some();
+    let mut samples = Vec::with_capacity(REFRESHES);
+    let mut total = Duration::ZERO;
+    let mut repredicted = 0;
+    for _ in 0..REFRESHES {
+        now += 60.0;
+        allocator.advance_clock(now);
+        let before = allocator.stats().repredictions;
+        let start = Instant::now();
+        allocator.refresh_exits();
+        let elapsed = start.elapsed();
+        let made = allocator.stats().repredictions - before;
+        let per = if with_model { made } else { vms };
+        repredicted += made;
+        total += elapsed;
+        samples.push(elapsed.as_nanos() as f64 / per.max(1) as f64);
+    }
+    (stats(samples), total / REFRESHES as u32, repredicted / REFRESHES as u64)
+}
+
+fn main() {
+    let mut hosts = 10_000;
+    let mut bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--bundle" {
+            if let Some(dir) = args.next() {
+                bundle = PathBuf::from(dir);
+            }
+        } else if let Some(dir) = arg.strip_prefix("--bundle=") {
+            bundle = PathBuf::from(dir);
+        } else if let Ok(n) = arg.parse() {
+            hosts = n;
+        }
+    }
+    let model = match LifetimeModel::load(&bundle) {
+        Ok(model) => Some(Arc::new(model)),
+        Err(error) => {
+            println!(
+                "no model bundle at {} ({error}): only the no-model reference runs (pass --bundle DIR)",
+                bundle.display()
+            );
+            None
+        }
+    };
+    let mut rows: Vec<(String, Stats, String)> = Vec::new();
+    let mut notes = Vec::new();
+    if let Some(model) = &model {
+        println!("bundle {} from {}", model.version(), bundle.display());
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let features: Vec<RequestFeatures> =
+            (0..4_096).map(|n| RequestFeatures::from_request(&vm(&mut rng, n), START_S + n as f64)).collect();
+        let inputs: Vec<(Vec<f64>, f64)> = features
+            .iter()
+            .map(|f| (model.encode(f), 10f64.powf(rng.random_range(60f64.log10()..604_800f64.log10()))))
+            .collect();
+        rows.push((
+            "(a) `LifetimeModel::predict_remaining_row`, per call".to_owned(),
+            per_call(&inputs, |(row, uptime)| model.predict_remaining_row(row, *uptime)),
+            format!("{PAPER_MEDIAN_US:.0} us"),
+        ));
+        rows.push((
+            "`LifetimeModel::encode` (once per VM, on its first reprediction)".to_owned(),
+            per_call(&features, |f| model.encode(f)[0]),
+            String::new(),
+        ));
+        let started = Instant::now();
+        let (mut allocator, now) = filled(hosts, Some(model));
+        eprintln!("filled {hosts} hosts with a model in {:.1} s", started.elapsed().as_secs_f64());
+        let (per_vm, whole, made) = refresh_per_vm(&mut allocator, now);
+        notes.push(format!(
+            "(b) {} VMs on {hosts} hosts: a whole refresh takes {:.1} ms on average and makes {made} repredictions",
+            allocator.state().vm_count(),
+            whole.as_secs_f64() * 1e3
+        ));
+        rows.push((
+            format!("(b) `Allocator::refresh_exits` with the model, per VM ({REFRESHES} refreshes)"),
+            per_vm,
+            format!("{PAPER_MEDIAN_US:.0} us"),
+        ));
+    }
+    let started = Instant::now();
+    let (mut allocator, now) = filled(hosts, None);
+    eprintln!("filled {hosts} hosts without a model in {:.1} s", started.elapsed().as_secs_f64());
+    let (per_vm, whole, _) = refresh_per_vm(&mut allocator, now);
+    notes.push(format!(
+        "(c) {} VMs on {hosts} hosts: a whole refresh without a model takes {:.1} ms on average",
+        allocator.state().vm_count(),
+        whole.as_secs_f64() * 1e3
+    ));
+    rows.push((
+        format!(
+            "(c) reference: `refresh_exits` without a model (prediction minus age), per VM ({REFRESHES} refreshes)"
+        ),
+        per_vm,
+        String::new(),
+    ));
+    println!();
+    println!("| what | median | p99 | mean | paper 000 (median) |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, s, paper) in &rows {
+        println!(
+            "| {name} | {:.2} us | {:.2} us | {:.2} us | {paper} |",
+            s.median_ns / 1e3,
+            s.p99_ns / 1e3,
+            s.mean_ns / 1e3
+        );
+    }
+    println!();
+    for note in notes {
+        println!("{note}");
+    }
+    if rows.len() == 4 {
+        println!(
+            "per VM in a refresh: with the model / without: {:.1}x (median); ours / paper's 9 us median: {:.2}x",
+            rows[2].1.median_ns / rows[3].1.median_ns,
+            rows[2].1.median_ns / 1e3 / PAPER_MEDIAN_US
+        );
+    }
+}
