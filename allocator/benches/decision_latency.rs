@@ -13,6 +13,8 @@
 //! - `--bundle DIR`: the model bundle whose remaining-lifetime model repredicts (default:
 //!   `models/default` of the workspace). Without a loadable bundle the NILAS and LAVA rows are
 //!   skipped with a message.
+//! - `--refresh-interval S`: `reprediction.refresh_interval_s` of NILAS and LAVA (default: the
+//!   allocator's, 900 s; 0 turns the periodic refresh off).
 //!
 //! Each inventory is filled to about 75% of its cores with a VM mix of 1 to 16 cores (4 or 8 GiB per
 //! core; a quarter predicted long-lived with lifetimes of hours to weeks; every VM carries an
@@ -21,7 +23,7 @@
 //! in production. Only the `allocate` call is timed.
 //!
 //! NILAS and LAVA get the bundle's remaining-lifetime model before the fill
-//! (`Allocator::set_repredictor`), with the default 900 s periodic refresh, and are measured twice
+//! (`Allocator::set_repredictor`), with the 900 s periodic refresh by default, and are measured twice
 //! on the same inventory:
 //! - **cache on**: the allocator's per-host exit times, recomputed only for the host a VM joins or
 //!   leaves and when a host's refresh interval has passed. The release before each timed call moves
@@ -32,7 +34,7 @@
 //!   the timed section. Each decision then repredicts every VM, so fewer decisions are timed
 //!   (2,000,000 / hosts, between 50 and 1,000).
 
-use allocator::reprediction::BundleRepredictor;
+use allocator::reprediction::{BundleRepredictor, RepredictionConfig};
 use allocator::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
 use domain::{
     AllocationRequest, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource, ResourceKind, Resources,
@@ -199,15 +201,21 @@ struct Args {
     sizes: Option<Vec<usize>>,
     policies: Vec<PolicyKind>,
     bundle: PathBuf,
+    refresh_interval_s: Option<f64>,
 }
 
 fn parse_args() -> Args {
     let mut sizes = Vec::new();
     let mut policies = Vec::new();
     let mut bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let mut refresh_interval_s = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        if arg == "--bundle" {
+        if arg == "--refresh-interval" {
+            refresh_interval_s = args.next().and_then(|s| s.parse().ok());
+        } else if let Some(s) = arg.strip_prefix("--refresh-interval=") {
+            refresh_interval_s = s.parse().ok();
+        } else if arg == "--bundle" {
             if let Some(dir) = args.next() {
                 bundle = PathBuf::from(dir);
             }
@@ -223,7 +231,7 @@ fn parse_args() -> Args {
     if policies.is_empty() {
         policies = vec![PolicyKind::Pbfr, PolicyKind::LaBinary, PolicyKind::Nilas, PolicyKind::Lava];
     }
-    Args { sizes: (!sizes.is_empty()).then_some(sizes), policies, bundle }
+    Args { sizes: (!sizes.is_empty()).then_some(sizes), policies, bundle, refresh_interval_s }
 }
 
 fn policy_name(kind: PolicyKind) -> String {
@@ -265,7 +273,12 @@ fn main() {
         FILL * 100.0
     );
     if let Some(model) = &model {
-        println!("repredictions (NILAS, LAVA): bundle {} from {}", model.version(), args.bundle.display());
+        let interval = args.refresh_interval_s.unwrap_or(RepredictionConfig::default().refresh_interval_s);
+        println!(
+            "repredictions (NILAS, LAVA): bundle {} from {}; periodic refresh every {interval} s (0: off)",
+            model.version(),
+            args.bundle.display()
+        );
     }
     let classic = args.policies.iter().any(|&k| !reads_exits(k));
     if classic {
@@ -296,7 +309,10 @@ fn main() {
                 40,
                 Resources::from_whole(HOST_CORES, HOST_MEMORY_GIB, 0.0).expect("capacity"),
             );
-            let config = AllocatorConfig { policy: PolicyConfig::of_kind(kind), seed: 1, ..Default::default() };
+            let mut config = AllocatorConfig { policy: PolicyConfig::of_kind(kind), seed: 1, ..Default::default() };
+            if let Some(interval) = args.refresh_interval_s {
+                config.reprediction.refresh_interval_s = interval;
+            }
             let mut allocator = Allocator::new(&spec, &config).expect("allocator");
             drop(spec);
             let inventory_bytes = LIVE.load(Ordering::Relaxed) - before;
