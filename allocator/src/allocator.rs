@@ -223,6 +223,8 @@ pub struct Allocator {
     next_refresh: Vec<f64>,
     refresh_interval_s: Option<f64>,
     repredictions: Repredictions,
+    /// Each placed VM's last predicted exit time (policies that read exit times).
+    vm_exits: HashMap<VmId, f64>,
     /// Every host's LAVA state (empty unless the policy is LAVA).
     lava: Vec<LavaHost>,
     /// Hosts whose LAVA state changed since [`Allocator::take_lava_changes`] was last called.
@@ -255,6 +257,7 @@ impl Allocator {
             next_refresh: vec![f64::INFINITY; hosts],
             refresh_interval_s: config.reprediction.interval_s(),
             repredictions: Repredictions::default(),
+            vm_exits: HashMap::new(),
             lava: vec![LavaHost::default(); hosts],
             lava_changed: BTreeSet::new(),
             drain: None,
@@ -336,7 +339,7 @@ impl Allocator {
             let host = HostIndex(index as u32);
             if !self.state.hosts()[index].is_empty() {
                 let before = self.lifetimes[index];
-                self.refresh_lifetime(host);
+                self.repredict_host(host);
                 if self.lifetimes[index] != before {
                     self.host_changed(host);
                 }
@@ -730,6 +733,7 @@ impl Allocator {
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
         self.repredictions.remove(vm);
+        self.vm_exits.remove(vm);
         if let Some(target) = migrating_to {
             // Its reservation went with it.
             self.migration_changes.push(MigrationChange::Cancelled { vm: vm.clone() });
@@ -943,21 +947,38 @@ impl Allocator {
         }
     }
 
-    /// Recomputes a host's lifetime summary from its VMs (its exit time from repredictions when the
-    /// policy reads exit times), and schedules its next event.
+    /// Recomputes a host's lifetime summary from its VMs after a VM arrived or left, and schedules
+    /// its next event. For policies that read exit times, each VM's last predicted exit is reused
+    /// (a VM new to the host is predicted now): repredicting every VM of the host is the periodic
+    /// refresh's job ([`Allocator::repredict_host`]).
     fn refresh_lifetime(&mut self, host: HostIndex) {
+        self.update_lifetime(host, false);
+    }
+
+    /// Repredicts the remaining lifetime of every VM on the host and recomputes its summary.
+    fn repredict_host(&mut self, host: HostIndex) {
+        self.update_lifetime(host, true);
+    }
+
+    fn update_lifetime(&mut self, host: HostIndex, repredict: bool) {
         let now = self.clock_s;
         let classes = self.policy.classes();
         let record = &self.state.hosts()[host.get()];
         let reads_exits = self.policy.reads_exit_times();
         let mut exit_s = f64::NEG_INFINITY;
-        for vm in record.vms.iter().filter_map(|id| self.state.vm(id).map(|vm| (id, vm))) {
-            let (id, vm) = vm;
+        for (id, vm) in record.vms.iter().filter_map(|id| self.state.vm(id).map(|vm| (id, vm))) {
             let lifetime_s = classes.vm_lifetime(vm.prediction.as_ref()).lifetime_s;
-            let exit = if reads_exits {
-                now + self.repredictions.remaining_s(id, lifetime_s, now - vm.placed_at_s)
-            } else {
+            let exit = if !reads_exits {
                 vm.placed_at_s + lifetime_s
+            } else {
+                match self.vm_exits.get(id) {
+                    Some(&exit) if !repredict => exit,
+                    _ => {
+                        let exit = now + self.repredictions.remaining_s(id, lifetime_s, now - vm.placed_at_s);
+                        self.vm_exits.insert(id.clone(), exit);
+                        exit
+                    }
+                }
             };
             exit_s = exit_s.max(exit);
         }
@@ -965,9 +986,12 @@ impl Allocator {
         if reads_exits {
             // These policies read exit times, not the class (whose drops would only cost events).
             summary.next_change_s = f64::INFINITY;
-            self.next_refresh[host.get()] = match self.refresh_interval_s {
-                Some(interval) if !record.is_empty() => now + interval,
-                _ => f64::INFINITY,
+            let next = &mut self.next_refresh[host.get()];
+            *next = match self.refresh_interval_s {
+                Some(_) if record.is_empty() => f64::INFINITY,
+                Some(interval) if repredict || *next == f64::INFINITY => now + interval,
+                Some(_) => *next,
+                None => f64::INFINITY,
             };
         }
         summary.lava = self.lava[host.get()].summary();
@@ -1006,7 +1030,11 @@ impl Allocator {
             if self.lava[host.get()].on_deadline(&self.state.hosts()[host.get()], at) {
                 self.lava_changed.insert(host);
             }
-            self.refresh_lifetime(host);
+            if self.next_refresh[host.get()] <= at {
+                self.repredict_host(host);
+            } else {
+                self.refresh_lifetime(host);
+            }
             if self.lifetimes[host.get()] != before {
                 self.host_changed(host);
             }

@@ -194,3 +194,62 @@ fn drained_hosts_take_nothing_and_explain_says_why() {
     let explanation = a.explain(&vm("d", 2.0, None), Some(&HostId::from("z-h1")), 5, 4.0).unwrap();
     assert_eq!(explanation.top.len(), 2);
 }
+
+/// NILAS: a VM goes where it does not extend the host's exit time (temporal cost 0) even if another
+/// host fits it tighter; the host that would be extended by 70 minutes costs 2.
+#[test]
+fn nilas_prefers_hosts_the_vm_does_not_outlive() {
+    let mut a = allocator(PolicyKind::Nilas, 3);
+    let short_host = place(&mut a, vm("short", 12.0, Some(HOUR)), 0.0);
+    // The 12-core host is the tightest fit for what follows; this one exits later.
+    let long_host = a.state().hosts().iter().find(|h| h.id != short_host).unwrap().id.clone();
+    a.set_host_state(&short_host, HostState::Unavailable).unwrap();
+    assert_eq!(place(&mut a, vm("long", 4.0, Some(10.0 * HOUR)), 0.0), long_host);
+    a.set_host_state(&short_host, HostState::Available).unwrap();
+    // Exits at 2 h 10 m: past the short host by 70 minutes (cost 2), before the long one (cost 0).
+    let request = vm("mid", 2.0, Some(2.0 * HOUR + 600.0));
+    let explanation = a.explain(&request, Some(&short_host), 3, 0.0).unwrap();
+    let temporal =
+        |scores: &[allocator::allocator::RuleScore]| scores.iter().find(|s| s.rule == "temporal-cost").unwrap().score;
+    assert_eq!(temporal(&explanation.why_not.as_ref().unwrap().scores), 2);
+    assert_eq!(explanation.why_not.unwrap().outranked_at.as_deref(), Some("temporal-cost"));
+    assert_eq!(place(&mut a, request, 0.0), long_host);
+}
+
+/// A fake remaining-lifetime model: every VM has `uptime + 1 h` left.
+#[derive(Debug)]
+struct OneMoreHour;
+
+impl allocator::reprediction::Repredictor for OneMoreHour {
+    fn version(&self) -> &str {
+        "one-more-hour"
+    }
+    fn encode(&self, _: &lifetime_model::RequestFeatures) -> Vec<f64> {
+        Vec::new()
+    }
+    fn remaining_s(&self, _: &[f64], uptime_s: f64) -> f64 {
+        uptime_s + HOUR
+    }
+}
+
+/// Exit times follow the model: a VM placed gets its host's exit from the model, arrivals reuse the
+/// other VMs' last predictions, and the periodic refresh repredicts them all with their uptime.
+#[test]
+fn exit_times_follow_repredictions_on_the_refresh_interval() {
+    let spec = InventorySpec::homogeneous("z", 2, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let mut config = AllocatorConfig { policy: PolicyConfig::of_kind(PolicyKind::Nilas), ..Default::default() };
+    config.reprediction.refresh_interval_s = 900.0;
+    let mut a = Allocator::new(&spec, &config).unwrap();
+    a.set_repredictor(Some(std::sync::Arc::new(OneMoreHour)));
+    let host = place(&mut a, vm("a", 2.0, Some(10.0 * HOUR)), 0.0);
+    let index = a.state().host_index(&host).unwrap();
+    assert_eq!(a.host_lifetime(index).exit_s, HOUR, "the model's exit, not the initial 10 h");
+    // Another VM at 600 s: its own prediction, the first VM's last one kept.
+    assert_eq!(place(&mut a, vm("b", 2.0, None), 600.0), host);
+    assert_eq!(a.host_lifetime(index).exit_s, 600.0 + HOUR);
+    // At 900 s the host is repredicted: a (uptime 900) has 900 + 3600 s left, b (300) 3900 s.
+    a.advance_clock(900.0);
+    assert_eq!(a.host_lifetime(index).exit_s, 900.0 + 900.0 + HOUR);
+    assert_eq!(a.stats().reprediction_model.as_deref(), Some("one-more-hour"));
+    assert_eq!(a.stats().repredictions, 4);
+}
