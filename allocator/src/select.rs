@@ -307,19 +307,29 @@ impl ClassCache {
     }
 
     /// Re-evaluates one host and moves it to its new place.
+    /// A host whose key (and exit time, for a temporal policy) did not change stays where it is:
+    /// most changes move a host within a coarse best-fit bucket, so this skips most moves.
     fn refresh(&mut self, policy: &Policy, state: &InventoryState, lifetimes: &[HostLifetime], host: HostIndex) {
-        self.remove(host);
         let request = self.representative.request();
         let view = view(state, lifetimes, host);
+        let current = self.slots[host.get()].bucket;
         match policy.first_rejection(&view, &request, 0..policy.cached_validators()) {
+            Some(rule) if current == REJECTED + rule as u32 => {}
             Some(rule) => {
+                self.remove(host);
                 self.eliminated[rule] += 1;
                 self.slots[host.get()] = Slot { bucket: REJECTED + rule as u32, pos: 0 };
             }
             None => {
                 let key = policy.cached_score(&view, &request);
+                let exit = view.lifetime.exit_s;
+                let same_exit = self.temporal.is_none() || self.filed_exit[host.get()] == exit;
+                if same_exit && self.key_of(host) == Some(key) {
+                    return;
+                }
+                self.remove(host);
                 if self.temporal.is_some() {
-                    self.filed_exit[host.get()] = view.lifetime.exit_s;
+                    self.filed_exit[host.get()] = exit;
                 }
                 self.insert(host, key);
             }
