@@ -159,9 +159,8 @@ fn measure(
     steps: usize,
     refresh_first: bool,
 ) -> Measured {
-    let repredicting = allocator.repredictor_version().is_some();
-    let before = if repredicting { allocator.stats().repredictions } else { 0 };
-    let mut timed = 0usize;
+    let before = allocator.repredictions_made();
+    let mut timed = 0u64;
     let mut samples = Vec::with_capacity(steps);
     for _ in 0..steps {
         *now += 1.0;
@@ -171,25 +170,19 @@ fn measure(
         let vm = workload.vm();
         let id = vm.vm_id.clone();
         let request = AllocationRequest::Vm(vm);
-        // Every VM has a row once the model is set, and a refresh repredicts each of them.
-        let refreshed = if refresh_first && repredicting { allocator.state().vm_count() } else { 0 };
+        let counted = allocator.repredictions_made();
         let start = Instant::now();
         if refresh_first {
             allocator.refresh_exits();
         }
         let decision = allocator.allocate(&request, *now).expect("fresh id");
         samples.push(start.elapsed());
+        timed += allocator.repredictions_made() - counted;
         if decision.is_placed() {
-            if repredicting {
-                // Placing the VM repredicts every VM of its host, the new one included.
-                let state = allocator.state();
-                let host = state.vm(&id).expect("just placed").host;
-                timed += refreshed + state.hosts()[host.get()].vms.len();
-            }
             placed.push(id);
         }
     }
-    let total = if repredicting { allocator.stats().repredictions - before } else { 0 };
+    let total = allocator.repredictions_made() - before;
     Measured {
         figures: summarize(samples),
         timed_repredictions: timed as f64 / steps as f64,

@@ -327,6 +327,11 @@ impl Allocator {
         self.refresh_exits();
     }
 
+    /// Repredictions made since start (O(1); also in [`Allocator::stats`]).
+    pub fn repredictions_made(&self) -> u64 {
+        self.repredictions.count
+    }
+
     /// Version of the repredicting model, if one is set.
     pub fn repredictor_version(&self) -> Option<&str> {
         self.repredictions.model_version()
