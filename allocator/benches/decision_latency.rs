@@ -36,19 +36,17 @@
 
 use allocator::reprediction::{BundleRepredictor, RepredictionConfig};
 use allocator::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
-use domain::{
-    AllocationRequest, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource, ResourceKind, Resources,
-    VmId, VmRequest,
-};
-use lifetime_model::LifetimeModel;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use domain::{AllocationRequest, InventorySpec, ResourceKind, Resources, VmId};
+use rand::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use workload::{Workload, FILL, HOST_CORES, HOST_MEMORY_GIB, START_S};
+
+mod workload;
 
 /// Counts live heap bytes, for the memory figures.
 struct Counting;
@@ -73,58 +71,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const HOST_CORES: f64 = 48.0;
-const HOST_MEMORY_GIB: f64 = 384.0;
-const FILL: f64 = 0.75;
-/// The clock starts just after the end of the default bundle's training data (its feature store is
-/// as of 794,932 s), so that repredictions read the tenants' recent history as in production.
-const START_S: f64 = 800_000.0;
-/// Tenants `t0`..: the default bundle's feature store knows `t0` to `t1493`, so about three in four
-/// VMs belong to a tenant with a history and the rest to new tenants.
-const TENANTS: u32 = 2_000;
 /// Timed decisions in steady state with the incremental index (and the cache on).
 const STEPS: usize = 20_000;
-
-struct Workload {
-    rng: ChaCha8Rng,
-    next_vm: u64,
-}
-
-impl Workload {
-    fn vm(&mut self) -> VmRequest {
-        self.next_vm += 1;
-        // Core mix after Protean Table 3: mostly small VMs, a few large ones.
-        let cores = match self.rng.random_range(0..100) {
-            0..=49 => 1.0,
-            50..=74 => 2.0,
-            75..=89 => 4.0,
-            90..=97 => 8.0,
-            _ => 16.0,
-        };
-        let per_core = if self.rng.random_bool(0.5) { 4.0 } else { 8.0 };
-        let memory = cores * per_core;
-        let long = self.rng.random_bool(0.25);
-        let prediction = LifetimePrediction {
-            p_long: if long { 0.8 } else { 0.2 },
-            class: if long { LifetimeClass::Long } else { LifetimeClass::Short },
-            interval_class: None,
-            expected_lifetime_s: Some(if long {
-                self.rng.random_range(3.0 * 3600.0..30.0 * 86_400.0)
-            } else {
-                self.rng.random_range(60.0..7200.0)
-            }),
-            model_version: Some("bench-1".to_owned()),
-            source: PredictionSource::Model,
-        };
-        let tenant = format!("t{}", self.rng.random_range(0..TENANTS));
-        let demand = Resources::from_whole(cores, memory, 0.0).expect("valid demand");
-        // The bundle's VM types: D is 4 GiB per core, E 8 GiB per core.
-        let family = if per_core == 4.0 { "D" } else { "E" };
-        let mut vm = VmRequest::new(&format!("vm-{}", self.next_vm), &tenant, &format!("{family}{cores}"), demand);
-        vm.prediction = Some(prediction);
-        vm
-    }
-}
 
 struct Figures {
     p50: Duration,
@@ -200,7 +148,7 @@ struct Args {
 fn parse_args() -> Args {
     let mut sizes = Vec::new();
     let mut policies = Vec::new();
-    let mut bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let mut bundle = workload::default_bundle();
     let mut refresh_interval_s = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -248,16 +196,7 @@ fn main() {
     let args = parse_args();
     let reads_exits = |kind: PolicyKind| matches!(kind, PolicyKind::Nilas | PolicyKind::Lava);
     let model = if args.policies.iter().any(|&k| reads_exits(k)) {
-        match LifetimeModel::load(&args.bundle) {
-            Ok(model) => Some(Arc::new(model)),
-            Err(error) => {
-                println!(
-                    "no model bundle at {} ({error}): skipping the NILAS and LAVA rows (pass --bundle DIR)",
-                    args.bundle.display()
-                );
-                None
-            }
-        }
+        workload::load_bundle(&args.bundle, "skipping the NILAS and LAVA rows")
     } else {
         None
     };
@@ -312,7 +251,7 @@ fn main() {
             if let (true, Some(model)) = (with_model, &model) {
                 allocator.set_repredictor(Some(Arc::new(BundleRepredictor(model.clone()))));
             }
-            let mut workload = Workload { rng: ChaCha8Rng::seed_from_u64(42), next_vm: 0 };
+            let mut workload = Workload::new(42);
             let mut placed = Vec::new();
             let mut now = START_S;
             let target = FILL * HOST_CORES * hosts as f64;

@@ -22,61 +22,22 @@
 
 use allocator::reprediction::{BundleRepredictor, RepredictionConfig};
 use allocator::{Allocator, AllocatorConfig, PolicyConfig, PolicyKind};
-use domain::{
-    AllocationRequest, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource, ResourceKind, Resources,
-    VmRequest,
-};
+use domain::{AllocationRequest, InventorySpec, ResourceKind, Resources};
 use lifetime_model::{LifetimeModel, RequestFeatures};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use workload::{Workload, FILL, HOST_CORES, HOST_MEMORY_GIB, START_S};
 
-const HOST_CORES: f64 = 48.0;
-const HOST_MEMORY_GIB: f64 = 384.0;
-const FILL: f64 = 0.75;
-/// Just after the end of the default bundle's training data (its feature store is as of 794,932 s).
-const START_S: f64 = 800_000.0;
-/// `t0`..`t1493` have a history in the default bundle's feature store; the rest are new tenants.
-const TENANTS: u32 = 2_000;
+mod workload;
+
 const CALLS: usize = 100_000;
 /// Whole refreshes timed in (b) and (c).
 const REFRESHES: usize = 20;
 /// The median paper 000 reports for one reprediction in process.
 const PAPER_MEDIAN_US: f64 = 9.0;
-
-/// The VM mix of the decision-latency bench.
-fn vm(rng: &mut ChaCha8Rng, n: u64) -> VmRequest {
-    let cores = match rng.random_range(0..100) {
-        0..=49 => 1.0,
-        50..=74 => 2.0,
-        75..=89 => 4.0,
-        90..=97 => 8.0,
-        _ => 16.0,
-    };
-    let per_core = if rng.random_bool(0.5) { 4.0 } else { 8.0 };
-    let long = rng.random_bool(0.25);
-    let prediction = LifetimePrediction {
-        p_long: if long { 0.8 } else { 0.2 },
-        class: if long { LifetimeClass::Long } else { LifetimeClass::Short },
-        interval_class: None,
-        expected_lifetime_s: Some(if long {
-            rng.random_range(3.0 * 3600.0..30.0 * 86_400.0)
-        } else {
-            rng.random_range(60.0..7200.0)
-        }),
-        model_version: Some("bench-1".to_owned()),
-        source: PredictionSource::Model,
-    };
-    let tenant = format!("t{}", rng.random_range(0..TENANTS));
-    let family = if per_core == 4.0 { "D" } else { "E" };
-    let demand = Resources::from_whole(cores, cores * per_core, 0.0).expect("valid demand");
-    let mut vm = VmRequest::new(&format!("vm-{n}"), &tenant, &format!("{family}{cores}"), demand);
-    vm.prediction = Some(prediction);
-    vm
-}
 
 struct Stats {
     median_ns: f64,
@@ -127,14 +88,12 @@ fn filled(hosts: usize, model: Option<&Arc<LifetimeModel>>) -> (Allocator, f64) 
     if let Some(model) = model {
         allocator.set_repredictor(Some(Arc::new(BundleRepredictor(model.clone()))));
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let mut workload = Workload::new(42);
     let mut now = START_S;
-    let mut n = 0;
     let target = FILL * HOST_CORES * hosts as f64;
     while allocator.state().totals().used.whole(ResourceKind::Cores) < target {
-        n += 1;
         now += 0.01;
-        allocator.allocate(&AllocationRequest::Vm(vm(&mut rng, n)), now).expect("fresh id");
+        allocator.allocate(&AllocationRequest::Vm(workload.vm()), now).expect("fresh id");
     }
     (allocator, now)
 }
@@ -165,7 +124,7 @@ fn refresh_per_vm(allocator: &mut Allocator, mut now: f64) -> (Stats, Duration, 
 
 fn main() {
     let mut hosts = 10_000;
-    let mut bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let mut bundle = workload::default_bundle();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--bundle" {
@@ -178,23 +137,15 @@ fn main() {
             hosts = n;
         }
     }
-    let model = match LifetimeModel::load(&bundle) {
-        Ok(model) => Some(Arc::new(model)),
-        Err(error) => {
-            println!(
-                "no model bundle at {} ({error}): only the no-model reference runs (pass --bundle DIR)",
-                bundle.display()
-            );
-            None
-        }
-    };
+    let model = workload::load_bundle(&bundle, "only the no-model reference runs");
     let mut rows: Vec<(String, Stats, String)> = Vec::new();
     let mut notes = Vec::new();
     if let Some(model) = &model {
         println!("bundle {} from {}", model.version(), bundle.display());
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut workload = Workload::new(7);
         let features: Vec<RequestFeatures> =
-            (0..4_096).map(|n| RequestFeatures::from_request(&vm(&mut rng, n), START_S + n as f64)).collect();
+            (0..4_096).map(|n| RequestFeatures::from_request(&workload.vm(), START_S + n as f64)).collect();
+        let rng = &mut workload.rng;
         let inputs: Vec<(Vec<f64>, f64)> = features
             .iter()
             .map(|f| (model.encode(f), 10f64.powf(rng.random_range(60f64.log10()..604_800f64.log10()))))
