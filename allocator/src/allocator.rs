@@ -10,7 +10,7 @@
 
 use crate::defrag::{Drain, DrainHosts, DrainReport, DrainRequest, Migration, MigrationOrder};
 use crate::lava::{LavaHost, LavaState};
-use crate::lifetime::{HostLifetime, VmLifetime};
+use crate::lifetime::{HostLifetime, OrderedTime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError, ScoreKey};
 use crate::reprediction::{RepredictionConfig, Repredictions, Repredictor};
 use crate::rules::{HostView, RuleRequest, TenantSpread};
@@ -193,22 +193,6 @@ pub struct Explanation {
     pub why_not: Option<HostVerdict>,
 }
 
-/// A time in the heap of scheduled host events (total order on finite times).
-#[derive(Copy, Clone, Debug, PartialEq)]
-struct Due(f64);
-
-impl Eq for Due {}
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Allocator {
@@ -217,7 +201,7 @@ pub struct Allocator {
     lifetimes: Vec<HostLifetime>,
     /// Host events in time: a lifetime class dropping, an exit-time refresh, a LAVA deadline.
     /// An entry is stale unless it equals the host's `next_due`.
-    due: BinaryHeap<Reverse<(Due, HostIndex)>>,
+    due: BinaryHeap<Reverse<(OrderedTime, HostIndex)>>,
     next_due: Vec<f64>,
     /// When each host's exit time is next recomputed from repredictions.
     next_refresh: Vec<f64>,
@@ -411,7 +395,9 @@ impl Allocator {
             last_stats = selection.stats.clone();
             match selection.host {
                 Some(host) => {
-                    lava_before.push((host, self.lava[host.get()].clone()));
+                    if self.policy.is_lava() {
+                        lava_before.push((host, self.lava[host.get()].clone()));
+                    }
                     self.place_on(vm, host);
                     placements.push(self.placement(&vm.vm_id).expect("just placed"));
                 }
@@ -1009,7 +995,7 @@ impl Allocator {
         let lava_deadline = self.lava[host.get()].deadline_s.unwrap_or(f64::INFINITY);
         let due = self.lifetimes[host.get()].next_change_s.min(self.next_refresh[host.get()]).min(lava_deadline);
         if due.is_finite() && due != self.next_due[host.get()] {
-            self.due.push(Reverse((Due(due), host)));
+            self.due.push(Reverse((OrderedTime(due), host)));
         }
         self.next_due[host.get()] = due;
     }
@@ -1021,7 +1007,7 @@ impl Allocator {
         if now_s.is_finite() && now_s > self.clock_s {
             self.clock_s = now_s;
         }
-        while let Some(Reverse((Due(at), host))) = self.due.peek().copied() {
+        while let Some(Reverse((OrderedTime(at), host))) = self.due.peek().copied() {
             if at > self.clock_s {
                 break;
             }

@@ -136,6 +136,23 @@ impl LifetimeClasses {
     }
 }
 
+/// A time in seconds with a total order (`f64::total_cmp`), for sorted sets and heaps of times:
+/// hosts by exit time (minus infinity, empty hosts, first), host events by due time.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct OrderedTime(pub f64);
+
+impl Eq for OrderedTime {}
+impl PartialOrd for OrderedTime {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for OrderedTime {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
 /// A VM's predicted lifetime as the lifetime rules use it.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct VmLifetime {

@@ -93,6 +93,10 @@ impl Repredictions {
     /// Uses `model` from now on (`None`: initial predictions minus age). Rows are encoded again
     /// lazily for a new version.
     pub fn set_model(&mut self, model: Option<Arc<dyn Repredictor>>) {
+        if model.is_none() {
+            // Rows are only read with a model.
+            self.rows.clear();
+        }
         self.version = model.as_ref().map(|m| Arc::from(m.version()));
         self.model = model;
     }

@@ -14,7 +14,7 @@
 //! are kept for the most recently used [`IndexConfig::max_classes`] keys; a class that falls behind
 //! the journal's retained window is rebuilt by a scan.
 
-use crate::lifetime::HostLifetime;
+use crate::lifetime::{HostLifetime, OrderedTime};
 use crate::policy::{ClassKey, Policy, ScoreKey};
 use crate::rules::{HostView, RuleRequest};
 use crate::state::{HostIndex, InventoryState};
@@ -182,23 +182,7 @@ enum TieSet {
     Ordered(BTreeSet<HostIndex>),
     /// Sorted by host exit time (policies with a temporal rule): the hosts of one temporal cost
     /// are a contiguous run, found by binary search.
-    ByExit(Vec<(ExitTime, HostIndex)>),
-}
-
-/// A host exit time ordered totally (minus infinity for empty hosts first).
-#[derive(Copy, Clone, Debug, PartialEq)]
-struct ExitTime(f64);
-
-impl Eq for ExitTime {}
-impl PartialOrd for ExitTime {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for ExitTime {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
+    ByExit(Vec<(OrderedTime, HostIndex)>),
 }
 
 impl TieSet {
@@ -359,7 +343,7 @@ impl ClassCache {
                 members.remove(&host);
             }
             TieSet::ByExit(members) => {
-                if let Ok(at) = members.binary_search(&(ExitTime(self.filed_exit[host.get()]), host)) {
+                if let Ok(at) = members.binary_search(&(OrderedTime(self.filed_exit[host.get()]), host)) {
                     members.remove(at);
                 }
             }
@@ -413,7 +397,7 @@ impl ClassCache {
                 0
             }
             TieSet::ByExit(members) => {
-                let entry = (ExitTime(self.filed_exit[host.get()]), host);
+                let entry = (OrderedTime(self.filed_exit[host.get()]), host);
                 let at = members.binary_search(&entry).unwrap_or_else(|at| at);
                 members.insert(at, entry);
                 0
@@ -515,7 +499,7 @@ impl ClassCache {
     ) -> Selection {
         let levels = policy.preferences().len();
         let bounds = policy.preferences()[level].exit_buckets().unwrap_or(&[0.0]);
-        let cost = |exit: ExitTime| crate::rules::bucket_of(bounds, request.exit_s, exit.0);
+        let cost = |exit: OrderedTime| crate::rules::bucket_of(bounds, request.exit_s, exit.0);
         let excluded: HashSet<HostIndex> = excluded.iter().copied().collect();
         let members = |id: u32| match &self.buckets[id as usize].members {
             TieSet::ByExit(members) => members.as_slice(),
@@ -643,7 +627,7 @@ impl ClassCache {
                 TieSet::Any(m) => m.capacity() * std::mem::size_of::<HostIndex>(),
                 // A B-tree node holds up to 11 keys; count about 2 words of overhead per key.
                 TieSet::Ordered(m) => m.len() * (std::mem::size_of::<HostIndex>() + 16),
-                TieSet::ByExit(m) => m.capacity() * std::mem::size_of::<(ExitTime, HostIndex)>(),
+                TieSet::ByExit(m) => m.capacity() * std::mem::size_of::<(OrderedTime, HostIndex)>(),
             })
             .sum();
         self.slots.capacity() * std::mem::size_of::<Slot>()

@@ -225,29 +225,8 @@ impl InventoryState {
         if self.vms.contains_key(&vm.id) {
             return Err(StateError::AlreadyPlaced(vm.id));
         }
-        let record = self.hosts.get_mut(host.get()).ok_or(StateError::UnknownHost(host.0))?;
-        if require_available && record.state != HostState::Available {
-            return Err(StateError::HostNotAvailable { host: record.id.clone(), state: record.state });
-        }
-        let used = match record.used.checked_add(&vm.demand) {
-            Some(used) if used.fits_within(&record.capacity) => used,
-            _ => {
-                return Err(StateError::DoesNotFit {
-                    vm: vm.id,
-                    host: record.id.clone(),
-                    demand: vm.demand,
-                    free: record.free(),
-                })
-            }
-        };
-        if record.is_empty() {
-            self.totals.non_empty_hosts += 1;
-            self.totals.non_empty_capacity += record.capacity;
-        }
-        self.totals.used += vm.demand;
-        record.used = used;
-        record.vms.push(vm.id.clone());
-        *self.tenant_racks.entry(vm.tenant.clone()).or_default().entry(record.rack_index).or_insert(0) += 1;
+        self.check_room(host, &vm.id, &vm.demand, require_available)?;
+        self.book(host, &vm.id, &vm.tenant, &vm.demand, false);
         let placed = PlacedVm {
             host,
             tenant: vm.tenant,
@@ -258,6 +237,47 @@ impl InventoryState {
         };
         self.vms.insert(vm.id, placed);
         Ok(())
+    }
+
+    /// Whether `host` exists, is available (when required) and has room for `demand` of `vm`.
+    fn check_room(
+        &self,
+        host: HostIndex,
+        vm: &VmId,
+        demand: &Resources,
+        require_available: bool,
+    ) -> Result<(), StateError> {
+        let record = self.hosts.get(host.get()).ok_or(StateError::UnknownHost(host.0))?;
+        if require_available && record.state != HostState::Available {
+            return Err(StateError::HostNotAvailable { host: record.id.clone(), state: record.state });
+        }
+        match record.used.checked_add(demand) {
+            Some(used) if used.fits_within(&record.capacity) => Ok(()),
+            _ => Err(StateError::DoesNotFit {
+                vm: vm.clone(),
+                host: record.id.clone(),
+                demand: *demand,
+                free: record.free(),
+            }),
+        }
+    }
+
+    /// Puts `demand` of `vm` on `host` (among its VMs, or its incoming reservations), after
+    /// [`InventoryState::check_room`]; the mirror of [`InventoryState::unbook`].
+    fn book(&mut self, host: HostIndex, vm: &VmId, tenant: &TenantId, demand: &Resources, incoming: bool) {
+        let record = &mut self.hosts[host.get()];
+        if record.is_empty() {
+            self.totals.non_empty_hosts += 1;
+            self.totals.non_empty_capacity += record.capacity;
+        }
+        self.totals.used += *demand;
+        record.used += *demand;
+        if incoming {
+            record.incoming.push(vm.clone());
+        } else {
+            record.vms.push(vm.clone());
+        }
+        *self.tenant_racks.entry(tenant.clone()).or_default().entry(record.rack_index).or_insert(0) += 1;
     }
 
     /// Removes a VM and gives its resources back to its host (and to the host reserved for it, if
@@ -318,34 +338,12 @@ impl InventoryState {
         if self.migrations.contains_key(vm) {
             return Err(StateError::AlreadyMigrating(vm.clone()));
         }
-        let record = self.hosts.get(target.get()).ok_or(StateError::UnknownHost(target.0))?;
         if placed.host == target {
-            return Err(StateError::SameHost { vm: vm.clone(), host: record.id.clone() });
+            return Err(StateError::SameHost { vm: vm.clone(), host: self.hosts[target.get()].id.clone() });
         }
-        if require_available && record.state != HostState::Available {
-            return Err(StateError::HostNotAvailable { host: record.id.clone(), state: record.state });
-        }
-        let used = match record.used.checked_add(&placed.demand) {
-            Some(used) if used.fits_within(&record.capacity) => used,
-            _ => {
-                return Err(StateError::DoesNotFit {
-                    vm: vm.clone(),
-                    host: record.id.clone(),
-                    demand: placed.demand,
-                    free: record.free(),
-                })
-            }
-        };
         let (demand, tenant) = (placed.demand, placed.tenant.clone());
-        let record = &mut self.hosts[target.get()];
-        if record.is_empty() {
-            self.totals.non_empty_hosts += 1;
-            self.totals.non_empty_capacity += record.capacity;
-        }
-        record.used = used;
-        record.incoming.push(vm.clone());
-        self.totals.used += demand;
-        *self.tenant_racks.entry(tenant).or_default().entry(record.rack_index).or_insert(0) += 1;
+        self.check_room(target, vm, &demand, require_available)?;
+        self.book(target, vm, &tenant, &demand, true);
         self.migrations.insert(vm.clone(), target);
         Ok(())
     }
