@@ -53,10 +53,10 @@ fn main() -> Result<()> {
         store = %config.store.display(), hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
         recovery_ms = started.elapsed().as_millis() as u64, "state recovered"
     );
+    let reads_exits = durable.allocator().is_some_and(|a| a.policy().reads_exit_times());
     let (worker, handle) = Worker::spawn(durable, config.max_batch, config.queue).context("starting the worker")?;
 
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
-    let reads_exits = durable_policy_reads_exits(&config);
     if let (Some(dir), true) = (config.models_dir.clone(), reads_exits) {
         runtime.spawn(follow_models(dir, config.model_poll_s, worker.clone()));
     }
@@ -71,11 +71,6 @@ fn main() -> Result<()> {
         let _ = handle.join();
     }
     Ok(())
-}
-
-fn durable_policy_reads_exits(config: &ServiceConfig) -> bool {
-    allocator::Policy::from_config(&config.allocator.policy, &config.allocator.compatibility)
-        .is_ok_and(|p| p.reads_exit_times())
 }
 
 /// Keeps the repredicting model in step with the models directory, by the inference server's own
