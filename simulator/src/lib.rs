@@ -1,4 +1,18 @@
 //! The trace-replay simulator: replays traces event by event through the allocator library's very
-//! own policy code and measures packing density, empty hosts and the offline bound.
+//! own policy code ([`allocator::Allocator`]) and measures packing density, empty hosts and the
+//! offline bound (SPEC section 7).
 //!
-//! Empty until the simulator issue lands; see `ARCHITECTURE.md` for what it will own.
+//! - [`workload`]: a trace turned into the VMs to replay (true lifetimes, warm-up, the inventory
+//!   sized to the trace's peak demand).
+//! - [`predict`]: where a VM's lifetime prediction comes from (oracle, noisy oracles, the trained
+//!   model, none) and the short-lived fallback.
+//! - [`metrics`]: packing density, empty hosts, empty-to-free, inflation stranding and the offline
+//!   bound, as time series and time averages.
+//! - [`engine`]: the event loop: arrivals, exits, LARS migrations, metric samples.
+//! - [`plot`]: the SVG plots of the evaluation.
+
+pub mod engine;
+pub mod metrics;
+pub mod plot;
+pub mod predict;
+pub mod workload;
