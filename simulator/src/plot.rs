@@ -1,1 +1,181 @@
-//! (being written)
+//! The SVG plots of the evaluation, drawn with `plotters` in the style of the workspace's other
+//! plots (`lifetime-model`'s report, `control-service`'s replay): white background, 20 px sans-serif
+//! caption, a legend with a white, bordered background.
+//!
+//! - [`time_series_svg`]: metrics over simulated time (x in hours), one line per series.
+//! - [`bars_svg`]: one bar per label, e.g. the gain of each policy over a baseline (negative values
+//!   go below the zero line).
+//! - [`sweep_svg`]: a metric against a swept parameter (e.g. prediction accuracy), lines with points.
+//!
+//! Points that are not finite are left out rather than failing the plot; an empty plot still gets
+//! its axes, so a run with nothing to show still writes a valid file.
+
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+use plotters::style::text_anchor;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// One named line of a plot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+impl Series {
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Series { name: name.into(), points }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("cannot draw `{path}`: {message}")]
+    Draw { path: PathBuf, message: String },
+}
+
+const SIZE: (u32, u32) = (800, 480);
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+];
+
+fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// Lines over time: `series` points are (hours, value).
+pub fn time_series_svg(path: &Path, title: &str, y_label: &str, series: &[Series]) -> Result<(), PlotError> {
+    draw_lines(path, title, "simulated time (h)", y_label, series, false).map_err(|e| draw_error(path, e))
+}
+
+/// Lines with a marker at each point, for sweeps over a parameter.
+pub fn sweep_svg(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<(), PlotError> {
+    draw_lines(path, title, x_label, y_label, series, true).map_err(|e| draw_error(path, e))
+}
+
+/// One bar per (label, value), with the value written above (or below) it.
+pub fn bars_svg(path: &Path, title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<(), PlotError> {
+    draw_bars(path, title, y_label, bars).map_err(|e| draw_error(path, e))
+}
+
+fn draw_error(path: &Path, err: Box<dyn std::error::Error>) -> PlotError {
+    PlotError::Draw { path: path.to_owned(), message: err.to_string() }
+}
+
+/// The finite points of a series.
+fn finite(points: &[(f64, f64)]) -> impl Iterator<Item = (f64, f64)> + '_ {
+    points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite())
+}
+
+/// The span of `values` with a margin of 5% each side; a single value gets a unit-wide span and
+/// no value gives 0..1, so that the axes can always be drawn.
+fn padded(values: impl Iterator<Item = f64>) -> Range<f64> {
+    let (min, max) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if !(min.is_finite() && max.is_finite()) {
+        return 0.0..1.0;
+    }
+    if max - min <= f64::EPSILON * max.abs().max(1.0) {
+        let half = (min.abs() * 0.05).max(0.5);
+        return min - half..max + half;
+    }
+    let margin = (max - min) * 0.05;
+    min - margin..max + margin
+}
+
+fn draw_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    markers: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let x_range = padded(series.iter().flat_map(|s| finite(&s.points).map(|(x, _)| x)));
+    let y_range = padded(series.iter().flat_map(|s| finite(&s.points).map(|(_, y)| y)));
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x_range, y_range)?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let color = color(i);
+        chart
+            .draw_series(LineSeries::new(finite(&s.points), color.stroke_width(2)))?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        if markers {
+            chart.draw_series(finite(&s.points).map(|p| Circle::new(p, 3, color.filled())))?;
+        }
+    }
+    if !series.is_empty() {
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn draw_bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    bars: &[(String, f64)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    // A non-finite value gets no bar, but keeps its label so that the gap shows.
+    let value = |v: f64| if v.is_finite() { v } else { 0.0 };
+    // The zero line is always in view: bars start from it.
+    let y_range = padded(bars.iter().map(|(_, v)| value(*v)).chain([0.0]));
+    let count = i32::try_from(bars.len()).unwrap_or(i32::MAX).max(1);
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..count).into_segmented(), y_range)?;
+    let label = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+            usize::try_from(*i).ok().and_then(|i| bars.get(i)).map(|(name, _)| name.clone()).unwrap_or_default()
+        }
+        SegmentValue::Last => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bars.len().max(1))
+        .x_label_formatter(&label)
+        .y_desc(y_label)
+        .draw()?;
+    chart.draw_series(std::iter::once(PathElement::new(
+        vec![(SegmentValue::Exact(0), 0.0), (SegmentValue::Last, 0.0)],
+        BLACK.stroke_width(1),
+    )))?;
+    for (i, (_, v)) in bars.iter().enumerate() {
+        let Ok(i) = i32::try_from(i) else { break };
+        let v = value(*v);
+        let color = if v < 0.0 { color(1) } else { color(0) };
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
+            color.mix(0.8).filled(),
+        )))?;
+        // Above a positive bar, below a negative one.
+        let anchor = if v < 0.0 { text_anchor::VPos::Top } else { text_anchor::VPos::Bottom };
+        let style = TextStyle::from(("sans-serif", 14).into_font())
+            .pos(text_anchor::Pos::new(text_anchor::HPos::Center, anchor));
+        chart.draw_series(std::iter::once(Text::new(format!("{v:.2}"), (SegmentValue::CenterOf(i), v), style)))?;
+    }
+    root.present()?;
+    Ok(())
+}
