@@ -100,6 +100,8 @@ pub enum PolicyError {
     ExitTimeOutsideTemporalRule(&'static str),
     #[error("a policy may have at most one temporal preference rule")]
     TwoTemporalRules,
+    #[error("host-coded preference rule `{0}` must come first, above a temporal rule")]
+    MisplacedHostCodedRule(&'static str),
 }
 
 /// A policy: validators, then strictly ordered preference rules, over lifetime classes.
@@ -115,6 +117,9 @@ pub struct Policy {
     cached_validators: usize,
     /// The level of the temporal preference rule (NILAS), if any.
     temporal_level: Option<usize>,
+    /// Whether the first preference rule is host-coded (LAVA): the index caches its host codes
+    /// and ranks them per request.
+    coded_first: bool,
     /// Whether the rules read LAVA host state.
     lava: bool,
 }
@@ -210,16 +215,25 @@ impl Policy {
             return Err(PolicyError::TwoTemporalRules);
         }
         let lava = preferences.iter().any(|r| r.name() == "lava");
+        // A host-coded rule is ranked per request where the index already walks the groups above
+        // the temporal level, so it must be the first rule and a temporal rule must follow it.
+        let coded: Vec<usize> =
+            preferences.iter().enumerate().filter(|(_, r)| r.is_host_coded()).map(|(i, _)| i).collect();
+        if let Some(&level) = coded.iter().find(|&&level| level != 0 || temporal_level.is_none()) {
+            return Err(PolicyError::MisplacedHostCodedRule(preferences[level].name()));
+        }
+        let coded_first = !coded.is_empty();
         // Stable: request-specific validators move behind the cacheable ones, keeping their order.
         validators.sort_by_key(|v| v.reads().contains(&RequestTrait::Tenant));
         let cached_validators = validators.iter().filter(|v| !v.reads().contains(&RequestTrait::Tenant)).count();
         let mut class_traits: Vec<RequestTrait> = validators[..cached_validators]
             .iter()
             .flat_map(|v| v.reads())
-            .chain(preferences.iter().flat_map(|p| p.reads()))
+            .chain(preferences.iter().skip(usize::from(coded_first)).flat_map(|p| p.reads()))
             .copied()
             .collect();
-        // The exit time is read by ranges, never cached per request class.
+        // What the host-coded rule reads is applied to the codes per request, and the exit time
+        // is read by ranges: neither is cached per request class.
         class_traits.retain(|t| *t != RequestTrait::ExitTime);
         class_traits.sort_by_key(|t| *t as u8);
         class_traits.dedup();
@@ -231,6 +245,7 @@ impl Policy {
             class_traits,
             cached_validators,
             temporal_level,
+            coded_first,
             lava,
         })
     }
@@ -301,14 +316,24 @@ impl Policy {
         key
     }
 
-    /// The host's scores under every rule but the temporal one, whose slot is 0: what a request
-    /// class can cache.
+    /// What a request class can cache of the host's scores: the temporal rule's slot is 0, and a
+    /// host-coded first rule holds the host's code instead of its score ([`Policy::rank_codes`]).
     pub fn cached_score(&self, host: &HostView, request: &RuleRequest) -> ScoreKey {
         let mut key = [0; MAX_PREFERENCE_RULES];
         for (level, (slot, rule)) in key.iter_mut().zip(&self.preferences).enumerate() {
-            if Some(level) != self.temporal_level {
-                *slot = rule.score(host, request);
+            if Some(level) == self.temporal_level {
+                continue;
             }
+            *slot = if rule.is_host_coded() { rule.host_code(host) } else { rule.score(host, request) };
+        }
+        key
+    }
+
+    /// A cached key with its host code (if the policy has a host-coded rule) replaced by the
+    /// score that code has for this request.
+    pub fn rank_codes(&self, mut key: ScoreKey, request: &RuleRequest) -> ScoreKey {
+        if self.coded_first {
+            key[0] = self.preferences[0].score_of_code(key[0], request);
         }
         key
     }
@@ -403,6 +428,12 @@ mod tests {
             nilas.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
             "the exit time is not part of the class"
+        );
+        let lava = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Lava), &none).unwrap();
+        assert_eq!(
+            lava.class_key(&request),
+            ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
+            "LAVA's rule ranks cached host codes per request: its lifetime class is not part of the class"
         );
     }
 

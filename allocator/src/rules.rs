@@ -86,6 +86,24 @@ pub trait PreferenceRule: Debug + Send + Sync {
     fn exit_buckets(&self) -> Option<&'static [f64]> {
         None
     }
+
+    /// Whether the rule is host-coded: its score is [`PreferenceRule::score_of_code`] of a code
+    /// of the host alone ([`PreferenceRule::host_code`]) and the request. The index then caches
+    /// the code, not the score, so requests that differ only in what this rule reads share one
+    /// cached class, and the codes are ranked per request when choosing.
+    fn is_host_coded(&self) -> bool {
+        false
+    }
+
+    /// The host's code (host-coded rules only).
+    fn host_code(&self, _host: &HostView) -> u32 {
+        0
+    }
+
+    /// The score of a host with this code for this request (host-coded rules only).
+    fn score_of_code(&self, code: u32, _request: &RuleRequest) -> u32 {
+        code
+    }
 }
 
 /// The host takes new VMs (not drained for maintenance or defragmentation, not failed).
@@ -392,6 +410,14 @@ pub struct LavaPreference {
     pub top_class: ClassIndex,
 }
 
+impl LavaPreference {
+    /// Host codes: a recycling host of class `c` is `c`, an open one `OPEN + c`, an empty host
+    /// `EMPTY`, any other non-empty host `OTHER`.
+    const OPEN: u32 = 1 << 8;
+    const OTHER: u32 = 1 << 9;
+    const EMPTY: u32 = 1 << 10;
+}
+
 impl PreferenceRule for LavaPreference {
     fn name(&self) -> &'static str {
         "lava"
@@ -400,13 +426,29 @@ impl PreferenceRule for LavaPreference {
         &[RequestTrait::LifetimeClass]
     }
     fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        self.score_of_code(self.host_code(host), request)
+    }
+    fn is_host_coded(&self) -> bool {
+        true
+    }
+    fn host_code(&self, host: &HostView) -> u32 {
         let lava = host.lifetime.lava;
-        let top = u32::from(self.top_class);
-        let (host_class, vm_class) = (u32::from(lava.class), u32::from(request.lifetime_class.min(self.top_class)));
         match lava.state {
-            _ if host.record.is_empty() => top + 2,
-            LavaState::Recycling if host_class > vm_class => host_class - vm_class - 1,
-            LavaState::Open if host_class == vm_class => top,
+            _ if host.record.is_empty() => Self::EMPTY,
+            LavaState::Recycling => u32::from(lava.class),
+            LavaState::Open => Self::OPEN + u32::from(lava.class),
+            LavaState::Empty => Self::OTHER,
+        }
+    }
+    /// Recycling hosts of a class above the VM's, closest first; then open hosts of the VM's
+    /// class; then any other non-empty host; then empty hosts.
+    fn score_of_code(&self, code: u32, request: &RuleRequest) -> u32 {
+        let top = u32::from(self.top_class);
+        let vm_class = u32::from(request.lifetime_class.min(self.top_class));
+        match code {
+            Self::EMPTY => top + 2,
+            class if class < Self::OPEN && class > vm_class => class - vm_class - 1,
+            open if open >= Self::OPEN && open < Self::OTHER && open - Self::OPEN == vm_class => top,
             _ => top + 1,
         }
     }

@@ -484,8 +484,10 @@ impl ClassCache {
     /// The cached keys hold 0 at that level, and each bucket keeps its hosts sorted by exit time.
     /// The temporal cost falls as the host's exit time rises, so within a bucket the hosts of one
     /// cost are a contiguous run, and a bucket's lowest cost is that of its last host. The best
-    /// host is then found per group of keys above the temporal level (in key order): the bucket
-    /// with the lowest (cost, key below the level), and in it the run of hosts with that cost.
+    /// host is then found per group of keys above the temporal level, in the order of those keys
+    /// as this request ranks them ([`Policy::rank_codes`]: a host-coded rule's codes become its
+    /// scores, so several cached groups may tie): the buckets with the lowest (cost, key below
+    /// the level), and in them the runs of hosts with that cost.
     #[allow(clippy::too_many_arguments)]
     fn choose_temporal(
         &self,
@@ -508,57 +510,82 @@ impl ClassCache {
         // The run of hosts with temporal cost `c` in a bucket: [hosts costing more, hosts costing c).
         let run = |id: u32, c: u32| {
             let hosts = members(id);
-            (hosts.partition_point(|(e, _)| cost(*e) > c), hosts.partition_point(|(e, _)| cost(*e) >= c))
+            &hosts[hosts.partition_point(|(e, _)| cost(*e) > c)..hosts.partition_point(|(e, _)| cost(*e) >= c)]
         };
-        let usable = |id: u32, (from, to): (usize, usize)| {
+        let usable = |hosts: &[(OrderedTime, HostIndex)]| {
             if excluded.is_empty() {
-                return to - from;
+                return hosts.len();
             }
-            members(id)[from..to].iter().filter(|(_, h)| !excluded.contains(h)).count()
+            hosts.iter().filter(|(_, h)| !excluded.contains(h)).count()
         };
-        let keys: Vec<(ScoreKey, u32)> = self.order.iter().map(|(k, id)| (*k, *id)).collect();
+        let ranked_key = |host: &HostIndex| self.key_of(*host).map(|k| policy.rank_codes(k, request));
+        let mut keys: Vec<(ScoreKey, u32)> =
+            self.order.iter().map(|(k, id)| (policy.rank_codes(*k, request), *id)).collect();
+        keys.sort_unstable();
         let mut start = 0;
         while start < keys.len() {
             let end = start + keys[start..].iter().take_while(|(k, _)| k[..level] == keys[start].0[..level]).count();
             let group = &keys[start..end];
             start = end;
             // Lowest cost of each bucket among the hosts the request may use.
-            let best = group
+            let lowest: Vec<(u32, ScoreKey, u32)> = group
                 .iter()
                 .filter_map(|&(key, id)| {
                     let last = members(id).iter().rev().find(|(_, h)| !excluded.contains(h))?;
                     Some((cost(last.0), key, id))
                 })
-                .min_by_key(|&(c, key, _)| (c, key));
-            let Some((best_cost, mut best_key, best_id)) = best else { continue };
+                .collect();
+            let Some(&(best_cost, mut best_key, _)) = lowest.iter().min_by_key(|&&(c, key, _)| (c, key)) else {
+                continue;
+            };
             best_key[level] = best_cost;
-            let (from, to) = run(best_id, best_cost);
-            let hosts = &members(best_id)[from..to];
-            let ties = usable(best_id, (from, to));
+            let runs: Vec<&[(OrderedTime, HostIndex)]> = lowest
+                .iter()
+                .filter(|&&(c, key, _)| c == best_cost && key[level + 1..] == best_key[level + 1..])
+                .map(|&(_, _, id)| run(id, best_cost))
+                .collect();
+            let ties: usize = runs.iter().map(|hosts| usable(hosts)).sum();
             let host = match chooser.mode() {
-                // Draw among the run directly unless some of it is excluded.
-                TieBreak::Random if excluded.is_empty() => chooser.draw(hosts.len()).map(|i| hosts[i].1),
+                // Draw among the runs directly unless some of them is excluded.
+                TieBreak::Random if excluded.is_empty() => chooser.draw(ties).and_then(|mut i| {
+                    runs.iter().find_map(|hosts| match hosts.get(i) {
+                        Some((_, host)) => Some(*host),
+                        None => {
+                            i -= hosts.len();
+                            None
+                        }
+                    })
+                }),
                 _ => {
-                    let candidates: Vec<HostIndex> =
-                        hosts.iter().map(|(_, h)| *h).filter(|h| !excluded.contains(h)).collect();
+                    let candidates: Vec<HostIndex> = runs
+                        .iter()
+                        .flat_map(|hosts| hosts.iter())
+                        .map(|(_, h)| *h)
+                        .filter(|h| !excluded.contains(h))
+                        .collect();
                     chooser.pick(&candidates)
                 }
             };
-            // Ties: above the level from the prefix counts; at and below it, the hosts of the group
-            // with the best cost whose keys agree down to that level.
-            let runs: Vec<(ScoreKey, usize)> =
-                group.iter().map(|&(key, id)| (key, usable(id, run(id, best_cost)))).collect();
+            // Ties: above the level, the valid hosts whose ranked keys agree down to that level;
+            // at and below it, the hosts of the group with the best cost whose keys agree.
+            let group_runs: Vec<(ScoreKey, usize)> =
+                group.iter().map(|&(key, id)| (key, usable(run(id, best_cost)))).collect();
             let tied: Vec<usize> = (0..levels)
                 .map(|l| {
                     if l < level {
-                        let cached = self.prefix_counts[l].get(&masked(&best_key, l)).copied().unwrap_or(0);
+                        let cached: usize = self.prefix_counts[l]
+                            .iter()
+                            .filter(|(prefix, _)| prefix_eq(&policy.rank_codes(**prefix, request), &best_key, l))
+                            .map(|(_, count)| count)
+                            .sum();
                         let gone = excluded
                             .iter()
-                            .filter(|h| self.key_of(**h).is_some_and(|k| prefix_eq(&k, &best_key, l)))
+                            .filter(|h| ranked_key(h).is_some_and(|k| prefix_eq(&k, &best_key, l)))
                             .count();
                         return cached - gone;
                     }
-                    runs.iter()
+                    group_runs
+                        .iter()
                         .filter(|(key, _)| key[level + 1..=l] == best_key[level + 1..=l])
                         .map(|(_, count)| count)
                         .sum()
