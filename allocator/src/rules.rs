@@ -448,7 +448,7 @@ impl PreferenceRule for LavaPreference {
         match code {
             Self::EMPTY => top + 2,
             class if class < Self::OPEN && class > vm_class => class - vm_class - 1,
-            open if open >= Self::OPEN && open < Self::OTHER && open - Self::OPEN == vm_class => top,
+            open if open == Self::OPEN + vm_class => top,
             _ => top + 1,
         }
     }
