@@ -198,25 +198,36 @@ impl VmMix {
     }
 }
 
-/// Fills a copy of the available hosts' free capacity with `mix` and reports what is left free.
+/// Fills a copy of the available hosts' free capacity with `mix` (see [`inflate`]) and reports
+/// what is left free, in percent of the capacity of all hosts. The allocator's state is not touched.
+pub fn inflation_stranding(state: &InventoryState, mix: &VmMix) -> Stranding {
+    let mut free: Vec<Resources> =
+        state.hosts().iter().filter(|h| h.state == HostState::Available).map(|h| h.free()).collect();
+    let fitted_vms = inflate(&mut free, mix);
+    let capacity = state.totals().capacity;
+    let left = |kind: ResourceKind| free.iter().map(|h| h.base(kind) as f64).sum::<f64>();
+    let pct = |kind: ResourceKind| 100.0 * ratio(left(kind), capacity.base(kind) as f64);
+    Stranding { cpu_pct: pct(ResourceKind::Cores), memory_pct: pct(ResourceKind::MemoryGib), fitted_vms }
+}
+
+/// Fills the free vectors `free` with VMs of `mix` until no shape fits in any of them; returns how
+/// many VMs went in. Afterwards no shape of the mix fits in any element of `free`.
 ///
 /// Deterministic: the shapes are drawn in proportion to their weights by smooth weighted
-/// round-robin, and each goes to the first host (inventory order) where it fits; a shape that fits
+/// round-robin, and each goes to the first vector (in order) where it fits; a shape that fits
 /// nowhere leaves the rotation, and the inflation ends when no shape is left. Free capacity only
-/// shrinks, so each shape keeps a cursor on the first host where it may still fit: the work is
-/// O(fitted VMs * shapes + hosts * shapes). The allocator's state is not touched.
-pub fn inflation_stranding(state: &InventoryState, mix: &VmMix) -> Stranding {
-    let mut free: Vec<[u64; RESOURCE_DIMS]> =
-        state.hosts().iter().filter(|h| h.state == HostState::Available).map(|h| h.free().base_units()).collect();
-    let shapes: Vec<[u64; RESOURCE_DIMS]> = mix.shapes.iter().map(|s| s.demand.base_units()).collect();
-    let weights: Vec<i128> = mix.shapes.iter().map(|s| i128::from(s.weight)).collect();
+/// shrinks, so each shape keeps a cursor on the first vector where it may still fit: the work is
+/// O(fitted VMs * shapes + vectors * shapes).
+pub fn inflate(free: &mut [Resources], mix: &VmMix) -> u64 {
+    let shapes = &mix.shapes;
+    let weights: Vec<i128> = shapes.iter().map(|s| i128::from(s.weight)).collect();
     let mut active: Vec<usize> = (0..shapes.len()).collect();
     let mut cursor = vec![0usize; shapes.len()];
     let mut current = vec![0i128; shapes.len()];
     let mut fitted_vms = 0u64;
-    while !active.is_empty() {
+    while let Some(&first) = active.first() {
         let total: i128 = active.iter().map(|&s| weights[s]).sum();
-        let mut pick = active[0];
+        let mut pick = first;
         for &s in &active {
             current[s] += weights[s];
             if current[s] > current[pick] {
@@ -224,16 +235,15 @@ pub fn inflation_stranding(state: &InventoryState, mix: &VmMix) -> Stranding {
             }
         }
         current[pick] -= total;
-        let shape = &shapes[pick];
-        let fits = |host: &[u64; RESOURCE_DIMS]| shape.iter().zip(host).all(|(need, have)| need <= have);
-        while cursor[pick] < free.len() && !fits(&free[cursor[pick]]) {
-            cursor[pick] += 1;
+        let demand = &shapes[pick].demand;
+        let at = &mut cursor[pick];
+        while free.get(*at).is_some_and(|host| !demand.fits_within(host)) {
+            *at += 1;
         }
-        match free.get_mut(cursor[pick]) {
-            Some(host) => {
-                for (have, need) in host.iter_mut().zip(shape) {
-                    *have -= need;
-                }
+        // `fits_within` held, so the subtraction cannot fail.
+        match free.get_mut(*at).and_then(|host| host.checked_sub(demand).map(|left| (host, left))) {
+            Some((host, left)) => {
+                *host = left;
                 fitted_vms += 1;
             }
             None => {
@@ -243,10 +253,7 @@ pub fn inflation_stranding(state: &InventoryState, mix: &VmMix) -> Stranding {
             }
         }
     }
-    let capacity = state.totals().capacity;
-    let left = |kind: ResourceKind| free.iter().map(|h| h[kind.index()] as f64).sum::<f64>();
-    let pct = |kind: ResourceKind| 100.0 * ratio(left(kind), capacity.base(kind) as f64);
-    Stranding { cpu_pct: pct(ResourceKind::Cores), memory_pct: pct(ResourceKind::MemoryGib), fitted_vms }
+    fitted_vms
 }
 
 /// Time averages of the metrics after the warm-up (see the module doc for the weighting).
@@ -315,8 +322,10 @@ pub struct MetricsRecorder {
     skip_until_s: f64,
     keep_series: bool,
     series: Vec<InstantMetrics>,
-    /// The last sample, whose weight is known only when the next one arrives.
+    /// The last sample (at its effective time), whose weight is known only when the next one arrives.
     last: Option<InstantMetrics>,
+    /// The latest sample time so far: samples never go back before it.
+    latest_s: f64,
     /// The last sample that carried stranding, and its time.
     last_stranding: Option<(f64, Stranding)>,
     timed: Sums,
@@ -333,6 +342,7 @@ impl MetricsRecorder {
             keep_series: true,
             series: Vec::new(),
             last: None,
+            latest_s: f64::NEG_INFINITY,
             last_stranding: None,
             timed: Sums::default(),
             plain: Sums::default(),
@@ -351,11 +361,13 @@ impl MetricsRecorder {
         self.skip_until_s
     }
 
-    /// Adds a sample. Samples should come in time order; a sample earlier than the previous one
-    /// (or at a non-finite time) gives the previous one no weight.
+    /// Adds a sample. Samples should come in time order: one earlier than the previous one, or at
+    /// a non-finite time, is taken as at the previous one's time (so it never counts twice).
     pub fn record(&mut self, m: InstantMetrics) {
+        let time_s = if m.time_s.is_finite() && m.time_s > self.latest_s { m.time_s } else { self.latest_s };
+        self.latest_s = time_s;
         if let Some(last) = self.last.take() {
-            let weight = self.weight(last.time_s, m.time_s);
+            let weight = self.weight(last.time_s, time_s);
             if weight > 0.0 {
                 self.timed.add(&last, weight);
                 if last.time_s < self.skip_until_s {
@@ -364,30 +376,33 @@ impl MetricsRecorder {
                 }
             }
         }
-        if m.time_s >= self.skip_until_s {
+        let after_warm_up = time_s >= self.skip_until_s;
+        if after_warm_up {
             self.plain.add(&m, 1.0);
             self.samples += 1;
         }
         if let Some(stranding) = m.stranding {
             if let Some((since, last)) = self.last_stranding.take() {
-                let weight = self.weight(since, m.time_s);
+                let weight = self.weight(since, time_s);
                 if weight > 0.0 {
                     self.stranding.weight += weight;
                     self.stranding.cpu_pct += weight * last.cpu_pct;
                     self.stranding.memory_pct += weight * last.memory_pct;
                 }
             }
-            if m.time_s >= self.skip_until_s {
+            if after_warm_up {
                 self.stranding.plain_cpu_pct += stranding.cpu_pct;
                 self.stranding.plain_memory_pct += stranding.memory_pct;
                 self.stranding.count += 1;
             }
-            self.last_stranding = Some((m.time_s, stranding));
+            self.last_stranding = Some((time_s, stranding));
         }
+        let mut pending = m;
         if self.keep_series {
-            self.series.push(m.clone());
+            self.series.push(pending.clone());
         }
-        self.last = Some(m);
+        pending.time_s = time_s;
+        self.last = Some(pending);
     }
 
     /// The part of [from, to) after the warm-up, in seconds (0 when empty, reversed or not finite).

@@ -166,10 +166,11 @@ fn draw_bars(
         let Ok(i) = i32::try_from(i) else { break };
         let v = value(*v);
         let color = if v < 0.0 { color(1) } else { color(0) };
-        chart.draw_series(std::iter::once(Rectangle::new(
-            [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
-            color.mix(0.8).filled(),
-        )))?;
+        let mut bar =
+            Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)], color.mix(0.8).filled());
+        // A gap between neighbouring bars.
+        bar.set_margin(0, 0, 8, 8);
+        chart.draw_series(std::iter::once(bar))?;
         // Above a positive bar, below a negative one.
         let anchor = if v < 0.0 { text_anchor::VPos::Top } else { text_anchor::VPos::Bottom };
         let style = TextStyle::from(("sans-serif", 14).into_font())
@@ -178,4 +179,65 @@ fn draw_bars(
     }
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn time_series_are_drawn_with_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("series.svg");
+        let series = [
+            Series::new("packing density PBFR", vec![(0.0, 80.0), (1.5, 82.0), (3.0, 81.0)]),
+            Series::new("packing density LA", vec![(0.0, 84.0), (1.5, f64::NAN), (3.0, 85.0)]),
+        ];
+        time_series_svg(&path, "Packing density", "%", &series).unwrap();
+        let svg = read(&path);
+        assert!(svg.starts_with("<svg") && svg.contains("Packing density"), "{svg}");
+        assert!(svg.contains("packing density PBFR") && svg.contains("packing density LA"));
+    }
+
+    #[test]
+    fn bars_are_drawn_with_their_labels_and_negative_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bars.svg");
+        let bars =
+            [("LA-binary".to_owned(), 1.5), ("LA-multiclass".to_owned(), -0.25), ("DPBFR".to_owned(), f64::INFINITY)];
+        bars_svg(&path, "Gain over PBFR", "pp", &bars).unwrap();
+        let svg = read(&path);
+        for name in ["LA-binary", "LA-multiclass", "DPBFR", "1.50", "-0.25"] {
+            assert!(svg.contains(name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn sweeps_are_drawn_with_markers_and_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sweep.svg");
+        let series =
+            [Series::new("NILAS", vec![(0.5, 1.0), (0.7, 2.0), (0.9, 3.0)]), Series::new("LAVA", vec![(0.5, 4.0)])];
+        sweep_svg(&path, "Empty hosts gain by accuracy", "accuracy", "pp", &series).unwrap();
+        let svg = read(&path);
+        assert!(svg.contains("NILAS") && svg.contains("LAVA") && svg.contains("<circle"), "{svg}");
+    }
+
+    #[test]
+    fn nothing_to_draw_still_gives_a_valid_plot_and_a_bad_path_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.svg");
+        time_series_svg(&path, "Nothing", "%", &[]).unwrap();
+        assert!(read(&path).contains("</svg>"));
+        bars_svg(&path, "No bars", "pp", &[]).unwrap();
+        assert!(read(&path).contains("No bars"));
+        let nan_only = [Series::new("nan", vec![(f64::NAN, f64::NAN)])];
+        sweep_svg(&path, "NaN", "x", "y", &nan_only).unwrap();
+        let err = time_series_svg(&dir.path().join("missing/dir/x.svg"), "t", "y", &nan_only).unwrap_err();
+        assert!(err.to_string().contains("missing/dir/x.svg"), "{err}");
+    }
 }
