@@ -22,14 +22,20 @@
 //!   ceil(allocated * hosts / total capacity) per dimension, which is exact for identical hosts.
 //!   Dimensions in which hosts have no capacity (usually SSD) are ignored.
 //! - **stranding** ([`inflation_stranding`], paper 000 s3 "resource stranding"): a copy of the
-//!   free capacity of the available hosts is filled with a representative VM mix ([`VmMix`]) until
-//!   no shape of the mix fits anywhere; what is left free is stranded, in percent of the capacity
-//!   of all hosts. Unavailable hosts take no VM, so their free capacity is out of service, not
-//!   stranded.
+//!   free capacity of the available hosts is filled with a representative VM mix ([`VmMix`], the
+//!   most frequent shapes weighted by count) until no shape of the mix fits anywhere ([`inflate`]:
+//!   shapes drawn in proportion to their weights, each on the first host where it fits); what is
+//!   left free is stranded, in percent of the capacity of all hosts. Unavailable hosts take no VM,
+//!   so their free capacity is out of service, not stranded.
 //! - **time averages** ([`MetricsRecorder`]): a sample describes the inventory from its time until
 //!   the next sample's, and is weighted by the part of that interval after the warm-up
-//!   (`skip_until_s`). Stranding, computed at fewer samples, is averaged the same way over the
-//!   samples that carry it (each standing until the next one that carries it).
+//!   (`skip_until_s`); the last sample has no weight, so a run should record one at its end.
+//!   Stranding, computed at fewer samples, is averaged the same way over the samples that carry
+//!   it, the last of them standing until the last sample of all. A sample earlier than the one
+//!   before it is taken as at that one's time.
+//!
+//! Densities and empty-to-free are fractions, empty hosts and stranding percentages, as in the
+//! allocator's stats.
 
 use allocator::InventoryState;
 use domain::{HostState, ResourceKind, Resources, RESOURCE_DIMS};
