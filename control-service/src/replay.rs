@@ -4,9 +4,7 @@
 //! to ([`Tally`], [`percentile`], [`stats_delta`], [`series_point`], [`thin_indices`], the
 //! plain-text [`Summary`] and its SVG plot). The `vmreplay` binary does the HTTP and the waiting.
 
-use domain::{
-    AllocationOutcome, ControlDecision, ControlStats, FeatureValue, Problem, Resources, TenantId, VmId, VmRequest,
-};
+use domain::{AllocationOutcome, ControlDecision, ControlStats, Problem, VmRequest};
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -16,7 +14,7 @@ use traces::stats::format_duration;
 use traces::{TraceError, VmRecord};
 
 /// Tenant sent for trace rows without one (the Huawei trace): the wire format requires a tenant.
-pub const NO_TENANT: &str = "no-tenant";
+pub use traces::NO_TENANT;
 
 /// Most rows of the time-series table in the text summary.
 pub const TABLE_ROWS: usize = 15;
@@ -38,8 +36,6 @@ pub enum ReplayError {
          and {last_start_s} s: change --from-s or --duration-s"
     )]
     EmptyWindow { window: String, first_start_s: f64, last_start_s: f64 },
-    #[error("VM `{vm_id}` of the trace: `{field}` {message}")]
-    BadRecord { vm_id: String, field: &'static str, message: String },
     #[error("writing the plot {}: {message}", path.display())]
     Plot { path: PathBuf, message: String },
 }
@@ -194,54 +190,13 @@ pub fn plan(
         .into_iter()
         .map(|c| {
             Ok(PlannedVm {
-                request: vm_request(&c.record, vm_id_prefix)?,
+                request: c.record.to_request(vm_id_prefix)?,
                 start_s: c.record.start_s,
                 end_s: c.record.end_s,
             })
         })
         .collect::<Result<Vec<_>, ReplayError>>()?;
     Ok(Plan { vms, from_s, to_s, records_read })
-}
-
-/// The request for one trace VM: its id behind the run's prefix, its trace start as the request
-/// time, the `os` column as the request's OS and every other non-empty extra column as a feature
-/// (a number when it reads as a finite one), exactly as the inference client builds its instances,
-/// so the model sees the same row either way.
-pub fn vm_request(record: &VmRecord, vm_id_prefix: &str) -> Result<VmRequest, ReplayError> {
-    let vm_id = if vm_id_prefix.is_empty() { record.vm_id.clone() } else { format!("{vm_id_prefix}-{}", record.vm_id) };
-    let tenant_id = if record.tenant_id.is_empty() { NO_TENANT.to_owned() } else { record.tenant_id.clone() };
-    let demand = Resources::from_whole(record.cores, record.memory_gib, 0.0).map_err(|(kind, err)| {
-        ReplayError::BadRecord { vm_id: record.vm_id.clone(), field: kind.field_name(), message: err.to_string() }
-    })?;
-    let mut os = None;
-    let mut features = BTreeMap::new();
-    for (name, value) in record.extra.iter() {
-        if value.is_empty() {
-            continue;
-        }
-        if name == "os" {
-            os = Some(value.to_owned());
-        } else {
-            let feature = match value.parse::<f64>() {
-                Ok(number) if number.is_finite() => FeatureValue::Number(number),
-                _ => FeatureValue::Text(value.to_owned()),
-            };
-            features.insert(name.to_owned(), feature);
-        }
-    }
-    Ok(VmRequest {
-        vm_id: VmId(vm_id),
-        tenant_id: TenantId(tenant_id),
-        vm_type: record.vm_type.clone(),
-        demand,
-        priority: record.priority,
-        os,
-        requested_at_s: Some(record.start_s),
-        zone: None,
-        max_per_rack: None,
-        features,
-        prediction: None,
-    })
 }
 
 /// How trace time maps onto real time.
@@ -1041,7 +996,7 @@ mod tests {
         let mut rec = record("vm7", 123.5, Some(200.0));
         rec.tenant_id = String::new();
         rec.extra = ExtraColumns::new(names, ["linux", "3", "gpu-a", ""].map(str::to_owned).to_vec());
-        let vm = vm_request(&rec, "r1").unwrap();
+        let vm = rec.to_request("r1").unwrap();
         let json = serde_json::to_value(domain::AllocationRequest::Vm(vm)).unwrap();
         assert_eq!(
             json,
@@ -1071,7 +1026,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &(start_s, end_s))| PlannedVm {
-                request: vm_request(&record(&format!("v{i}"), start_s, end_s), "").unwrap(),
+                request: record(&format!("v{i}"), start_s, end_s).to_request("").unwrap(),
                 start_s,
                 end_s,
             })

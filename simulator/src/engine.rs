@@ -1,1 +1,643 @@
-//! (being written)
+//! The event loop: a workload replayed through [`allocator::Allocator`] in simulated time.
+//!
+//! Events, in time order; at equal times exits come first, then migration completions, drain
+//! starts, arrivals and finally the metric sample (which so sees everything that happened at its
+//! instant):
+//!
+//! - **arrival**: the VM's allocation request, with its prediction ([`crate::predict`]), goes to
+//!   [`Allocator::allocate`]. A rejected VM is counted by reason and never exits.
+//! - **exit**: a placed VM leaves at its true end ([`Allocator::release`]); exits sit in a min-heap.
+//! - **LARS drains** ([`DrainPlan`], paper 000 s4.4 and s5.1): every `every_s` the allocator picks
+//!   `hosts_per_drain` hosts and starts migrating their VMs, `max_in_flight` at a time; each
+//!   migration started completes `migration_s` later ([`Allocator::complete_migration`]), which
+//!   starts the next. VMs that exit before their turn are migrations avoided. When the drain is
+//!   done its hosts are available again (LARS "marks it as available"), and the next drain starts
+//!   at its scheduled time or, if that passed, at once.
+//! - **samples** every `sample_interval_s` ([`metrics::instant`]) and at the end of the window,
+//!   with inflation stranding every `inflation_every` samples.
+//!
+//! The allocator's clock is trace time: every call passes the event's time, and the allocator
+//! applies its own timed host events (lifetime classes dropping, exit-time refreshes, LAVA
+//! deadlines) as time passes.
+
+use crate::metrics::{self, InstantMetrics, MetricsRecorder, MetricsSummary, VmMix};
+use crate::predict::{self, PredictError, PredictionConfig, PredictionReport};
+use crate::workload::{Inventory, PeakDemand, Workload, WorkloadConfig, WorkloadError};
+use allocator::allocator::MigrationChange;
+use allocator::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use allocator::reprediction::RepredictionConfig;
+use allocator::{
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Engine, PolicyConfig,
+    TieBreak,
+};
+use domain::{AllocationOutcome, AllocationRequest, HostState, VmId};
+use serde::{Deserialize, Serialize};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Instant;
+
+/// Why a run could not be done. The causes are boxed: a `Result` of this stays small on the
+/// success path.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Workload(Box<WorkloadError>),
+    #[error("predictions: {0}")]
+    Predict(Box<PredictError>),
+    #[error("allocator: {0}")]
+    Allocator(Box<AllocatorError>),
+    #[error("allocator refused a trace VM: {0}")]
+    Allocate(Box<AllocateError>),
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+}
+
+impl From<WorkloadError> for SimError {
+    fn from(e: WorkloadError) -> Self {
+        SimError::Workload(Box::new(e))
+    }
+}
+
+impl From<PredictError> for SimError {
+    fn from(e: PredictError) -> Self {
+        SimError::Predict(Box::new(e))
+    }
+}
+
+impl From<AllocatorError> for SimError {
+    fn from(e: AllocatorError) -> Self {
+        SimError::Allocator(Box::new(e))
+    }
+}
+
+impl From<AllocateError> for SimError {
+    fn from(e: AllocateError) -> Self {
+        SimError::Allocate(Box::new(e))
+    }
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> SimError {
+    SimError::Invalid { field, message: message.into() }
+}
+
+/// Periodic LARS drains.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DrainPlan {
+    /// Seconds between drain starts.
+    pub every_s: f64,
+    /// First drain, in seconds after the window start (default: `every_s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_after_s: Option<f64>,
+    /// Hosts per drain, picked by the allocator (fewest VMs, then most free).
+    pub hosts_per_drain: usize,
+    /// `longest-remaining-first` (LARS) or `arrival` (the baseline).
+    pub order: MigrationOrder,
+    pub max_in_flight: usize,
+    /// How long one live migration takes (both hosts hold the VM meanwhile).
+    pub migration_s: f64,
+}
+
+impl Default for DrainPlan {
+    fn default() -> Self {
+        DrainPlan {
+            every_s: 86_400.0,
+            first_after_s: None,
+            hosts_per_drain: 10,
+            order: MigrationOrder::LongestRemainingFirst,
+            max_in_flight: 3,
+            migration_s: 1200.0,
+        }
+    }
+}
+
+/// Everything a run depends on; with the trace, it reproduces the run exactly.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    pub workload: WorkloadConfig,
+    pub inventory: Inventory,
+    pub policy: PolicyConfig,
+    pub tie_break: TieBreak,
+    /// `incremental` (the allocator's cached index) or `full-scan` (the reference).
+    pub engine: Engine,
+    /// Seeds the tie-breaking (the allocator's own seed) and every draw of the predictions.
+    pub seed: u64,
+    pub prediction: PredictionConfig,
+    /// How NILAS and LAVA refresh hosts' exit times (`refresh_interval_s`, 0 = only on events).
+    pub reprediction: RepredictionConfig,
+    /// Seconds between metric samples.
+    pub sample_interval_s: f64,
+    /// Seconds after the window start that the averages leave out.
+    pub warmup_s: f64,
+    /// Inflation stranding at every n-th sample (0: never).
+    pub inflation_every: u32,
+    /// Shapes of the representative VM mix that inflation fills hosts with (the workload's most
+    /// common demands).
+    pub inflation_shapes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drains: Option<DrainPlan>,
+    /// Keep every VM's host in the result (for cross-checks; large on big traces).
+    pub record_placements: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            workload: WorkloadConfig::default(),
+            inventory: Inventory::default(),
+            policy: PolicyConfig::default(),
+            tie_break: TieBreak::default(),
+            engine: Engine::default(),
+            seed: 1,
+            prediction: PredictionConfig::default(),
+            reprediction: RepredictionConfig::default(),
+            sample_interval_s: 3600.0,
+            warmup_s: 0.0,
+            inflation_every: 6,
+            inflation_shapes: 16,
+            drains: None,
+            record_placements: false,
+        }
+    }
+}
+
+impl SimConfig {
+    pub fn validate(&self) -> Result<(), SimError> {
+        self.workload.validate()?;
+        self.prediction.validate()?;
+        if !(self.sample_interval_s.is_finite() && self.sample_interval_s > 0.0) {
+            return Err(invalid("sample_interval_s", format!("must be > 0 seconds, got {}", self.sample_interval_s)));
+        }
+        if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
+            return Err(invalid("warmup_s", format!("must be >= 0 seconds, got {}", self.warmup_s)));
+        }
+        if let Some(plan) = &self.drains {
+            if !(plan.every_s.is_finite() && plan.every_s > 0.0) {
+                return Err(invalid("drains.every_s", format!("must be > 0 seconds, got {}", plan.every_s)));
+            }
+            if plan.first_after_s.is_some_and(|f| !(f.is_finite() && f >= 0.0)) {
+                return Err(invalid("drains.first_after_s", "must be >= 0 seconds"));
+            }
+            if plan.hosts_per_drain == 0 {
+                return Err(invalid("drains.hosts_per_drain", "must be at least 1"));
+            }
+            if plan.max_in_flight == 0 || plan.max_in_flight > allocator::defrag::MAX_IN_FLIGHT {
+                return Err(invalid(
+                    "drains.max_in_flight",
+                    format!("must be between 1 and {}", allocator::defrag::MAX_IN_FLIGHT),
+                ));
+            }
+            if !(plan.migration_s.is_finite() && plan.migration_s >= 0.0) {
+                return Err(invalid("drains.migration_s", format!("must be >= 0 seconds, got {}", plan.migration_s)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The allocator's configuration for this run.
+    pub fn allocator_config(&self) -> AllocatorConfig {
+        AllocatorConfig {
+            policy: self.policy.clone(),
+            tie_break: self.tie_break,
+            seed: self.seed,
+            engine: self.engine,
+            reprediction: self.reprediction.clone(),
+            ..AllocatorConfig::default()
+        }
+    }
+}
+
+/// The workload and inventory a run had.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadSummary {
+    pub vms: usize,
+    pub warmup_vms: usize,
+    pub from_s: f64,
+    pub to_s: f64,
+    pub records_read: u64,
+    pub records_skipped: u64,
+    pub hosts: usize,
+    pub host_cores: f64,
+    pub host_memory_gib: f64,
+    pub peak: PeakDemand,
+}
+
+/// LARS drains and their migrations, summed over drains.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MigrationCounters {
+    pub drains_started: u64,
+    pub drains_completed: u64,
+    /// Scheduled drains that found no non-empty available host.
+    pub drains_without_hosts: u64,
+    pub performed: u64,
+    /// VMs that exited before their turn: migrations saved.
+    pub avoided: u64,
+    /// VMs that exited while migrating.
+    pub cancelled: u64,
+    /// Times a VM found no target host when its turn came (it waits and is tried again).
+    pub no_target: u64,
+}
+
+/// What happened to the VMs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub arrivals: u64,
+    pub placed: u64,
+    pub rejected: u64,
+    pub rejected_by_reason: BTreeMap<String, u64>,
+    pub exits: u64,
+    /// VMs placed and still running at the end of the window.
+    pub vms_at_end: u64,
+    pub migrations: MigrationCounters,
+}
+
+/// The filtering factor (paper 003 s5.1): the share of the inventory that the packing logic (the
+/// preference rules) removes from the candidates the validators left, averaged over placements.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilteringFactor {
+    /// Placements it is averaged over.
+    pub decisions: u64,
+    /// Mean of (candidates after the validators - hosts tied at the end) / hosts, percent.
+    pub mean_pct: f64,
+    /// The same for each preference rule alone (hosts it saw - hosts it kept) / hosts, percent.
+    pub by_rule: Vec<RuleFiltering>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RuleFiltering {
+    pub rule: String,
+    pub mean_pct: f64,
+}
+
+/// Wall-clock figures of the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// The event loop (predictions and setup excluded).
+    pub wall_s: f64,
+    /// Computing the predictions before the loop.
+    pub prediction_s: f64,
+    /// Inside `Allocator::allocate`.
+    pub allocate_s: f64,
+    /// Arrivals per second of `allocate` time.
+    pub decisions_per_s: f64,
+    pub events: u64,
+    /// Events per second of loop wall time.
+    pub events_per_s: f64,
+    pub samples: u64,
+    /// Inside the metric samples (inflation included).
+    pub metrics_s: f64,
+}
+
+/// Where one VM went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmPlacement {
+    pub vm_id: String,
+    /// `None`: rejected.
+    pub host_id: Option<String>,
+}
+
+/// A run's outcome, with the configuration that reproduces it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    pub config: SimConfig,
+    pub workload: WorkloadSummary,
+    pub prediction: PredictionReport,
+    pub counters: Counters,
+    pub filtering: FilteringFactor,
+    pub metrics: MetricsSummary,
+    pub series: Vec<InstantMetrics>,
+    pub timing: Timing,
+    /// The allocator's own figures at the end of the window.
+    pub final_stats: AllocatorStats,
+    /// Every VM's host in workload order, when `record_placements` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placements: Option<Vec<VmPlacement>>,
+}
+
+/// A time with a total order, for the event heaps.
+#[derive(Copy, Clone, Debug, PartialEq)]
+struct Time(f64);
+
+impl Eq for Time {}
+
+impl PartialOrd for Time {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Time {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Kinds of events in the order they run at equal times.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Exit,
+    Migration,
+    Drain,
+    Arrival,
+    Sample,
+}
+
+/// How often the progress callback is called, in events.
+const PROGRESS_EVERY: u64 = 1024;
+
+/// Replays `workload` under `config`; `progress` is called with the number of events done every
+/// so often and at the end.
+pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64)) -> Result<SimResult, SimError> {
+    config.validate()?;
+    let inventory = config.inventory.size(workload)?;
+    let mut allocator = Allocator::new(&inventory.spec, &config.allocator_config())?;
+    let predictions = predict::predict(workload, &config.prediction, &config.policy, config.seed)?;
+    allocator.set_repredictor(predictions.repredictor.clone());
+    let mix = VmMix::from_demands(workload.vms.iter().map(|vm| vm.request.demand), config.inflation_shapes.max(1));
+    let validators = allocator.policy().validators().len();
+    let hosts = inventory.hosts as f64;
+
+    let started = Instant::now();
+    let mut recorder = MetricsRecorder::new(workload.from_s + config.warmup_s);
+    let mut counters = Counters::default();
+    let mut timing = Timing { prediction_s: predictions.report.wall_s, ..Timing::default() };
+    let mut filtering = FilteringFactor::default();
+    let mut rule_sums: Vec<(String, f64)> = Vec::new();
+    let mut ff_sum = 0.0;
+    let mut placements: Option<Vec<VmPlacement>> = config.record_placements.then(Vec::new);
+
+    let mut exits: BinaryHeap<Reverse<(Time, u32)>> = BinaryHeap::new();
+    let mut completions: BinaryHeap<Reverse<(Time, u64, VmId)>> = BinaryHeap::new();
+    let mut completion_seq = 0u64;
+    let mut next_arrival = 0usize;
+    let mut next_sample = workload.from_s;
+    let mut final_sample_done = false;
+    let mut samples = 0u64;
+    let mut drain_active = false;
+    let mut next_drain = config
+        .drains
+        .as_ref()
+        .map_or(f64::INFINITY, |plan| workload.from_s + plan.first_after_s.unwrap_or(plan.every_s));
+    let mut last_drain_start = f64::NEG_INFINITY;
+    let mut events = 0u64;
+    let end = workload.to_s;
+
+    loop {
+        // The next event: the earliest time, and at equal times the kind that runs first.
+        let mut next: Option<(f64, Kind)> = None;
+        let mut consider = |time: f64, kind: Kind| {
+            if time <= end && next.is_none_or(|(t, k)| (time, kind) < (t, k)) {
+                next = Some((time, kind));
+            }
+        };
+        if let Some(Reverse((Time(t), _))) = exits.peek() {
+            consider(*t, Kind::Exit);
+        }
+        if let Some(Reverse((Time(t), _, _))) = completions.peek() {
+            consider(*t, Kind::Migration);
+        }
+        if !drain_active {
+            consider(next_drain, Kind::Drain);
+        }
+        if let Some(vm) = workload.vms.get(next_arrival) {
+            consider(vm.arrival_s, Kind::Arrival);
+        }
+        if !final_sample_done {
+            consider(next_sample.min(end), Kind::Sample);
+        }
+        let Some((now, kind)) = next else { break };
+        match kind {
+            Kind::Exit => {
+                let Some(Reverse((_, index))) = exits.pop() else { break };
+                let vm = &workload.vms[index as usize];
+                // A VM placed is in the allocator until it exits: the release cannot fail.
+                if allocator.release(&vm.request.vm_id, now).is_ok() {
+                    counters.exits += 1;
+                }
+                if drain_active {
+                    drain_active = follow_drain(
+                        &mut allocator,
+                        config,
+                        now,
+                        &mut completions,
+                        &mut completion_seq,
+                        &mut counters.migrations,
+                    );
+                    if !drain_active {
+                        next_drain = next_drain_time(config, last_drain_start, now);
+                    }
+                }
+            }
+            Kind::Migration => {
+                let Some(Reverse((_, _, vm))) = completions.pop() else { break };
+                // Not migrating any more when it exited meanwhile (cancelled): nothing to do.
+                let _ = allocator.complete_migration(&vm, now);
+                drain_active = follow_drain(
+                    &mut allocator,
+                    config,
+                    now,
+                    &mut completions,
+                    &mut completion_seq,
+                    &mut counters.migrations,
+                );
+                if !drain_active {
+                    next_drain = next_drain_time(config, last_drain_start, now);
+                }
+            }
+            Kind::Drain => {
+                let Some(plan) = &config.drains else { break };
+                last_drain_start = now;
+                let request = DrainRequest {
+                    hosts: DrainHosts::Pick(plan.hosts_per_drain),
+                    order: plan.order,
+                    max_in_flight: plan.max_in_flight,
+                };
+                match allocator.start_drain(&request, now) {
+                    Ok(_) => {
+                        counters.migrations.drains_started += 1;
+                        drain_active = follow_drain(
+                            &mut allocator,
+                            config,
+                            now,
+                            &mut completions,
+                            &mut completion_seq,
+                            &mut counters.migrations,
+                        );
+                    }
+                    Err(DrainError::NoHosts) => counters.migrations.drains_without_hosts += 1,
+                    Err(error) => return Err(invalid("drains", format!("the allocator refused a drain: {error}"))),
+                }
+                if !drain_active {
+                    next_drain = next_drain_time(config, last_drain_start, now);
+                }
+            }
+            Kind::Arrival => {
+                let index = next_arrival;
+                next_arrival += 1;
+                let vm = &workload.vms[index];
+                let mut request = vm.request.clone();
+                request.prediction = predictions.per_vm[index].clone();
+                let request = AllocationRequest::Vm(request);
+                let before = Instant::now();
+                let decision = allocator.allocate(&request, now)?;
+                timing.allocate_s += before.elapsed().as_secs_f64();
+                counters.arrivals += 1;
+                let placed = match decision.outcome {
+                    AllocationOutcome::Placed { mut placements } => {
+                        counters.placed += 1;
+                        if let Some(end) = vm.end_s {
+                            exits.push(Reverse((Time(end.max(now)), index as u32)));
+                        }
+                        // The filtering factor: the stats are validators, then preference rules.
+                        let stats = &decision.rule_stats;
+                        if stats.len() > validators {
+                            let preferences = &stats[validators..];
+                            if rule_sums.is_empty() {
+                                rule_sums = preferences.iter().map(|s| (s.rule.clone(), 0.0)).collect();
+                            }
+                            for (sum, stat) in rule_sums.iter_mut().zip(preferences) {
+                                sum.1 += stat.hosts_in.saturating_sub(stat.hosts_kept) as f64 / hosts;
+                            }
+                            let last = preferences.last().map_or(0, |s| s.hosts_kept);
+                            ff_sum += preferences[0].hosts_in.saturating_sub(last) as f64 / hosts;
+                            filtering.decisions += 1;
+                        }
+                        placements.pop().map(|p| p.host_id.0)
+                    }
+                    AllocationOutcome::Rejected { rejection } => {
+                        counters.rejected += 1;
+                        let reason = serde_json::to_value(rejection.code)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_else(|| format!("{:?}", rejection.code));
+                        *counters.rejected_by_reason.entry(reason).or_insert(0) += 1;
+                        None
+                    }
+                };
+                if let Some(list) = &mut placements {
+                    list.push(VmPlacement { vm_id: vm.request.vm_id.0.clone(), host_id: placed });
+                }
+            }
+            Kind::Sample => {
+                let before = Instant::now();
+                allocator.advance_clock(now);
+                let mut sample = metrics::instant(allocator.state(), now);
+                if config.inflation_every > 0 && samples % u64::from(config.inflation_every) == 0 {
+                    sample.stranding = Some(metrics::inflation_stranding(allocator.state(), &mix));
+                }
+                recorder.record(sample);
+                samples += 1;
+                if now >= end {
+                    final_sample_done = true;
+                } else {
+                    // The grid, then one last sample at the end of the window.
+                    next_sample += config.sample_interval_s;
+                }
+                timing.metrics_s += before.elapsed().as_secs_f64();
+            }
+        }
+        events += 1;
+        if events % PROGRESS_EVERY == 0 {
+            progress(events);
+        }
+    }
+    progress(events);
+    if let Some(report) = allocator.drain_report().filter(|_| drain_active) {
+        // The drain still running at the end counts what it did so far.
+        add_drain(&mut counters.migrations, &report);
+    }
+    timing.wall_s = started.elapsed().as_secs_f64();
+    timing.events = events;
+    timing.samples = samples;
+    timing.events_per_s = rate(events as f64, timing.wall_s);
+    timing.decisions_per_s = rate(counters.arrivals as f64, timing.allocate_s);
+    counters.vms_at_end = allocator.state().vm_count() as u64;
+    if filtering.decisions > 0 {
+        let n = filtering.decisions as f64;
+        filtering.mean_pct = 100.0 * ff_sum / n;
+        filtering.by_rule =
+            rule_sums.into_iter().map(|(rule, sum)| RuleFiltering { rule, mean_pct: 100.0 * sum / n }).collect();
+    }
+    Ok(SimResult {
+        config: config.clone(),
+        workload: WorkloadSummary {
+            vms: workload.vms.len(),
+            warmup_vms: workload.warmup_vms,
+            from_s: workload.from_s,
+            to_s: workload.to_s,
+            records_read: workload.records_read,
+            records_skipped: workload.records_skipped,
+            hosts: inventory.hosts,
+            host_cores: inventory.host_capacity.cores(),
+            host_memory_gib: inventory.host_capacity.memory_gib(),
+            peak: inventory.peak,
+        },
+        prediction: predictions.report,
+        counters,
+        filtering,
+        metrics: recorder.summary(),
+        series: recorder.series().to_vec(),
+        timing,
+        final_stats: allocator.stats(),
+        placements,
+    })
+}
+
+fn rate(count: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        count / seconds
+    } else {
+        0.0
+    }
+}
+
+/// When the next drain starts after one that ran from `last_start_s` ended at `now`.
+fn next_drain_time(config: &SimConfig, last_start_s: f64, now: f64) -> f64 {
+    match &config.drains {
+        Some(plan) if last_start_s.is_finite() => (last_start_s + plan.every_s).max(now),
+        Some(_) => now,
+        None => f64::INFINITY,
+    }
+}
+
+fn add_drain(counters: &mut MigrationCounters, report: &allocator::defrag::DrainReport) {
+    counters.performed += report.performed;
+    counters.avoided += report.avoided;
+    counters.cancelled += report.cancelled;
+    counters.no_target += report.no_target;
+}
+
+/// After a call that may have moved the drain on: schedules the completion of every migration it
+/// started, and when the drain is done, adds its counters and makes its hosts available again.
+/// Returns whether the drain is still running.
+fn follow_drain(
+    allocator: &mut Allocator,
+    config: &SimConfig,
+    now: f64,
+    completions: &mut BinaryHeap<Reverse<(Time, u64, VmId)>>,
+    seq: &mut u64,
+    counters: &mut MigrationCounters,
+) -> bool {
+    let migration_s = config.drains.as_ref().map_or(0.0, |plan| plan.migration_s);
+    let (changes, _) = allocator.take_migration_changes();
+    for change in changes {
+        if let MigrationChange::Started { vm, .. } = change {
+            *seq += 1;
+            completions.push(Reverse((Time(now + migration_s), *seq, vm)));
+        }
+    }
+    let done = allocator.drain().is_none_or(|d| d.queue.is_empty() && d.in_flight.is_empty());
+    if !done {
+        return true;
+    }
+    if let Some(report) = allocator.drain_report() {
+        add_drain(counters, &report);
+        counters.drains_completed += 1;
+        for host in &report.hosts {
+            // The drained hosts exist: they came from this inventory.
+            let _ = allocator.set_host_state(host, HostState::Available);
+        }
+    }
+    false
+}

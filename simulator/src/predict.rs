@@ -1,1 +1,421 @@
-//! (being written)
+//! Where each VM's lifetime prediction comes from (SPEC section 7).
+//!
+//! Predictions do not depend on where VMs are placed, so every VM's initial prediction is computed
+//! once, before the run, in start order ([`predict`]):
+//!
+//! - **oracle**: the true lifetime from placement ([`Workload::lifetime_s`]).
+//! - **noisy precision/recall** (paper 003 B.6 and C.1, "randomly making mistakes at a rate
+//!   consistent with the model"): on the long class (lifetime >= the policy's `long_threshold_s`),
+//!   exactly round(recall x long) long VMs are predicted long, and as many short VMs as make the
+//!   precision the target; both drawn at random. A VM predicted in its true class keeps its true
+//!   lifetime; one predicted in the other class takes the true lifetime of a random VM of that class
+//!   (so the lifetime it carries agrees with its class for every policy).
+//! - **noisy accuracy** (paper 002 G.1): each VM is "correct" with probability `accuracy`; its
+//!   log10 lifetime gets Gaussian noise of sigma 0.001 if correct, 3 otherwise, and the result is
+//!   capped to [1 s, 14 days].
+//! - **model**: the trained bundle in process, with an online tenant history so that each prediction
+//!   sees only the trace's past (the trainer's replay, `lifetime_model::dataset`): before a VM's
+//!   row is encoded, every VM of the trace that ended by its start is recorded. The interval class
+//!   is predicted for LA-multiclass only (it is the costly model). The bundle's remaining-lifetime
+//!   model also repredicts for NILAS and LAVA ([`Predictions::repredictor`]); with the other
+//!   sources the allocator repredicts "initial prediction minus age" by itself.
+//! - **none**: no prediction (every VM is short-lived to the policies).
+//!
+//! Then `fallback_fraction` of the VMs, drawn at random, get the short-lived fallback the control
+//! service uses when the model does not answer, with its source (experiment 5).
+//!
+//! Every draw comes from ChaCha generators seeded by the run's seed (one stream per purpose), so a
+//! run is reproducible.
+
+use crate::workload::{Workload, CENSORED_LIFETIME_S};
+use allocator::reprediction::{BundleRepredictor, Repredictor};
+use allocator::{PolicyConfig, PolicyKind};
+use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
+use lifetime_model::history::{TenantHistory, TenantSummary};
+use lifetime_model::{LifetimeModel, RequestFeatures};
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Generator streams of the run's seed, one per purpose (the allocator's tie-breaking uses the
+/// seed itself).
+const STREAM_NOISE: u64 = 1;
+const STREAM_FALLBACK: u64 = 2;
+
+/// Gaussian noise of paper 002 G.1, in log10 seconds.
+const SIGMA_CORRECT: f64 = 0.001;
+const SIGMA_WRONG: f64 = 3.0;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PredictError {
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+    #[error(
+        "precision {precision} at recall {recall} needs {needed} short-lived VMs predicted long, but the workload \
+         has only {available} short-lived VMs ({long} long): raise the precision or lower the recall"
+    )]
+    Unreachable { precision: f64, recall: f64, needed: usize, available: usize, long: usize },
+    #[error("loading the model bundle {}: {source}", path.display())]
+    Bundle {
+        path: PathBuf,
+        #[source]
+        source: lifetime_model::BundleError,
+    },
+    #[error(
+        "LA-multiclass reads the model's interval classes, but the bundle's cut-offs {bundle:?} differ from the \
+         policy's {policy:?}: set policy.class_cutoffs_s to the bundle's"
+    )]
+    CutoffMismatch { bundle: Vec<f64>, policy: Vec<f64> },
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> PredictError {
+    PredictError::Invalid { field, message: message.into() }
+}
+
+/// Which predictor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PredictionSourceConfig {
+    #[default]
+    Oracle,
+    NoisyPrecisionRecall {
+        precision: f64,
+        recall: f64,
+    },
+    NoisyAccuracy {
+        accuracy: f64,
+    },
+    Model {
+        bundle: PathBuf,
+    },
+    None,
+}
+
+/// Predictions of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PredictionConfig {
+    pub source: PredictionSourceConfig,
+    /// Share of VMs, drawn at random, whose prediction is replaced by the short-lived fallback.
+    pub fallback_fraction: f64,
+    /// The fallback's source (a fallback one: `fallback_timeout`, `fallback_error`,
+    /// `fallback_unavailable` or `safeguard`).
+    pub fallback_source: PredictionSource,
+}
+
+impl Default for PredictionConfig {
+    fn default() -> Self {
+        PredictionConfig {
+            source: PredictionSourceConfig::Oracle,
+            fallback_fraction: 0.0,
+            fallback_source: PredictionSource::FallbackTimeout,
+        }
+    }
+}
+
+impl PredictionConfig {
+    pub fn validate(&self) -> Result<(), PredictError> {
+        match self.source {
+            PredictionSourceConfig::NoisyPrecisionRecall { precision, recall } => {
+                if !(precision > 0.0 && precision <= 1.0) {
+                    return Err(invalid("prediction.source.precision", format!("must be in (0, 1], got {precision}")));
+                }
+                if !(recall > 0.0 && recall <= 1.0) {
+                    return Err(invalid("prediction.source.recall", format!("must be in (0, 1], got {recall}")));
+                }
+            }
+            PredictionSourceConfig::NoisyAccuracy { accuracy } if !(0.0..=1.0).contains(&accuracy) => {
+                return Err(invalid("prediction.source.accuracy", format!("must be in [0, 1], got {accuracy}")));
+            }
+            _ => {}
+        }
+        if !(0.0..=1.0).contains(&self.fallback_fraction) {
+            return Err(invalid(
+                "prediction.fallback_fraction",
+                format!("must be in [0, 1], got {}", self.fallback_fraction),
+            ));
+        }
+        if !self.fallback_source.is_fallback() {
+            return Err(invalid(
+                "prediction.fallback_source",
+                "must be a fallback source: fallback_timeout, fallback_error, fallback_unavailable or safeguard",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A short name for tables: `oracle`, `pr:0.9,0.8`, `accuracy:0.9`, `model`, `none`.
+    pub fn label(&self) -> String {
+        let base = match &self.source {
+            PredictionSourceConfig::Oracle => "oracle".to_owned(),
+            PredictionSourceConfig::NoisyPrecisionRecall { precision, recall } => format!("pr:{precision},{recall}"),
+            PredictionSourceConfig::NoisyAccuracy { accuracy } => format!("accuracy:{accuracy}"),
+            PredictionSourceConfig::Model { .. } => "model".to_owned(),
+            PredictionSourceConfig::None => "none".to_owned(),
+        };
+        if self.fallback_fraction > 0.0 {
+            format!("{base}+fallback:{}", self.fallback_fraction)
+        } else {
+            base
+        }
+    }
+}
+
+/// What the predictions amounted to, against the true lifetimes (long = at least the policy's
+/// `long_threshold_s`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PredictionReport {
+    pub source: String,
+    pub vms: usize,
+    /// VMs truly long-lived.
+    pub true_long: usize,
+    /// VMs the allocator places as long-lived (fallbacks and no prediction are short).
+    pub predicted_long: usize,
+    /// Of the long-lived predictions, the truly long share (NaN-free: 0 when none is long).
+    pub precision_long: f64,
+    /// Of the truly long VMs, the share predicted long.
+    pub recall_long: f64,
+    /// VMs whose binary class is right.
+    pub accuracy: f64,
+    pub fallbacks: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<String>,
+    /// Wall time spent computing the predictions.
+    pub wall_s: f64,
+}
+
+/// Every VM's initial prediction, in workload order.
+pub struct Predictions {
+    pub per_vm: Vec<Option<LifetimePrediction>>,
+    /// The bundle's remaining-lifetime model, for NILAS and LAVA (`model` source only).
+    pub repredictor: Option<Arc<dyn Repredictor>>,
+    pub report: PredictionReport,
+}
+
+/// A generator for one purpose, from the run's seed.
+fn stream(seed: u64, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
+}
+
+/// A prediction standing for a known lifetime (oracle and noisy sources).
+fn of_lifetime(lifetime_s: f64, long: bool, source: PredictionSource) -> LifetimePrediction {
+    LifetimePrediction {
+        p_long: if long { 1.0 } else { 0.0 },
+        class: if long { LifetimeClass::Long } else { LifetimeClass::Short },
+        interval_class: None,
+        expected_lifetime_s: Some(lifetime_s),
+        model_version: None,
+        source,
+    }
+}
+
+/// Computes the predictions of `workload` under `config`, for a run of `policy` seeded with `seed`.
+pub fn predict(
+    workload: &Workload,
+    config: &PredictionConfig,
+    policy: &PolicyConfig,
+    seed: u64,
+) -> Result<Predictions, PredictError> {
+    config.validate()?;
+    let started = Instant::now();
+    let threshold = policy.long_threshold_s;
+    let lifetimes: Vec<f64> = workload.vms.iter().map(|vm| workload.lifetime_s(vm)).collect();
+    let mut rng = stream(seed, STREAM_NOISE);
+    let mut repredictor: Option<Arc<dyn Repredictor>> = None;
+    let mut model_version = None;
+    let mut per_vm: Vec<Option<LifetimePrediction>> = match &config.source {
+        PredictionSourceConfig::None => vec![None; lifetimes.len()],
+        PredictionSourceConfig::Oracle => {
+            lifetimes.iter().map(|&l| Some(of_lifetime(l, l >= threshold, PredictionSource::Oracle))).collect()
+        }
+        PredictionSourceConfig::NoisyPrecisionRecall { precision, recall } => {
+            noisy_precision_recall(&lifetimes, threshold, *precision, *recall, &mut rng)?
+        }
+        PredictionSourceConfig::NoisyAccuracy { accuracy } => {
+            noisy_accuracy(&lifetimes, threshold, *accuracy, &mut rng)
+        }
+        PredictionSourceConfig::Model { bundle } => {
+            let model = Arc::new(
+                LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?,
+            );
+            let with_interval = policy.kind == PolicyKind::LaMulticlass;
+            if with_interval {
+                let policy_cutoffs = policy.class_cutoffs_s.clone().unwrap_or_else(|| {
+                    allocator::lifetime::LifetimeClasses::doubling_from_15_minutes().cutoffs_s().to_vec()
+                });
+                if model.manifest().class_cutoffs_s != policy_cutoffs {
+                    return Err(PredictError::CutoffMismatch {
+                        bundle: model.manifest().class_cutoffs_s.clone(),
+                        policy: policy_cutoffs,
+                    });
+                }
+            }
+            model_version = Some(model.version().to_owned());
+            let predictions = model_predictions(workload, &model, with_interval);
+            repredictor = Some(Arc::new(BundleRepredictor(model)));
+            predictions
+        }
+    };
+    let fallbacks = (config.fallback_fraction * per_vm.len() as f64).round() as usize;
+    if fallbacks > 0 {
+        let mut rng = stream(seed, STREAM_FALLBACK);
+        for i in sample(&mut rng, per_vm.len(), fallbacks.min(per_vm.len())) {
+            per_vm[i] = Some(LifetimePrediction::fallback(config.fallback_source));
+        }
+    }
+    let mut report = score(&per_vm, &lifetimes, threshold);
+    report.source = config.label();
+    report.fallbacks = fallbacks;
+    report.model_version = model_version;
+    report.wall_s = started.elapsed().as_secs_f64();
+    Ok(Predictions { per_vm, repredictor, report })
+}
+
+fn noisy_precision_recall(
+    lifetimes: &[f64],
+    threshold: f64,
+    precision: f64,
+    recall: f64,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Option<LifetimePrediction>>, PredictError> {
+    let long: Vec<usize> = (0..lifetimes.len()).filter(|&i| lifetimes[i] >= threshold).collect();
+    let short: Vec<usize> = (0..lifetimes.len()).filter(|&i| lifetimes[i] < threshold).collect();
+    let true_positives = (recall * long.len() as f64).round() as usize;
+    let predicted_long = (true_positives as f64 / precision).round() as usize;
+    let false_positives = predicted_long.saturating_sub(true_positives);
+    if false_positives > short.len() {
+        return Err(PredictError::Unreachable {
+            precision,
+            recall,
+            needed: false_positives,
+            available: short.len(),
+            long: long.len(),
+        });
+    }
+    let mut says_long = vec![false; lifetimes.len()];
+    for i in sample(rng, long.len(), true_positives) {
+        says_long[long[i]] = true;
+    }
+    for i in sample(rng, short.len(), false_positives) {
+        says_long[short[i]] = true;
+    }
+    Ok((0..lifetimes.len())
+        .map(|i| {
+            let truly_long = lifetimes[i] >= threshold;
+            let lifetime = if says_long[i] == truly_long {
+                lifetimes[i]
+            } else {
+                // A lifetime of the predicted class: that of a random VM of it.
+                let pool = if says_long[i] { &long } else { &short };
+                match pool.len() {
+                    0 if says_long[i] => CENSORED_LIFETIME_S,
+                    0 => threshold / 2.0,
+                    n => lifetimes[pool[rng.random_range(0..n)]],
+                }
+            };
+            Some(of_lifetime(lifetime, says_long[i], PredictionSource::NoisyOracle))
+        })
+        .collect())
+}
+
+fn noisy_accuracy(
+    lifetimes: &[f64],
+    threshold: f64,
+    accuracy: f64,
+    rng: &mut ChaCha8Rng,
+) -> Vec<Option<LifetimePrediction>> {
+    let correct = Normal::new(0.0, SIGMA_CORRECT).expect("a valid sigma");
+    let wrong = Normal::new(0.0, SIGMA_WRONG).expect("a valid sigma");
+    let cap = CENSORED_LIFETIME_S.log10();
+    lifetimes
+        .iter()
+        .map(|&lifetime| {
+            let noise = if rng.random_bool(accuracy) { correct.sample(rng) } else { wrong.sample(rng) };
+            let predicted = 10f64.powf((lifetime.max(1.0).log10() + noise).clamp(0.0, cap));
+            Some(of_lifetime(predicted, predicted >= threshold, PredictionSource::NoisyOracle))
+        })
+        .collect()
+}
+
+/// The model's prediction of every VM at its start, with tenant histories built from the
+/// workload's own past (the trainer's replay order: departures up to the VM's start, its row, then
+/// its start).
+fn model_predictions(
+    workload: &Workload,
+    model: &LifetimeModel,
+    with_interval: bool,
+) -> Vec<Option<LifetimePrediction>> {
+    let schema = model.schema();
+    let (window_s, long_threshold_s) = (schema.history_window_s, schema.long_threshold_s);
+    let tenant_of = |i: usize| {
+        let tenant = workload.vms[i].request.tenant_id.as_str();
+        if tenant == traces::NO_TENANT {
+            ""
+        } else {
+            tenant
+        }
+    };
+    let mut ends: Vec<(f64, usize)> =
+        workload.vms.iter().enumerate().filter_map(|(i, vm)| vm.end_s.map(|end| (end, i))).collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut next_end = 0;
+    let mut histories: HashMap<String, TenantHistory> = HashMap::new();
+    let mut row = Vec::with_capacity(schema.len());
+    let mut out = Vec::with_capacity(workload.vms.len());
+    for (i, vm) in workload.vms.iter().enumerate() {
+        let now = vm.start_s;
+        while next_end < ends.len() && ends[next_end].0 <= now {
+            let (end, j) = ends[next_end];
+            if let Some(history) = histories.get_mut(tenant_of(j)) {
+                history.record_end(workload.vms[j].start_s, end);
+            }
+            next_end += 1;
+        }
+        let tenant = tenant_of(i);
+        let mut features = RequestFeatures::from_request(&vm.request, now);
+        features.tenant_id = tenant.to_owned();
+        let summary = match histories.get(tenant) {
+            Some(history) if !tenant.is_empty() => history.summary(now, window_s, long_threshold_s),
+            _ => TenantSummary::unknown(),
+        };
+        row.clear();
+        model.encoder().encode_into(&features, &summary, None, &mut row);
+        let prediction = model.predict_row(&row, with_interval);
+        out.push(Some(model.to_wire(&prediction, PredictionSource::Model)));
+        if !tenant.is_empty() {
+            histories.entry(tenant.to_owned()).or_default().record_start(now);
+        }
+    }
+    out
+}
+
+/// Precision, recall and accuracy of the long class against the true lifetimes.
+fn score(per_vm: &[Option<LifetimePrediction>], lifetimes: &[f64], threshold: f64) -> PredictionReport {
+    let (mut true_long, mut predicted_long, mut both, mut right) = (0, 0, 0, 0);
+    for (prediction, &lifetime) in per_vm.iter().zip(lifetimes) {
+        let truly = lifetime >= threshold;
+        let says = domain::prediction::placement_class(prediction.as_ref()) == LifetimeClass::Long;
+        true_long += usize::from(truly);
+        predicted_long += usize::from(says);
+        both += usize::from(truly && says);
+        right += usize::from(truly == says);
+    }
+    let ratio = |a: usize, b: usize| if b > 0 { a as f64 / b as f64 } else { 0.0 };
+    PredictionReport {
+        vms: per_vm.len(),
+        true_long,
+        predicted_long,
+        precision_long: ratio(both, predicted_long),
+        recall_long: ratio(both, true_long),
+        accuracy: ratio(right, per_vm.len()),
+        ..PredictionReport::default()
+    }
+}

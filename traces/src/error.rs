@@ -22,6 +22,8 @@ pub enum TraceError {
     Sqlite(#[from] rusqlite::Error),
     #[error("sqlite trace: {0}")]
     AzureTrace(String),
+    #[error("VM `{vm_id}` of the trace: `{field}` {message}")]
+    BadRecord { vm_id: String, field: &'static str, message: String },
     #[error("unsupported trace file `{0}`: expected .csv, .csv.gz, .sqlite or .db")]
     UnsupportedFormat(PathBuf),
 }

@@ -18,6 +18,6 @@ pub mod stats;
 pub mod synthetic;
 
 pub use error::TraceError;
-pub use record::{ExtraColumns, VmRecord};
+pub use record::{ExtraColumns, VmRecord, NO_TENANT};
 pub use source::{TraceReader, TraceSource};
 pub use stats::{TraceStats, TraceStatsBuilder};

@@ -1,7 +1,13 @@
 //! The one record type every trace source yields.
 
-use domain::Priority;
+use crate::error::TraceError;
+use domain::{FeatureValue, Priority, Resources, TenantId, VmId, VmRequest};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Tenant given to the requests of trace rows without one (the Huawei trace): the wire format
+/// requires a tenant.
+pub const NO_TENANT: &str = "no-tenant";
 
 /// Extra trace columns (for example `batch_size`) kept as named features.
 ///
@@ -71,5 +77,48 @@ impl VmRecord {
     /// Lifetime seen by `trace_end_s`: the true one, or a lower bound for a censored VM.
     pub fn observed_lifetime_s(&self, trace_end_s: f64) -> f64 {
         self.end_s.unwrap_or(trace_end_s).max(self.start_s) - self.start_s
+    }
+
+    /// The allocation request of this VM, as the replay client sends it and the simulator places
+    /// it: its id behind `vm_id_prefix` (none when empty), [`NO_TENANT`] for a missing tenant, its
+    /// trace start as the request time, the `os` column as the request's OS and every other
+    /// non-empty extra column as a feature (a number when it reads as a finite one), exactly as the
+    /// inference client builds its instances, so the model sees the same row either way. No
+    /// prediction: the caller attaches one.
+    pub fn to_request(&self, vm_id_prefix: &str) -> Result<VmRequest, TraceError> {
+        let vm_id = if vm_id_prefix.is_empty() { self.vm_id.clone() } else { format!("{vm_id_prefix}-{}", self.vm_id) };
+        let tenant_id = if self.tenant_id.is_empty() { NO_TENANT.to_owned() } else { self.tenant_id.clone() };
+        let demand = Resources::from_whole(self.cores, self.memory_gib, 0.0).map_err(|(kind, err)| {
+            TraceError::BadRecord { vm_id: self.vm_id.clone(), field: kind.field_name(), message: err.to_string() }
+        })?;
+        let mut os = None;
+        let mut features = BTreeMap::new();
+        for (name, value) in self.extra.iter() {
+            if value.is_empty() {
+                continue;
+            }
+            if name == "os" {
+                os = Some(value.to_owned());
+            } else {
+                let feature = match value.parse::<f64>() {
+                    Ok(number) if number.is_finite() => FeatureValue::Number(number),
+                    _ => FeatureValue::Text(value.to_owned()),
+                };
+                features.insert(name.to_owned(), feature);
+            }
+        }
+        Ok(VmRequest {
+            vm_id: VmId(vm_id),
+            tenant_id: TenantId(tenant_id),
+            vm_type: self.vm_type.clone(),
+            demand,
+            priority: self.priority,
+            os,
+            requested_at_s: Some(self.start_s),
+            zone: None,
+            max_per_rack: None,
+            features,
+            prediction: None,
+        })
     }
 }

@@ -1,1 +1,615 @@
-fn main() {}
+//! `simulate`: replays a trace through the allocator's policies offline and reports packing
+//! density, empty hosts, stranding, rejections, the filtering factor, LARS migrations and speed.
+//!
+//! ```text
+//! simulate run --trace trace.csv.gz --hosts 5000 --policy la-binary --prediction oracle --out result.json
+//! simulate run --synthetic --auto-hosts --headroom 0.3 --policy nilas --prediction model
+//! simulate run --config run.toml --seed 7          # flags override the file
+//! simulate run --synthetic --print-config > run.toml
+//! ```
+//!
+//! Every run's JSON result carries its full configuration (`config`), so it can be re-run with
+//! `--config` (the result's `config` section as TOML).
+
+use allocator::defrag::MigrationOrder;
+use allocator::rules::Buckets;
+use allocator::{Engine, PolicyKind, TieBreak};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
+use simulator::plot::{self, Series};
+use simulator::predict::PredictionSourceConfig;
+use simulator::workload::{Inventory, MachineSpec, SyntheticSpec, TraceSpec, Workload};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(version, about = "Trace-replay simulator of the lifetime-aware allocation policies")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay one trace under one policy and prediction source.
+    Run(Box<RunArgs>),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    Pbfr,
+    Dpbfr,
+    LaBinary,
+    LaMulticlass,
+    Nilas,
+    Lava,
+}
+
+impl From<PolicyArg> for PolicyKind {
+    fn from(p: PolicyArg) -> Self {
+        match p {
+            PolicyArg::Pbfr => PolicyKind::Pbfr,
+            PolicyArg::Dpbfr => PolicyKind::Dpbfr,
+            PolicyArg::LaBinary => PolicyKind::LaBinary,
+            PolicyArg::LaMulticlass => PolicyKind::LaMulticlass,
+            PolicyArg::Nilas => PolicyKind::Nilas,
+            PolicyArg::Lava => PolicyKind::Lava,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TieBreakArg {
+    Random,
+    LowestIndex,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EngineArg {
+    Incremental,
+    FullScan,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// A run configuration (TOML, the `config` section of a result); the flags below override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the run's configuration as TOML and exit (a starting point for --config).
+    #[arg(long)]
+    print_config: bool,
+
+    /// Trace file: .csv, .csv.gz, or an Azure packing-trace .sqlite (with --machine-id).
+    #[arg(long, conflicts_with = "synthetic")]
+    trace: Option<PathBuf>,
+    /// For .sqlite traces: the machineId whose fractional VM sizes to use; the machine's size is
+    /// the host's (--host-cores, --host-memory-gib).
+    #[arg(long)]
+    machine_id: Option<i64>,
+    /// Use the seeded synthetic generator instead of a trace file.
+    #[arg(long)]
+    synthetic: bool,
+    /// Synthetic trace: its own seed (default 42; independent of --seed so that runs with different
+    /// seeds see the same trace).
+    #[arg(long)]
+    synthetic_seed: Option<u64>,
+    /// Synthetic trace: days after time 0.
+    #[arg(long)]
+    synthetic_days: Option<f64>,
+    /// Synthetic trace: days of arrivals before 0 (the VMs still running at 0 are the warm-up).
+    #[arg(long)]
+    synthetic_warmup_days: Option<f64>,
+    /// Synthetic trace: mean tenant requests per hour.
+    #[arg(long)]
+    synthetic_requests_per_hour: Option<f64>,
+    /// Synthetic trace: number of tenants.
+    #[arg(long)]
+    synthetic_tenants: Option<usize>,
+
+    /// Window start in trace seconds (default: the first start, or 0 when VMs run before 0).
+    #[arg(long, allow_negative_numbers = true)]
+    from_s: Option<f64>,
+    /// Window length in trace seconds (default: up to the last start).
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// At most this many VMs starting in the window (the earliest); the warm-up comes on top.
+    #[arg(long, visible_alias = "synthetic-vms")]
+    max_vms: Option<usize>,
+
+    /// Placement policy.
+    #[arg(long, value_enum)]
+    policy: Option<PolicyArg>,
+    /// Best-fit buckets: a number, or `exact` (no quantization).
+    #[arg(long)]
+    buckets: Option<String>,
+    /// Lifetime at which a VM is long-lived (DPBFR, LA-binary, noisy precision/recall), seconds.
+    #[arg(long)]
+    long_threshold_s: Option<f64>,
+    /// Prediction source: oracle, none, model, model:BUNDLE_DIR, accuracy:A (paper 002 G.1),
+    /// pr:PRECISION,RECALL (paper 003 B.6, on the long class).
+    #[arg(long)]
+    prediction: Option<String>,
+    /// Share of VMs whose prediction is replaced by the short-lived fallback, in [0, 1].
+    #[arg(long)]
+    fallback_fraction: Option<f64>,
+    /// How often NILAS and LAVA refresh hosts' exit times from repredictions, seconds (0: only on
+    /// arrivals and exits).
+    #[arg(long)]
+    refresh_interval_s: Option<f64>,
+
+    /// Exactly this many hosts.
+    #[arg(long, conflicts_with = "auto_hosts")]
+    hosts: Option<usize>,
+    /// As many hosts as the window's peak demand needs, plus --headroom.
+    #[arg(long)]
+    auto_hosts: bool,
+    /// With --auto-hosts: extra share of hosts over the peak demand (0.25 = 25% more).
+    #[arg(long, requires = "auto_hosts")]
+    headroom: Option<f64>,
+    /// Cores per host.
+    #[arg(long)]
+    host_cores: Option<f64>,
+    /// Memory per host, GiB.
+    #[arg(long)]
+    host_memory_gib: Option<f64>,
+    /// Hosts per rack.
+    #[arg(long)]
+    hosts_per_rack: Option<usize>,
+
+    /// How ties between equally good hosts are broken.
+    #[arg(long, value_enum)]
+    tie_break: Option<TieBreakArg>,
+    /// Host selection engine (full-scan is the slow reference).
+    #[arg(long, value_enum)]
+    engine: Option<EngineArg>,
+    /// Seed of tie-breaking and of every random draw of the predictions.
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Seconds between metric samples.
+    #[arg(long)]
+    sample_interval_s: Option<f64>,
+    /// Seconds after the window start left out of the averages.
+    #[arg(long)]
+    warmup_s: Option<f64>,
+    /// Inflation stranding at every n-th sample (0: never).
+    #[arg(long)]
+    inflation_every: Option<u32>,
+    /// LARS drains: `every=SECONDS[,hosts=N][,order=lars|arrival][,in-flight=3][,migration-s=1200][,first=SECONDS]`,
+    /// or `off`.
+    #[arg(long)]
+    drains: Option<String>,
+    /// Keep every VM's host in the result.
+    #[arg(long)]
+    record_placements: bool,
+
+    /// Write the full result (configuration included) as JSON here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write an SVG of packing density and empty hosts over time here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Run(args) => run(*args),
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let config = build_config(&args)?;
+    if args.print_config {
+        print!("{}", toml::to_string(&config).context("writing the configuration as TOML")?);
+        return Ok(());
+    }
+    let workload = Workload::load(&config.workload).context("loading the workload")?;
+    let total = (workload.vms.len() + workload.exits_in_window()) as u64;
+    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {human_pos}/{human_len} events ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let result = engine::run(&workload, &config, |done| bar.set_position(done)).context("simulating")?;
+    bar.finish_and_clear();
+    print_summary(&result);
+    if let Some(path) = &args.out {
+        let json = serde_json::to_string_pretty(&result).context("encoding the result")?;
+        std::fs::write(path, json).with_context(|| format!("writing --out {}", path.display()))?;
+        println!("result written to {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        let hours = |m: &simulator::metrics::InstantMetrics| (m.time_s - result.workload.from_s) / 3600.0;
+        let series = [
+            Series::new(
+                "packing density %",
+                result.series.iter().map(|m| (hours(m), 100.0 * m.packing_density)).collect(),
+            ),
+            Series::new("empty hosts %", result.series.iter().map(|m| (hours(m), m.empty_hosts_pct)).collect()),
+            Series::new(
+                "offline bound packing density %",
+                result.series.iter().map(|m| (hours(m), 100.0 * m.bound.packing_density)).collect(),
+            ),
+        ];
+        let title = format!("{} / {}", result.final_stats.policy, result.prediction.source);
+        plot::time_series_svg(path, &title, "%", &series)
+            .with_context(|| format!("writing --plot {}", path.display()))?;
+        println!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The configuration: the --config file (or the defaults), then every flag given.
+fn build_config(args: &RunArgs) -> Result<SimConfig> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+            toml::from_str::<SimConfig>(&text)
+                .with_context(|| format!("--config {}: not a valid run configuration", path.display()))?
+        }
+        None => SimConfig::default(),
+    };
+    let host_cores = args.host_cores.unwrap_or(inventory_parts(&config.inventory).0);
+    let host_memory_gib = args.host_memory_gib.unwrap_or(inventory_parts(&config.inventory).1);
+
+    if let Some(path) = &args.trace {
+        let machine = args.machine_id.map(|machine_id| MachineSpec {
+            machine_id,
+            cores: host_cores,
+            memory_gib: host_memory_gib,
+        });
+        let is_sqlite = {
+            let name = path.to_string_lossy().to_ascii_lowercase();
+            name.ends_with(".sqlite") || name.ends_with(".db")
+        };
+        if is_sqlite && machine.is_none() {
+            bail!("--trace {}: a .sqlite trace needs --machine-id (its VM sizes are fractions of that machine type, whose size is --host-cores and --host-memory-gib)", path.display());
+        }
+        config.workload.trace = TraceSpec::File { path: path.clone(), machine };
+    } else if args.machine_id.is_some() {
+        bail!("--machine-id only applies to a .sqlite --trace");
+    }
+    let synthetic_flags = args.synthetic_seed.is_some()
+        || args.synthetic_days.is_some()
+        || args.synthetic_warmup_days.is_some()
+        || args.synthetic_requests_per_hour.is_some()
+        || args.synthetic_tenants.is_some();
+    if args.synthetic || synthetic_flags {
+        if args.trace.is_some() {
+            bail!("--synthetic-* flags describe the synthetic trace; leave out --trace to use it");
+        }
+        let mut spec = match &config.workload.trace {
+            TraceSpec::Synthetic(spec) => spec.clone(),
+            _ => SyntheticSpec::default(),
+        };
+        if let Some(v) = args.synthetic_seed {
+            spec.seed = v;
+        }
+        if let Some(v) = args.synthetic_days {
+            spec.days = positive("--synthetic-days", v)?;
+        }
+        if let Some(v) = args.synthetic_warmup_days {
+            spec.warmup_days = non_negative("--synthetic-warmup-days", v)?;
+        }
+        if let Some(v) = args.synthetic_requests_per_hour {
+            spec.requests_per_hour = positive("--synthetic-requests-per-hour", v)?;
+        }
+        if let Some(v) = args.synthetic_tenants {
+            if v == 0 {
+                bail!("--synthetic-tenants must be at least 1");
+            }
+            spec.tenants = v;
+        }
+        config.workload.trace = TraceSpec::Synthetic(spec);
+    } else if args.trace.is_none() && args.config.is_none() {
+        bail!("no workload: give --trace PATH, --synthetic, or --config with a [workload] section");
+    }
+    if args.from_s.is_some() {
+        config.workload.from_s = args.from_s;
+    }
+    if let Some(d) = args.duration_s {
+        config.workload.duration_s = Some(positive("--duration-s", d)?);
+    }
+    if let Some(n) = args.max_vms {
+        if n == 0 {
+            bail!("--max-vms must be at least 1 (leave it out for no cap)");
+        }
+        config.workload.max_vms = Some(n);
+    }
+
+    // Inventory.
+    let hosts_per_rack = args.hosts_per_rack.unwrap_or(inventory_parts(&config.inventory).2);
+    if hosts_per_rack == 0 {
+        bail!("--hosts-per-rack must be at least 1");
+    }
+    positive("--host-cores", host_cores)?;
+    positive("--host-memory-gib", host_memory_gib)?;
+    let fixed_hosts = match &config.inventory {
+        Inventory::Fixed { hosts, .. } if !args.auto_hosts => Some(*hosts),
+        _ => None,
+    };
+    config.inventory = match (args.hosts.or(fixed_hosts), &config.inventory) {
+        (Some(0), _) => bail!("--hosts must be at least 1 (or use --auto-hosts to size the inventory to the trace)"),
+        (Some(hosts), _) => Inventory::Fixed { hosts, cores: host_cores, memory_gib: host_memory_gib, hosts_per_rack },
+        (None, previous) => {
+            let default_headroom = match previous {
+                Inventory::Auto { headroom, .. } => *headroom,
+                Inventory::Fixed { .. } => 0.25,
+            };
+            let headroom = non_negative("--headroom", args.headroom.unwrap_or(default_headroom))?;
+            Inventory::Auto { cores: host_cores, memory_gib: host_memory_gib, headroom, hosts_per_rack }
+        }
+    };
+
+    // Policy.
+    if let Some(p) = args.policy {
+        config.policy.kind = p.into();
+    }
+    if let Some(b) = &args.buckets {
+        config.policy.buckets = parse_buckets(b)?;
+    }
+    if let Some(t) = args.long_threshold_s {
+        config.policy.long_threshold_s = positive("--long-threshold-s", t)?;
+    }
+    if let Some(p) = &args.prediction {
+        config.prediction.source = parse_prediction(p)?;
+    }
+    if let Some(f) = args.fallback_fraction {
+        if !(0.0..=1.0).contains(&f) {
+            bail!("--fallback-fraction must be in [0, 1], got {f}");
+        }
+        config.prediction.fallback_fraction = f;
+    }
+    if let Some(r) = args.refresh_interval_s {
+        config.reprediction.refresh_interval_s = non_negative("--refresh-interval-s", r)?;
+    }
+    if let Some(t) = args.tie_break {
+        config.tie_break = match t {
+            TieBreakArg::Random => TieBreak::Random,
+            TieBreakArg::LowestIndex => TieBreak::LowestIndex,
+        };
+    }
+    if let Some(e) = args.engine {
+        config.engine = match e {
+            EngineArg::Incremental => Engine::Incremental,
+            EngineArg::FullScan => Engine::FullScan,
+        };
+    }
+    if let Some(s) = args.seed {
+        config.seed = s;
+    }
+    if let Some(s) = args.sample_interval_s {
+        config.sample_interval_s = positive("--sample-interval-s", s)?;
+    }
+    if let Some(w) = args.warmup_s {
+        config.warmup_s = non_negative("--warmup-s", w)?;
+    }
+    if let Some(n) = args.inflation_every {
+        config.inflation_every = n;
+    }
+    if let Some(d) = &args.drains {
+        config.drains = parse_drains(d)?;
+    }
+    if args.record_placements {
+        config.record_placements = true;
+    }
+    config.validate().map_err(|e| anyhow!("{e}"))?;
+    Ok(config)
+}
+
+fn inventory_parts(inventory: &Inventory) -> (f64, f64, usize) {
+    match *inventory {
+        Inventory::Fixed { cores, memory_gib, hosts_per_rack, .. }
+        | Inventory::Auto { cores, memory_gib, hosts_per_rack, .. } => (cores, memory_gib, hosts_per_rack),
+    }
+}
+
+fn positive(flag: &str, value: f64) -> Result<f64> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        bail!("{flag} must be a number > 0, got {value}")
+    }
+}
+
+fn non_negative(flag: &str, value: f64) -> Result<f64> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(value)
+    } else {
+        bail!("{flag} must be a number >= 0, got {value}")
+    }
+}
+
+fn parse_buckets(text: &str) -> Result<Buckets> {
+    if text.eq_ignore_ascii_case("exact") {
+        return Ok(Buckets::Exact);
+    }
+    match text.parse::<u32>() {
+        Ok(k) if k > 0 => Ok(Buckets::Quantized(k)),
+        _ => bail!("--buckets must be a whole number >= 1 or `exact`, got `{text}`"),
+    }
+}
+
+/// `oracle`, `none`, `model[:DIR]`, `accuracy:A`, `pr:P,R`.
+fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
+    let (kind, value) = text.split_once(':').map_or((text, None), |(k, v)| (k, Some(v)));
+    let number = |v: &str, what: &str| -> Result<f64> {
+        v.trim().parse::<f64>().map_err(|_| anyhow!("--prediction {text}: {what} `{v}` is not a number"))
+    };
+    Ok(match (kind, value) {
+        ("oracle", None) => PredictionSourceConfig::Oracle,
+        ("none", None) => PredictionSourceConfig::None,
+        ("model", None) => PredictionSourceConfig::Model { bundle: PathBuf::from("models/default") },
+        ("model", Some(dir)) => PredictionSourceConfig::Model { bundle: PathBuf::from(dir) },
+        ("accuracy", Some(a)) => {
+            let accuracy = number(a, "the accuracy")?;
+            if !(0.0..=1.0).contains(&accuracy) {
+                bail!("--prediction accuracy:A needs A in [0, 1], got {accuracy}");
+            }
+            PredictionSourceConfig::NoisyAccuracy { accuracy }
+        }
+        ("pr", Some(pr)) => {
+            let Some((p, r)) = pr.split_once(',') else {
+                bail!("--prediction pr:PRECISION,RECALL, e.g. pr:0.9,0.8; got `{text}`");
+            };
+            let (precision, recall) = (number(p, "the precision")?, number(r, "the recall")?);
+            for (what, v) in [("precision", precision), ("recall", recall)] {
+                if !(v > 0.0 && v <= 1.0) {
+                    bail!("--prediction pr:PRECISION,RECALL needs the {what} in (0, 1], got {v}");
+                }
+            }
+            PredictionSourceConfig::NoisyPrecisionRecall { precision, recall }
+        }
+        _ => bail!(
+            "--prediction `{text}` is not a source: use oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8"
+        ),
+    })
+}
+
+/// `off`, or `every=S[,hosts=N][,order=lars|arrival][,in-flight=K][,migration-s=S][,first=S]`.
+fn parse_drains(text: &str) -> Result<Option<DrainPlan>> {
+    if text == "off" {
+        return Ok(None);
+    }
+    let mut plan = DrainPlan::default();
+    let mut every = false;
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            bail!("--drains: `{part}` is not KEY=VALUE (e.g. every=86400,hosts=10,order=lars)");
+        };
+        let number = || -> Result<f64> {
+            value.parse::<f64>().map_err(|_| anyhow!("--drains: {key}=`{value}` is not a number"))
+        };
+        match key {
+            "every" => {
+                plan.every_s = positive("--drains every", number()?)?;
+                every = true;
+            }
+            "first" => plan.first_after_s = Some(non_negative("--drains first", number()?)?),
+            "hosts" => {
+                plan.hosts_per_drain = value
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| anyhow!("--drains hosts must be a whole number >= 1"))?
+            }
+            "in-flight" => {
+                plan.max_in_flight =
+                    value.parse().ok().filter(|&n| n > 0 && n <= allocator::defrag::MAX_IN_FLIGHT).ok_or_else(|| {
+                        anyhow!("--drains in-flight must be between 1 and {}", allocator::defrag::MAX_IN_FLIGHT)
+                    })?
+            }
+            "migration-s" => plan.migration_s = non_negative("--drains migration-s", number()?)?,
+            "order" => {
+                plan.order = match value {
+                    "lars" | "longest-remaining-first" => MigrationOrder::LongestRemainingFirst,
+                    "arrival" => MigrationOrder::Arrival,
+                    _ => bail!("--drains order must be `lars` or `arrival`, got `{value}`"),
+                }
+            }
+            _ => bail!("--drains: unknown key `{key}` (every, first, hosts, order, in-flight, migration-s)"),
+        }
+    }
+    if !every {
+        bail!("--drains needs every=SECONDS (e.g. --drains every=86400,hosts=10)");
+    }
+    Ok(Some(plan))
+}
+
+fn print_summary(r: &SimResult) {
+    let c = &r.counters;
+    let m = &r.metrics;
+    let pct = |x: f64| format!("{:.2}%", 100.0 * x);
+    let mut rows: Vec<(&str, String)> = vec![
+        ("policy", r.final_stats.policy.clone()),
+        ("prediction", r.prediction.source.clone()),
+        (
+            "window",
+            format!(
+                "{:.0} s .. {:.0} s ({:.2} days), {} VMs ({} warm-up)",
+                r.workload.from_s,
+                r.workload.to_s,
+                (r.workload.to_s - r.workload.from_s) / 86_400.0,
+                r.workload.vms,
+                r.workload.warmup_vms
+            ),
+        ),
+        (
+            "hosts",
+            format!(
+                "{} x {} cores / {} GiB (peak demand {:.0} cores, {:.0} GiB)",
+                r.workload.hosts,
+                r.workload.host_cores,
+                r.workload.host_memory_gib,
+                r.workload.peak.cores,
+                r.workload.peak.memory_gib
+            ),
+        ),
+        ("arrivals", c.arrivals.to_string()),
+        ("placed", c.placed.to_string()),
+        (
+            "rejected",
+            if c.rejected == 0 {
+                "0".to_owned()
+            } else {
+                let reasons: Vec<String> = c.rejected_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                format!(
+                    "{} ({:.3}%: {})",
+                    c.rejected,
+                    100.0 * c.rejected as f64 / c.arrivals.max(1) as f64,
+                    reasons.join(", ")
+                )
+            },
+        ),
+        ("exits", c.exits.to_string()),
+        ("packing density", format!("{} (offline bound {})", pct(m.packing_density), pct(m.bound_packing_density))),
+        ("empty hosts", format!("{:.2}% (offline bound {:.2}%)", m.empty_hosts_pct, m.bound_empty_hosts_pct)),
+        ("empty-to-free", format!("{:.3}", m.empty_to_free)),
+    ];
+    if let (Some(cpu), Some(mem)) = (m.stranded_cpu_pct, m.stranded_memory_pct) {
+        rows.push(("stranded", format!("{cpu:.2}% CPU, {mem:.2}% memory")));
+    }
+    rows.push(("filtering factor", format!("{:.2}% of hosts", r.filtering.mean_pct)));
+    if r.prediction.source != "none" {
+        rows.push((
+            "long class",
+            format!(
+                "precision {:.3}, recall {:.3}, accuracy {:.3} ({} fallbacks)",
+                r.prediction.precision_long, r.prediction.recall_long, r.prediction.accuracy, r.prediction.fallbacks
+            ),
+        ));
+    }
+    if r.config.drains.is_some() {
+        let g = &c.migrations;
+        rows.push((
+            "LARS drains",
+            format!(
+                "{} started, {} done; migrations {} performed, {} avoided, {} cancelled, {} without target",
+                g.drains_started, g.drains_completed, g.performed, g.avoided, g.cancelled, g.no_target
+            ),
+        ));
+    }
+    let t = &r.timing;
+    rows.push((
+        "speed",
+        format!(
+            "{:.2} s for {} events ({:.0} events/s), {:.0} decisions/s in allocate, predictions {:.2} s",
+            t.wall_s, t.events, t.events_per_s, t.decisions_per_s, t.prediction_s
+        ),
+    ));
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (key, value) in rows {
+        println!("{key:<width$}  {value}");
+    }
+}

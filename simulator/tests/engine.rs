@@ -1,0 +1,262 @@
+//! The event loop on tiny hand-made traces with known answers: placements, exits before arrivals
+//! at equal times, rejections when full (a rejected VM never exits), the warm-up, automatic
+//! inventory sizing, LARS drains (a VM that exits before its turn is a migration avoided), and
+//! reproducibility from the seed.
+
+use allocator::defrag::MigrationOrder;
+use allocator::{PolicyConfig, PolicyKind, TieBreak};
+use domain::Priority;
+use simulator::engine::{run, DrainPlan, SimConfig, SimResult};
+use simulator::predict::{PredictionConfig, PredictionSourceConfig};
+use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};
+use traces::{ExtraColumns, VmRecord};
+
+fn record(id: &str, cores: f64, start_s: f64, end_s: Option<f64>) -> VmRecord {
+    VmRecord {
+        vm_id: id.to_owned(),
+        tenant_id: "t".to_owned(),
+        vm_type: "D".to_owned(),
+        cores,
+        memory_gib: 2.0 * cores,
+        priority: Priority::Regular,
+        start_s,
+        end_s,
+        extra: ExtraColumns::default(),
+    }
+}
+
+fn provided() -> WorkloadConfig {
+    WorkloadConfig { trace: TraceSpec::Provided { name: "hand-made".to_owned() }, ..WorkloadConfig::default() }
+}
+
+/// `hosts` hosts of `cores` cores (and twice as many GiB), PBFR, lowest-index ties, oracle.
+fn config(hosts: usize, cores: f64) -> SimConfig {
+    SimConfig {
+        workload: provided(),
+        inventory: Inventory::Fixed { hosts, cores, memory_gib: 2.0 * cores, hosts_per_rack: 2 },
+        policy: PolicyConfig::of_kind(PolicyKind::Pbfr),
+        tie_break: TieBreak::LowestIndex,
+        record_placements: true,
+        sample_interval_s: 10.0,
+        ..SimConfig::default()
+    }
+}
+
+fn simulate(records: Vec<VmRecord>, config: &SimConfig) -> (Workload, SimResult) {
+    let workload = Workload::from_records(records, &config.workload).unwrap();
+    let result = run(&workload, config, |_| {}).unwrap();
+    (workload, result)
+}
+
+fn host_of<'a>(result: &'a SimResult, vm: &str) -> Option<&'a str> {
+    let placements = result.placements.as_ref().expect("placements recorded");
+    placements.iter().find(|p| p.vm_id == vm).and_then(|p| p.host_id.as_deref())
+}
+
+/// Best fit fills a host before opening the next; a VM that left frees its room for a later one.
+#[test]
+fn places_by_best_fit_and_reuses_room_after_exits() {
+    let records = vec![
+        record("a", 2.0, 0.0, Some(100.0)),
+        record("b", 2.0, 10.0, Some(50.0)),
+        record("c", 4.0, 20.0, Some(200.0)),
+        record("d", 2.0, 60.0, None),
+    ];
+    let (_, result) = simulate(records, &config(2, 4.0));
+    assert_eq!(host_of(&result, "a"), Some("sim-h0"));
+    assert_eq!(host_of(&result, "b"), Some("sim-h0"), "prefer the non-empty host");
+    assert_eq!(host_of(&result, "c"), Some("sim-h1"), "sim-h0 is full");
+    assert_eq!(host_of(&result, "d"), Some("sim-h0"), "b left sim-h0 at 50");
+    let c = &result.counters;
+    assert_eq!((c.arrivals, c.placed, c.rejected), (4, 4, 0));
+    // The window ends at the last arrival (60): only b has exited by then.
+    assert_eq!((c.exits, c.vms_at_end), (1, 3));
+    assert_eq!(result.workload.to_s, 60.0);
+    assert_eq!(result.final_stats.vms, 3);
+    // Samples at 0, 10, ..., 60.
+    assert_eq!(result.timing.samples, 7);
+    assert_eq!(result.series.last().map(|m| m.time_s), Some(60.0));
+    assert!(result.filtering.decisions == 4 && result.filtering.by_rule.len() == 2, "{:?}", result.filtering);
+}
+
+/// At equal times the exit comes first, so a VM can take the room of one leaving that instant.
+#[test]
+fn exits_come_before_arrivals_at_equal_times() {
+    let records = vec![record("a", 4.0, 0.0, Some(10.0)), record("b", 4.0, 10.0, Some(20.0))];
+    let (_, result) = simulate(records, &config(1, 4.0));
+    assert_eq!(host_of(&result, "b"), Some("sim-h0"));
+    assert_eq!(result.counters.rejected, 0);
+    assert_eq!(result.counters.exits, 1);
+}
+
+/// A full inventory rejects (no feasible host); the rejected VM never exits.
+#[test]
+fn rejects_when_full_and_rejected_vms_never_exit() {
+    let records = vec![
+        record("a", 3.0, 0.0, Some(100.0)),
+        record("b", 2.0, 1.0, Some(5.0)),
+        record("c", 1.0, 2.0, Some(6.0)),
+        record("d", 1.0, 100.0, None),
+    ];
+    let mut config = config(1, 4.0);
+    config.workload.duration_s = Some(200.0);
+    let (_, result) = simulate(records, &config);
+    assert_eq!(host_of(&result, "b"), None, "3 + 2 > 4 cores");
+    assert_eq!(host_of(&result, "c"), Some("sim-h0"));
+    assert_eq!(host_of(&result, "d"), Some("sim-h0"), "a left at 100, before d arrived (exits first)");
+    let c = &result.counters;
+    assert_eq!((c.arrivals, c.placed, c.rejected), (4, 3, 1));
+    assert_eq!(c.rejected_by_reason.get("no_feasible_host"), Some(&1));
+    assert_eq!(c.exits, 2, "a and c; b was never placed");
+    assert_eq!(result.workload.to_s, 200.0, "a window with a duration runs to its end");
+}
+
+/// VMs running at the window start (negative starts) are placed first, at the start; VMs that
+/// ended before it are not part of the run; the oracle predicts the lifetime from placement.
+#[test]
+fn the_warm_up_is_placed_first_at_the_window_start() {
+    let records = vec![
+        record("late", 1.0, 5.0, Some(30.0)),
+        record("running", 2.0, -100.0, Some(50.0)),
+        record("gone", 2.0, -100.0, Some(-10.0)),
+        record("forever", 1.0, -50.0, None),
+    ];
+    let config = config(2, 4.0);
+    let (workload, result) = simulate(records, &config);
+    assert_eq!(workload.from_s, 0.0, "a trace with negative starts starts at 0");
+    assert_eq!(workload.warmup_vms, 2);
+    let order: Vec<&str> = workload.vms.iter().map(|vm| vm.request.vm_id.as_str()).collect();
+    assert_eq!(order, ["running", "forever", "late"], "warm-up in start order, then the window");
+    assert!(workload.vms[..2].iter().all(|vm| vm.arrival_s == 0.0));
+    assert_eq!(workload.lifetime_s(&workload.vms[0]), 50.0);
+    assert!(workload.lifetime_s(&workload.vms[1]) >= CENSORED_LIFETIME_S);
+    assert_eq!(result.counters.arrivals, 3);
+    assert_eq!(result.series[0].time_s, 0.0);
+    assert_eq!(result.series[0].vms, 2, "the first sample sees the warm-up");
+    // A window that starts later: `late` is then warm-up too.
+    let mut later = config.clone();
+    later.workload.from_s = Some(10.0);
+    let (workload, _) = simulate(vec![record("late", 1.0, 5.0, Some(30.0)), record("next", 1.0, 12.0, None)], &later);
+    assert_eq!((workload.warmup_vms, workload.vms[0].arrival_s), (1, 10.0));
+}
+
+/// Auto sizing: the peak concurrent demand (exits first at equal times) over host capacity, plus
+/// headroom.
+#[test]
+fn auto_inventory_fits_the_peak_with_headroom() {
+    let records = vec![
+        record("a", 4.0, 0.0, Some(10.0)),
+        record("b", 4.0, 5.0, Some(15.0)),
+        record("c", 4.0, 10.0, Some(20.0)),
+        record("d", 1.0, 30.0, None),
+    ];
+    let workload = Workload::from_records(records, &provided()).unwrap();
+    let peak = workload.peak_demand();
+    assert_eq!((peak.cores, peak.memory_gib, peak.cores_at_s), (8.0, 16.0, 5.0));
+    let auto = Inventory::Auto { cores: 4.0, memory_gib: 64.0, headroom: 0.5, hosts_per_rack: 2 };
+    let sized = auto.size(&workload).unwrap();
+    assert_eq!(sized.hosts, 3, "ceil(8 / 4 * 1.5)");
+    let mut config = config(1, 4.0);
+    config.inventory = auto;
+    let result = run(&workload, &config, |_| {}).unwrap();
+    assert_eq!((result.workload.hosts, result.counters.rejected), (3, 0));
+}
+
+/// Three VMs on one host, drained one migration at a time (20 minutes each): the short VM placed
+/// first exits at 1,500 s. LARS moves the two long ones first (100-1,300 s, 1,300-2,500 s) and the
+/// short one exits before its turn: one migration avoided. The arrival-order baseline moves the
+/// short one first and all three are migrated.
+#[test]
+fn lars_drains_avoid_migrating_vms_that_exit_before_their_turn() {
+    let records = vec![
+        record("short", 2.0, 0.0, Some(1500.0)),
+        record("long-1", 2.0, 1.0, Some(400_000.0)),
+        record("long-2", 2.0, 2.0, Some(200_000.0)),
+        record("late", 1.0, 10_000.0, None),
+    ];
+    let drained = |order| {
+        let mut config = config(3, 16.0);
+        config.drains = Some(DrainPlan {
+            every_s: 1e9,
+            first_after_s: Some(100.0),
+            hosts_per_drain: 1,
+            order,
+            max_in_flight: 1,
+            migration_s: 1200.0,
+        });
+        let (_, result) = simulate(records.clone(), &config);
+        result
+    };
+    let lars = drained(MigrationOrder::LongestRemainingFirst);
+    let m = &lars.counters.migrations;
+    assert_eq!((m.drains_started, m.drains_completed), (1, 1));
+    assert_eq!((m.performed, m.avoided, m.cancelled), (2, 1, 0), "{m:?}");
+    assert_eq!(host_of(&lars, "short"), Some("sim-h0"));
+    // The drained host is available again once empty; the late VM goes where the long VMs moved
+    // (prefer non-empty), not to the emptied host.
+    assert_eq!(lars.final_stats.available_hosts, 3, "the drained host is available again");
+    assert_eq!(host_of(&lars, "late"), Some("sim-h1"), "the long VMs moved to sim-h1");
+    let baseline = drained(MigrationOrder::Arrival);
+    let m = &baseline.counters.migrations;
+    assert_eq!((m.performed, m.avoided), (3, 0), "{m:?}");
+    assert!(lars.counters.migrations.performed < baseline.counters.migrations.performed);
+}
+
+/// The same configuration gives the same run; the seed drives tie-breaking and the noisy draws.
+#[test]
+fn runs_are_reproducible_from_their_configuration() {
+    let config = SimConfig {
+        workload: WorkloadConfig {
+            trace: TraceSpec::Synthetic(SyntheticSpec { days: 1.0, warmup_days: 0.5, ..SyntheticSpec::default() }),
+            max_vms: Some(3000),
+            ..WorkloadConfig::default()
+        },
+        inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.3, hosts_per_rack: 40 },
+        policy: PolicyConfig::of_kind(PolicyKind::LaBinary),
+        prediction: PredictionConfig {
+            source: PredictionSourceConfig::NoisyAccuracy { accuracy: 0.7 },
+            fallback_fraction: 0.1,
+            ..PredictionConfig::default()
+        },
+        record_placements: true,
+        seed: 7,
+        ..SimConfig::default()
+    };
+    let workload = Workload::load(&config.workload).unwrap();
+    let first = run(&workload, &config, |_| {}).unwrap();
+    let second = run(&workload, &config, |_| {}).unwrap();
+    assert_eq!(first.placements, second.placements);
+    assert_eq!(first.metrics, second.metrics);
+    assert_eq!(first.counters, second.counters);
+    assert!(first.counters.placed > 2000);
+    // The configuration in the result reproduces the run through TOML.
+    let text = toml::to_string(&first.config).unwrap();
+    let reread: SimConfig = toml::from_str(&text).unwrap();
+    assert_eq!(reread, config);
+    let third = run(&Workload::load(&reread.workload).unwrap(), &reread, |_| {}).unwrap();
+    assert_eq!(third.placements, first.placements);
+    // Another seed draws other ties and other noise.
+    let other = run(&workload, &SimConfig { seed: 8, ..config.clone() }, |_| {}).unwrap();
+    assert_ne!(other.placements, first.placements);
+}
+
+/// Unknown fields and bad values are refused, naming the field.
+#[test]
+fn bad_configurations_name_the_field() {
+    let err = toml::from_str::<SimConfig>("sample_interval = 5").unwrap_err().to_string();
+    assert!(err.contains("sample_interval"), "{err}");
+    let workload = Workload::from_records(vec![record("a", 1.0, 0.0, None)], &provided()).unwrap();
+    let bad = SimConfig { sample_interval_s: 0.0, ..config(1, 4.0) };
+    let err = run(&workload, &bad, |_| {}).unwrap_err().to_string();
+    assert!(err.contains("sample_interval_s"), "{err}");
+    let bad = SimConfig {
+        prediction: PredictionConfig { fallback_fraction: 2.0, ..PredictionConfig::default() },
+        ..config(1, 4.0)
+    };
+    let err = run(&workload, &bad, |_| {}).unwrap_err().to_string();
+    assert!(err.contains("fallback_fraction"), "{err}");
+    let err = Workload::from_records(vec![record("a", 1.0, 0.0, None), record("a", 1.0, 1.0, None)], &provided())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`a` appears twice"), "{err}");
+}
