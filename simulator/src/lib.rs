@@ -10,7 +10,10 @@
 //!   bound, as time series and time averages.
 //! - [`engine`]: the event loop: arrivals, exits, LARS migrations, metric samples.
 //! - [`plot`]: the SVG plots of the evaluation.
+//! - [`compare`]: experiments: a matrix of policies by predictions run in parallel, with tables and
+//!   plots.
 
+pub mod compare;
 pub mod engine;
 pub mod metrics;
 pub mod plot;
