@@ -1,0 +1,137 @@
+//! The prediction sources: noisy oracles hit their targets, fallbacks replace the asked share, the
+//! model sees only the past and repredicts in process for NILAS, and every draw follows the seed.
+
+use allocator::{PolicyConfig, PolicyKind};
+use domain::{LifetimeClass, PredictionSource};
+use simulator::engine::{run, SimConfig};
+use simulator::predict::{predict, PredictError, PredictionConfig, PredictionSourceConfig};
+use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};
+use std::path::PathBuf;
+
+fn synthetic(max_vms: usize) -> WorkloadConfig {
+    WorkloadConfig {
+        trace: TraceSpec::Synthetic(SyntheticSpec { days: 2.0, warmup_days: 0.5, ..SyntheticSpec::default() }),
+        max_vms: Some(max_vms),
+        ..WorkloadConfig::default()
+    }
+}
+
+fn source(source: PredictionSourceConfig) -> PredictionConfig {
+    PredictionConfig { source, ..PredictionConfig::default() }
+}
+
+fn bundle() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+}
+
+#[test]
+fn the_oracle_knows_every_lifetime_from_placement() {
+    let workload = Workload::load(&synthetic(2000)).unwrap();
+    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let p = predict(&workload, &source(PredictionSourceConfig::Oracle), &policy, 1).unwrap();
+    for (vm, prediction) in workload.vms.iter().zip(&p.per_vm) {
+        let prediction = prediction.as_ref().unwrap();
+        assert_eq!(prediction.expected_lifetime_s, Some(workload.lifetime_s(vm)));
+        assert_eq!(prediction.source, PredictionSource::Oracle);
+    }
+    assert_eq!((p.report.precision_long, p.report.recall_long, p.report.accuracy), (1.0, 1.0, 1.0));
+    let none = predict(&workload, &source(PredictionSourceConfig::None), &policy, 1).unwrap();
+    assert!(none.per_vm.iter().all(Option::is_none));
+    assert_eq!(none.report.predicted_long, 0);
+}
+
+/// Paper 003 B.6: exactly round(recall x long) long VMs are predicted long, and the precision is the
+/// target; each prediction's lifetime agrees with its class.
+#[test]
+fn noisy_precision_recall_hits_its_targets() {
+    let workload = Workload::load(&synthetic(5000)).unwrap();
+    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let config = source(PredictionSourceConfig::NoisyPrecisionRecall { precision: 0.9, recall: 0.8 });
+    let p = predict(&workload, &config, &policy, 3).unwrap();
+    let r = &p.report;
+    assert!(r.true_long > 500, "{r:?}");
+    assert!((r.recall_long - 0.8).abs() < 0.002, "{r:?}");
+    assert!((r.precision_long - 0.9).abs() < 0.002, "{r:?}");
+    for prediction in p.per_vm.iter().flatten() {
+        let long = prediction.expected_lifetime_s.unwrap() >= policy.long_threshold_s;
+        assert_eq!(long, prediction.class == LifetimeClass::Long, "{prediction:?}");
+        assert_eq!(prediction.source, PredictionSource::NoisyOracle);
+    }
+    let again = predict(&workload, &config, &policy, 3).unwrap();
+    assert_eq!(again.per_vm, p.per_vm, "same seed, same draws");
+    let other = predict(&workload, &config, &policy, 4).unwrap();
+    assert_ne!(other.per_vm, p.per_vm);
+    // A precision the workload cannot reach: too few short VMs to be wrong about.
+    let impossible = source(PredictionSourceConfig::NoisyPrecisionRecall { precision: 0.01, recall: 1.0 });
+    let err = predict(&workload, &impossible, &policy, 3).err().unwrap();
+    assert!(matches!(err, PredictError::Unreachable { .. }), "{err}");
+}
+
+/// Paper 002 G.1: accuracy 1 keeps the true lifetime (sigma 0.001 in log10), accuracy 0 scatters
+/// it (sigma 3); lifetimes stay within [1 s, 14 days].
+#[test]
+fn noisy_accuracy_follows_the_gaussian_noise_model() {
+    let workload = Workload::load(&synthetic(3000)).unwrap();
+    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let exact =
+        predict(&workload, &source(PredictionSourceConfig::NoisyAccuracy { accuracy: 1.0 }), &policy, 1).unwrap();
+    assert!(exact.report.accuracy > 0.99, "{:?}", exact.report);
+    let noisy =
+        predict(&workload, &source(PredictionSourceConfig::NoisyAccuracy { accuracy: 0.0 }), &policy, 1).unwrap();
+    assert!(noisy.report.accuracy < 0.8, "{:?}", noisy.report);
+    for p in exact.per_vm.iter().chain(&noisy.per_vm).flatten() {
+        let lifetime = p.expected_lifetime_s.unwrap();
+        assert!((1.0..=CENSORED_LIFETIME_S * 1.000_001).contains(&lifetime), "{lifetime}");
+    }
+}
+
+/// The asked share of VMs, drawn with the seed, gets the short-lived fallback with its source.
+#[test]
+fn fallbacks_replace_the_asked_share() {
+    let workload = Workload::load(&synthetic(2000)).unwrap();
+    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let config = PredictionConfig {
+        fallback_fraction: 0.25,
+        fallback_source: PredictionSource::Safeguard,
+        ..PredictionConfig::default()
+    };
+    let p = predict(&workload, &config, &policy, 5).unwrap();
+    let expected = (0.25 * workload.vms.len() as f64).round() as usize;
+    let fallbacks = p.per_vm.iter().flatten().filter(|p| p.source == PredictionSource::Safeguard).count();
+    assert_eq!((fallbacks, p.report.fallbacks), (expected, expected));
+    assert!(p.report.recall_long < 0.85, "fallbacks are short-lived: {:?}", p.report);
+    let bad = PredictionConfig { fallback_source: PredictionSource::Model, ..config };
+    assert!(predict(&workload, &bad, &policy, 5).is_err(), "a fallback needs a fallback source");
+}
+
+/// The model's prediction of a VM depends only on the trace before it: cutting the trace after it
+/// changes nothing. NILAS repredicts with the bundle in process.
+#[test]
+fn the_model_sees_only_the_past_and_repredicts_in_process() {
+    let policy = PolicyConfig::of_kind(PolicyKind::Nilas);
+    let config = source(PredictionSourceConfig::Model { bundle: bundle() });
+    let short = Workload::load(&synthetic(600)).unwrap();
+    let long = Workload::load(&synthetic(1500)).unwrap();
+    let a = predict(&short, &config, &policy, 1).unwrap();
+    let b = predict(&long, &config, &policy, 1).unwrap();
+    assert_eq!(a.per_vm[..], b.per_vm[..a.per_vm.len()]);
+    assert!(a.repredictor.is_some());
+    assert_eq!(a.report.model_version.as_deref(), Some("default-1"));
+    assert!(a.per_vm.iter().flatten().all(|p| p.source == PredictionSource::Model && p.interval_class.is_none()));
+    // LA-multiclass reads interval classes: they are predicted for it only.
+    let multiclass = PolicyConfig::of_kind(PolicyKind::LaMulticlass);
+    let m = predict(&short, &config, &multiclass, 1).unwrap();
+    assert!(m.per_vm.iter().flatten().all(|p| p.interval_class.is_some()));
+
+    let sim = SimConfig {
+        workload: synthetic(1500),
+        inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.3, hosts_per_rack: 40 },
+        policy,
+        prediction: config,
+        ..SimConfig::default()
+    };
+    let result = run(&long, &sim, |_| {}).unwrap();
+    assert_eq!(result.final_stats.reprediction_model.as_deref(), Some("default-1"));
+    assert!(result.final_stats.repredictions > 0);
+    assert_eq!(result.counters.rejected, 0);
+}
