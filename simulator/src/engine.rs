@@ -431,18 +431,20 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
             }
             Kind::Migration => {
                 let Some(Reverse((_, _, vm))) = completions.pop() else { break };
-                // Not migrating any more when it exited meanwhile (cancelled): nothing to do.
-                let _ = allocator.complete_migration(&vm, now);
-                drain_active = follow_drain(
-                    &mut allocator,
-                    config,
-                    now,
-                    &mut completions,
-                    &mut completion_seq,
-                    &mut counters.migrations,
-                );
-                if !drain_active {
-                    next_drain = next_drain_time(config, last_drain_start, now);
+                // Not migrating any more when it exited meanwhile (cancelled): nothing to do, and
+                // its drain may be over already (counted once, when it ended).
+                if allocator.complete_migration(&vm, now).is_ok() && drain_active {
+                    drain_active = follow_drain(
+                        &mut allocator,
+                        config,
+                        now,
+                        &mut completions,
+                        &mut completion_seq,
+                        &mut counters.migrations,
+                    );
+                    if !drain_active {
+                        next_drain = next_drain_time(config, last_drain_start, now);
+                    }
                 }
             }
             Kind::Drain => {

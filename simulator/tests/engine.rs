@@ -260,3 +260,25 @@ fn bad_configurations_name_the_field() {
         .to_string();
     assert!(err.contains("`a` appears twice"), "{err}");
 }
+
+/// A VM that exits while it migrates cancels the migration; its drain ends then, and the
+/// completion event that was scheduled for it later changes nothing and is not counted again.
+#[test]
+fn a_vm_exiting_during_its_migration_ends_the_drain_once() {
+    let records = vec![record("only", 2.0, 0.0, Some(500.0)), record("late", 1.0, 10_000.0, None)];
+    let mut config = config(2, 16.0);
+    config.drains = Some(DrainPlan {
+        every_s: 1e9,
+        first_after_s: Some(100.0),
+        hosts_per_drain: 1,
+        order: MigrationOrder::LongestRemainingFirst,
+        max_in_flight: 3,
+        migration_s: 1200.0,
+    });
+    let (_, result) = simulate(records, &config);
+    let m = &result.counters.migrations;
+    assert_eq!((m.drains_started, m.drains_completed), (1, 1), "{m:?}");
+    assert_eq!((m.performed, m.avoided, m.cancelled), (0, 0, 1), "{m:?}");
+    assert_eq!(result.final_stats.available_hosts, 2);
+    assert_eq!(host_of(&result, "late"), Some("sim-h0"), "the drained host is back, lowest index");
+}
