@@ -6,6 +6,7 @@
 //! simulate run --synthetic --auto-hosts --headroom 0.3 --policy nilas --prediction model
 //! simulate run --config run.toml --seed 7          # flags override the file
 //! simulate run --synthetic --print-config > run.toml
+//! simulate compare configs/experiments/perfect.toml --trace trace.csv.gz --hosts 5000 --out-dir eval/perfect
 //! ```
 //!
 //! Every run's JSON result carries its full configuration (`config`), so it can be re-run with
@@ -17,6 +18,7 @@ use allocator::{Engine, PolicyKind, TieBreak};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use simulator::compare::{self, Comparison, Experiment};
 use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
 use simulator::plot::{self, Series};
 use simulator::predict::PredictionSourceConfig;
@@ -35,6 +37,28 @@ struct Cli {
 enum Command {
     /// Replay one trace under one policy and prediction source.
     Run(Box<RunArgs>),
+    /// Run an experiment (configs/experiments/*.toml): its policies by its predictions, in
+    /// parallel, on one workload; write results.json, summary.md and SVG plots.
+    Compare(Box<CompareArgs>),
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// The experiment file (TOML: base, policies, predictions, variants, baseline).
+    experiment: PathBuf,
+    /// Where results.json, summary.md and the plots go.
+    #[arg(long)]
+    out_dir: PathBuf,
+    /// The model bundle of every `model` prediction of the experiment.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Runs at a time (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// The workload, inventory and other settings of every run, over the experiment's `base`
+    /// (the policy and prediction flags are the experiment's to set).
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -199,18 +223,45 @@ struct RunArgs {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
+        Command::Compare(args) => compare(*args),
     }
 }
 
-fn run(args: RunArgs) -> Result<()> {
-    let config = build_config(&args)?;
-    if args.print_config {
-        print!("{}", toml::to_string(&config).context("writing the configuration as TOML")?);
-        return Ok(());
+fn compare(args: CompareArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.experiment)
+        .with_context(|| format!("reading the experiment {}", args.experiment.display()))?;
+    let mut experiment = Experiment::from_toml(&text).with_context(|| format!("{}", args.experiment.display()))?;
+    if args.run.policy.is_some() || args.run.prediction.is_some() || args.run.config.is_some() {
+        bail!("--policy, --prediction and --config belong to `simulate run`; an experiment sets its policies and predictions in its file");
     }
-    let workload = Workload::load(&config.workload).context("loading the workload")?;
-    let total = (workload.vms.len() + workload.exits_in_window()) as u64;
-    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+    experiment.base = apply_flags(experiment.base.clone(), &args.run)?;
+    if let Some(model) = &args.model {
+        for variant in &mut experiment.predictions {
+            if let PredictionSourceConfig::Model { bundle } = &mut variant.prediction.source {
+                bundle.clone_from(model);
+            }
+        }
+    }
+    let plan = experiment.plan().with_context(|| format!("{}", args.experiment.display()))?;
+    let workload = Workload::load(&experiment.base.workload).context("loading the workload")?;
+    let per_run = (workload.vms.len() + workload.exits_in_window()) as u64;
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    eprintln!("{}: {} runs, {} at a time, {} VMs each", experiment.name, plan.len(), jobs, workload.vms.len());
+    let bar = progress_bar(args.run.quiet, per_run * plan.len() as u64);
+    let runs = compare::run_all(&workload, plan, jobs, &|events| bar.inc(events)).context("running the experiment")?;
+    bar.finish_and_clear();
+    let gains = compare::gains(&runs, &experiment.baseline);
+    let comparison = Comparison { baseline: experiment.baseline.clone(), experiment, gains, runs };
+    print!("{}", compare::markdown(&comparison));
+    for path in compare::write_outputs(&comparison, &args.out_dir).context("writing the outputs")? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// A progress bar over `total` events on a terminal, hidden otherwise or with `--quiet`.
+fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
+    let bar = if quiet || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
         ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
@@ -221,6 +272,18 @@ fn run(args: RunArgs) -> Result<()> {
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    bar
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let config = build_config(&args)?;
+    if args.print_config {
+        print!("{}", toml::to_string(&config).context("writing the configuration as TOML")?);
+        return Ok(());
+    }
+    let workload = Workload::load(&config.workload).context("loading the workload")?;
+    let total = (workload.vms.len() + workload.exits_in_window()) as u64;
+    let bar = progress_bar(args.quiet, total);
     let result = engine::run(&workload, &config, |done| bar.set_position(done)).context("simulating")?;
     bar.finish_and_clear();
     print_summary(&result);
@@ -252,7 +315,7 @@ fn run(args: RunArgs) -> Result<()> {
 
 /// The configuration: the --config file (or the defaults), then every flag given.
 fn build_config(args: &RunArgs) -> Result<SimConfig> {
-    let mut config = match &args.config {
+    let config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
             toml::from_str::<SimConfig>(&text)
@@ -260,6 +323,11 @@ fn build_config(args: &RunArgs) -> Result<SimConfig> {
         }
         None => SimConfig::default(),
     };
+    apply_flags(config, args)
+}
+
+/// `config` with every flag given applied over it.
+fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     let host_cores = args.host_cores.unwrap_or(inventory_parts(&config.inventory).0);
     let host_memory_gib = args.host_memory_gib.unwrap_or(inventory_parts(&config.inventory).1);
 
