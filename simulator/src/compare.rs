@@ -273,6 +273,16 @@ pub fn gains(runs: &[CompareRun], baseline: &str) -> Vec<Gain> {
         .collect()
 }
 
+/// Of the VMs that drains had to move, the share actually migrated (the rest exited first): the
+/// figure LARS lowers (paper 000 Table 2), comparable between runs whose drains met different VMs.
+fn migrated_share(m: &crate::engine::MigrationCounters) -> String {
+    let drained = m.performed + m.avoided + m.cancelled;
+    if drained == 0 {
+        return "-".to_owned();
+    }
+    format!("{:.2}%", 100.0 * m.performed as f64 / drained as f64)
+}
+
 fn opt(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
@@ -300,9 +310,9 @@ pub fn markdown(comparison: &Comparison) -> String {
     }
     out.push_str(
         "| run | packing density % | gain pp (rel %) | empty hosts % | gain pp | empty-to-free | stranded CPU / mem % | \
-         rejected | migrations (avoided) | prediction accuracy / precision / recall (long) | decisions/s | wall s |\n",
+         rejected | migrations (avoided) | migrated share of drained VMs | prediction accuracy / precision / recall (long) | decisions/s | wall s |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (run, gain) in comparison.runs.iter().zip(&comparison.gains) {
         let r = &run.result;
         let m = &r.metrics;
@@ -310,7 +320,7 @@ pub fn markdown(comparison: &Comparison) -> String {
         let migrations = &r.counters.migrations;
         let _ = writeln!(
             out,
-            "| {} | {:.2} | {:+.2} ({:+.2}) | {:.2} | {:+.2} | {:.3} | {} / {} | {} | {} ({}) | {:.3} / {:.3} / {:.3} | {:.0} | {:.1} |",
+            "| {} | {:.2} | {:+.2} ({:+.2}) | {:.2} | {:+.2} | {:.3} | {} / {} | {} | {} ({}) | {} | {:.3} / {:.3} / {:.3} | {:.0} | {:.1} |",
             run.plan.label,
             gain.packing_density_pct,
             gain.packing_density_gain_pp,
@@ -323,6 +333,7 @@ pub fn markdown(comparison: &Comparison) -> String {
             r.counters.rejected,
             migrations.performed,
             migrations.avoided,
+            migrated_share(migrations),
             p.accuracy,
             p.precision_long,
             p.recall_long,
@@ -334,7 +345,7 @@ pub fn markdown(comparison: &Comparison) -> String {
         let m = &first.result.metrics;
         let _ = writeln!(
             out,
-            "| offline bound | {:.2} | | {:.2} | | | | | | | | |",
+            "| offline bound | {:.2} | | {:.2} | | | | | | | | | |",
             100.0 * m.bound_packing_density,
             m.bound_empty_hosts_pct
         );
@@ -350,8 +361,13 @@ fn write(path: &Path, text: &str) -> Result<(), CompareError> {
 pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, CompareError> {
     std::fs::create_dir_all(dir).map_err(|source| CompareError::Write { path: dir.to_owned(), source })?;
     let mut written = Vec::new();
+    // The series are in the plots; without them the file stays small enough to keep beside them.
+    let mut without_series = comparison.clone();
+    for run in &mut without_series.runs {
+        run.result.series.clear();
+    }
     let json = dir.join("results.json");
-    write(&json, &serde_json::to_string_pretty(comparison)?)?;
+    write(&json, &serde_json::to_string_pretty(&without_series)?)?;
     written.push(json);
     let md = dir.join("summary.md");
     write(&md, &markdown(comparison))?;
