@@ -91,6 +91,9 @@ pub struct DrainPlan {
     pub first_after_s: Option<f64>,
     /// Hosts per drain, picked by the allocator (fewest VMs, then most free).
     pub hosts_per_drain: usize,
+    /// Drain a fixed sequence instead: the hosts in inventory order, `hosts_per_drain` at a time
+    /// (a rolling maintenance), the same hosts in every run whatever their VMs.
+    pub rolling: bool,
     /// `longest-remaining-first` (LARS) or `arrival` (the baseline).
     pub order: MigrationOrder,
     pub max_in_flight: usize,
@@ -104,6 +107,7 @@ impl Default for DrainPlan {
             every_s: 86_400.0,
             first_after_s: None,
             hosts_per_drain: 10,
+            rolling: false,
             order: MigrationOrder::LongestRemainingFirst,
             max_in_flight: 3,
             migration_s: 1200.0,
@@ -380,6 +384,8 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         .as_ref()
         .map_or(f64::INFINITY, |plan| workload.from_s + plan.first_after_s.unwrap_or(plan.every_s));
     let mut last_drain_start = f64::NEG_INFINITY;
+    // Where the next rolling drain starts in the inventory.
+    let mut rolling_next = 0usize;
     let mut events = 0u64;
     let end = workload.to_s;
 
@@ -450,11 +456,17 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
             Kind::Drain => {
                 let Some(plan) = &config.drains else { break };
                 last_drain_start = now;
-                let request = DrainRequest {
-                    hosts: DrainHosts::Pick(plan.hosts_per_drain),
-                    order: plan.order,
-                    max_in_flight: plan.max_in_flight,
+                let hosts = if plan.rolling {
+                    let all = allocator.state().hosts();
+                    let listed = (0..plan.hosts_per_drain.min(all.len()))
+                        .map(|i| all[(rolling_next + i) % all.len()].id.clone())
+                        .collect();
+                    rolling_next = (rolling_next + plan.hosts_per_drain) % all.len().max(1);
+                    DrainHosts::Listed(listed)
+                } else {
+                    DrainHosts::Pick(plan.hosts_per_drain)
                 };
+                let request = DrainRequest { hosts, order: plan.order, max_in_flight: plan.max_in_flight };
                 match allocator.start_drain(&request, now) {
                     Ok(_) => {
                         counters.migrations.drains_started += 1;

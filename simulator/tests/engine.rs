@@ -180,6 +180,7 @@ fn lars_drains_avoid_migrating_vms_that_exit_before_their_turn() {
             every_s: 1e9,
             first_after_s: Some(100.0),
             hosts_per_drain: 1,
+            rolling: false,
             order,
             max_in_flight: 1,
             migration_s: 1200.0,
@@ -200,6 +201,33 @@ fn lars_drains_avoid_migrating_vms_that_exit_before_their_turn() {
     let m = &baseline.counters.migrations;
     assert_eq!((m.performed, m.avoided), (3, 0), "{m:?}");
     assert!(lars.counters.migrations.performed < baseline.counters.migrations.performed);
+}
+
+/// Rolling drains take the hosts in inventory order whatever their VMs (a fixed sequence, the same
+/// in every run), where the allocator's pick follows the VMs: one VM on three hosts is migrated
+/// at every picked drain, but only when the rolling drain reaches its host.
+#[test]
+fn rolling_drains_take_a_fixed_sequence_of_hosts() {
+    let records = vec![record("a", 2.0, 0.0, None), record("late", 1.0, 35_000.0, None)];
+    let drained = |rolling| {
+        let mut config = config(3, 16.0);
+        config.drains = Some(DrainPlan {
+            every_s: 10_000.0,
+            first_after_s: Some(100.0),
+            hosts_per_drain: 1,
+            rolling,
+            order: MigrationOrder::LongestRemainingFirst,
+            max_in_flight: 1,
+            migration_s: 1200.0,
+        });
+        simulate(records.clone(), &config).1.counters.migrations
+    };
+    // Drains at 100, 10,100, 20,100 and 30,100 s: sim-h0 (a -> sim-h1), sim-h1 (a -> sim-h0),
+    // sim-h2 (empty), sim-h0 (a -> sim-h1).
+    let rolling = drained(true);
+    assert_eq!((rolling.drains_started, rolling.performed), (4, 3), "{rolling:?}");
+    let picked = drained(false);
+    assert_eq!((picked.drains_started, picked.performed), (4, 4), "{picked:?}");
 }
 
 /// The same configuration gives the same run; the seed drives tie-breaking and the noisy draws.
@@ -271,6 +299,7 @@ fn a_vm_exiting_during_its_migration_ends_the_drain_once() {
         every_s: 1e9,
         first_after_s: Some(100.0),
         hosts_per_drain: 1,
+        rolling: false,
         order: MigrationOrder::LongestRemainingFirst,
         max_in_flight: 3,
         migration_s: 1200.0,

@@ -201,7 +201,7 @@ struct RunArgs {
     /// Inflation stranding at every n-th sample (0: never).
     #[arg(long)]
     inflation_every: Option<u32>,
-    /// LARS drains: `every=SECONDS[,hosts=N][,order=lars|arrival][,in-flight=3][,migration-s=1200][,first=SECONDS]`,
+    /// LARS drains: `every=SECONDS[,hosts=N][,pick=fewest-vms|rolling][,order=lars|arrival][,in-flight=3][,migration-s=1200][,first=SECONDS]`,
     /// or `off`.
     #[arg(long)]
     drains: Option<String>,
@@ -545,7 +545,7 @@ fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
     })
 }
 
-/// `off`, or `every=S[,hosts=N][,order=lars|arrival][,in-flight=K][,migration-s=S][,first=S]`.
+/// `off`, or `every=S[,hosts=N][,pick=fewest-vms|rolling][,order=lars|arrival][,in-flight=K][,migration-s=S][,first=S]`.
 fn parse_drains(text: &str) -> Result<Option<DrainPlan>> {
     if text == "off" {
         return Ok(None);
@@ -579,6 +579,15 @@ fn parse_drains(text: &str) -> Result<Option<DrainPlan>> {
                     })?
             }
             "migration-s" => plan.migration_s = non_negative("--drains migration-s", number()?)?,
+            "pick" => {
+                plan.rolling = match value {
+                    "rolling" => true,
+                    "fewest-vms" => false,
+                    _ => bail!(
+                        "--drains pick must be `rolling` (hosts in inventory order) or `fewest-vms`, got `{value}`"
+                    ),
+                }
+            }
             "order" => {
                 plan.order = match value {
                     "lars" | "longest-remaining-first" => MigrationOrder::LongestRemainingFirst,
@@ -586,7 +595,7 @@ fn parse_drains(text: &str) -> Result<Option<DrainPlan>> {
                     _ => bail!("--drains order must be `lars` or `arrival`, got `{value}`"),
                 }
             }
-            _ => bail!("--drains: unknown key `{key}` (every, first, hosts, order, in-flight, migration-s)"),
+            _ => bail!("--drains: unknown key `{key}` (every, first, hosts, pick, order, in-flight, migration-s)"),
         }
     }
     if !every {
