@@ -87,7 +87,8 @@ fn summarize(mut samples: Vec<Duration>) -> Figures {
     Figures { p50: samples[samples.len() / 2], p99: samples[samples.len() * 99 / 100], mean, steps: samples.len() }
 }
 
-/// A steady-state measurement, with the repredictions it made.
+/// A steady-state measurement, with the repredictions it made (counted as model evaluations: a
+/// reprediction answered from the VM's last evaluation costs none).
 struct Measured {
     figures: Figures,
     /// Repredictions inside the timed section, per decision.
@@ -359,7 +360,7 @@ fn print_exit_rows(rows: &[ExitRow]) {
     println!();
     println!(
         "| policy | hosts | VMs | exit times | decisions | p50 | p99 | mean | p50 / PBFR | p99 / PBFR | mean / PBFR \
-         | repredictions per decision (timed) | repredictions per step (untimed) |"
+         | model evaluations per decision (timed) | model evaluations per step (untimed) |"
     );
     println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut sorted: Vec<&ExitRow> = rows.iter().collect();

@@ -130,7 +130,8 @@ pub struct AllocatorStats {
     /// Version of the remaining-lifetime model repredicting exit times, if one is loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reprediction_model: Option<String>,
-    /// Repredictions made since start.
+    /// Model evaluations made by repredictions since start (a reprediction answered from the VM's
+    /// last evaluation, its uptime still where the model's answer cannot have changed, is not one).
     pub repredictions: u64,
 }
 
@@ -311,7 +312,9 @@ impl Allocator {
         self.refresh_exits();
     }
 
-    /// Repredictions made since start (O(1); also in [`Allocator::stats`]).
+    /// Model evaluations made by repredictions since start (O(1); also in [`Allocator::stats`]): a
+    /// reprediction the model's split thresholds show to be unchanged since the VM's last
+    /// evaluation reuses it and is not counted ([`crate::reprediction`]).
     pub fn repredictions_made(&self) -> u64 {
         self.repredictions.count
     }

@@ -9,8 +9,17 @@
 //!
 //! The allocator caches each host's exit time and recomputes it when a VM is added or removed and,
 //! when configured, every refresh interval ([`RepredictionConfig`]).
+//!
+//! A tree ensemble's answer moves with the uptime only when the uptime crosses one of the split
+//! thresholds on it, and a periodic refresh mostly finds VMs between two thresholds (the default
+//! bundle has none past 2.6 days of uptime). So each VM keeps its last evaluation with the range of
+//! uptimes it holds for ([`Repredictor::constant_range`]), and a reprediction evaluates the model
+//! only when the uptime left that range: the answer is the same, bit for bit, only cheaper. The
+//! exit time `now + remaining` still moves with the clock.
 
 use domain::VmId;
+use lifetime_model::features::encode_uptime;
+use lifetime_model::gbdt::ConstantRange;
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -25,6 +34,18 @@ pub trait Repredictor: Debug + Send + Sync {
     fn encode(&self, features: &RequestFeatures) -> Vec<f64>;
     /// Expected remaining lifetime in seconds of a VM with this row after `uptime_s` seconds.
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64;
+    /// The uptime as [`Repredictor::constant_range`] measures it (the model's own encoding of it,
+    /// so that ranges are exact; by default the uptime itself).
+    fn uptime_key(&self, uptime_s: f64) -> f64 {
+        uptime_s
+    }
+    /// A range of uptime keys ([`Repredictor::uptime_key`]), containing `key`, over which
+    /// [`Repredictor::remaining_s`] gives every row the same answer, bit for bit, as at `key`. `None`
+    /// (the default) when unknown: every reprediction then evaluates the model.
+    fn constant_range(&self, key: f64) -> Option<ConstantRange> {
+        let _ = key;
+        None
+    }
 }
 
 /// The remaining-lifetime model of a model bundle.
@@ -46,6 +67,12 @@ impl Repredictor for BundleRepredictor {
     }
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
         self.0.predict_remaining_row(row, uptime_s)
+    }
+    fn uptime_key(&self, uptime_s: f64) -> f64 {
+        encode_uptime(uptime_s)
+    }
+    fn constant_range(&self, key: f64) -> Option<ConstantRange> {
+        self.0.remaining_constant_range(key)
     }
 }
 
@@ -77,6 +104,8 @@ struct VmRow {
     features: RequestFeatures,
     /// The encoded row and the model version it was encoded for.
     encoded: Option<(Arc<str>, Vec<f64>)>,
+    /// The last evaluation of the model for this row, and the uptime keys it holds for.
+    last: Option<(ConstantRange, f64)>,
 }
 
 /// The repredictor, if any, and the rows of the placed VMs.
@@ -85,7 +114,8 @@ pub struct Repredictions {
     model: Option<Arc<dyn Repredictor>>,
     version: Option<Arc<str>>,
     rows: HashMap<VmId, VmRow>,
-    /// Repredictions made (for the figures of the bench and `/metrics`).
+    /// Model evaluations made (for the figures of the bench and `/metrics`): a reprediction answered
+    /// from a VM's last evaluation (its uptime still in the evaluation's constant range) is not one.
     pub count: u64,
 }
 
@@ -96,6 +126,10 @@ impl Repredictions {
         if model.is_none() {
             // Rows are only read with a model.
             self.rows.clear();
+        }
+        for row in self.rows.values_mut() {
+            // Another model (even of the same version) answers for itself.
+            row.last = None;
         }
         self.version = model.as_ref().map(|m| Arc::from(m.version()));
         self.model = model;
@@ -112,7 +146,7 @@ impl Repredictions {
     /// Remembers what the model reads of a placed VM.
     pub fn add(&mut self, vm: &VmId, features: RequestFeatures) {
         if self.model.is_some() {
-            self.rows.insert(vm.clone(), VmRow { features, encoded: None });
+            self.rows.insert(vm.clone(), VmRow { features, encoded: None, last: None });
         }
     }
 
@@ -121,19 +155,28 @@ impl Repredictions {
     }
 
     /// The VM's expected remaining lifetime after `uptime_s`: the model's when it has the VM's row,
-    /// else `initial_lifetime_s - uptime_s`, never below 0.
+    /// else `initial_lifetime_s - uptime_s`, never below 0. The model is evaluated only when the
+    /// uptime left the constant range of the VM's last evaluation.
     pub fn remaining_s(&mut self, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
         let fallback = (initial_lifetime_s - uptime_s).max(0.0);
         let (Some(model), Some(version)) = (&self.model, &self.version) else { return fallback };
         let Some(row) = self.rows.get_mut(vm) else { return fallback };
         if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
             row.encoded = Some((version.clone(), model.encode(&row.features)));
+            row.last = None;
+        }
+        let Some((_, encoded)) = &row.encoded else { return fallback };
+        let uptime_s = uptime_s.max(0.0);
+        let key = model.uptime_key(uptime_s);
+        if let Some((range, remaining)) = row.last {
+            if range.contains(key) {
+                return remaining;
+            }
         }
         self.count += 1;
-        match &row.encoded {
-            Some((_, encoded)) => model.remaining_s(encoded, uptime_s.max(0.0)).max(0.0),
-            None => fallback,
-        }
+        let remaining = model.remaining_s(encoded, uptime_s).max(0.0);
+        row.last = model.constant_range(key).map(|range| (range, remaining));
+        remaining
     }
 }
 
@@ -160,6 +203,45 @@ mod tests {
         fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
             2.0 * uptime_s + row[0]
         }
+    }
+
+    /// A model whose answer steps every 1,000 s of uptime, and says so.
+    #[derive(Debug)]
+    struct Steps;
+
+    impl Repredictor for Steps {
+        fn version(&self) -> &str {
+            "steps"
+        }
+        fn encode(&self, features: &RequestFeatures) -> Vec<f64> {
+            vec![features.cores]
+        }
+        fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
+            row[0] + (uptime_s / 1_000.0).floor()
+        }
+        fn constant_range(&self, key: f64) -> Option<ConstantRange> {
+            let step = (key / 1_000.0).floor() * 1_000.0;
+            // The keys of the test are whole seconds.
+            Some(ConstantRange { above: step - 0.5, up_to: step + 999.5 })
+        }
+    }
+
+    #[test]
+    fn the_model_is_evaluated_again_only_when_the_uptime_leaves_the_last_range() {
+        let mut repredictions = Repredictions::default();
+        repredictions.set_model(Some(Arc::new(Steps)));
+        let vm = VmRequest::new("a", "t", "D", Resources::from_whole(4.0, 8.0, 0.0).unwrap());
+        add(&mut repredictions, &vm);
+        let answers: Vec<f64> = [0.0, 500.0, 999.0, 1_000.0, 1_900.0, 500.0, 5_000.0]
+            .iter()
+            .map(|&u| repredictions.remaining_s(&vm.vm_id, 0.0, u))
+            .collect();
+        assert_eq!(answers, [4.0, 4.0, 4.0, 5.0, 5.0, 4.0, 9.0]);
+        assert_eq!(repredictions.count, 4, "evaluations: at 0, 1,000, 500 (back before the range) and 5,000");
+        // A model set again answers for itself, even of the same version.
+        repredictions.set_model(Some(Arc::new(Steps)));
+        assert_eq!(repredictions.remaining_s(&vm.vm_id, 0.0, 5_001.0), 9.0);
+        assert_eq!(repredictions.count, 5);
     }
 
     #[test]

@@ -253,3 +253,71 @@ fn exit_times_follow_repredictions_on_the_refresh_interval() {
     assert_eq!(a.stats().reprediction_model.as_deref(), Some("one-more-hour"));
     assert_eq!(a.stats().repredictions, 4);
 }
+
+/// The default bundle's remaining-lifetime model without its constant ranges: every reprediction
+/// evaluates the trees.
+#[derive(Debug)]
+struct EveryTime(allocator::reprediction::BundleRepredictor);
+
+impl allocator::reprediction::Repredictor for EveryTime {
+    fn version(&self) -> &str {
+        self.0.version()
+    }
+    fn encode(&self, features: &lifetime_model::RequestFeatures) -> Vec<f64> {
+        self.0.encode(features)
+    }
+    fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
+        self.0.remaining_s(row, uptime_s)
+    }
+}
+
+/// Reusing a VM's last evaluation while its uptime stays in the evaluation's constant range changes
+/// no exit time, no host summary and no decision of NILAS and LAVA with the default bundle, and
+/// saves evaluations.
+#[test]
+fn repredictions_reused_within_their_uptime_ranges_change_nothing() {
+    use allocator::reprediction::{BundleRepredictor, Repredictor};
+    use rand::{Rng, SeedableRng};
+    use std::sync::Arc;
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let model = Arc::new(lifetime_model::LifetimeModel::load(&dir).unwrap());
+    for kind in [PolicyKind::Nilas, PolicyKind::Lava] {
+        let make = |repredictor: Arc<dyn Repredictor>| {
+            let spec = InventorySpec::homogeneous("z", 30, 10, Resources::from_whole(48.0, 384.0, 0.0).unwrap());
+            let mut config = AllocatorConfig { policy: PolicyConfig::of_kind(kind), seed: 3, ..Default::default() };
+            config.reprediction.refresh_interval_s = 900.0;
+            let mut a = Allocator::new(&spec, &config).unwrap();
+            a.set_repredictor(Some(repredictor));
+            a
+        };
+        let mut cached = make(Arc::new(BundleRepredictor(model.clone())));
+        let mut every_time = make(Arc::new(EveryTime(BundleRepredictor(model.clone()))));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        // After the bundle's training data, so that tenants have a history.
+        let mut now = 800_000.0;
+        let mut running: Vec<VmId> = Vec::new();
+        for n in 0..4_000 {
+            now += rng.random_range(0.0..400.0);
+            if running.len() < 40 || rng.random_bool(0.52) {
+                let cores = [1.0, 2.0, 4.0, 8.0][rng.random_range(0..4)];
+                let mut request = vm(&format!("v{n}"), cores, Some(rng.random_range(60.0..20.0 * 86_400.0)));
+                request.tenant_id = TenantId::new(format!("t{}", rng.random_range(0..60)));
+                let request = AllocationRequest::Vm(request);
+                let decision = cached.allocate(&request, now).unwrap();
+                assert_eq!(decision, every_time.allocate(&request, now).unwrap(), "{kind:?} at {now}");
+                if decision.is_placed() {
+                    running.push(VmId::new(format!("v{n}")));
+                }
+            } else {
+                let id = running.swap_remove(rng.random_range(0..running.len()));
+                cached.release(&id, now).unwrap();
+                every_time.release(&id, now).unwrap();
+            }
+            assert_eq!(cached.lifetimes(), every_time.lifetimes(), "{kind:?} at {now}");
+        }
+        let (made, all) = (cached.repredictions_made(), every_time.repredictions_made());
+        // Short-lived VMs here: their uptimes are where the trees cut most densely.
+        assert!(made * 5 < all * 4, "{kind:?}: {made} evaluations instead of {all}");
+    }
+}

@@ -5,8 +5,8 @@
 //! the schema, every model parses and has as many inputs as the schema, and the bundle reproduces
 //! its own probe predictions (recorded at training time) within 1e-6.
 
-use crate::features::{FeatureEncoder, FeatureSchema, RequestFeatures};
-use crate::gbdt::TreeEnsemble;
+use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
+use crate::gbdt::{ConstantRange, TreeEnsemble};
 use crate::history::{FeatureStore, TenantSummary};
 use crate::report::EvaluationReport;
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
@@ -22,6 +22,8 @@ pub const FEATURE_STORE_FILE: &str = "feature_store.json";
 pub const FORMAT_VERSION: u32 = 1;
 /// Largest difference tolerated between a probe's recorded and recomputed prediction.
 pub const PROBE_TOLERANCE: f64 = 1e-6;
+/// Longest row (base row plus uptime) that remaining-lifetime predictions build on the stack.
+const STACK_ROW: usize = 64;
 
 /// Where the training data came from and how it was split.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -277,10 +279,34 @@ impl LifetimeModel {
 
     /// Remaining lifetime from an encoded base row plus uptime (the row is reused by repredictions).
     pub fn predict_remaining_row(&self, row: &[f64], uptime_s: f64) -> f64 {
-        let mut with_uptime = Vec::with_capacity(row.len() + 1);
-        with_uptime.extend_from_slice(row);
-        with_uptime.push((1.0 + uptime_s.max(0.0)).log10());
-        self.remaining_from_log10(self.remaining.predict(&with_uptime))
+        self.predict_remaining_encoded(row, encode_uptime(uptime_s))
+    }
+
+    /// Remaining lifetime from an encoded base row plus an encoded uptime ([`encode_uptime`]).
+    pub fn predict_remaining_encoded(&self, row: &[f64], log10_uptime: f64) -> f64 {
+        // Repredictions call this for every running VM: a row that fits is built on the stack.
+        let mut buffer = [0.0; STACK_ROW];
+        let mut heap = Vec::new();
+        let with_uptime = match buffer.get_mut(..row.len() + 1) {
+            Some(with_uptime) => with_uptime,
+            None => {
+                heap.resize(row.len() + 1, 0.0);
+                &mut heap[..]
+            }
+        };
+        with_uptime[..row.len()].copy_from_slice(row);
+        with_uptime[row.len()] = log10_uptime;
+        self.remaining_from_log10(self.remaining.predict(with_uptime))
+    }
+
+    /// An interval of encoded uptimes ([`encode_uptime`]), containing `log10_uptime`, over which
+    /// [`LifetimeModel::predict_remaining_encoded`] gives every row the same answer, bit for bit, as
+    /// at `log10_uptime` (the remaining-lifetime model's trees cut the uptime at a few hundred
+    /// thresholds, so a VM's reprediction changes only when its uptime crosses one). `None` when no
+    /// such interval is known.
+    pub fn remaining_constant_range(&self, log10_uptime: f64) -> Option<ConstantRange> {
+        // The uptime is the input after the base row (`FeatureSchema::with_uptime`).
+        self.remaining.constant_range(self.manifest.schema.len(), log10_uptime)
     }
 
     fn remaining_from_log10(&self, log10: f64) -> f64 {
@@ -296,6 +322,75 @@ impl LifetimeModel {
             expected_lifetime_s: Some(prediction.expected_lifetime_s),
             model_version: Some(self.manifest.version.clone()),
             source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn default_bundle() -> LifetimeModel {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+        LifetimeModel::load(&dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
+    }
+
+    /// Repredicting a VM every `step` seconds of uptime (every second for the first 1,000), reusing
+    /// the last evaluation while the uptime stays in its constant range, gives bit for bit what
+    /// evaluating every time gives.
+    #[test]
+    fn remaining_predictions_are_constant_over_their_uptime_ranges() {
+        let model = default_bundle();
+        let (mut evaluations, mut calls) = (0u64, 0u64);
+        for probe in &model.manifest().probes {
+            for step in [60.0, 900.0, 3_601.5] {
+                let mut cached: Option<(ConstantRange, f64)> = None;
+                let mut uptime = 0.0;
+                while uptime < 30.0 * 86_400.0 {
+                    let key = encode_uptime(uptime);
+                    let expected = model.predict_remaining_row(&probe.row, uptime);
+                    calls += 1;
+                    let got = match cached {
+                        Some((range, remaining)) if range.contains(key) => remaining,
+                        _ => {
+                            evaluations += 1;
+                            let range = model.remaining_constant_range(key).expect("the uptime is a numerical input");
+                            assert!(range.contains(key), "uptime {uptime}: {key} not in {range:?}");
+                            let remaining = model.predict_remaining_encoded(&probe.row, key);
+                            // The range's ends answer like its inside.
+                            for end in [crate::gbdt::tests::next_up(range.above), range.up_to]
+                                .into_iter()
+                                .filter(|v| v.is_finite())
+                            {
+                                let at_end = model.predict_remaining_encoded(&probe.row, end);
+                                assert_eq!(at_end.to_bits(), remaining.to_bits(), "{end} in {range:?}");
+                            }
+                            cached = Some((range, remaining));
+                            remaining
+                        }
+                    };
+                    assert_eq!(got.to_bits(), expected.to_bits(), "uptime {uptime}, row {:?}", probe.row);
+                    // Every second at first, where the thresholds are densest.
+                    uptime += if uptime < 1_000.0 { 1.0 } else { step };
+                }
+            }
+        }
+        assert!(evaluations * 4 < calls, "the ranges save evaluations: {evaluations} of {calls}");
+    }
+
+    #[test]
+    fn rows_on_the_stack_and_on_the_heap_predict_like_a_vector() {
+        let model = default_bundle();
+        let row = &model.manifest().probes[0].row;
+        let mut long = row.clone();
+        long.resize(STACK_ROW + 5, 1.0);
+        for candidate in [row, &long] {
+            for uptime in [0.0, 100.0, 86_400.0] {
+                let mut with_uptime = candidate.clone();
+                with_uptime.push(encode_uptime(uptime));
+                let expected = model.remaining_from_log10(model.remaining.predict(&with_uptime));
+                assert_eq!(model.predict_remaining_row(candidate, uptime).to_bits(), expected.to_bits());
+            }
         }
     }
 }

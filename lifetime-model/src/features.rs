@@ -112,6 +112,12 @@ pub enum NumericSource {
     Log10Uptime,
 }
 
+/// The uptime input of the remaining-lifetime model: log10(1 + uptime in seconds), a negative (or
+/// NaN) uptime read as 0.
+pub fn encode_uptime(uptime_s: f64) -> f64 {
+    (1.0 + uptime_s.max(0.0)).log10()
+}
+
 /// Where a categorical feature comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "source", content = "column")]
@@ -250,7 +256,7 @@ impl FeatureEncoder {
                     NumericSource::TenantLog10LifetimeP50 => tenant.log10_lifetime_p50,
                     NumericSource::TenantLog10LifetimeP75 => tenant.log10_lifetime_p75,
                     NumericSource::TenantRunning => tenant.running,
-                    NumericSource::Log10Uptime => (1.0 + uptime_s.unwrap_or(0.0).max(0.0)).log10(),
+                    NumericSource::Log10Uptime => encode_uptime(uptime_s.unwrap_or(0.0)),
                 },
                 FeatureKind::Categorical { source, .. } => {
                     let text = match source {

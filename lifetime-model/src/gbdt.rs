@@ -46,6 +46,9 @@ use std::str::FromStr;
 
 /// LightGBM's `kZeroThreshold`: declared as `1e-35f` (a float literal) and stored in a double.
 const K_ZERO_THRESHOLD: f64 = 1e-35_f32 as f64;
+/// The largest value below the zero band `[-kZeroThreshold, kZeroThreshold]` (`f64::next_down` is
+/// younger than the MSRV; one more in the bits of a negative number is one step away from zero).
+const BELOW_ZERO_BAND: f64 = f64::from_bits((-K_ZERO_THRESHOLD).to_bits() + 1);
 
 /// Trees walked in lockstep by the evaluator (see `TreeEnsemble::eval_lanes`).
 const LANES: usize = 4;
@@ -204,6 +207,34 @@ pub struct TreeEnsemble {
     num_iterations: usize,
     average_output: bool,
     transform: OutputTransform,
+    /// Per feature, the values its numerical splits compare with (for
+    /// [`TreeEnsemble::constant_range`]).
+    splits: Vec<FeatureSplits>,
+}
+
+/// Where the numerical splits of one feature cut its values, over all trees.
+#[derive(Debug, Clone, Default)]
+struct FeatureSplits {
+    /// The thresholds, ascending and without duplicates or NaN (a NaN threshold sends every value
+    /// the same way, so it cuts nothing).
+    thresholds: Vec<f64>,
+    /// Some node splits on the feature as a category: its decision is not a threshold cut.
+    categorical: bool,
+}
+
+/// The values `v` of one feature with `above < v <= up_to`: see [`TreeEnsemble::constant_range`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConstantRange {
+    /// Exclusive lower bound.
+    pub above: f64,
+    /// Inclusive upper bound (a split goes left when `value <= threshold`).
+    pub up_to: f64,
+}
+
+impl ConstantRange {
+    pub fn contains(&self, value: f64) -> bool {
+        value > self.above && value <= self.up_to
+    }
 }
 
 impl Node {
@@ -367,7 +398,9 @@ impl TreeEnsemble {
             }
         }
 
+        let splits = feature_splits(&builder.nodes, num_features);
         Ok(TreeEnsemble {
+            splits,
             nodes: builder.nodes,
             leaf_values: builder.leaf_values,
             cat_ranges: builder.cat_ranges,
@@ -399,6 +432,37 @@ impl TreeEnsemble {
     /// How raw scores are turned into predictions, from the model's `objective=` line.
     pub fn output_transform(&self) -> OutputTransform {
         self.transform
+    }
+
+    /// An interval of values of `feature`, containing `value`, over which every node that splits on
+    /// `feature` takes the branch it takes for `value`. Whatever the row's other features, a row
+    /// whose `feature` is anywhere in the interval therefore reaches the same leaves, and gets the
+    /// same prediction bit for bit, as with `value`: a caller that varies one input (such as an
+    /// uptime) can reuse a prediction until the input leaves the interval.
+    ///
+    /// The interval follows the evaluator's reading of a value: values within LightGBM's zero band
+    /// (`|v| <= kZeroThreshold`) all read as `0.0` and may take a missing value's default side, so
+    /// the band is an interval of its own and never part of another. `None` when no such interval
+    /// is known: `value` is NaN (missing), the feature has a categorical split, or the model has no
+    /// such feature.
+    pub fn constant_range(&self, feature: usize, value: f64) -> Option<ConstantRange> {
+        let splits = self.splits.get(feature)?;
+        if splits.categorical || value.is_nan() {
+            return None;
+        }
+        if value.abs() <= K_ZERO_THRESHOLD {
+            return Some(ConstantRange { above: BELOW_ZERO_BAND, up_to: K_ZERO_THRESHOLD });
+        }
+        // Thresholds below `value` send it right, the others (from `first_above` on) left; every value
+        // strictly between the two neighbouring thresholds does the same.
+        let first_above = splits.thresholds.partition_point(|&t| t < value);
+        let lower = first_above.checked_sub(1).map_or(f64::NEG_INFINITY, |i| splits.thresholds[i]);
+        let upper = splits.thresholds.get(first_above).copied().unwrap_or(f64::INFINITY);
+        Some(if value > 0.0 {
+            ConstantRange { above: lower.max(K_ZERO_THRESHOLD), up_to: upper }
+        } else {
+            ConstantRange { above: lower, up_to: upper.min(BELOW_ZERO_BAND) }
+        })
     }
 
     /// Raw scores (before the objective's transform) of `row` into `out`, exactly as LightGBM's
@@ -639,6 +703,26 @@ fn parse_objective(line: Option<&str>, num_class: i64, per_iteration: i64) -> Re
         "custom" => Ok(OutputTransform::Identity),
         _ => Err(GbdtError::UnsupportedObjective { objective: quote(line) }),
     }
+}
+
+/// Each feature's split thresholds over all `nodes` (see [`FeatureSplits`]).
+fn feature_splits(nodes: &[Node], num_features: usize) -> Vec<FeatureSplits> {
+    let mut splits = vec![FeatureSplits::default(); num_features];
+    for node in nodes {
+        // Features were checked against `num_features` when the tree was added.
+        let Some(feature) = splits.get_mut(node.feature as usize) else { continue };
+        if node.flags & FLAG_CATEGORICAL != 0 {
+            feature.categorical = true;
+        } else if !node.threshold.is_nan() {
+            feature.thresholds.push(node.threshold);
+        }
+    }
+    for feature in &mut splits {
+        feature.thresholds.sort_unstable_by(f64::total_cmp);
+        // -0.0 and 0.0 cut in the same place.
+        feature.thresholds.dedup_by(|a, b| a == b);
+    }
+    splits
 }
 
 /// Accumulates the flattened trees.
@@ -906,8 +990,23 @@ fn quote(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The next value towards +infinity of a finite `x` (`f64::next_up` is younger than the MSRV).
+    pub(crate) fn next_up(x: f64) -> f64 {
+        if x == 0.0 {
+            f64::from_bits(1)
+        } else if x > 0.0 {
+            f64::from_bits(x.to_bits() + 1)
+        } else {
+            f64::from_bits(x.to_bits() - 1)
+        }
+    }
+
+    fn next_down(x: f64) -> f64 {
+        -next_up(-x)
+    }
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -1084,6 +1183,55 @@ pandas_categorical:null
             m.predict_into(&row, &mut out);
             assert!((out[0] - sigmoid2(raw)).abs() < 1e-12, "probability of {row:?}");
             assert_eq!(m.predict(&row), out[0]);
+        }
+    }
+
+    #[test]
+    fn constant_ranges_are_the_cuts_of_the_feature() {
+        let m = model();
+        let band =
+            |r: Option<ConstantRange>| r.is_some_and(|r| r.contains(-K_ZERO_THRESHOLD) && r.up_to == K_ZERO_THRESHOLD);
+        // f0 is cut at 0.5; f1 at -1.5 and -0.5; f2 is categorical.
+        assert_eq!(m.constant_range(0, 0.3), Some(ConstantRange { above: K_ZERO_THRESHOLD, up_to: 0.5 }));
+        assert_eq!(m.constant_range(0, 0.5), Some(ConstantRange { above: K_ZERO_THRESHOLD, up_to: 0.5 }));
+        assert_eq!(m.constant_range(0, 0.7), Some(ConstantRange { above: 0.5, up_to: f64::INFINITY }));
+        assert_eq!(m.constant_range(1, -1.0), Some(ConstantRange { above: -1.5, up_to: -0.5 }));
+        assert_eq!(m.constant_range(1, -9.0), Some(ConstantRange { above: f64::NEG_INFINITY, up_to: -1.5 }));
+        assert_eq!(
+            m.constant_range(1, -0.1),
+            Some(ConstantRange { above: -0.5, up_to: BELOW_ZERO_BAND }),
+            "the zero band is not part of its neighbours"
+        );
+        assert!(
+            band(m.constant_range(1, 0.0)) && band(m.constant_range(1, -1e-36)) && band(m.constant_range(0, 1e-35))
+        );
+        assert_eq!(m.constant_range(2, 1.0), None, "categorical");
+        assert_eq!(m.constant_range(0, f64::NAN), None, "missing");
+        assert_eq!(m.constant_range(3, 1.0), None, "no such feature");
+    }
+
+    #[test]
+    fn predictions_are_constant_over_constant_ranges() {
+        let m = model();
+        let k = K_ZERO_THRESHOLD;
+        let mut values = vec![0.0, -0.0, k, -k, next_up(k), next_down(-k), 1e-36, -1e-36, 1e300, -1e300, f64::INFINITY];
+        for t in [0.5f64, -1.5, -0.5] {
+            values.extend([t, next_up(t), next_down(t), t + 0.25, t - 0.25]);
+        }
+        let others = [0.3, 0.7, f64::NAN, 0.0, -2.0, 1.0, 33.0, 5.0];
+        for feature in 0..2 {
+            for &value in &values {
+                let range = m.constant_range(feature, value).expect("numerical feature");
+                assert!(range.contains(value), "feature {feature}: {value} in {range:?}");
+                for &other in values.iter().filter(|&&w| range.contains(w)) {
+                    for base in others.windows(3) {
+                        let (mut at, mut moved) = (base.to_vec(), base.to_vec());
+                        at[feature] = value;
+                        moved[feature] = other;
+                        assert_eq!(m.predict(&at).to_bits(), m.predict(&moved).to_bits(), "{at:?} vs {moved:?}");
+                    }
+                }
+            }
         }
     }
 
