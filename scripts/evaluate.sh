@@ -2,7 +2,8 @@
 # Runs the five experiments of docs/evaluation.md on the real traces in ../shared/data (and on
 # the synthetic trace) and writes their tables and plots under docs/evaluation/<trace>/<experiment>/.
 # Each experiment is one `simulate compare` command; this script only trains the models they need
-# (once) and calls them in turn. Usage: scripts/evaluate.sh [azure|huawei|synthetic]... (default: all)
+# (once) and calls them in turn. Usage: scripts/evaluate.sh [azure|huawei|synthetic]... (default: all);
+# EXPERIMENTS="lars fallback" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data}
@@ -19,7 +20,7 @@ train() { # name, then lifetime-train arguments
 
 experiments() { # trace name, model dir, then the workload and inventory flags
     local name=$1 model=$2; shift 2
-    for experiment in perfect model accuracy-sweep lars fallback; do
+    for experiment in ${EXPERIMENTS:-perfect model accuracy-sweep lars fallback}; do
         target/release/simulate compare "configs/experiments/$experiment.toml" --model "$model" \
             --out-dir "docs/evaluation/$name/$experiment" "$@"
     done
