@@ -12,7 +12,7 @@ use crate::defrag::{Drain, DrainHosts, DrainReport, DrainRequest, Migration, Mig
 use crate::lava::{LavaHost, LavaState};
 use crate::lifetime::{HostLifetime, OrderedTime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError, ScoreKey};
-use crate::reprediction::{RepredictionConfig, Repredictions, Repredictor};
+use crate::reprediction::{ExitTimes, RepredictionConfig, Repredictions, Repredictor};
 use crate::rules::{HostView, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
 use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
@@ -207,9 +207,8 @@ pub struct Allocator {
     /// When each host's exit time is next recomputed from repredictions.
     next_refresh: Vec<f64>,
     refresh_interval_s: Option<f64>,
+    /// The model, and every host's VMs as its exit time reads them (with their last exit times).
     repredictions: Repredictions,
-    /// Each placed VM's last predicted exit time (policies that read exit times).
-    vm_exits: HashMap<VmId, f64>,
     /// Every host's LAVA state (empty unless the policy is LAVA).
     lava: Vec<LavaHost>,
     /// Hosts whose LAVA state changed since [`Allocator::take_lava_changes`] was last called.
@@ -241,8 +240,7 @@ impl Allocator {
             next_due: vec![f64::INFINITY; hosts],
             next_refresh: vec![f64::INFINITY; hosts],
             refresh_interval_s: config.reprediction.interval_s(),
-            repredictions: Repredictions::default(),
-            vm_exits: HashMap::new(),
+            repredictions: Repredictions::new(hosts),
             lava: vec![LavaHost::default(); hosts],
             lava_changed: BTreeSet::new(),
             drain: None,
@@ -297,18 +295,11 @@ impl Allocator {
         if !self.policy.reads_exit_times() {
             return;
         }
-        self.repredictions.set_model(model);
-        if self.repredictions.has_model() {
-            // Rows for the VMs already placed, from what the state keeps of them.
-            let features: Vec<(VmId, RequestFeatures)> = self
-                .state
-                .vms()
-                .map(|(id, vm)| (id.clone(), stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s)))
-                .collect();
-            for (id, features) in features {
-                self.repredictions.add(&id, features);
-            }
-        }
+        // Rows for the VMs already placed, from what the state keeps of them.
+        let state = &self.state;
+        self.repredictions.set_model(model, |id| {
+            state.vm(id).map(|vm| stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s))
+        });
         self.refresh_exits();
     }
 
@@ -496,11 +487,15 @@ impl Allocator {
     pub fn restore(&mut self, vm: NewVm, host: &HostId, now_s: f64) -> Result<(), StateError> {
         self.advance_clock(now_s);
         let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
-        if self.repredictions.has_model() {
-            self.repredictions.add(&vm.id, stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s));
-        }
+        let features = self
+            .repredictions
+            .has_model()
+            .then(|| stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s));
+        let (id, placed_at_s) = (vm.id.clone(), vm.placed_at_s);
+        let lifetime_s = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
         // No LAVA transition: the store's record of the host's LAVA state follows.
         self.state.restore(vm, index)?;
+        self.repredictions.add(index.get(), &id, placed_at_s, lifetime_s, features);
         self.refresh_lifetime(index);
         self.host_changed(index);
         Ok(())
@@ -708,9 +703,9 @@ impl Allocator {
         if let Err(error) = self.state.place(new, host) {
             unreachable!("a selected host refused its VM: {error}");
         }
-        if self.repredictions.has_model() {
-            self.repredictions.add(&vm.vm_id, RequestFeatures::from_request(vm, self.clock_s));
-        }
+        let features = self.repredictions.has_model().then(|| RequestFeatures::from_request(vm, self.clock_s));
+        let lifetime_s = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+        self.repredictions.add(host.get(), &vm.vm_id, self.clock_s, lifetime_s, features);
         if self.policy.is_lava() {
             let class = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).class;
             self.lava[host.get()].on_place(&self.state.hosts()[host.get()], class, self.clock_s);
@@ -726,8 +721,7 @@ impl Allocator {
             Ok(placed) => placed,
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
-        self.repredictions.remove(vm);
-        self.vm_exits.remove(vm);
+        self.repredictions.remove(placed.host.get(), vm);
         if let Some(target) = migrating_to {
             // Its reservation went with it.
             self.migration_changes.push(MigrationChange::Cancelled { vm: vm.clone() });
@@ -809,6 +803,7 @@ impl Allocator {
             Err(error) => unreachable!("a drain's migration is in the state: {error}"),
         };
         let target = self.state.vm(vm).map_or(source, |v| v.host);
+        self.repredictions.move_vm(vm, source.get(), target.get());
         if self.policy.is_lava() {
             let class = self.state.vm(vm).map_or(0, |v| self.policy.classes().vm_lifetime(v.prediction.as_ref()).class);
             self.lava[source.get()].on_release(&self.state.hosts()[source.get()], vm, self.clock_s);
@@ -879,7 +874,7 @@ impl Allocator {
     /// A VM's predicted remaining lifetime now (repredicted when a model is loaded).
     fn remaining_s(&mut self, id: &VmId, vm: &PlacedVm) -> f64 {
         let initial = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
-        self.repredictions.remaining_s(id, initial, self.clock_s - vm.placed_at_s)
+        self.repredictions.remaining_s(vm.host.get(), id, initial, self.clock_s - vm.placed_at_s)
     }
 
     /// Starts migrations while the drain has room and VMs to move. A VM no host can take goes to the
@@ -956,26 +951,15 @@ impl Allocator {
 
     fn update_lifetime(&mut self, host: HostIndex, repredict: bool) {
         let now = self.clock_s;
+        let reads_exits = self.policy.reads_exit_times();
+        let mode = match (reads_exits, repredict) {
+            (false, _) => ExitTimes::Initial,
+            (true, false) => ExitTimes::Reuse,
+            (true, true) => ExitTimes::Repredict,
+        };
+        let exit_s = self.repredictions.host_exit_s(host.get(), now, mode);
         let classes = self.policy.classes();
         let record = &self.state.hosts()[host.get()];
-        let reads_exits = self.policy.reads_exit_times();
-        let mut exit_s = f64::NEG_INFINITY;
-        for (id, vm) in record.vms.iter().filter_map(|id| self.state.vm(id).map(|vm| (id, vm))) {
-            let lifetime_s = classes.vm_lifetime(vm.prediction.as_ref()).lifetime_s;
-            let exit = if !reads_exits {
-                vm.placed_at_s + lifetime_s
-            } else {
-                match self.vm_exits.get(id) {
-                    Some(&exit) if !repredict => exit,
-                    _ => {
-                        let exit = now + self.repredictions.remaining_s(id, lifetime_s, now - vm.placed_at_s);
-                        self.vm_exits.insert(id.clone(), exit);
-                        exit
-                    }
-                }
-            };
-            exit_s = exit_s.max(exit);
-        }
         let mut summary = HostLifetime::at(classes, exit_s, now);
         if reads_exits {
             // These policies read exit times, not the class (whose drops would only cost events).

@@ -22,7 +22,6 @@ use lifetime_model::features::encode_uptime;
 use lifetime_model::gbdt::ConstantRange;
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -98,7 +97,7 @@ impl RepredictionConfig {
     }
 }
 
-/// One VM as repredictions see it.
+/// What the model reads of one VM.
 #[derive(Debug)]
 struct VmRow {
     features: RequestFeatures,
@@ -108,31 +107,71 @@ struct VmRow {
     last: Option<(ConstantRange, f64)>,
 }
 
-/// The repredictor, if any, and the rows of the placed VMs.
-#[derive(Debug, Default)]
+/// One placed VM as its host's exit time reads it.
+#[derive(Debug)]
+struct VmExit {
+    id: VmId,
+    placed_at_s: f64,
+    /// Its lifetime as the policy read its prediction when it was placed.
+    lifetime_s: f64,
+    /// Its last predicted exit time (policies that read exit times), until the next reprediction.
+    exit_s: Option<f64>,
+    /// What the model reads of it (only with a model).
+    row: Option<VmRow>,
+}
+
+/// How [`Repredictions::host_exit_s`] gets each VM's exit time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ExitTimes {
+    /// Placement time plus the lifetime read from the prediction (policies that do not read exit
+    /// times: their hosts' classes follow the initial predictions).
+    Initial,
+    /// The VM's last predicted exit, a VM never predicted is predicted now (arrivals and exits).
+    Reuse,
+    /// Every VM is predicted again now (the periodic refresh).
+    Repredict,
+}
+
+/// The repredictor, if any, and every host's VMs as its exit time reads them.
+///
+/// The VMs are kept host by host, in the order of the host's VMs in the state, so that a host's
+/// exit time reads one short list instead of looking each of its VMs up by id in maps of every
+/// placed VM (a periodic refresh does that for every VM).
+#[derive(Debug)]
 pub struct Repredictions {
     model: Option<Arc<dyn Repredictor>>,
     version: Option<Arc<str>>,
-    rows: HashMap<VmId, VmRow>,
+    /// By host index.
+    hosts: Vec<Vec<VmExit>>,
     /// Model evaluations made (for the figures of the bench and `/metrics`): a reprediction answered
     /// from a VM's last evaluation (its uptime still in the evaluation's constant range) is not one.
     pub count: u64,
 }
 
 impl Repredictions {
-    /// Uses `model` from now on (`None`: initial predictions minus age). Rows are encoded again
-    /// lazily for a new version.
-    pub fn set_model(&mut self, model: Option<Arc<dyn Repredictor>>) {
-        if model.is_none() {
-            // Rows are only read with a model.
-            self.rows.clear();
-        }
-        for row in self.rows.values_mut() {
-            // Another model (even of the same version) answers for itself.
-            row.last = None;
-        }
+    /// No model and no VM on `hosts` hosts.
+    pub fn new(hosts: usize) -> Self {
+        Repredictions { model: None, version: None, hosts: (0..hosts).map(|_| Vec::new()).collect(), count: 0 }
+    }
+
+    /// Uses `model` from now on (`None`: initial predictions minus age). Every VM's row is
+    /// `features(vm)` (none without a model); rows are encoded lazily.
+    pub fn set_model(
+        &mut self,
+        model: Option<Arc<dyn Repredictor>>,
+        mut features: impl FnMut(&VmId) -> Option<RequestFeatures>,
+    ) {
         self.version = model.as_ref().map(|m| Arc::from(m.version()));
         self.model = model;
+        let with_model = self.model.is_some();
+        for vm in self.hosts.iter_mut().flatten() {
+            // Rows are only read with a model, and a new model answers for itself.
+            vm.row = if with_model { features(&vm.id) } else { None }.map(|features| VmRow {
+                features,
+                encoded: None,
+                last: None,
+            });
+        }
     }
 
     pub fn model_version(&self) -> Option<&str> {
@@ -143,41 +182,109 @@ impl Repredictions {
         self.model.is_some()
     }
 
-    /// Remembers what the model reads of a placed VM.
-    pub fn add(&mut self, vm: &VmId, features: RequestFeatures) {
-        if self.model.is_some() {
-            self.rows.insert(vm.clone(), VmRow { features, encoded: None, last: None });
+    /// A VM placed on `host` at `placed_at_s`, with the lifetime the policy reads from its
+    /// prediction and what the model reads of it (kept only with a model).
+    pub fn add(
+        &mut self,
+        host: usize,
+        vm: &VmId,
+        placed_at_s: f64,
+        lifetime_s: f64,
+        features: Option<RequestFeatures>,
+    ) {
+        let row =
+            features.filter(|_| self.model.is_some()).map(|features| VmRow { features, encoded: None, last: None });
+        if let Some(vms) = self.hosts.get_mut(host) {
+            vms.push(VmExit { id: vm.clone(), placed_at_s, lifetime_s, exit_s: None, row });
         }
     }
 
-    pub fn remove(&mut self, vm: &VmId) {
-        self.rows.remove(vm);
+    /// The VM left `host`.
+    pub fn remove(&mut self, host: usize, vm: &VmId) {
+        self.take(host, vm);
     }
 
-    /// The VM's expected remaining lifetime after `uptime_s`: the model's when it has the VM's row,
-    /// else `initial_lifetime_s - uptime_s`, never below 0. The model is evaluated only when the
-    /// uptime left the constant range of the VM's last evaluation.
-    pub fn remaining_s(&mut self, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
-        let fallback = (initial_lifetime_s - uptime_s).max(0.0);
-        let (Some(model), Some(version)) = (&self.model, &self.version) else { return fallback };
-        let Some(row) = self.rows.get_mut(vm) else { return fallback };
-        if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
-            row.encoded = Some((version.clone(), model.encode(&row.features)));
-            row.last = None;
+    /// The VM moved from `source` to `target` (a completed migration), with its row and last exit.
+    pub fn move_vm(&mut self, vm: &VmId, source: usize, target: usize) {
+        if let (Some(moved), Some(vms)) = (self.take(source, vm), self.hosts.get_mut(target)) {
+            vms.push(moved);
         }
-        let Some((_, encoded)) = &row.encoded else { return fallback };
-        let uptime_s = uptime_s.max(0.0);
-        let key = model.uptime_key(uptime_s);
-        if let Some((range, remaining)) = row.last {
-            if range.contains(key) {
-                return remaining;
-            }
-        }
-        self.count += 1;
-        let remaining = model.remaining_s(encoded, uptime_s).max(0.0);
-        row.last = model.constant_range(key).map(|range| (range, remaining));
-        remaining
     }
+
+    fn take(&mut self, host: usize, vm: &VmId) -> Option<VmExit> {
+        let vms = self.hosts.get_mut(host)?;
+        let at = vms.iter().position(|v| v.id == *vm)?;
+        // `remove`, not `swap_remove`: the host's order stays the state's.
+        Some(vms.remove(at))
+    }
+
+    /// The expected remaining lifetime, at `now_s`, of a VM on `host` (see [`remaining`]; a VM
+    /// this does not know gets its initial lifetime minus its age).
+    pub fn remaining_s(&mut self, host: usize, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
+        let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
+        let row = found.and_then(|v| v.row.as_mut());
+        remaining(&self.model, &self.version, &mut self.count, row, initial_lifetime_s, uptime_s)
+    }
+
+    /// The latest exit time, at `now_s`, of the VMs on `host` (minus infinity without VMs), each
+    /// VM's exit time got as `mode` says.
+    pub fn host_exit_s(&mut self, host: usize, now_s: f64, mode: ExitTimes) -> f64 {
+        let Some(vms) = self.hosts.get_mut(host) else { return f64::NEG_INFINITY };
+        let mut exit_s = f64::NEG_INFINITY;
+        for vm in vms.iter_mut() {
+            let exit = match (mode, vm.exit_s) {
+                (ExitTimes::Initial, _) => vm.placed_at_s + vm.lifetime_s,
+                (ExitTimes::Reuse, Some(exit)) => exit,
+                _ => {
+                    let uptime_s = now_s - vm.placed_at_s;
+                    let remaining = remaining(
+                        &self.model,
+                        &self.version,
+                        &mut self.count,
+                        vm.row.as_mut(),
+                        vm.lifetime_s,
+                        uptime_s,
+                    );
+                    let exit = now_s + remaining;
+                    vm.exit_s = Some(exit);
+                    exit
+                }
+            };
+            exit_s = exit_s.max(exit);
+        }
+        exit_s
+    }
+}
+
+/// A VM's expected remaining lifetime after `uptime_s`: the model's when it has the VM's row, else
+/// `initial_lifetime_s - uptime_s`, never below 0. The model is evaluated (and counted) only when
+/// the uptime left the constant range of the row's last evaluation.
+fn remaining(
+    model: &Option<Arc<dyn Repredictor>>,
+    version: &Option<Arc<str>>,
+    count: &mut u64,
+    row: Option<&mut VmRow>,
+    initial_lifetime_s: f64,
+    uptime_s: f64,
+) -> f64 {
+    let fallback = (initial_lifetime_s - uptime_s).max(0.0);
+    let (Some(model), Some(version), Some(row)) = (model, version, row) else { return fallback };
+    if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
+        row.encoded = Some((version.clone(), model.encode(&row.features)));
+        row.last = None;
+    }
+    let Some((_, encoded)) = &row.encoded else { return fallback };
+    let uptime_s = uptime_s.max(0.0);
+    let key = model.uptime_key(uptime_s);
+    if let Some((range, remaining)) = row.last {
+        if range.contains(key) {
+            return remaining;
+        }
+    }
+    *count += 1;
+    let remaining = model.remaining_s(encoded, uptime_s).max(0.0);
+    row.last = model.constant_range(key).map(|range| (range, remaining));
+    remaining
 }
 
 #[cfg(test)]
@@ -185,8 +292,19 @@ mod tests {
     use super::*;
     use domain::{Resources, VmRequest};
 
+    const HOST: usize = 1;
+
+    fn vm(id: &str) -> VmRequest {
+        VmRequest::new(id, "t", "D", Resources::from_whole(4.0, 8.0, 0.0).unwrap())
+    }
+
+    /// `vm` placed on `HOST` at 0 with an initial lifetime of an hour.
     fn add(repredictions: &mut Repredictions, vm: &VmRequest) {
-        repredictions.add(&vm.vm_id, RequestFeatures::from_request(vm, 0.0));
+        repredictions.add(HOST, &vm.vm_id, 0.0, 3_600.0, Some(RequestFeatures::from_request(vm, 0.0)));
+    }
+
+    fn features(id: &VmId) -> Option<RequestFeatures> {
+        Some(RequestFeatures::from_request(&vm(id.as_str()), 0.0))
     }
 
     /// A model that predicts the remaining lifetime as twice the uptime plus the cores.
@@ -228,42 +346,67 @@ mod tests {
 
     #[test]
     fn the_model_is_evaluated_again_only_when_the_uptime_leaves_the_last_range() {
-        let mut repredictions = Repredictions::default();
-        repredictions.set_model(Some(Arc::new(Steps)));
-        let vm = VmRequest::new("a", "t", "D", Resources::from_whole(4.0, 8.0, 0.0).unwrap());
-        add(&mut repredictions, &vm);
+        let mut repredictions = Repredictions::new(2);
+        repredictions.set_model(Some(Arc::new(Steps)), features);
+        let a = vm("a");
+        add(&mut repredictions, &a);
         let answers: Vec<f64> = [0.0, 500.0, 999.0, 1_000.0, 1_900.0, 500.0, 5_000.0]
             .iter()
-            .map(|&u| repredictions.remaining_s(&vm.vm_id, 0.0, u))
+            .map(|&u| repredictions.remaining_s(HOST, &a.vm_id, 0.0, u))
             .collect();
         assert_eq!(answers, [4.0, 4.0, 4.0, 5.0, 5.0, 4.0, 9.0]);
         assert_eq!(repredictions.count, 4, "evaluations: at 0, 1,000, 500 (back before the range) and 5,000");
         // A model set again answers for itself, even of the same version.
-        repredictions.set_model(Some(Arc::new(Steps)));
-        assert_eq!(repredictions.remaining_s(&vm.vm_id, 0.0, 5_001.0), 9.0);
+        repredictions.set_model(Some(Arc::new(Steps)), features);
+        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 0.0, 5_001.0), 9.0);
         assert_eq!(repredictions.count, 5);
     }
 
     #[test]
     fn without_a_model_the_remaining_lifetime_is_the_prediction_minus_age() {
-        let mut repredictions = Repredictions::default();
-        let vm = VmRequest::new("a", "t", "D", Resources::from_whole(4.0, 8.0, 0.0).unwrap());
-        add(&mut repredictions, &vm);
-        assert_eq!(repredictions.remaining_s(&vm.vm_id, 3_600.0, 600.0), 3_000.0);
-        assert_eq!(repredictions.remaining_s(&vm.vm_id, 3_600.0, 7_200.0), 0.0, "outlived: 0, not negative");
+        let mut repredictions = Repredictions::new(2);
+        let a = vm("a");
+        add(&mut repredictions, &a);
+        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 600.0), 3_000.0);
+        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 7_200.0), 0.0, "outlived: 0, not negative");
         assert_eq!(repredictions.count, 0);
     }
 
     #[test]
     fn with_a_model_rows_are_encoded_once_and_repredicted_with_the_uptime() {
-        let mut repredictions = Repredictions::default();
-        repredictions.set_model(Some(Arc::new(Doubling)));
-        let vm = VmRequest::new("a", "t", "D", Resources::from_whole(4.0, 8.0, 0.0).unwrap());
-        add(&mut repredictions, &vm);
-        assert_eq!(repredictions.remaining_s(&vm.vm_id, 3_600.0, 100.0), 204.0);
-        assert_eq!(repredictions.remaining_s(&vm.vm_id, 3_600.0, 1_000.0), 2_004.0);
+        let mut repredictions = Repredictions::new(2);
+        repredictions.set_model(Some(Arc::new(Doubling)), features);
+        let a = vm("a");
+        add(&mut repredictions, &a);
+        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 100.0), 204.0);
+        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 1_000.0), 2_004.0);
         assert_eq!(repredictions.count, 2);
-        repredictions.remove(&vm.vm_id);
-        assert_eq!(repredictions.remaining_s(&vm.vm_id, 3_600.0, 600.0), 3_000.0, "an unknown VM falls back");
+        repredictions.remove(HOST, &a.vm_id);
+        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 600.0), 3_000.0, "an unknown VM falls back");
+    }
+
+    #[test]
+    fn host_exit_times_reuse_last_exits_until_repredicted_and_follow_moves() {
+        let mut repredictions = Repredictions::new(2);
+        repredictions.set_model(Some(Arc::new(Doubling)), features);
+        let (a, b) = (vm("a"), vm("b"));
+        add(&mut repredictions, &a);
+        assert_eq!(repredictions.host_exit_s(HOST, 100.0, ExitTimes::Initial), 3_600.0);
+        // a at uptime 100: 204 s left.
+        assert_eq!(repredictions.host_exit_s(HOST, 100.0, ExitTimes::Reuse), 304.0);
+        repredictions.add(HOST, &b.vm_id, 200.0, 60.0, None);
+        // a's exit is kept; b has no row: its initial 60 s minus an age of 0.
+        assert_eq!(repredictions.host_exit_s(HOST, 200.0, ExitTimes::Reuse), 304.0);
+        // a at uptime 300: 604 s left.
+        assert_eq!(repredictions.host_exit_s(HOST, 300.0, ExitTimes::Repredict), 904.0);
+        assert_eq!(repredictions.count, 2);
+        repredictions.move_vm(&a.vm_id, HOST, 0);
+        assert_eq!(repredictions.host_exit_s(0, 400.0, ExitTimes::Reuse), 904.0, "its last exit moved with it");
+        // b's exit from the reprediction at 300 s: outlived, 0 s left.
+        assert_eq!(repredictions.host_exit_s(HOST, 400.0, ExitTimes::Reuse), 300.0);
+        repredictions.remove(HOST, &b.vm_id);
+        assert_eq!(repredictions.host_exit_s(HOST, 400.0, ExitTimes::Repredict), f64::NEG_INFINITY);
+        repredictions.set_model(None, features);
+        assert_eq!(repredictions.host_exit_s(0, 400.0, ExitTimes::Repredict), 400.0 + 3_200.0, "no model: age");
     }
 }
