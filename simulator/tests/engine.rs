@@ -1,7 +1,7 @@
 //! The event loop on tiny hand-made traces with known answers: placements, exits before arrivals
 //! at equal times, rejections when full (a rejected VM never exits), the warm-up, automatic
-//! inventory sizing, LARS drains (a VM that exits before its turn is a migration avoided), and
-//! reproducibility from the seed.
+//! inventory sizing, LARS drains (a VM that exits before its turn is a migration avoided), the
+//! time-averaged metrics, and reproducibility from the seed.
 
 use allocator::defrag::MigrationOrder;
 use allocator::{PolicyConfig, PolicyKind, TieBreak};
@@ -228,6 +228,39 @@ fn rolling_drains_take_a_fixed_sequence_of_hosts() {
     assert_eq!((rolling.drains_started, rolling.performed), (4, 3), "{rolling:?}");
     let picked = drained(false);
     assert_eq!((picked.drains_started, picked.performed), (4, 4), "{picked:?}");
+}
+
+/// The time-averaged metrics of a hand-made trace, worked out by hand. Two hosts of 4 cores /
+/// 8 GiB, best fit with lowest-index ties: a (2 cores) and b (1) go to host 0, c (3) to host 1.
+/// - [0, 50): 6 of 8 cores used, no empty host; the bound needs 2 hosts (density 0.75).
+/// - [50, 80), a gone: 4 of 8 cores; the bound needs 1 host (density 1.0, 50% empty).
+/// - [80, 100), c gone: 1 core on host 0, host 1 empty (50%); 4 of the 7 free cores are on it.
+///
+/// z arrives at 100 and ends the window. Every free core fits the 1-core shape (memory is 2 GiB
+/// per core throughout), so inflation strands nothing.
+#[test]
+fn time_averaged_metrics_of_a_hand_made_trace() {
+    let records = vec![
+        record("a", 2.0, 0.0, Some(50.0)),
+        record("b", 1.0, 0.0, None),
+        record("c", 3.0, 0.0, Some(80.0)),
+        record("z", 1.0, 100.0, None),
+    ];
+    let mut config = config(2, 4.0);
+    config.inflation_every = 1;
+    let (_, result) = simulate(records, &config);
+    assert_eq!(host_of(&result, "a"), Some("sim-h0"));
+    assert_eq!(host_of(&result, "c"), Some("sim-h1"));
+    let m = &result.metrics;
+    let close = |got: f64, want: f64, what: &str| assert!((got - want).abs() < 1e-9, "{what}: {got} != {want}");
+    close(m.span_s, 100.0, "span");
+    close(m.packing_density, 0.5 * 0.75 + 0.3 * 0.5 + 0.2 * 0.25, "packing density");
+    close(m.empty_hosts_pct, 0.2 * 50.0, "empty hosts %");
+    close(m.empty_to_free, 0.2 * 4.0 / 7.0, "empty-to-free");
+    close(m.bound_packing_density, 0.5 * 0.75 + 0.3 * 1.0 + 0.2 * 0.25, "bound packing density");
+    close(m.bound_empty_hosts_pct, 0.3 * 50.0 + 0.2 * 50.0, "bound empty hosts %");
+    close(m.stranded_cpu_pct.unwrap(), 0.0, "stranded CPU");
+    close(m.stranded_memory_pct.unwrap(), 0.0, "stranded memory");
 }
 
 /// The same configuration gives the same run; the seed drives tie-breaking and the noisy draws.
