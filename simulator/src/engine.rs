@@ -372,20 +372,11 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     let mut placements: Option<Vec<VmPlacement>> = config.record_placements.then(Vec::new);
 
     let mut exits: BinaryHeap<Reverse<(Time, u32)>> = BinaryHeap::new();
-    let mut completions: BinaryHeap<Reverse<(Time, u64, VmId)>> = BinaryHeap::new();
-    let mut completion_seq = 0u64;
     let mut next_arrival = 0usize;
     let mut next_sample = workload.from_s;
     let mut final_sample_done = false;
     let mut samples = 0u64;
-    let mut drain_active = false;
-    let mut next_drain = config
-        .drains
-        .as_ref()
-        .map_or(f64::INFINITY, |plan| workload.from_s + plan.first_after_s.unwrap_or(plan.every_s));
-    let mut last_drain_start = f64::NEG_INFINITY;
-    // Where the next rolling drain starts in the inventory.
-    let mut rolling_next = 0usize;
+    let mut drains = Drains::new(config, workload.from_s);
     let mut events = 0u64;
     let end = workload.to_s;
 
@@ -400,11 +391,11 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         if let Some(Reverse((Time(t), _))) = exits.peek() {
             consider(*t, Kind::Exit);
         }
-        if let Some(Reverse((Time(t), _, _))) = completions.peek() {
+        if let Some(Reverse((Time(t), _, _))) = drains.completions.peek() {
             consider(*t, Kind::Migration);
         }
-        if !drain_active {
-            consider(next_drain, Kind::Drain);
+        if !drains.active {
+            consider(drains.next_at, Kind::Drain);
         }
         if let Some(vm) = workload.vms.get(next_arrival) {
             consider(vm.arrival_s, Kind::Arrival);
@@ -421,47 +412,27 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 if allocator.release(&vm.request.vm_id, now).is_ok() {
                     counters.exits += 1;
                 }
-                if drain_active {
-                    drain_active = follow_drain(
-                        &mut allocator,
-                        config,
-                        now,
-                        &mut completions,
-                        &mut completion_seq,
-                        &mut counters.migrations,
-                    );
-                    if !drain_active {
-                        next_drain = next_drain_time(config, last_drain_start, now);
-                    }
+                if drains.active {
+                    drains.follow(&mut allocator, config, now, &mut counters.migrations);
                 }
             }
             Kind::Migration => {
-                let Some(Reverse((_, _, vm))) = completions.pop() else { break };
+                let Some(Reverse((_, _, vm))) = drains.completions.pop() else { break };
                 // Not migrating any more when it exited meanwhile (cancelled): nothing to do, and
                 // its drain may be over already (counted once, when it ended).
-                if allocator.complete_migration(&vm, now).is_ok() && drain_active {
-                    drain_active = follow_drain(
-                        &mut allocator,
-                        config,
-                        now,
-                        &mut completions,
-                        &mut completion_seq,
-                        &mut counters.migrations,
-                    );
-                    if !drain_active {
-                        next_drain = next_drain_time(config, last_drain_start, now);
-                    }
+                if allocator.complete_migration(&vm, now).is_ok() && drains.active {
+                    drains.follow(&mut allocator, config, now, &mut counters.migrations);
                 }
             }
             Kind::Drain => {
                 let Some(plan) = &config.drains else { break };
-                last_drain_start = now;
+                drains.last_start = now;
                 let hosts = if plan.rolling {
                     let all = allocator.state().hosts();
                     let listed = (0..plan.hosts_per_drain.min(all.len()))
-                        .map(|i| all[(rolling_next + i) % all.len()].id.clone())
+                        .map(|i| all[(drains.rolling_next + i) % all.len()].id.clone())
                         .collect();
-                    rolling_next = (rolling_next + plan.hosts_per_drain) % all.len().max(1);
+                    drains.rolling_next = (drains.rolling_next + plan.hosts_per_drain) % all.len().max(1);
                     DrainHosts::Listed(listed)
                 } else {
                     DrainHosts::Pick(plan.hosts_per_drain)
@@ -470,20 +441,13 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 match allocator.start_drain(&request, now) {
                     Ok(_) => {
                         counters.migrations.drains_started += 1;
-                        drain_active = follow_drain(
-                            &mut allocator,
-                            config,
-                            now,
-                            &mut completions,
-                            &mut completion_seq,
-                            &mut counters.migrations,
-                        );
+                        drains.follow(&mut allocator, config, now, &mut counters.migrations);
                     }
-                    Err(DrainError::NoHosts) => counters.migrations.drains_without_hosts += 1,
+                    Err(DrainError::NoHosts) => {
+                        counters.migrations.drains_without_hosts += 1;
+                        drains.schedule_next(config, now);
+                    }
                     Err(error) => return Err(invalid("drains", format!("the allocator refused a drain: {error}"))),
-                }
-                if !drain_active {
-                    next_drain = next_drain_time(config, last_drain_start, now);
                 }
             }
             Kind::Arrival => {
@@ -557,7 +521,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         }
     }
     progress(events);
-    if let Some(report) = allocator.drain_report().filter(|_| drain_active) {
+    if let Some(report) = allocator.drain_report().filter(|_| drains.active) {
         // The drain still running at the end counts what it did so far.
         add_drain(&mut counters.migrations, &report);
     }
@@ -606,15 +570,6 @@ fn rate(count: f64, seconds: f64) -> f64 {
     }
 }
 
-/// When the next drain starts after one that ran from `last_start_s` ended at `now`.
-fn next_drain_time(config: &SimConfig, last_start_s: f64, now: f64) -> f64 {
-    match &config.drains {
-        Some(plan) if last_start_s.is_finite() => (last_start_s + plan.every_s).max(now),
-        Some(_) => now,
-        None => f64::INFINITY,
-    }
-}
-
 fn add_drain(counters: &mut MigrationCounters, report: &allocator::defrag::DrainReport) {
     counters.performed += report.performed;
     counters.avoided += report.avoided;
@@ -622,36 +577,67 @@ fn add_drain(counters: &mut MigrationCounters, report: &allocator::defrag::Drain
     counters.no_target += report.no_target;
 }
 
-/// After a call that may have moved the drain on: schedules the completion of every migration it
-/// started, and when the drain is done, adds its counters and makes its hosts available again.
-/// Returns whether the drain is still running.
-fn follow_drain(
-    allocator: &mut Allocator,
-    config: &SimConfig,
-    now: f64,
-    completions: &mut BinaryHeap<Reverse<(Time, u64, VmId)>>,
-    seq: &mut u64,
-    counters: &mut MigrationCounters,
-) -> bool {
-    let migration_s = config.drains.as_ref().map_or(0.0, |plan| plan.migration_s);
-    let (changes, _) = allocator.take_migration_changes();
-    for change in changes {
-        if let MigrationChange::Started { vm, .. } = change {
-            *seq += 1;
-            completions.push(Reverse((Time(now + migration_s), *seq, vm)));
+/// The LARS drains of a run: the one running, its migrations' completions, and the next one.
+struct Drains {
+    active: bool,
+    /// When the next drain starts (while none is active).
+    next_at: f64,
+    last_start: f64,
+    /// Where the next rolling drain starts in the inventory.
+    rolling_next: usize,
+    /// Completions of the migrations in flight, in time order (then start order).
+    completions: BinaryHeap<Reverse<(Time, u64, VmId)>>,
+    started: u64,
+}
+
+impl Drains {
+    fn new(config: &SimConfig, from_s: f64) -> Self {
+        Drains {
+            active: false,
+            next_at: config
+                .drains
+                .as_ref()
+                .map_or(f64::INFINITY, |plan| from_s + plan.first_after_s.unwrap_or(plan.every_s)),
+            last_start: f64::NEG_INFINITY,
+            rolling_next: 0,
+            completions: BinaryHeap::new(),
+            started: 0,
         }
     }
-    let done = allocator.drain().is_none_or(|d| d.queue.is_empty() && d.in_flight.is_empty());
-    if !done {
-        return true;
-    }
-    if let Some(report) = allocator.drain_report() {
-        add_drain(counters, &report);
-        counters.drains_completed += 1;
-        for host in &report.hosts {
-            // The drained hosts exist: they came from this inventory.
-            let _ = allocator.set_host_state(host, HostState::Available);
+
+    /// After a call that may have moved the drain on: schedules the completion of every migration
+    /// it started, and when the drain is done, adds its counters, makes its hosts available again
+    /// and schedules the next drain.
+    fn follow(&mut self, allocator: &mut Allocator, config: &SimConfig, now: f64, counters: &mut MigrationCounters) {
+        let migration_s = config.drains.as_ref().map_or(0.0, |plan| plan.migration_s);
+        let (changes, _) = allocator.take_migration_changes();
+        for change in changes {
+            if let MigrationChange::Started { vm, .. } = change {
+                self.started += 1;
+                self.completions.push(Reverse((Time(now + migration_s), self.started, vm)));
+            }
         }
+        self.active = !allocator.drain().is_none_or(|d| d.queue.is_empty() && d.in_flight.is_empty());
+        if self.active {
+            return;
+        }
+        if let Some(report) = allocator.drain_report() {
+            add_drain(counters, &report);
+            counters.drains_completed += 1;
+            for host in &report.hosts {
+                // The drained hosts exist: they came from this inventory.
+                let _ = allocator.set_host_state(host, HostState::Available);
+            }
+        }
+        self.schedule_next(config, now);
     }
-    false
+
+    /// The next drain starts `every_s` after the last one started, and not before `now`.
+    fn schedule_next(&mut self, config: &SimConfig, now: f64) {
+        self.next_at = match &config.drains {
+            Some(plan) if self.last_start.is_finite() => (self.last_start + plan.every_s).max(now),
+            Some(_) => now,
+            None => f64::INFINITY,
+        };
+    }
 }
