@@ -14,7 +14,10 @@
 //!   done its hosts are available again (LARS "marks it as available"), and the next drain starts
 //!   at its scheduled time or, if that passed, at once.
 //! - **samples** every `sample_interval_s` ([`metrics::instant`]) and at the end of the window,
-//!   with inflation stranding every `inflation_every` samples.
+//!   with inflation stranding every `inflation_every` samples: the series and the stranding
+//!   average. The other averages are exact: the inventory's figures are recorded after every
+//!   event and each holds until the next event ([`MetricsRecorder`] weighs them by that time), from
+//!   [`SimConfig::measured_from_s`] on.
 //!
 //! The allocator's clock is trace time: every call passes the event's time, and the allocator
 //! applies its own timed host events (lifetime classes dropping, exit-time refreshes, LAVA
@@ -134,6 +137,10 @@ pub struct SimConfig {
     pub sample_interval_s: f64,
     /// Seconds after the window start that the averages leave out.
     pub warmup_s: f64,
+    /// Trace time from which the averages count, when later than the warm-up's end (the start of
+    /// the test period of a timeline whose earlier trace warms the inventory up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measure_from_s: Option<f64>,
     /// Inflation stranding at every n-th sample (0: never).
     pub inflation_every: u32,
     /// Shapes of the representative VM mix that inflation fills hosts with (the workload's most
@@ -158,6 +165,7 @@ impl Default for SimConfig {
             reprediction: RepredictionConfig::default(),
             sample_interval_s: 3600.0,
             warmup_s: 0.0,
+            measure_from_s: None,
             inflation_every: 6,
             inflation_shapes: 16,
             drains: None,
@@ -175,6 +183,9 @@ impl SimConfig {
         }
         if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
             return Err(invalid("warmup_s", format!("must be >= 0 seconds, got {}", self.warmup_s)));
+        }
+        if self.measure_from_s.is_some_and(|t| !t.is_finite()) {
+            return Err(invalid("measure_from_s", "must be a finite trace time in seconds"));
         }
         if let Some(plan) = &self.drains {
             if !(plan.every_s.is_finite() && plan.every_s > 0.0) {
@@ -197,6 +208,11 @@ impl SimConfig {
             }
         }
         Ok(())
+    }
+
+    /// Trace time from which the averages count, for a window starting at `from_s`.
+    pub fn measured_from_s(&self, from_s: f64) -> f64 {
+        (from_s + self.warmup_s).max(self.measure_from_s.unwrap_or(f64::NEG_INFINITY))
     }
 
     /// The allocator's configuration for this run.
@@ -363,7 +379,12 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     let hosts = inventory.hosts as f64;
 
     let started = Instant::now();
-    let mut recorder = MetricsRecorder::new(workload.from_s + config.warmup_s);
+    let measured_from = config.measured_from_s(workload.from_s);
+    // The averages integrate the inventory exactly: occupancy changes only at events, so the
+    // figures after each event hold until the next one. The regular samples are for the series
+    // and for stranding (too costly to compute at every event).
+    let mut exact = MetricsRecorder::new(measured_from).without_series();
+    let mut recorder = MetricsRecorder::new(measured_from);
     let mut counters = Counters::default();
     let mut timing = Timing { prediction_s: predictions.report.wall_s, ..Timing::default() };
     let mut filtering = FilteringFactor::default();
@@ -515,6 +536,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 timing.metrics_s += before.elapsed().as_secs_f64();
             }
         }
+        exact.record(metrics::instant(allocator.state(), now));
         events += 1;
         if events % PROGRESS_EVERY == 0 {
             progress(events);
@@ -554,7 +576,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         prediction: predictions.report,
         counters,
         filtering,
-        metrics: recorder.summary(),
+        metrics: exact.summary().with_stranding_of(&recorder.summary()),
         series: recorder.series().to_vec(),
         timing,
         final_stats: allocator.stats(),

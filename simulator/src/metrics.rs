@@ -283,6 +283,19 @@ pub struct MetricsSummary {
     pub span_s: f64,
 }
 
+impl MetricsSummary {
+    /// These averages with the stranding (and the sample count) of `sampled`: for averages
+    /// integrated at every event, while stranding is computed at the regular samples only.
+    pub fn with_stranding_of(self, sampled: &MetricsSummary) -> MetricsSummary {
+        MetricsSummary {
+            stranded_cpu_pct: sampled.stranded_cpu_pct,
+            stranded_memory_pct: sampled.stranded_memory_pct,
+            samples: sampled.samples,
+            ..self
+        }
+    }
+}
+
 /// Running weighted sums of the instant figures.
 #[derive(Clone, Debug, Default)]
 struct Sums {

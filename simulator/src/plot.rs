@@ -61,8 +61,28 @@ pub fn sweep_svg(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     draw_lines(path, title, x_label, y_label, series, true).map_err(|e| draw_error(path, e))
 }
 
-/// One bar per (label, value), with the value written above (or below) it.
-pub fn bars_svg(path: &Path, title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<(), PlotError> {
+/// One bar of [`bars_svg`]: a value, and optionally the range it comes from (drawn as a whisker;
+/// the spread over seeds, for a mean).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub range: Option<(f64, f64)>,
+}
+
+impl Bar {
+    pub fn new(label: impl Into<String>, value: f64) -> Self {
+        Bar { label: label.into(), value, range: None }
+    }
+
+    pub fn with_range(mut self, low: f64, high: f64) -> Self {
+        self.range = Some((low, high));
+        self
+    }
+}
+
+/// One bar per label, with its value written above (or below) it and its range as a whisker.
+pub fn bars_svg(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> Result<(), PlotError> {
     draw_bars(path, title, y_label, bars).map_err(|e| draw_error(path, e))
 }
 
@@ -126,16 +146,13 @@ fn draw_lines(
     Ok(())
 }
 
-fn draw_bars(
-    path: &Path,
-    title: &str,
-    y_label: &str,
-    bars: &[(String, f64)],
-) -> Result<(), Box<dyn std::error::Error>> {
+fn draw_bars(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> Result<(), Box<dyn std::error::Error>> {
     // A non-finite value gets no bar, but keeps its label so that the gap shows.
     let value = |v: f64| if v.is_finite() { v } else { 0.0 };
+    let ranges = || bars.iter().filter_map(|b| b.range).filter(|(lo, hi)| lo.is_finite() && hi.is_finite());
     // The zero line is always in view: bars start from it.
-    let y_range = padded(bars.iter().map(|(_, v)| value(*v)).chain([0.0]));
+    let y_range =
+        padded(bars.iter().map(|b| value(b.value)).chain(ranges().flat_map(|(lo, hi)| [lo, hi])).chain([0.0]));
     let count = i32::try_from(bars.len()).unwrap_or(i32::MAX).max(1);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
@@ -147,7 +164,7 @@ fn draw_bars(
         .build_cartesian_2d((0..count).into_segmented(), y_range)?;
     let label = |v: &SegmentValue<i32>| match v {
         SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
-            usize::try_from(*i).ok().and_then(|i| bars.get(i)).map(|(name, _)| name.clone()).unwrap_or_default()
+            usize::try_from(*i).ok().and_then(|i| bars.get(i)).map(|b| b.label.clone()).unwrap_or_default()
         }
         SegmentValue::Last => String::new(),
     };
@@ -162,15 +179,22 @@ fn draw_bars(
         vec![(SegmentValue::Exact(0), 0.0), (SegmentValue::Last, 0.0)],
         BLACK.stroke_width(1),
     )))?;
-    for (i, (_, v)) in bars.iter().enumerate() {
+    for (i, b) in bars.iter().enumerate() {
         let Ok(i) = i32::try_from(i) else { break };
-        let v = value(*v);
+        let v = value(b.value);
         let color = if v < 0.0 { color(1) } else { color(0) };
         let mut bar =
             Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)], color.mix(0.8).filled());
         // A gap between neighbouring bars.
         bar.set_margin(0, 0, 8, 8);
         chart.draw_series(std::iter::once(bar))?;
+        if let Some((low, high)) = b.range.filter(|(lo, hi)| lo.is_finite() && hi.is_finite()) {
+            let whisker = PathElement::new(
+                vec![(SegmentValue::CenterOf(i), low), (SegmentValue::CenterOf(i), high)],
+                BLACK.stroke_width(2),
+            );
+            chart.draw_series(std::iter::once(whisker))?;
+        }
         // Above a positive bar, below a negative one.
         let anchor = if v < 0.0 { text_anchor::VPos::Top } else { text_anchor::VPos::Bottom };
         let style = TextStyle::from(("sans-serif", 14).into_font())
@@ -207,8 +231,11 @@ mod tests {
     fn bars_are_drawn_with_their_labels_and_negative_values() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bars.svg");
-        let bars =
-            [("LA-binary".to_owned(), 1.5), ("LA-multiclass".to_owned(), -0.25), ("DPBFR".to_owned(), f64::INFINITY)];
+        let bars = [
+            Bar::new("LA-binary", 1.5).with_range(1.2, 1.9),
+            Bar::new("LA-multiclass", -0.25),
+            Bar::new("DPBFR", f64::INFINITY),
+        ];
         bars_svg(&path, "Gain over PBFR", "pp", &bars).unwrap();
         let svg = read(&path);
         for name in ["LA-binary", "LA-multiclass", "DPBFR", "1.50", "-0.25"] {

@@ -22,9 +22,10 @@ use traces::{TraceError, TraceSource, VmRecord};
 /// service's `[generate]` naming, so a service configured with `zone = "sim"` has the same ids).
 pub const SIM_ZONE: &str = "sim";
 
-/// Lifetime the oracle gives a VM still running at the end of the trace, at least: the cap of
-/// paper 002 G.1's lifetimes (14 days). Such a VM never leaves during the simulation, so any
-/// lifetime beyond the trace is the truth as far as the simulation can tell.
+/// How far after the trace's end the oracle puts the one common exit of every VM still running
+/// there: the cap of paper 002 G.1's lifetimes (14 days). Such a VM never leaves during the
+/// simulation and its true end is unknown, so all of them get the same exit time: the oracle must
+/// not invent exit-time differences between censored VMs (NILAS and LAVA would read them).
 pub const CENSORED_LIFETIME_S: f64 = 14.0 * 86_400.0;
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +62,11 @@ pub enum TraceSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         machine: Option<MachineSpec>,
     },
+    /// Several trace files replayed as one timeline (for example a training period and the test
+    /// period after it, so that the earlier one warms the inventory up with its long-lived VMs).
+    /// VM ids must be unique across the files; a VM still running at the end of its own file
+    /// stays censored.
+    Timeline { paths: Vec<PathBuf> },
     /// The seeded synthetic generator (`traces::synthetic`).
     Synthetic(SyntheticSpec),
     /// Records handed to [`Workload::from_records`] by the caller (tests, other tools).
@@ -151,6 +157,11 @@ impl WorkloadConfig {
         if self.max_vms == Some(0) {
             return Err(invalid("workload.max_vms", "must be at least 1 (leave it out for no cap)"));
         }
+        if let TraceSpec::Timeline { paths } = &self.trace {
+            if paths.is_empty() {
+                return Err(invalid("workload.trace.paths", "a timeline needs at least one trace file"));
+            }
+        }
         if let TraceSpec::File { machine: Some(m), .. } = &self.trace {
             if !(m.cores > 0.0 && m.cores.is_finite() && m.memory_gib > 0.0 && m.memory_gib.is_finite()) {
                 return Err(invalid("workload.trace.machine", "cores and memory_gib must be positive numbers"));
@@ -204,8 +215,8 @@ impl Workload {
     /// Reads the configured trace and keeps the window.
     pub fn load(config: &WorkloadConfig) -> Result<Workload, WorkloadError> {
         config.validate()?;
-        let source = match &config.trace {
-            TraceSpec::File { path, machine } => TraceSource::from_path(
+        let sources = match &config.trace {
+            TraceSpec::File { path, machine } => vec![TraceSource::from_path(
                 path,
                 machine.as_ref().map(|m| MachineType {
                     machine_id: m.machine_id,
@@ -213,14 +224,24 @@ impl Workload {
                     memory_gib: m.memory_gib,
                     ssd_gib: 0.0,
                 }),
-            )?,
-            TraceSpec::Synthetic(spec) => TraceSource::Synthetic(spec.to_config()),
+            )?],
+            TraceSpec::Timeline { paths } => {
+                paths.iter().map(|path| TraceSource::from_path(path, None)).collect::<Result<_, _>>()?
+            }
+            TraceSpec::Synthetic(spec) => vec![TraceSource::Synthetic(spec.to_config())],
             TraceSpec::Provided { .. } => return Err(WorkloadError::Provided),
         };
-        let mut reader = source.open()?;
-        let records: Vec<VmRecord> = reader.by_ref().collect::<Result<_, _>>()?;
+        let mut records: Vec<VmRecord> = Vec::new();
+        let mut skipped = 0;
+        for source in sources {
+            let mut reader = source.open()?;
+            for record in reader.by_ref() {
+                records.push(record?);
+            }
+            skipped += reader.skipped();
+        }
         let mut workload = Self::from_records(records, config)?;
-        workload.records_skipped = reader.skipped();
+        workload.records_skipped = skipped;
         Ok(workload)
     }
 
@@ -293,13 +314,19 @@ impl Workload {
     }
 
     /// A VM's lifetime from the moment the simulator places it: its end minus its arrival, or for a
-    /// censored VM the time to the trace's end but at least [`CENSORED_LIFETIME_S`]. This is what
-    /// the oracle predicts.
+    /// censored VM the time to [`Workload::censored_exit_s`], the exit all censored VMs share.
+    /// This is what the oracle predicts.
     pub fn lifetime_s(&self, vm: &WorkloadVm) -> f64 {
         match vm.end_s {
             Some(end) => (end - vm.arrival_s).max(0.0),
-            None => (self.trace_end_s - vm.arrival_s).max(CENSORED_LIFETIME_S),
+            None => (self.censored_exit_s() - vm.arrival_s).max(0.0),
         }
+    }
+
+    /// The one exit time the oracle gives every VM still running at the end of the trace:
+    /// [`CENSORED_LIFETIME_S`] after it.
+    pub fn censored_exit_s(&self) -> f64 {
+        self.trace_end_s + CENSORED_LIFETIME_S
     }
 
     /// VMs that leave before the window ends: how many exit events a run has at most.

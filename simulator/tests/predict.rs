@@ -40,6 +40,30 @@ fn the_oracle_knows_every_lifetime_from_placement() {
     assert_eq!(none.report.predicted_long, 0);
 }
 
+/// VMs still running at the trace's end are censored: their true exits are unknown, so the
+/// oracle gives them all one exit, far after the end, and invents no order among them.
+#[test]
+fn censored_vms_share_one_oracle_exit() {
+    let workload = Workload::load(&synthetic(3000)).unwrap();
+    let policy = PolicyConfig::of_kind(PolicyKind::Nilas);
+    let p = predict(&workload, &source(PredictionSourceConfig::Oracle), &policy, 1).unwrap();
+    let exits: Vec<f64> = workload
+        .vms
+        .iter()
+        .zip(&p.per_vm)
+        .filter(|(vm, _)| vm.end_s.is_none())
+        .map(|(vm, prediction)| vm.arrival_s + prediction.as_ref().unwrap().expected_lifetime_s.unwrap())
+        .collect();
+    let arrivals: Vec<f64> = workload.vms.iter().filter(|vm| vm.end_s.is_none()).map(|vm| vm.arrival_s).collect();
+    assert!(exits.len() > 20, "the window has censored VMs: {}", exits.len());
+    assert!(arrivals.windows(2).any(|w| w[0] != w[1]), "they arrived at different times");
+    let common = workload.censored_exit_s();
+    assert_eq!(common, workload.trace_end_s + CENSORED_LIFETIME_S);
+    for exit in exits {
+        assert!((exit - common).abs() < 1e-6, "a censored VM exits at {exit}, not at the common {common}");
+    }
+}
+
 /// Paper 003 B.6: exactly round(recall x long) long VMs are predicted long, and the precision is the
 /// target; each prediction's lifetime agrees with its class.
 #[test]

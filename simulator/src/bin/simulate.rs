@@ -55,6 +55,9 @@ struct CompareArgs {
     /// Runs at a time (default: the machine's cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Repeat every run with each of these seeds (comma-separated), over the experiment's `seeds`.
+    #[arg(long, value_delimiter = ',')]
+    seeds: Vec<u64>,
     /// The workload, inventory and other settings of every run, over the experiment's `base`
     /// (the policy and prediction flags are the experiment's to set).
     #[command(flatten)]
@@ -105,9 +108,11 @@ struct RunArgs {
     #[arg(long)]
     print_config: bool,
 
-    /// Trace file: .csv, .csv.gz, or an Azure packing-trace .sqlite (with --machine-id).
+    /// Trace file: .csv, .csv.gz, or an Azure packing-trace .sqlite (with --machine-id). Given
+    /// several times, the CSV files are replayed as one timeline (an earlier period warming the
+    /// inventory up for a later one; see --measure-from-s).
     #[arg(long, conflicts_with = "synthetic")]
-    trace: Option<PathBuf>,
+    trace: Vec<PathBuf>,
     /// For .sqlite traces: the machineId whose fractional VM sizes to use; the machine's size is
     /// the host's (--host-cores, --host-memory-gib).
     #[arg(long)]
@@ -198,6 +203,9 @@ struct RunArgs {
     /// Seconds after the window start left out of the averages.
     #[arg(long)]
     warmup_s: Option<f64>,
+    /// Trace time from which the averages count (the start of the test period of a timeline).
+    #[arg(long)]
+    measure_from_s: Option<f64>,
     /// Inflation stranding at every n-th sample (0: never).
     #[arg(long)]
     inflation_every: Option<u32>,
@@ -235,6 +243,9 @@ fn compare(args: CompareArgs) -> Result<()> {
         bail!("--policy, --prediction and --config belong to `simulate run`; an experiment sets its policies and predictions in its file");
     }
     experiment.base = apply_flags(experiment.base.clone(), &args.run)?;
+    if !args.seeds.is_empty() {
+        experiment.seeds.clone_from(&args.seeds);
+    }
     if let Some(model) = &args.model {
         for variant in &mut experiment.predictions {
             if let PredictionSourceConfig::Model { bundle } = &mut variant.prediction.source {
@@ -250,8 +261,7 @@ fn compare(args: CompareArgs) -> Result<()> {
     let bar = progress_bar(args.run.quiet, per_run * plan.len() as u64);
     let runs = compare::run_all(&workload, plan, jobs, &|events| bar.inc(events)).context("running the experiment")?;
     bar.finish_and_clear();
-    let gains = compare::gains(&runs, &experiment.baseline);
-    let comparison = Comparison { baseline: experiment.baseline.clone(), experiment, gains, runs };
+    let comparison = Comparison::new(experiment, runs);
     print!("{}", compare::markdown(&comparison));
     for path in compare::write_outputs(&comparison, &args.out_dir).context("writing the outputs")? {
         println!("wrote {}", path.display());
@@ -331,7 +341,20 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     let host_cores = args.host_cores.unwrap_or(inventory_parts(&config.inventory).0);
     let host_memory_gib = args.host_memory_gib.unwrap_or(inventory_parts(&config.inventory).1);
 
-    if let Some(path) = &args.trace {
+    if args.trace.len() > 1 {
+        if args.machine_id.is_some() {
+            bail!(
+                "--machine-id applies to one .sqlite --trace; a timeline of several --trace files takes CSV files only"
+            );
+        }
+        for path in &args.trace {
+            let name = path.to_string_lossy().to_ascii_lowercase();
+            if name.ends_with(".sqlite") || name.ends_with(".db") {
+                bail!("--trace {}: a timeline of several --trace files takes CSV files only", path.display());
+            }
+        }
+        config.workload.trace = TraceSpec::Timeline { paths: args.trace.clone() };
+    } else if let Some(path) = args.trace.first() {
         let machine = args.machine_id.map(|machine_id| MachineSpec {
             machine_id,
             cores: host_cores,
@@ -354,7 +377,7 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
         || args.synthetic_requests_per_hour.is_some()
         || args.synthetic_tenants.is_some();
     if args.synthetic || synthetic_flags {
-        if args.trace.is_some() {
+        if !args.trace.is_empty() {
             bail!("--synthetic-* flags describe the synthetic trace; leave out --trace to use it");
         }
         let mut spec = match &config.workload.trace {
@@ -380,7 +403,7 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
             spec.tenants = v;
         }
         config.workload.trace = TraceSpec::Synthetic(spec);
-    } else if args.trace.is_none() && args.config.is_none() {
+    } else if args.trace.is_empty() && args.config.is_none() {
         bail!("no workload: give --trace PATH, --synthetic, or --config with a [workload] section");
     }
     if args.from_s.is_some() {
@@ -462,6 +485,12 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     }
     if let Some(w) = args.warmup_s {
         config.warmup_s = non_negative("--warmup-s", w)?;
+    }
+    if let Some(t) = args.measure_from_s {
+        if !t.is_finite() {
+            bail!("--measure-from-s must be a finite trace time in seconds, got {t}");
+        }
+        config.measure_from_s = Some(t);
     }
     if let Some(n) = args.inflation_every {
         config.inflation_every = n;
