@@ -232,6 +232,7 @@ impl Allocator {
             return Err(AllocatorError::NoHosts);
         }
         let hosts = state.hosts().len();
+        let floor_by_placement = policy.classes().long_floor_s().is_some();
         Ok(Allocator {
             policy,
             state,
@@ -240,7 +241,7 @@ impl Allocator {
             next_due: vec![f64::INFINITY; hosts],
             next_refresh: vec![f64::INFINITY; hosts],
             refresh_interval_s: config.reprediction.interval_s(),
-            repredictions: Repredictions::new(hosts),
+            repredictions: Repredictions::new(hosts).floored_by_placement(floor_by_placement),
             lava: vec![LavaHost::default(); hosts],
             lava_changed: BTreeSet::new(),
             drain: None,

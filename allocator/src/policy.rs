@@ -63,6 +63,16 @@ pub struct PolicyConfig {
     pub class_cutoffs_s: Option<Vec<f64>>,
     pub prefer_non_empty: bool,
     pub weights: FitWeights,
+    /// NILAS and LAVA: the temporal cost's bucket bounds in seconds (0 first, increasing); default
+    /// the paper's 0, 30 min, ..., 168 h.
+    pub temporal_buckets_s: Option<Vec<f64>>,
+    /// A VM is placed as long-lived when its prediction's P(long) is at least this, instead of the
+    /// model's own decision threshold (a lower one trades precision for recall).
+    pub long_probability: Option<f64>,
+    /// A VM placed as long-lived is expected to live at least this long, in seconds, at placement
+    /// and in its host's exit time until its uptime passes it (default: `long_threshold_s`, at
+    /// placement only).
+    pub long_floor_s: Option<f64>,
 }
 
 impl Default for PolicyConfig {
@@ -76,6 +86,9 @@ impl Default for PolicyConfig {
             class_cutoffs_s: None,
             prefer_non_empty: true,
             weights: FitWeights::default(),
+            temporal_buckets_s: None,
+            long_probability: None,
+            long_floor_s: None,
         }
     }
 }
@@ -102,6 +115,10 @@ pub enum PolicyError {
     TwoTemporalRules,
     #[error("host-coded preference rule `{0}` must come first, above a temporal rule")]
     MisplacedHostCodedRule(&'static str),
+    #[error("policy.temporal_buckets_s: must start at 0 and increase strictly, in finite seconds; got {0:?}")]
+    TemporalBuckets(Vec<f64>),
+    #[error("policy.{field}: {message}")]
+    Invalid { field: &'static str, message: String },
 }
 
 /// A policy: validators, then strictly ordered preference rules, over lifetime classes.
@@ -155,6 +172,19 @@ impl Policy {
         };
         let best_fit =
             || Box::new(BestFit { buckets: config.buckets, weights: config.weights }) as Box<dyn PreferenceRule>;
+        let temporal = || -> Result<Box<dyn PreferenceRule>, PolicyError> {
+            Ok(Box::new(match &config.temporal_buckets_s {
+                Some(bounds) => TemporalCost::with_bounds(bounds.clone())
+                    .ok_or_else(|| PolicyError::TemporalBuckets(bounds.clone()))?,
+                None => TemporalCost::default(),
+            }))
+        };
+        if config.long_probability.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
+            return Err(PolicyError::Invalid { field: "long_probability", message: "must be in [0, 1]".into() });
+        }
+        if config.long_floor_s.is_some_and(|f| !(f.is_finite() && f > 0.0)) {
+            return Err(PolicyError::Invalid { field: "long_floor_s", message: "must be > 0 seconds".into() });
+        }
         let (classes, mut preferences): (LifetimeClasses, Vec<Box<dyn PreferenceRule>>) = match config.kind {
             PolicyKind::Pbfr => (binary()?, vec![best_fit()]),
             PolicyKind::Dpbfr => (
@@ -168,15 +198,16 @@ impl Policy {
             PolicyKind::LaBinary => (binary()?, vec![Box::new(LifetimeAlignment), best_fit()]),
             PolicyKind::LaMulticlass => (interval_classes()?, vec![Box::new(LifetimeAlignment), best_fit()]),
             // NILAS reads only exit times; its classes only turn interval predictions into lifetimes.
-            PolicyKind::Nilas => (interval_classes()?.by_expected_lifetime(), vec![Box::new(TemporalCost), best_fit()]),
+            PolicyKind::Nilas => (interval_classes()?.by_expected_lifetime(), vec![temporal()?, best_fit()]),
             PolicyKind::Lava => {
                 let lava = crate::lava::classes();
                 let top = (lava.count() - 1) as ClassIndex;
                 let rules: Vec<Box<dyn PreferenceRule>> =
-                    vec![Box::new(LavaPreference { top_class: top }), Box::new(TemporalCost), best_fit()];
+                    vec![Box::new(LavaPreference { top_class: top }), temporal()?, best_fit()];
                 (lava.by_expected_lifetime(), rules)
             }
         };
+        let classes = classes.reading_long(config.long_probability, config.long_floor_s);
         if config.prefer_non_empty && config.kind != PolicyKind::Lava {
             preferences.insert(0, Box::new(PreferNonEmpty));
         }

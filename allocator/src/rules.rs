@@ -83,7 +83,7 @@ pub trait PreferenceRule: Debug + Send + Sync {
     /// For a temporal rule: its score is the index of `max(request exit - host exit, 0)` in these
     /// increasing bucket bounds (the first is 0). The index then finds the best hosts by ranges of
     /// host exit times ([`crate::select`]) instead of caching a score per host.
-    fn exit_buckets(&self) -> Option<&'static [f64]> {
+    fn exit_buckets(&self) -> Option<&[f64]> {
         None
     }
 
@@ -360,17 +360,35 @@ impl PreferenceRule for LifetimeAlignment {
 }
 
 /// NILAS / LAS temporal cost (paper 000 s4.2): the bucket of how much later than the host's last VM
-/// this VM is predicted to exit, `max(vm_exit - host_exit, 0)`, over [`TemporalCost::BUCKETS_S`].
-/// An empty host's exit is minus infinity, so it costs the most.
+/// this VM is predicted to exit, `max(vm_exit - host_exit, 0)`, over its bucket bounds (the paper's
+/// [`TemporalCost::BUCKETS_S`] by default). An empty host's exit is minus infinity, so it costs the
+/// most.
 #[derive(Debug)]
-pub struct TemporalCost;
+pub struct TemporalCost {
+    bounds_s: Vec<f64>,
+}
+
+impl Default for TemporalCost {
+    fn default() -> Self {
+        TemporalCost { bounds_s: Self::BUCKETS_S.to_vec() }
+    }
+}
 
 impl TemporalCost {
     /// 0, 30 min, 60 min, 90 min, 2 h, 3 h, 4 h, 6 h, 12 h, 24 h, 168 h.
     pub const BUCKETS_S: [f64; 11] =
         [0.0, 1_800.0, 3_600.0, 5_400.0, 7_200.0, 10_800.0, 14_400.0, 21_600.0, 43_200.0, 86_400.0, 604_800.0];
 
-    /// The cost of a VM exiting at `vm_exit_s` on a host whose VMs exit by `host_exit_s`.
+    /// A temporal cost over other bucket bounds: 0 first, then strictly increasing finite
+    /// seconds (`None` otherwise).
+    pub fn with_bounds(bounds_s: Vec<f64>) -> Option<Self> {
+        let valid = bounds_s.first() == Some(&0.0)
+            && bounds_s.windows(2).all(|w| w[0] < w[1])
+            && bounds_s.iter().all(|b| b.is_finite());
+        valid.then_some(TemporalCost { bounds_s })
+    }
+
+    /// The paper's cost of a VM exiting at `vm_exit_s` on a host whose VMs exit by `host_exit_s`.
     pub fn cost(vm_exit_s: f64, host_exit_s: f64) -> u32 {
         bucket_of(&Self::BUCKETS_S, vm_exit_s, host_exit_s)
     }
@@ -394,10 +412,10 @@ impl PreferenceRule for TemporalCost {
         &[RequestTrait::ExitTime]
     }
     fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
-        Self::cost(request.exit_s, host.lifetime.exit_s)
+        bucket_of(&self.bounds_s, request.exit_s, host.lifetime.exit_s)
     }
-    fn exit_buckets(&self) -> Option<&'static [f64]> {
-        Some(&Self::BUCKETS_S)
+    fn exit_buckets(&self) -> Option<&[f64]> {
+        Some(&self.bounds_s)
     }
 }
 
