@@ -232,7 +232,6 @@ impl Allocator {
             return Err(AllocatorError::NoHosts);
         }
         let hosts = state.hosts().len();
-        let floor_by_placement = policy.classes().long_floor_s().is_some();
         Ok(Allocator {
             policy,
             state,
@@ -241,7 +240,7 @@ impl Allocator {
             next_due: vec![f64::INFINITY; hosts],
             next_refresh: vec![f64::INFINITY; hosts],
             refresh_interval_s: config.reprediction.interval_s(),
-            repredictions: Repredictions::new(hosts).floored_by_placement(floor_by_placement),
+            repredictions: Repredictions::new(hosts),
             lava: vec![LavaHost::default(); hosts],
             lava_changed: BTreeSet::new(),
             drain: None,
@@ -281,7 +280,7 @@ impl Allocator {
     /// What the rules see of `vm` now: for checking a decision against [`crate::select::full_scan`].
     pub fn rule_request<'a>(&'a self, vm: &'a VmRequest) -> RuleRequest<'a> {
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        rule_request(&self.state, vm, lifetime, self.clock_s)
+        rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s())
     }
 
     /// The allocator's clock: the latest time it was given.
@@ -517,7 +516,7 @@ impl Allocator {
             .transpose()?;
         let selection = self.select(vm, Some(self.chooser.clone()));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        let request = rule_request(&self.state, vm, lifetime, self.clock_s);
+        let request = rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s());
         let validators = self.policy.validators().len();
         let mut ranked: Vec<(ScoreKey, HostIndex)> = (0..self.state.hosts().len())
             .map(|i| HostIndex(i as u32))
@@ -684,7 +683,7 @@ impl Allocator {
         // Split borrows: the request reads the state while the index and chooser change.
         let Allocator { policy, state, lifetimes, index, chooser, clock_s, .. } = self;
         let chooser = dry.as_mut().unwrap_or(chooser);
-        let request = rule_request(state, vm, lifetime, *clock_s);
+        let request = rule_request(state, vm, lifetime, *clock_s, policy.exit_floor_s());
         match index {
             Some(index) => index.select(policy, state, lifetimes, &request, chooser),
             None => full_scan(policy, state, lifetimes, &request, chooser),
@@ -1014,7 +1013,7 @@ impl Allocator {
             } else {
                 self.refresh_lifetime(host);
             }
-            if self.lifetimes[host.get()] != before {
+            if self.lifetimes[host.get()] != before && self.policy.reads_host_lifetime() {
                 self.host_changed(host);
             }
         }
@@ -1039,14 +1038,20 @@ fn stored_features(
     }
 }
 
-/// What the rules see of `vm` at `now_s`.
-fn rule_request<'a>(state: &'a InventoryState, vm: &'a VmRequest, lifetime: VmLifetime, now_s: f64) -> RuleRequest<'a> {
+/// What the rules see of `vm` at `now_s`; its exit is read as at least `exit_floor_s` from now.
+fn rule_request<'a>(
+    state: &'a InventoryState,
+    vm: &'a VmRequest,
+    lifetime: VmLifetime,
+    now_s: f64,
+    exit_floor_s: f64,
+) -> RuleRequest<'a> {
     static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
     RuleRequest {
         demand: vm.demand,
         lifetime_class: lifetime.class,
         vm_type: &vm.vm_type,
-        exit_s: now_s + lifetime.lifetime_s,
+        exit_s: now_s + lifetime.lifetime_s.max(exit_floor_s),
         spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
             max_per_rack,
             vms_per_rack: state.tenant_racks(&vm.tenant_id).unwrap_or(&NO_VMS),

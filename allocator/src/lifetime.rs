@@ -24,8 +24,6 @@ pub struct LifetimeClasses {
     reads_interval: bool,
     /// P(long) from which a prediction is long, instead of its own class.
     long_probability: Option<f64>,
-    /// Lifetime a VM predicted long lives at least (default: the first long class's lower bound).
-    long_floor_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -48,7 +46,7 @@ impl LifetimeClasses {
         if cutoffs_s.is_empty() || !increasing || cutoffs_s.iter().any(|c| !c.is_finite() || *c <= 0.0) {
             return Err(ClassesError::NotIncreasing(cutoffs_s));
         }
-        Ok(LifetimeClasses { cutoffs_s, reads_interval: true, long_probability: None, long_floor_s: None })
+        Ok(LifetimeClasses { cutoffs_s, reads_interval: true, long_probability: None })
     }
 
     /// The same classes, reading a prediction's expected lifetime before its interval class, and the
@@ -58,15 +56,9 @@ impl LifetimeClasses {
     }
 
     /// The same classes, taking a VM as long-lived when its P(long) is at least `probability` (the
-    /// prediction's own class otherwise), and expecting such a VM to live at least `floor_s`.
-    pub fn reading_long(self, probability: Option<f64>, floor_s: Option<f64>) -> Self {
-        LifetimeClasses { long_probability: probability, long_floor_s: floor_s, ..self }
-    }
-
-    /// The lifetime floor of VMs placed as long-lived, when one is configured: it also bounds
-    /// their repredicted remaining lifetime from below (`floor - uptime`).
-    pub fn long_floor_s(&self) -> Option<f64> {
-        self.long_floor_s
+    /// prediction's own class otherwise).
+    pub fn reading_long(self, probability: Option<f64>) -> Self {
+        LifetimeClasses { long_probability: probability, ..self }
     }
 
     /// Two classes split at `threshold_s` (LA-binary).
@@ -80,7 +72,6 @@ impl LifetimeClasses {
             cutoffs_s: (0..10).map(|i| 900.0 * f64::from(1u32 << i)).collect(),
             reads_interval: true,
             long_probability: None,
-            long_floor_s: None,
         }
     }
 
@@ -141,10 +132,6 @@ impl LifetimeClasses {
         } else {
             return VmLifetime::SHORT;
         };
-        if let (true, Some(floor)) = (long, self.long_floor_s) {
-            let lifetime_s = lifetime_s.max(floor);
-            return VmLifetime { class: self.class_of(lifetime_s).max(self.first_long_class()), lifetime_s };
-        }
         if long && class < self.first_long_class() {
             // The binary classifier outranks a shorter regression estimate: a long VM is placed as
             // long, and keeps its host long for at least the threshold.

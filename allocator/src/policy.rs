@@ -69,10 +69,10 @@ pub struct PolicyConfig {
     /// A VM is placed as long-lived when its prediction's P(long) is at least this, instead of the
     /// model's own decision threshold (a lower one trades precision for recall).
     pub long_probability: Option<f64>,
-    /// A VM placed as long-lived is expected to live at least this long, in seconds, at placement
-    /// and in its host's exit time until its uptime passes it (default: `long_threshold_s`, at
-    /// placement only).
-    pub long_floor_s: Option<f64>,
+    /// NILAS and LAVA: the temporal cost reads an arriving VM's exit as at least this many seconds
+    /// from now (0 by default). Every VM then counts as staying a while, so that hosts predicted to
+    /// empty sooner are left to empty: a misprediction of "short" costs least there.
+    pub exit_floor_s: f64,
 }
 
 impl Default for PolicyConfig {
@@ -88,7 +88,7 @@ impl Default for PolicyConfig {
             weights: FitWeights::default(),
             temporal_buckets_s: None,
             long_probability: None,
-            long_floor_s: None,
+            exit_floor_s: 0.0,
         }
     }
 }
@@ -139,6 +139,8 @@ pub struct Policy {
     coded_first: bool,
     /// Whether the rules read LAVA host state.
     lava: bool,
+    /// The least time from now a temporal rule reads as an arriving VM's exit.
+    exit_floor_s: f64,
 }
 
 /// The traits of a request that its equivalence class is made of: two requests with the same key
@@ -182,8 +184,8 @@ impl Policy {
         if config.long_probability.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
             return Err(PolicyError::Invalid { field: "long_probability", message: "must be in [0, 1]".into() });
         }
-        if config.long_floor_s.is_some_and(|f| !(f.is_finite() && f > 0.0)) {
-            return Err(PolicyError::Invalid { field: "long_floor_s", message: "must be > 0 seconds".into() });
+        if !(config.exit_floor_s.is_finite() && config.exit_floor_s >= 0.0) {
+            return Err(PolicyError::Invalid { field: "exit_floor_s", message: "must be >= 0 seconds".into() });
         }
         let (classes, mut preferences): (LifetimeClasses, Vec<Box<dyn PreferenceRule>>) = match config.kind {
             PolicyKind::Pbfr => (binary()?, vec![best_fit()]),
@@ -207,7 +209,7 @@ impl Policy {
                 (lava.by_expected_lifetime(), rules)
             }
         };
-        let classes = classes.reading_long(config.long_probability, config.long_floor_s);
+        let classes = classes.reading_long(config.long_probability);
         if config.prefer_non_empty && config.kind != PolicyKind::Lava {
             preferences.insert(0, Box::new(PreferNonEmpty));
         }
@@ -218,7 +220,9 @@ impl Policy {
         validators.push(Box::new(FitsResources));
         validators.push(Box::new(TenantSpreadRule));
         let name = serde_json::to_value(config.kind).ok().and_then(|v| v.as_str().map(str::to_owned));
-        Policy::from_rules(name.unwrap_or_default(), validators, preferences, classes)
+        let mut policy = Policy::from_rules(name.unwrap_or_default(), validators, preferences, classes)?;
+        policy.exit_floor_s = config.exit_floor_s;
+        Ok(policy)
     }
 
     /// A policy from any rules. Validators that read the tenant must come last: they are applied
@@ -278,6 +282,7 @@ impl Policy {
             temporal_level,
             coded_first,
             lava,
+            exit_floor_s: 0.0,
         })
     }
 
@@ -291,6 +296,13 @@ impl Policy {
         self.temporal_level.is_some() || self.lava
     }
 
+    /// Whether any rule may read a host's lifetime summary (class, exit time, LAVA state): when
+    /// none does (PBFR), a summary that changes on its own as time passes is no change of the host
+    /// to the index, and the policy's decisions do not depend on the predictions at all.
+    pub fn reads_host_lifetime(&self) -> bool {
+        self.reads_exit_times() || self.class_traits.contains(&RequestTrait::LifetimeClass)
+    }
+
     /// Whether the rules read LAVA host state, which the allocator then keeps.
     pub fn is_lava(&self) -> bool {
         self.lava
@@ -302,6 +314,12 @@ impl Policy {
 
     pub fn classes(&self) -> &LifetimeClasses {
         &self.classes
+    }
+
+    /// The least time from now a temporal rule reads as an arriving VM's exit
+    /// ([`PolicyConfig::exit_floor_s`]).
+    pub fn exit_floor_s(&self) -> f64 {
+        self.exit_floor_s
     }
 
     pub fn validators(&self) -> &[Box<dyn ValidatorRule>] {

@@ -146,22 +146,12 @@ pub struct Repredictions {
     /// Model evaluations made (for the figures of the bench and `/metrics`): a reprediction answered
     /// from a VM's last evaluation (its uptime still in the evaluation's constant range) is not one.
     pub count: u64,
-    /// Whether a repredicted remaining lifetime is never below the lifetime the VM was placed with
-    /// minus its uptime (a policy with a lifetime floor for VMs predicted long keeps their hosts
-    /// long until the floor has passed, whatever the remaining-lifetime model says).
-    floor_by_placement: bool,
 }
 
 impl Repredictions {
     /// No model and no VM on `hosts` hosts.
     pub fn new(hosts: usize) -> Self {
-        Repredictions {
-            model: None,
-            version: None,
-            hosts: (0..hosts).map(|_| Vec::new()).collect(),
-            count: 0,
-            floor_by_placement: false,
-        }
+        Repredictions { model: None, version: None, hosts: (0..hosts).map(|_| Vec::new()).collect(), count: 0 }
     }
 
     /// Uses `model` from now on (`None`: initial predictions minus age). Every VM's row is
@@ -182,11 +172,6 @@ impl Repredictions {
                 last: None,
             });
         }
-    }
-
-    /// The same, with remaining lifetimes floored by the placed lifetime minus the uptime or not.
-    pub fn floored_by_placement(self, floor_by_placement: bool) -> Self {
-        Repredictions { floor_by_placement, ..self }
     }
 
     pub fn model_version(&self) -> Option<&str> {
@@ -238,22 +223,12 @@ impl Repredictions {
     pub fn remaining_s(&mut self, host: usize, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
         let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
         let row = found.and_then(|v| v.row.as_mut());
-        let remaining = remaining(&self.model, &self.version, &mut self.count, row, initial_lifetime_s, uptime_s);
-        self.floored(remaining, initial_lifetime_s, uptime_s)
-    }
-
-    fn floored(&self, remaining_s: f64, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
-        if self.floor_by_placement {
-            remaining_s.max(initial_lifetime_s - uptime_s)
-        } else {
-            remaining_s
-        }
+        remaining(&self.model, &self.version, &mut self.count, row, initial_lifetime_s, uptime_s)
     }
 
     /// The latest exit time, at `now_s`, of the VMs on `host` (minus infinity without VMs), each
     /// VM's exit time got as `mode` says.
     pub fn host_exit_s(&mut self, host: usize, now_s: f64, mode: ExitTimes) -> f64 {
-        let floor_by_placement = self.floor_by_placement;
         let Some(vms) = self.hosts.get_mut(host) else { return f64::NEG_INFINITY };
         let mut exit_s = f64::NEG_INFINITY;
         for vm in vms.iter_mut() {
@@ -270,8 +245,6 @@ impl Repredictions {
                         vm.lifetime_s,
                         uptime_s,
                     );
-                    let remaining =
-                        if floor_by_placement { remaining.max(vm.lifetime_s - uptime_s) } else { remaining };
                     let exit = now_s + remaining;
                     vm.exit_s = Some(exit);
                     exit

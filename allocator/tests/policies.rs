@@ -216,6 +216,61 @@ fn nilas_prefers_hosts_the_vm_does_not_outlive() {
     assert_eq!(place(&mut a, request, 0.0), long_host);
 }
 
+/// With an exit floor, every arriving VM counts as staying at least that long: a host about to
+/// empty is left to empty, though the VM is predicted to leave before it.
+#[test]
+fn an_exit_floor_leaves_hosts_about_to_empty_alone() {
+    let nilas = |exit_floor_s: f64| {
+        let spec = InventorySpec::homogeneous("z", 3, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+        let policy = PolicyConfig { exit_floor_s, ..PolicyConfig::of_kind(PolicyKind::Nilas) };
+        let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
+        let mut a = Allocator::new(&spec, &config).unwrap();
+        // h0 empties in 30 minutes and is the tighter fit; h1 stays busy for 10 hours.
+        assert_eq!(place(&mut a, vm("leaving", 12.0, Some(0.5 * HOUR)), 0.0).as_str(), "z-h0");
+        a.set_host_state(&HostId::from("z-h0"), HostState::Unavailable).unwrap();
+        assert_eq!(place(&mut a, vm("staying", 4.0, Some(10.0 * HOUR)), 0.0).as_str(), "z-h1");
+        a.set_host_state(&HostId::from("z-h0"), HostState::Available).unwrap();
+        a
+    };
+    // A 10-minute VM exits before either host: no temporal cost anywhere, so best fit picks h0.
+    assert_eq!(place(&mut nilas(0.0), vm("brief", 2.0, Some(600.0)), 60.0).as_str(), "z-h0");
+    // Read as staying at least 4 hours, it would outlive h0 by 3.5 h but not h1.
+    let mut floored = nilas(4.0 * HOUR);
+    let explanation = floored.explain(&vm("brief", 2.0, Some(600.0)), Some(&HostId::from("z-h0")), 3, 60.0).unwrap();
+    assert_eq!(explanation.why_not.unwrap().outranked_at.as_deref(), Some("temporal-cost"));
+    assert_eq!(place(&mut floored, vm("brief", 2.0, Some(600.0)), 60.0).as_str(), "z-h1");
+}
+
+/// A policy's own P(long) threshold decides which VMs are long-lived, over the prediction's class.
+#[test]
+fn a_policy_threshold_on_p_long_overrides_the_predicted_class() {
+    let la = |long_probability: Option<f64>| {
+        let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+        let policy = PolicyConfig { long_probability, ..PolicyConfig::of_kind(PolicyKind::LaBinary) };
+        let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
+        Allocator::new(&spec, &config).unwrap()
+    };
+    // P(long) 0.1 with a short class: short by default, long from a threshold of 0.05.
+    let uncertain = vm("uncertain", 2.0, Some(HOUR));
+    let default = la(None);
+    assert_eq!(default.policy().classes().vm_lifetime(uncertain.prediction.as_ref()).class, 0);
+    let eager = la(Some(0.05));
+    assert_eq!(eager.policy().classes().vm_lifetime(uncertain.prediction.as_ref()).class, 1);
+    assert!(
+        eager.policy().classes().vm_lifetime(uncertain.prediction.as_ref()).lifetime_s >= 2.0 * HOUR,
+        "a long VM lives at least the threshold"
+    );
+    let bad = PolicyConfig { long_probability: Some(1.5), ..PolicyConfig::of_kind(PolicyKind::LaBinary) };
+    let spec = InventorySpec::homogeneous("z", 1, 1, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let err = Allocator::new(&spec, &AllocatorConfig { policy: bad, ..Default::default() }).unwrap_err().to_string();
+    assert!(err.contains("long_probability"), "{err}");
+    let buckets =
+        PolicyConfig { temporal_buckets_s: Some(vec![60.0, 30.0]), ..PolicyConfig::of_kind(PolicyKind::Nilas) };
+    let err =
+        Allocator::new(&spec, &AllocatorConfig { policy: buckets, ..Default::default() }).unwrap_err().to_string();
+    assert!(err.contains("temporal_buckets_s"), "{err}");
+}
+
 /// A fake remaining-lifetime model: every VM has `uptime + 1 h` left.
 #[derive(Debug)]
 struct OneMoreHour;

@@ -301,6 +301,45 @@ fn runs_are_reproducible_from_their_configuration() {
     assert_ne!(other.placements, first.placements);
 }
 
+/// PBFR reads no lifetime: whatever the predictions, with random ties, it places every VM alike
+/// (lifetime classes dropping as time passes are no change of a host to its index).
+#[test]
+fn pbfr_does_not_depend_on_the_predictions() {
+    let config = SimConfig {
+        workload: WorkloadConfig {
+            trace: TraceSpec::Synthetic(SyntheticSpec { days: 1.0, warmup_days: 0.5, ..SyntheticSpec::default() }),
+            max_vms: Some(3000),
+            ..WorkloadConfig::default()
+        },
+        inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.2, hosts_per_rack: 40 },
+        policy: PolicyConfig::of_kind(PolicyKind::Pbfr),
+        tie_break: TieBreak::Random,
+        record_placements: true,
+        ..SimConfig::default()
+    };
+    let workload = Workload::load(&config.workload).unwrap();
+    let with = |source| {
+        let config =
+            SimConfig { prediction: PredictionConfig { source, ..PredictionConfig::default() }, ..config.clone() };
+        run(&workload, &config, |_| {}).unwrap()
+    };
+    let none = with(PredictionSourceConfig::None);
+    let oracle = with(PredictionSourceConfig::Oracle);
+    assert_eq!(none.placements, oracle.placements);
+    assert_eq!(none.metrics, oracle.metrics);
+    // LA-binary reads them, and places differently.
+    let la = |source| {
+        let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+        let config = SimConfig {
+            policy,
+            prediction: PredictionConfig { source, ..PredictionConfig::default() },
+            ..config.clone()
+        };
+        run(&workload, &config, |_| {}).unwrap().placements
+    };
+    assert_ne!(la(PredictionSourceConfig::None), la(PredictionSourceConfig::Oracle));
+}
+
 /// Unknown fields and bad values are refused, naming the field.
 #[test]
 fn bad_configurations_name_the_field() {
