@@ -819,6 +819,6 @@ mod tests {
             assert!(plan.is_ok(), "{}: {}", path.display(), plan.unwrap_err());
             seen += 1;
         }
-        assert_eq!(seen, 6, "the six experiments of the evaluation");
+        assert_eq!(seen, 7, "the experiments of the evaluation and the validation sweep");
     }
 }
