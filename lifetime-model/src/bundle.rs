@@ -393,4 +393,21 @@ mod tests {
             }
         }
     }
+
+    /// Bundles written before features and rounds were chosen on validation (and exit-time
+    /// quality was measured) have neither report, and still load.
+    #[test]
+    fn manifests_without_the_validation_and_exit_time_reports_load() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default").join(MANIFEST_FILE);
+        let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let evaluation = manifest["evaluation"].as_object_mut().expect("an evaluation report");
+        evaluation.remove("validation");
+        evaluation.remove("exit_time");
+        let old: Manifest = serde_json::from_value(manifest).expect("an old manifest parses");
+        assert!(old.evaluation.validation.is_none() && old.evaluation.exit_time.is_none());
+        // And what is absent is not written back.
+        let written = serde_json::to_string(&old).unwrap();
+        assert!(!written.contains("\"validation\"") && !written.contains("\"exit_time\""));
+        default_bundle();
+    }
 }

@@ -154,6 +154,71 @@ pub struct FeatureSchema {
     pub long_threshold_s: f64,
 }
 
+/// Groups of features the trainer keeps or drops as a whole, by validation.
+///
+/// Both can hurt: `weekday` splits learn the level of single days when the training period covers
+/// only a few (the evaluation period's weekdays are then unseen or seen once), and on traces whose
+/// tenant is a batch of simultaneous requests the tenant features only encode a VM's position in its
+/// batch. Whether they help is a property of the trace, so the trainer tries without them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeatureGroup {
+    /// `weekday`.
+    Weekday,
+    /// The tenant-history features (`tenant_*`).
+    Tenant,
+}
+
+/// A name that is not a [`FeatureGroup`].
+#[derive(Debug, thiserror::Error)]
+#[error("unknown feature group `{0}` (known: weekday, tenant)")]
+pub struct UnknownFeatureGroup(pub String);
+
+impl FeatureGroup {
+    pub const ALL: [FeatureGroup; 2] = [FeatureGroup::Weekday, FeatureGroup::Tenant];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FeatureGroup::Weekday => "weekday",
+            FeatureGroup::Tenant => "tenant",
+        }
+    }
+
+    /// The group `spec` belongs to; `None` for the features that are always kept.
+    pub fn of(spec: &FeatureSpec) -> Option<FeatureGroup> {
+        match &spec.kind {
+            FeatureKind::Numeric(NumericSource::Weekday) => Some(FeatureGroup::Weekday),
+            FeatureKind::Numeric(
+                NumericSource::TenantVmsInWindow
+                | NumericSource::TenantLongKnown
+                | NumericSource::TenantLongShare
+                | NumericSource::TenantLog10LifetimeP25
+                | NumericSource::TenantLog10LifetimeP50
+                | NumericSource::TenantLog10LifetimeP75
+                | NumericSource::TenantRunning,
+            ) => Some(FeatureGroup::Tenant),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for FeatureGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FeatureGroup {
+    type Err = UnknownFeatureGroup;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FeatureGroup::ALL
+            .into_iter()
+            .find(|g| g.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownFeatureGroup(s.to_owned()))
+    }
+}
+
 /// Per-categorical-feature lookup built once from the schema, for fast encoding.
 #[derive(Clone, Debug)]
 struct CategoryCodes {
@@ -196,6 +261,29 @@ impl FeatureSchema {
             kind: FeatureKind::Numeric(NumericSource::Log10Uptime),
         });
         schema
+    }
+
+    /// Positions of the features not in `dropped`, in schema order.
+    pub fn kept_indices(&self, dropped: &[FeatureGroup]) -> Vec<usize> {
+        (0..self.features.len())
+            .filter(|&i| FeatureGroup::of(&self.features[i]).is_none_or(|g| !dropped.contains(&g)))
+            .collect()
+    }
+
+    /// The same schema without the features of the `dropped` groups. Encoding with it gives the
+    /// kept columns of the full schema's row, in the same order.
+    pub fn without(&self, dropped: &[FeatureGroup]) -> FeatureSchema {
+        let mut schema = self.clone();
+        schema.features = self.kept_indices(dropped).into_iter().map(|i| self.features[i].clone()).collect();
+        schema
+    }
+
+    /// The groups with at least one feature in this schema.
+    pub fn groups(&self) -> Vec<FeatureGroup> {
+        FeatureGroup::ALL
+            .into_iter()
+            .filter(|g| self.features.iter().any(|f| FeatureGroup::of(f) == Some(*g)))
+            .collect()
     }
 
     pub fn encoder(&self) -> FeatureEncoder {
@@ -471,5 +559,32 @@ mod tests {
         let schema = schema();
         assert_eq!(schema.hash(), schema.clone().hash());
         assert_ne!(schema.hash(), schema.with_uptime().hash());
+    }
+
+    #[test]
+    fn dropping_groups_keeps_the_other_columns_in_order() {
+        let schema = schema();
+        assert_eq!(schema.groups(), [FeatureGroup::Weekday, FeatureGroup::Tenant]);
+        let smaller = schema.without(&[FeatureGroup::Weekday, FeatureGroup::Tenant]);
+        assert!(smaller.groups().is_empty());
+        assert!(!smaller.names().iter().any(|n| n == "weekday" || n.starts_with("tenant_")));
+        assert!(smaller.names().iter().any(|n| n == "hour_of_day"));
+        // The smaller schema encodes the kept columns of the full row.
+        let tenant = TenantSummary { vms_in_window: 3.0, running: 1.0, ..TenantSummary::unknown() };
+        let request = request("long", &[("batch_size", "2")]);
+        let full = schema.encoder().encode(&request, &tenant, None);
+        let kept: Vec<f64> =
+            schema.kept_indices(&[FeatureGroup::Weekday, FeatureGroup::Tenant]).into_iter().map(|i| full[i]).collect();
+        assert_eq!(format!("{kept:?}"), format!("{:?}", smaller.encoder().encode(&request, &tenant, None)));
+        assert_ne!(schema.hash(), smaller.hash());
+        assert_eq!(schema.without(&[]), schema);
+    }
+
+    #[test]
+    fn feature_groups_parse_by_name() {
+        assert_eq!("Weekday".parse::<FeatureGroup>().unwrap(), FeatureGroup::Weekday);
+        assert_eq!(" tenant".parse::<FeatureGroup>().unwrap(), FeatureGroup::Tenant);
+        assert!("hour".parse::<FeatureGroup>().is_err());
+        assert_eq!(serde_json::to_string(&FeatureGroup::Tenant).unwrap(), "\"tenant\"");
     }
 }

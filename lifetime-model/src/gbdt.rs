@@ -159,6 +159,14 @@ pub enum OutputTransform {
     Softmax,
 }
 
+impl OutputTransform {
+    /// The transform of one raw score (the identity for [`OutputTransform::Softmax`], which needs
+    /// all classes: see [`TreeEnsemble::predict_into`]).
+    pub fn apply(self, raw: f64) -> f64 {
+        apply_scalar(self, raw)
+    }
+}
+
 /// Node flag: categorical split (the threshold is an index into `cat_ranges`).
 const FLAG_CATEGORICAL: u8 = 1;
 /// Node flag: a missing value goes left. Missing means NaN, or zero when `FLAG_ZERO_IS_MISSING`.
@@ -522,6 +530,17 @@ impl TreeEnsemble {
             raw /= self.num_iterations as f64;
         }
         apply_scalar(self.transform, raw)
+    }
+
+    /// Output of tree `tree` (model order: iteration `tree / num_outputs()`, class
+    /// `tree % num_outputs()`) for `row`. Summing trees iteration by iteration gives the raw score
+    /// after every boosting round, which is how the trainer reads a validation curve off one model.
+    ///
+    /// # Panics
+    ///
+    /// If `tree >= self.num_trees()`.
+    pub fn tree_value(&self, tree: usize, row: &[f64]) -> f64 {
+        self.eval_tree(self.roots[tree], row)
     }
 
     /// Sum of all trees (single-output models), in model order like LightGBM (so bit-identical).
@@ -1183,6 +1202,11 @@ pandas_categorical:null
             m.predict_into(&row, &mut out);
             assert!((out[0] - sigmoid2(raw)).abs() < 1e-12, "probability of {row:?}");
             assert_eq!(m.predict(&row), out[0]);
+            // Tree by tree, as the trainer reads validation curves.
+            for (tree, leaf) in leaves.iter().enumerate() {
+                assert_eq!(m.tree_value(tree, &row), *leaf, "tree {tree} of {row:?}");
+            }
+            assert_eq!(m.output_transform().apply(raw), sigmoid2(raw));
         }
     }
 

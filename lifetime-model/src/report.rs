@@ -1,6 +1,7 @@
 //! The evaluation report written into every bundle manifest, printed by the trainer as Markdown, and
 //! plotted as SVG (ROC curve, reprediction curve).
 
+use crate::features::FeatureGroup;
 use crate::metrics::Confusion;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -62,11 +63,95 @@ pub struct RemainingReport {
     pub curves: Vec<RepredictionCurve>,
 }
 
+/// How well the predicted lifetime (the remaining-lifetime model at uptime 0) orders and places
+/// VMs' exits on the held-out period: what exit-time policies (NILAS, LAVA) read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExitTimeReport {
+    pub vms: usize,
+    /// Harrell's C over all held-out VMs (censoring-aware, see [`crate::metrics::harrell_c`]).
+    #[serde(with = "crate::nan_json")]
+    pub c_index: f64,
+    /// VMs observed to live at least the long-lived threshold (completed or still running).
+    pub long_vms: usize,
+    /// Harrell's C among those: does the model order the exits of long-lived VMs?
+    #[serde(with = "crate::nan_json")]
+    pub c_index_long: f64,
+    /// Completed VMs that lived at least the threshold.
+    pub completed_long_vms: usize,
+    /// Mean absolute error of log10 predicted vs true lifetime over those.
+    #[serde(with = "crate::nan_json")]
+    pub mae_log10_long: f64,
+}
+
+/// One feature set tried on the validation split.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FeatureCandidate {
+    pub dropped: Vec<FeatureGroup>,
+    pub features: usize,
+    /// Validation ROC AUC of the long-lived classifier at its best round.
+    #[serde(with = "crate::nan_json")]
+    pub auc: f64,
+    pub best_iteration: usize,
+}
+
+/// Which feature groups the bundle keeps, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FeatureSelection {
+    /// The groups were given by the user, not chosen (then there is one candidate).
+    pub forced: bool,
+    pub candidates: Vec<FeatureCandidate>,
+    /// The dropped groups of the chosen candidate.
+    pub dropped: Vec<FeatureGroup>,
+}
+
+/// Boosting rounds of one model: chosen on the validation split, then used for the refit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelRounds {
+    /// The validation metric: `auc` (higher is better), `multi_logloss` or `l2` (lower is better).
+    pub metric: String,
+    pub validation_examples: usize,
+    /// Rounds with the best validation metric; 0 when the split had too few examples to tell.
+    pub best_iteration: usize,
+    #[serde(with = "crate::nan_json")]
+    pub best_value: f64,
+    /// Rounds trained on the whole training period.
+    pub rounds: usize,
+}
+
+/// The choices made on the validation split: the last part of the training period, never the
+/// evaluation period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ValidationReport {
+    /// VMs that arrived from here to the training cut-off validate; earlier ones fit, with labels
+    /// censored here.
+    pub valid_from_s: f64,
+    pub fit_vms: usize,
+    pub validation_vms: usize,
+    pub features: FeatureSelection,
+    pub binary: ModelRounds,
+    pub multiclass: ModelRounds,
+    pub remaining: ModelRounds,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvaluationReport {
     pub binary: BinaryReport,
     pub multiclass: MulticlassReport,
     pub remaining: RemainingReport,
+    /// Absent from bundles written before exit-time quality was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_time: Option<ExitTimeReport>,
+    /// Absent from bundles written before rounds and features were chosen on validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ValidationReport>,
+}
+
+fn group_list(groups: &[FeatureGroup]) -> String {
+    if groups.is_empty() {
+        "none".to_owned()
+    } else {
+        groups.iter().map(|g| g.name()).collect::<Vec<_>>().join(", ")
+    }
 }
 
 impl EvaluationReport {
@@ -110,6 +195,49 @@ impl EvaluationReport {
             for k in 0..20 {
                 let cells: Vec<String> = r.curves.iter().map(|c| format!("{:.3}", c.f1_by_quantile[k])).collect();
                 let _ = writeln!(s, "| {k} | {} |", cells.join(" | "));
+            }
+        }
+        if let Some(e) = &self.exit_time {
+            let _ = writeln!(
+                s,
+                "\n### Exit times (predicted lifetime at uptime 0)\n\n| metric | value |\n|---|---:|\n\
+                 | Harrell's C, all {} held-out VMs | {:.3} |\n| Harrell's C, {} VMs living >= threshold | {:.3} |\n\
+                 | MAE log10 lifetime, {} completed VMs >= threshold | {:.3} |",
+                e.vms, e.c_index, e.long_vms, e.c_index_long, e.completed_long_vms, e.mae_log10_long
+            );
+        }
+        if let Some(v) = &self.validation {
+            let f = &v.features;
+            let _ = writeln!(
+                s,
+                "\n### Validation split (choices; {} VMs fit before t = {:.0} s, {} validate up to the cut-off)\n",
+                v.fit_vms, v.valid_from_s, v.validation_vms
+            );
+            let _ = writeln!(
+                s,
+                "Feature groups {}: dropped {}\n",
+                if f.forced { "forced" } else { "chosen by validation AUC" },
+                group_list(&f.dropped)
+            );
+            let _ = writeln!(s, "| dropped | features | validation AUC | best round |\n|---|---:|---:|---:|");
+            for c in &f.candidates {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {:.4} | {} |",
+                    group_list(&c.dropped),
+                    c.features,
+                    c.auc,
+                    c.best_iteration
+                );
+            }
+            let _ = writeln!(s, "\n| model | metric | validation examples | best round | best value | refit rounds |");
+            let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
+            for (name, m) in [("long-lived", &v.binary), ("intervals", &v.multiclass), ("remaining", &v.remaining)] {
+                let _ = writeln!(
+                    s,
+                    "| {name} | {} | {} | {} | {:.4} | {} |",
+                    m.metric, m.validation_examples, m.best_iteration, m.best_value, m.rounds
+                );
             }
         }
         s

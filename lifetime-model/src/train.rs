@@ -1,25 +1,34 @@
 //! The trainer: from a trace to a validated model bundle with its evaluation report.
 //!
-//! Time split: VMs that arrived before the cut-off train (the last tenth of that period validates,
-//! for early stopping and for choosing the decision threshold); VMs that arrived after it evaluate.
+//! Time split: VMs that arrived before the cut-off train; VMs that arrived after it evaluate.
 //! Training labels are censored at the cut-off, so nothing from the evaluation period leaks in, and
 //! the feature store is frozen there too. Evaluation uses the native evaluator the services serve
 //! with, so the report measures what is served.
+//!
+//! Choices are made on a validation split of the training period alone: its last
+//! `validation_fraction` validates, the part before fits with labels censored at the validation
+//! start (and a feature schema of its own). On it the trainer picks the feature groups (by the
+//! long-lived classifier's AUC) and each model's number of rounds (early stopping), then refits the
+//! three models on the whole training period with those rounds. A validation slice of a few hours
+//! (the former last tenth) is so noisy that early stopping on it kept 2-18 trees; a quarter of the
+//! period, and a refit that also learns from it, does not waste the most recent data.
 
 use crate::bundle::{
     LifetimeModel, Manifest, ProbeCase, TrainingWindow, BINARY_MODEL_FILE, FEATURE_STORE_FILE, FORMAT_VERSION,
     MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE,
 };
 use crate::dataset::{replay, ObservedLifetime, ReplayedTrace};
-use crate::features::{RequestFeatures, SchemaBuilder};
-use crate::gbdt::TreeEnsemble;
+use crate::features::{encode_uptime, FeatureGroup, FeatureSchema, RequestFeatures, SchemaBuilder};
+use crate::gbdt::{OutputTransform, TreeEnsemble};
 use crate::history::FeatureStore;
-use crate::metrics::Scored;
+use crate::metrics::{harrell_c, Scored};
 use crate::report::{
-    BinaryReport, EvaluationReport, MulticlassReport, RemainingReport, RepredictionCurve, RECALL_LEVELS,
+    BinaryReport, EvaluationReport, ExitTimeReport, FeatureCandidate, FeatureSelection, ModelRounds, MulticlassReport,
+    RemainingReport, RepredictionCurve, ValidationReport, RECALL_LEVELS,
 };
 use lightgbm3::{Booster, Dataset};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use traces::VmRecord;
 
@@ -31,6 +40,22 @@ const DAY: f64 = 86_400.0;
 pub const UPTIME_FRACTIONS: [f64; 8] = [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875];
 /// Number of per-VM uptime quantiles of the reprediction curve.
 pub const REPREDICTION_QUANTILES: usize = 20;
+/// Feature sets whose validation AUCs differ by at most this much are equally good, and the smaller
+/// one is kept: differences this small are within the noise of one validation split.
+pub const AUC_TIE: f64 = 0.002;
+/// Fewer labelled validation examples than this cannot choose rounds; the model then gets the
+/// configured maximum.
+const MIN_VALIDATION_EXAMPLES: usize = 50;
+
+/// Which feature groups the bundle keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FeatureChoice {
+    /// Chosen by validation AUC among: all groups, without weekday, without tenant, without both.
+    #[default]
+    Auto,
+    /// Exactly these groups dropped, nothing tried (to reproduce a bundle).
+    Drop(Vec<FeatureGroup>),
+}
 
 #[derive(Clone, Debug)]
 pub struct TrainConfig {
@@ -42,7 +67,16 @@ pub struct TrainConfig {
     pub history_window_s: f64,
     /// Share of the trace's time span used for training when no separate evaluation trace is given.
     pub train_fraction: f64,
+    /// Share of the training period, at its end, that validates the choices of features and rounds.
+    pub validation_fraction: f64,
+    /// Most boosting rounds (the interval model, 11 trees a round, gets half as many).
     pub iterations: usize,
+    /// Validation rounds without improvement after which a model stops.
+    pub early_stopping_rounds: usize,
+    /// Fewest rounds of a refit model, whatever the validation said: a model of one or two trees
+    /// is a symptom of a noisy validation split, not a good model.
+    pub min_rounds: usize,
+    pub features: FeatureChoice,
     pub learning_rate: f64,
     pub num_leaves: usize,
     /// At most this many VMs are expanded into remaining-lifetime examples (evenly sampled).
@@ -61,7 +95,11 @@ impl Default for TrainConfig {
             remaining_cap_s: 7.0 * DAY,
             history_window_s: 7.0 * DAY,
             train_fraction: 0.7,
+            validation_fraction: 0.25,
             iterations: 300,
+            early_stopping_rounds: 50,
+            min_rounds: 10,
+            features: FeatureChoice::Auto,
             learning_rate: 0.05,
             num_leaves: 63,
             max_remaining_vms: 150_000,
@@ -120,10 +158,379 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if !(0.05..=0.95).contains(&config.train_fraction) {
         return bad("the training fraction must be within [0.05, 0.95]");
     }
+    if !(0.05..=0.5).contains(&config.validation_fraction) {
+        return bad("the validation fraction must be within [0.05, 0.5]");
+    }
     if config.iterations == 0 || config.num_leaves < 2 || config.threads == 0 {
         return bad("iterations, threads must be positive and num_leaves at least 2");
     }
+    if config.early_stopping_rounds == 0 || config.min_rounds == 0 {
+        return bad("early-stopping rounds and the least number of rounds must be positive");
+    }
     Ok(())
+}
+
+/// LightGBM parameters shared by every model.
+fn base_params(config: &TrainConfig) -> Value {
+    json!({
+        "learning_rate": config.learning_rate,
+        "num_leaves": config.num_leaves,
+        "min_data_in_leaf": 50,
+        "feature_fraction": 0.9,
+        "bagging_fraction": 0.8,
+        "bagging_freq": 1,
+        "lambda_l2": 1.0,
+        "num_threads": config.threads,
+        "seed": config.seed,
+        "deterministic": true,
+        "verbosity": -1,
+    })
+}
+
+/// One of the three models: its objective and validation metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Model {
+    Binary,
+    Multiclass,
+    Remaining,
+}
+
+impl Model {
+    fn params(self, config: &TrainConfig) -> Value {
+        let extra = match self {
+            Model::Binary => json!({"objective": "binary", "metric": "auc"}),
+            Model::Multiclass => json!({"objective": "multiclass", "num_class": config.class_cutoffs_s.len() + 1,
+                                        "metric": "multi_logloss"}),
+            Model::Remaining => json!({"objective": "regression", "metric": "l2"}),
+        };
+        params(&base_params(config), extra)
+    }
+
+    fn metric(self) -> &'static str {
+        match self {
+            Model::Binary => "auc",
+            Model::Multiclass => "multi_logloss",
+            Model::Remaining => "l2",
+        }
+    }
+
+    /// Most rounds: the interval model costs a tree per class and round, so it gets half.
+    fn max_rounds(self, config: &TrainConfig) -> usize {
+        match self {
+            Model::Multiclass => (config.iterations / 2).max(1),
+            _ => config.iterations,
+        }
+    }
+
+    /// Whether validation value `a` beats `b` (a NaN never beats anything, anything beats NaN).
+    fn better(self, a: f64, b: f64) -> bool {
+        match self {
+            Model::Binary => a > b || (b.is_nan() && !a.is_nan()),
+            _ => a < b || (b.is_nan() && !a.is_nan()),
+        }
+    }
+
+    /// The validation metric of raw scores (`k` per example) against `labels`.
+    fn value(self, raw: &[f64], labels: &[f32], k: usize) -> f64 {
+        let n = labels.len().max(1) as f64;
+        match self {
+            // AUC depends only on the order, which the sigmoid keeps.
+            Model::Binary => Scored::new(raw, &labels.iter().map(|&y| y > 0.5).collect::<Vec<_>>()).roc_auc(),
+            Model::Multiclass => {
+                let mut loss = 0.0;
+                for (scores, &y) in raw.chunks(k).zip(labels) {
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let log_sum = scores.iter().map(|s| (s - max).exp()).sum::<f64>().ln() + max;
+                    // LightGBM clips probabilities at 1e-15.
+                    loss -= (scores[y as usize] - log_sum).max(1e-15f64.ln());
+                }
+                loss / n
+            }
+            Model::Remaining => raw.iter().zip(labels).map(|(s, &y)| (s - f64::from(y)).powi(2)).sum::<f64>() / n,
+        }
+    }
+}
+
+/// Feature rows (row-major) with their labels.
+struct Examples {
+    n_features: usize,
+    rows: Vec<f64>,
+    labels: Vec<f32>,
+}
+
+impl Examples {
+    fn row(&self, i: usize) -> &[f64] {
+        &self.rows[i * self.n_features..(i + 1) * self.n_features]
+    }
+}
+
+/// The columns `cols` of VM `i`'s row.
+fn push_row(out: &mut Vec<f64>, replayed: &ReplayedTrace, i: usize, cols: &[usize]) {
+    let row = replayed.row(i);
+    out.extend(cols.iter().map(|&c| row[c]));
+}
+
+/// The labelled VMs of `idx`, with columns `cols`.
+fn gather(replayed: &ReplayedTrace, idx: &[usize], cols: &[usize], label: impl Fn(usize) -> Option<f32>) -> Examples {
+    let mut examples = Examples { n_features: cols.len(), rows: Vec::new(), labels: Vec::new() };
+    for &i in idx {
+        if let Some(y) = label(i) {
+            push_row(&mut examples.rows, replayed, i, cols);
+            examples.labels.push(y);
+        }
+    }
+    examples
+}
+
+/// The examples of `model` from the VMs `idx`, labelled by `label`.
+fn examples(
+    model: Model,
+    replayed: &ReplayedTrace,
+    idx: &[usize],
+    cols: &[usize],
+    config: &TrainConfig,
+    label: impl Fn(usize) -> ObservedLifetime,
+) -> Examples {
+    match model {
+        Model::Binary => gather(replayed, idx, cols, |i| binary_label(&label(i), config.long_threshold_s)),
+        Model::Multiclass => {
+            gather(replayed, idx, cols, |i| label(i).interval_class(&config.class_cutoffs_s).map(|c| c as f32))
+        }
+        Model::Remaining => remaining_examples(replayed, idx, cols, config, label),
+    }
+}
+
+fn binary_label(observed: &ObservedLifetime, threshold_s: f64) -> Option<f32> {
+    observed.at_least(threshold_s).map(|long| f32::from(u8::from(long)))
+}
+
+/// The VMs of the training period replayed for validation: `fit` arrived before `valid_from_s` and
+/// carry labels censored there; `valid` arrived from then to the cut-off and carry labels censored
+/// at the cut-off. Categories are ranked on the fit part only, so no validation lifetime shapes the
+/// encoding either.
+pub(crate) struct ValidationSplit {
+    pub valid_from_s: f64,
+    pub schema: FeatureSchema,
+    pub replayed: ReplayedTrace,
+    pub fit: Vec<usize>,
+    pub valid: Vec<usize>,
+}
+
+impl ValidationSplit {
+    /// `training` must hold only VMs that arrived before `cutoff_s`, sorted by arrival.
+    pub fn new(training: &[VmRecord], valid_from_s: f64, cutoff_s: f64, config: &TrainConfig) -> Self {
+        debug_assert!(training.iter().all(|r| r.start_s < cutoff_s));
+        let fit_count = training.partition_point(|r| r.start_s < valid_from_s);
+        let schema = build_schema(&training[..fit_count], valid_from_s, config);
+        // Training labels censored at the validation start, full labels at the cut-off.
+        let replayed = replay(training, &schema.encoder(), valid_from_s, cutoff_s, valid_from_s);
+        let (fit, valid) = (0..replayed.len()).partition(|&i| replayed.start_s[i] < valid_from_s);
+        ValidationSplit { valid_from_s, schema, replayed, fit, valid }
+    }
+
+    fn examples(&self, model: Model, cols: &[usize], config: &TrainConfig) -> (Examples, Examples) {
+        let r = &self.replayed;
+        (
+            examples(model, r, &self.fit, cols, config, |i| r.train_label[i]),
+            examples(model, r, &self.valid, cols, config, |i| r.full_label[i]),
+        )
+    }
+}
+
+/// A feature schema from the VMs `records`, with labels censored at `censor_at_s`.
+fn build_schema(records: &[VmRecord], censor_at_s: f64, config: &TrainConfig) -> FeatureSchema {
+    let mut builder = SchemaBuilder::new(config.history_window_s, config.long_threshold_s);
+    for record in records {
+        let observed = ObservedLifetime::of(record, censor_at_s);
+        builder.observe(&RequestFeatures::from(record), Some(observed.seconds.max(1.0).log10()));
+    }
+    builder.build()
+}
+
+/// The best round of a model on validation examples.
+struct Best {
+    /// Rounds (1-based); 0 when there were too few validation examples to tell.
+    iteration: usize,
+    value: f64,
+    /// Probabilities at the best round (long-lived model only), for the decision threshold.
+    scores: Vec<f64>,
+}
+
+/// Trains `model` on `fit` with early stopping on `valid`, and reads its best round off the
+/// validation curve (computed here: LightGBM keeps every round when early stopping never fires).
+fn best_rounds(model: Model, fit: &Examples, valid: &Examples, config: &TrainConfig) -> Result<Best, TrainError> {
+    if fit.labels.len() < 50 {
+        return Err(TrainError::NotEnoughData(format!("only {} labelled fitting examples", fit.labels.len())));
+    }
+    if valid.labels.len() < MIN_VALIDATION_EXAMPLES {
+        return Ok(Best { iteration: 0, value: f64::NAN, scores: Vec::new() });
+    }
+    let n = fit.n_features as i32;
+    let train = Dataset::from_slice(&fit.rows, &fit.labels, n, true)?;
+    let validation = Dataset::from_slice_with_reference(&valid.rows, &valid.labels, n, true, Some(&train))?;
+    let parameters = params(
+        &model.params(config),
+        json!({"num_iterations": model.max_rounds(config), "early_stopping_rounds": config.early_stopping_rounds}),
+    );
+    let booster = Booster::train_with_valid(train, Some(validation), &parameters)?;
+    let ensemble = TreeEnsemble::from_lightgbm_text(&booster.save_string()?)?;
+    Ok(validation_curve_best(model, &ensemble, valid))
+}
+
+/// Sums the ensemble's trees round by round over `valid` and keeps the best round.
+fn validation_curve_best(model: Model, ensemble: &TreeEnsemble, valid: &Examples) -> Best {
+    let k = ensemble.num_outputs();
+    let rounds = ensemble.num_trees() / k.max(1);
+    let mut raw = vec![0.0; valid.labels.len() * k];
+    let mut best = Best { iteration: 0, value: f64::NAN, scores: Vec::new() };
+    for round in 0..rounds {
+        for class in 0..k {
+            let tree = round * k + class;
+            for (r, score) in raw.iter_mut().skip(class).step_by(k).enumerate() {
+                *score += ensemble.tree_value(tree, valid.row(r));
+            }
+        }
+        let value = model.value(&raw, &valid.labels, k);
+        if best.iteration == 0 || model.better(value, best.value) {
+            best.iteration = round + 1;
+            best.value = value;
+            if model == Model::Binary {
+                let transform: OutputTransform = ensemble.output_transform();
+                best.scores = raw.iter().map(|&x| transform.apply(x)).collect();
+            }
+        }
+    }
+    best
+}
+
+/// The candidate feature sets (as dropped groups) the schema allows: two that keep the same
+/// columns are one candidate.
+fn candidates(schema: &FeatureSchema, choice: &FeatureChoice) -> Vec<Vec<FeatureGroup>> {
+    let mut sets: Vec<Vec<FeatureGroup>> = match choice {
+        FeatureChoice::Auto => vec![
+            vec![],
+            vec![FeatureGroup::Weekday],
+            vec![FeatureGroup::Tenant],
+            vec![FeatureGroup::Weekday, FeatureGroup::Tenant],
+        ],
+        FeatureChoice::Drop(groups) => {
+            let mut groups = groups.clone();
+            groups.sort();
+            groups.dedup();
+            return vec![groups];
+        }
+    };
+    let present = schema.groups();
+    for set in &mut sets {
+        set.retain(|g| present.contains(g));
+    }
+    let mut unique: Vec<Vec<FeatureGroup>> = Vec::new();
+    for set in sets {
+        if !unique.contains(&set) {
+            unique.push(set);
+        }
+    }
+    unique
+}
+
+/// Index of the chosen candidate: the fewest features among those within [`AUC_TIE`] of the best
+/// validation AUC (higher AUC first among equally small ones); the first candidate when no AUC is
+/// known.
+fn choose_candidate(candidates: &[FeatureCandidate]) -> usize {
+    let best = candidates.iter().map(|c| c.auc).filter(|a| a.is_finite()).fold(f64::NEG_INFINITY, f64::max);
+    if !best.is_finite() {
+        return 0;
+    }
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.auc >= best - AUC_TIE)
+        .min_by(|a, b| a.1.features.cmp(&b.1.features).then(b.1.auc.total_cmp(&a.1.auc)))
+        .map_or(0, |(i, _)| i)
+}
+
+/// What the validation split decided.
+struct Validated {
+    report: ValidationReport,
+    decision_threshold: f64,
+}
+
+/// Chooses the feature groups and the three models' rounds on the validation split.
+fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progress) -> Result<Validated, TrainError> {
+    let sets = candidates(&split.schema, &config.features);
+    let mut tried = Vec::new();
+    let mut bests = Vec::new();
+    for (k, dropped) in sets.iter().enumerate() {
+        progress.stage(&format!("validation: feature set {} of {} (long-lived classifier)", k + 1, sets.len()));
+        let cols = split.schema.kept_indices(dropped);
+        let (fit, valid) = split.examples(Model::Binary, &cols, config);
+        let best = best_rounds(Model::Binary, &fit, &valid, config)?;
+        tried.push(FeatureCandidate {
+            dropped: dropped.clone(),
+            features: cols.len(),
+            auc: best.value,
+            best_iteration: best.iteration,
+        });
+        bests.push((best, valid));
+    }
+    let chosen = choose_candidate(&tried);
+    let dropped = tried[chosen].dropped.clone();
+    let cols = split.schema.kept_indices(&dropped);
+    let (binary_best, binary_valid) = bests.swap_remove(chosen);
+    let decision_threshold = if binary_best.scores.is_empty() {
+        0.5
+    } else {
+        let labels: Vec<bool> = binary_valid.labels.iter().map(|&y| y > 0.5).collect();
+        Scored::new(&binary_best.scores, &labels).best_f1_threshold().0
+    };
+    let rounds = |model: Model, best: &Best, examples: usize| ModelRounds {
+        metric: model.metric().to_owned(),
+        validation_examples: examples,
+        best_iteration: best.iteration,
+        best_value: best.value,
+        rounds: if best.iteration == 0 {
+            model.max_rounds(config)
+        } else {
+            best.iteration.max(config.min_rounds).min(model.max_rounds(config))
+        },
+    };
+    let binary = rounds(Model::Binary, &binary_best, binary_valid.labels.len());
+    let mut others = Vec::new();
+    for (model, what) in
+        [(Model::Multiclass, "lifetime-interval classifier"), (Model::Remaining, "remaining-lifetime model")]
+    {
+        progress.stage(&format!("validation: rounds of the {what}"));
+        let (fit, valid) = split.examples(model, &cols, config);
+        let best = best_rounds(model, &fit, &valid, config)?;
+        others.push(rounds(model, &best, valid.labels.len()));
+    }
+    let remaining = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
+    let multiclass = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
+    Ok(Validated {
+        report: ValidationReport {
+            valid_from_s: split.valid_from_s,
+            fit_vms: split.fit.len(),
+            validation_vms: split.valid.len(),
+            features: FeatureSelection {
+                forced: matches!(config.features, FeatureChoice::Drop(_)),
+                candidates: tried,
+                dropped,
+            },
+            binary,
+            multiclass,
+            remaining,
+        },
+        decision_threshold,
+    })
+}
+
+/// Trains `model` on all of `examples` for exactly `rounds` rounds.
+fn refit(model: Model, examples: &Examples, rounds: usize, config: &TrainConfig) -> Result<Booster, TrainError> {
+    if examples.labels.len() < 50 {
+        return Err(TrainError::NotEnoughData(format!("only {} labelled training examples", examples.labels.len())));
+    }
+    let dataset = Dataset::from_slice(&examples.rows, &examples.labels, examples.n_features as i32, true)?;
+    Ok(Booster::train(dataset, &params(&model.params(config), json!({"num_iterations": rounds})))?)
 }
 
 /// Trains the three models, evaluates them, and writes a bundle to `out_dir`. Returns the manifest
@@ -140,7 +547,7 @@ pub fn train_bundle(
         return Err(TrainError::NotEnoughData("the training trace is empty".to_owned()));
     }
     let first_start = train.iter().map(|r| r.start_s).fold(f64::INFINITY, f64::min);
-    let (records, cutoff) = match eval {
+    let (mut records, cutoff) = match eval {
         Some(eval) => {
             let cutoff = eval.iter().map(|r| r.start_s).fold(f64::INFINITY, f64::min);
             let mut all: Vec<VmRecord> = train.into_iter().filter(|r| r.start_s < cutoff).collect();
@@ -155,107 +562,64 @@ pub fn train_bundle(
     let trace_end = trace_end_s.unwrap_or_else(|| {
         records.iter().map(|r| r.end_s.unwrap_or(r.start_s).max(r.start_s)).fold(f64::NEG_INFINITY, f64::max)
     });
+    // In arrival order (stable, as the replay orders them), the training period is a prefix.
+    records.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    let training_vms = records.partition_point(|r| r.start_s < cutoff);
+    let evaluation_vms = records.len() - training_vms;
+    if training_vms < 100 || evaluation_vms < 100 {
+        return Err(TrainError::NotEnoughData(format!(
+            "{training_vms} training and {evaluation_vms} evaluation VMs; need at least 100 of each"
+        )));
+    }
+
+    let valid_from = first_start + (1.0 - config.validation_fraction) * (cutoff - first_start);
+    progress.stage("validation split: replaying the training period");
+    let split = ValidationSplit::new(&records[..training_vms], valid_from, cutoff, config);
+    let validated = validate(&split, config, progress)?;
+    drop(split);
+    let choice = &validated.report;
 
     progress.stage("building the feature schema");
-    let mut builder = SchemaBuilder::new(config.history_window_s, config.long_threshold_s);
-    for record in records.iter().filter(|r| r.start_s < cutoff) {
-        let observed = ObservedLifetime::of(record, cutoff);
-        builder.observe(&RequestFeatures::from(record), Some(observed.seconds.max(1.0).log10()));
-    }
-    let schema = builder.build();
+    let schema = build_schema(&records[..training_vms], cutoff, config).without(&choice.features.dropped);
     let encoder = schema.encoder();
 
     progress.stage("replaying the trace (features from the past only)");
     let replayed = replay(&records, &encoder, cutoff, trace_end, cutoff);
-    let store = FeatureStore::snapshot(replayed.histories.clone(), cutoff, config.history_window_s);
+    // Without tenant features the tenant histories are never read: an empty store keeps the
+    // bundle small.
+    let store = if schema.groups().contains(&FeatureGroup::Tenant) {
+        FeatureStore::snapshot(replayed.histories.clone(), cutoff, config.history_window_s)
+    } else {
+        FeatureStore { as_of_s: cutoff, tenants: HashMap::new() }
+    };
     let train_idx: Vec<usize> = (0..replayed.len()).filter(|&i| replayed.start_s[i] < cutoff).collect();
     let eval_idx: Vec<usize> = (0..replayed.len()).filter(|&i| replayed.start_s[i] >= cutoff).collect();
-    if train_idx.len() < 100 || eval_idx.len() < 100 {
-        return Err(TrainError::NotEnoughData(format!(
-            "{} training and {} evaluation VMs; need at least 100 of each",
-            train_idx.len(),
-            eval_idx.len()
-        )));
-    }
-    // The last tenth of the training period validates.
-    let valid_from = first_start + 0.9 * (cutoff - first_start);
-    let (fit_idx, valid_idx): (Vec<usize>, Vec<usize>) =
-        train_idx.iter().partition(|&&i| replayed.start_s[i] < valid_from);
-
-    let base = json!({
-        "learning_rate": config.learning_rate,
-        "num_leaves": config.num_leaves,
-        "min_data_in_leaf": 50,
-        "feature_fraction": 0.9,
-        "bagging_fraction": 0.8,
-        "bagging_freq": 1,
-        "lambda_l2": 1.0,
-        "num_threads": config.threads,
-        "seed": config.seed,
-        "deterministic": true,
-        "verbosity": -1,
-        "early_stopping_rounds": 30,
-    });
+    let all_cols: Vec<usize> = (0..replayed.n_features).collect();
+    let training_examples =
+        |model: Model| examples(model, &replayed, &train_idx, &all_cols, config, |i| replayed.train_label[i]);
 
     progress.stage("training the long-lived classifier");
-    let threshold = config.long_threshold_s;
-    let binary_label = |l: &ObservedLifetime| l.at_least(threshold).map(|long| f32::from(u8::from(long)));
-    let binary = fit(
-        &replayed,
-        &fit_idx,
-        &valid_idx,
-        |i| binary_label(&replayed.train_label[i]),
-        params(&base, json!({"objective": "binary", "metric": "auc", "num_iterations": config.iterations})),
-    )?;
-
+    let binary = refit(Model::Binary, &training_examples(Model::Binary), choice.binary.rounds, config)?;
     progress.stage("training the lifetime-interval classifier");
-    let cutoffs = &config.class_cutoffs_s;
-    let num_class = cutoffs.len() + 1;
-    let multiclass = fit(
-        &replayed,
-        &fit_idx,
-        &valid_idx,
-        |i| replayed.train_label[i].interval_class(cutoffs).map(|c| c as f32),
-        params(
-            &base,
-            json!({"objective": "multiclass", "num_class": num_class, "metric": "multi_logloss",
-                   "num_iterations": (config.iterations / 2).max(1)}),
-        ),
-    )?;
-
+    let multiclass = refit(Model::Multiclass, &training_examples(Model::Multiclass), choice.multiclass.rounds, config)?;
     progress.stage("training the remaining-lifetime model");
-    let (fit_rows, fit_labels) = remaining_examples(&replayed, &fit_idx, config, |i| replayed.train_label[i]);
-    let (valid_rows, valid_labels) = remaining_examples(&replayed, &valid_idx, config, |i| replayed.train_label[i]);
-    let remaining = fit_rows_labels(
-        &fit_rows,
-        &fit_labels,
-        &valid_rows,
-        &valid_labels,
-        replayed.n_features + 1,
-        params(&base, json!({"objective": "regression", "metric": "l2", "num_iterations": config.iterations})),
-    )?;
+    let remaining = refit(Model::Remaining, &training_examples(Model::Remaining), choice.remaining.rounds, config)?;
 
     progress.stage("evaluating on the held-out period");
     let binary_native = TreeEnsemble::from_lightgbm_text(&binary.save_string()?)?;
     let multiclass_native = TreeEnsemble::from_lightgbm_text(&multiclass.save_string()?)?;
     let remaining_native = TreeEnsemble::from_lightgbm_text(&remaining.save_string()?)?;
-
-    let valid_binary: Vec<(f64, bool)> = valid_idx
-        .iter()
-        .filter_map(|&i| {
-            binary_label(&replayed.train_label[i]).map(|y| (binary_native.predict(replayed.row(i)), y > 0.5))
-        })
-        .collect();
-    let (decision_threshold, _) = Scored::new(
-        &valid_binary.iter().map(|p| p.0).collect::<Vec<_>>(),
-        &valid_binary.iter().map(|p| p.1).collect::<Vec<_>>(),
-    )
-    .best_f1_threshold();
-
+    // The refit model has no held-out part of its own: the threshold comes from the validation
+    // model, trained the same way for the same rounds on a little less data.
+    let decision_threshold = validated.decision_threshold;
+    let threshold = config.long_threshold_s;
+    let cutoffs = &config.class_cutoffs_s;
     let evaluation = EvaluationReport {
         binary: evaluate_binary(&replayed, &eval_idx, &binary_native, threshold, decision_threshold),
         multiclass: evaluate_multiclass(&replayed, &eval_idx, &multiclass_native, cutoffs),
         remaining: evaluate_remaining(&replayed, &eval_idx, &remaining_native, config),
+        exit_time: Some(evaluate_exit_time(&replayed, &eval_idx, &remaining_native, config)),
+        validation: Some(validated.report),
     };
 
     progress.stage("writing the bundle");
@@ -311,66 +675,18 @@ fn params(base: &Value, extra: Value) -> Value {
     merged
 }
 
-/// Trains on the rows of `fit_idx` that have a label, early-stopping on those of `valid_idx`.
-fn fit(
-    replayed: &ReplayedTrace,
-    fit_idx: &[usize],
-    valid_idx: &[usize],
-    label: impl Fn(usize) -> Option<f32>,
-    parameters: Value,
-) -> Result<Booster, TrainError> {
-    let gather = |idx: &[usize]| {
-        let mut rows = Vec::new();
-        let mut labels = Vec::new();
-        for &i in idx {
-            if let Some(y) = label(i) {
-                rows.extend_from_slice(replayed.row(i));
-                labels.push(y);
-            }
-        }
-        (rows, labels)
-    };
-    let (fit_rows, fit_labels) = gather(fit_idx);
-    let (valid_rows, valid_labels) = gather(valid_idx);
-    fit_rows_labels(&fit_rows, &fit_labels, &valid_rows, &valid_labels, replayed.n_features, parameters)
-}
-
-fn fit_rows_labels(
-    fit_rows: &[f64],
-    fit_labels: &[f32],
-    valid_rows: &[f64],
-    valid_labels: &[f32],
-    n_features: usize,
-    mut parameters: Value,
-) -> Result<Booster, TrainError> {
-    if fit_labels.len() < 50 {
-        return Err(TrainError::NotEnoughData(format!("only {} labelled training examples", fit_labels.len())));
-    }
-    let n = n_features as i32;
-    let train = Dataset::from_slice(fit_rows, fit_labels, n, true)?;
-    let valid = if valid_labels.len() >= 20 {
-        Some(Dataset::from_slice_with_reference(valid_rows, valid_labels, n, true, Some(&train))?)
-    } else {
-        if let Some(p) = parameters.as_object_mut() {
-            p.remove("early_stopping_rounds");
-        }
-        None
-    };
-    Ok(Booster::train_with_valid(train, valid, &parameters)?)
-}
-
 /// Expands VMs into (base row + log10 uptime, log10 capped remaining lifetime) examples. A VM
 /// counts when its remaining lifetime at that uptime is known: it ended, or it was still running
 /// beyond the cap.
 fn remaining_examples(
     replayed: &ReplayedTrace,
     idx: &[usize],
+    cols: &[usize],
     config: &TrainConfig,
     label: impl Fn(usize) -> ObservedLifetime,
-) -> (Vec<f64>, Vec<f32>) {
+) -> Examples {
     let stride = idx.len().div_ceil(config.max_remaining_vms.max(1)).max(1);
-    let mut rows = Vec::new();
-    let mut labels = Vec::new();
+    let mut examples = Examples { n_features: cols.len() + 1, rows: Vec::new(), labels: Vec::new() };
     for &i in idx.iter().step_by(stride) {
         let observed = label(i);
         for fraction in UPTIME_FRACTIONS {
@@ -379,12 +695,12 @@ fn remaining_examples(
             if observed.censored && remaining < config.remaining_cap_s {
                 continue;
             }
-            rows.extend_from_slice(replayed.row(i));
-            rows.push((1.0 + uptime).log10());
-            labels.push(remaining.clamp(1.0, config.remaining_cap_s).log10() as f32);
+            push_row(&mut examples.rows, replayed, i, cols);
+            examples.rows.push(encode_uptime(uptime));
+            examples.labels.push(remaining.clamp(1.0, config.remaining_cap_s).log10() as f32);
         }
     }
-    (rows, labels)
+    examples
 }
 
 fn evaluate_binary(
@@ -447,8 +763,9 @@ fn evaluate_remaining(
     model: &TreeEnsemble,
     config: &TrainConfig,
 ) -> RemainingReport {
-    let (rows, labels) = remaining_examples(replayed, eval_idx, config, |i| replayed.full_label[i]);
-    let n = replayed.n_features + 1;
+    let all_cols: Vec<usize> = (0..replayed.n_features).collect();
+    let Examples { rows, labels, n_features: n } =
+        remaining_examples(replayed, eval_idx, &all_cols, config, |i| replayed.full_label[i]);
     let mae = rows.chunks(n).zip(&labels).map(|(row, &y)| (model.predict(row) - f64::from(y)).abs()).sum::<f64>()
         / labels.len().max(1) as f64;
 
@@ -485,6 +802,51 @@ fn evaluate_remaining(
     RemainingReport { examples: labels.len(), mae_log10: mae, curves }
 }
 
+/// Exit-time quality of the predicted lifetime (remaining lifetime at uptime 0, capped as served)
+/// over the held-out VMs, with their full labels.
+fn evaluate_exit_time(
+    replayed: &ReplayedTrace,
+    eval_idx: &[usize],
+    model: &TreeEnsemble,
+    config: &TrainConfig,
+) -> ExitTimeReport {
+    let max_log10 = config.remaining_cap_s.log10();
+    let mut row = Vec::with_capacity(replayed.n_features + 1);
+    let mut predicted = Vec::with_capacity(eval_idx.len());
+    let mut observed = Vec::with_capacity(eval_idx.len());
+    let mut completed = Vec::with_capacity(eval_idx.len());
+    for &i in eval_idx {
+        row.clear();
+        row.extend_from_slice(replayed.row(i));
+        row.push(encode_uptime(0.0));
+        predicted.push(model.predict(&row).clamp(0.0, max_log10));
+        let label = replayed.full_label[i];
+        observed.push(label.seconds);
+        completed.push(!label.censored);
+    }
+    exit_time_report(&predicted, &observed, &completed, config.long_threshold_s)
+}
+
+/// [`ExitTimeReport`] of predicted log10 lifetimes against observed lifetimes in seconds.
+fn exit_time_report(predicted_log10: &[f64], observed: &[f64], completed: &[bool], threshold_s: f64) -> ExitTimeReport {
+    let long: Vec<usize> = (0..observed.len()).filter(|&i| observed[i] >= threshold_s).collect();
+    let pick = |values: &[f64]| long.iter().map(|&i| values[i]).collect::<Vec<_>>();
+    let long_completed: Vec<bool> = long.iter().map(|&i| completed[i]).collect();
+    let errors: Vec<f64> = long
+        .iter()
+        .filter(|&&i| completed[i])
+        .map(|&i| (predicted_log10[i] - observed[i].max(1.0).log10()).abs())
+        .collect();
+    ExitTimeReport {
+        vms: observed.len(),
+        c_index: harrell_c(predicted_log10, observed, completed),
+        long_vms: long.len(),
+        c_index_long: harrell_c(&pick(predicted_log10), &pick(observed), &long_completed),
+        completed_long_vms: errors.len(),
+        mae_log10_long: if errors.is_empty() { f64::NAN } else { errors.iter().sum::<f64>() / errors.len() as f64 },
+    }
+}
+
 fn write_bundle(
     dir: &Path,
     manifest: &Manifest,
@@ -505,4 +867,148 @@ fn write_bundle(
 fn write_file(dir: &Path, file: &str, contents: Vec<u8>) -> Result<(), TrainError> {
     let path = dir.join(file);
     std::fs::write(&path, contents).map_err(|source| TrainError::Write { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::{FeatureKind, OTHER};
+    use domain::Priority;
+    use traces::record::ExtraColumns;
+
+    fn vm(vm_type: &str, start_s: f64, end_s: Option<f64>) -> VmRecord {
+        VmRecord {
+            vm_id: format!("{vm_type}-{start_s}"),
+            tenant_id: "t".to_owned(),
+            vm_type: vm_type.to_owned(),
+            cores: 2.0,
+            memory_gib: 8.0,
+            priority: Priority::Regular,
+            start_s,
+            end_s,
+            extra: ExtraColumns::default(),
+        }
+    }
+
+    fn vm_type_codes(schema: &FeatureSchema) -> Vec<String> {
+        let spec = schema.features.iter().find(|f| f.name == "vm_type").expect("a vm_type feature");
+        let FeatureKind::Categorical { codes, .. } = &spec.kind else { panic!("vm_type is categorical") };
+        codes.iter().map(|(c, _)| c.clone()).collect()
+    }
+
+    #[test]
+    fn the_validation_split_censors_the_fit_part_at_the_validation_start() {
+        let (valid_from, cutoff) = (10_000.0, 20_000.0);
+        let mut training = Vec::new();
+        for k in 0..20 {
+            let start = f64::from(k) * 100.0;
+            // Ends after the validation start (known only later), ends before it, never ends.
+            training.push(vm("a", start, Some(valid_from + 5_000.0)));
+            training.push(vm("b", start + 1.0, Some(start + 60.0)));
+            training.push(vm("c", start + 2.0, None));
+        }
+        for k in 0..20 {
+            let start = valid_from + f64::from(k) * 100.0;
+            // "late" exists only in the validation part; its VMs end after the cut-off.
+            training.push(vm("late", start, Some(cutoff + 50_000.0)));
+            training.push(vm("b", start + 1.0, Some(start + 60.0)));
+        }
+        training.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+        let config = TrainConfig::default();
+        let split = ValidationSplit::new(&training, valid_from, cutoff, &config);
+        let r = &split.replayed;
+        assert_eq!((split.fit.len(), split.valid.len()), (60, 40));
+        for &i in &split.fit {
+            assert!(r.start_s[i] < valid_from);
+            let label = r.train_label[i];
+            // Nothing that happens from the validation start on is known to the fit part.
+            assert!(r.start_s[i] + label.seconds <= valid_from);
+            if label.censored {
+                assert_eq!(label.seconds, valid_from - r.start_s[i]);
+            }
+        }
+        let a = split.fit.iter().find(|&&i| r.start_s[i] == 0.0).copied().expect("the first VM");
+        assert_eq!(r.train_label[a], ObservedLifetime { seconds: valid_from, censored: true });
+        for &i in &split.valid {
+            assert!(r.start_s[i] >= valid_from && r.start_s[i] < cutoff);
+            let label = r.full_label[i];
+            assert!(r.start_s[i] + label.seconds <= cutoff, "validation labels stop at the cut-off");
+        }
+        // Categories are ranked on the fit part: the validation-only type is "other".
+        let codes = vm_type_codes(&split.schema);
+        assert!(!codes.contains(&"late".to_owned()) && codes.contains(&OTHER.to_owned()), "{codes:?}");
+        // Each model's examples: fit labels from the censored view, validation from the cut-off.
+        let cols = split.schema.kept_indices(&[]);
+        let (fit, valid) = split.examples(Model::Binary, &cols, &config);
+        // a: censored after >= 2 h, long; b: short; c: censored >= 2 h before the validation start.
+        assert_eq!(fit.labels.len(), 60);
+        assert_eq!(valid.labels.len(), 40);
+        assert_eq!(valid.labels.iter().filter(|&&y| y > 0.5).count(), 20);
+    }
+
+    fn candidate(dropped: &[FeatureGroup], features: usize, auc: f64) -> FeatureCandidate {
+        FeatureCandidate { dropped: dropped.to_vec(), features, auc, best_iteration: 10 }
+    }
+
+    #[test]
+    fn the_smallest_feature_set_within_the_tie_wins() {
+        use FeatureGroup::{Tenant, Weekday};
+        let all = candidate(&[], 15, 0.800);
+        let no_weekday = candidate(&[Weekday], 14, 0.830);
+        let no_tenant = candidate(&[Tenant], 8, 0.8285);
+        let neither = candidate(&[Weekday, Tenant], 7, 0.8100);
+        assert_eq!(choose_candidate(&[all.clone(), no_weekday.clone(), no_tenant.clone(), neither.clone()]), 2);
+        // Beyond the tie, the better AUC wins even with more features.
+        let no_tenant_worse = candidate(&[Tenant], 8, 0.8270);
+        assert_eq!(choose_candidate(&[all.clone(), no_weekday, no_tenant_worse, neither]), 1);
+        // Without any AUC (a validation split with one class), nothing is dropped.
+        let unknown = [candidate(&[], 15, f64::NAN), candidate(&[Weekday], 14, f64::NAN)];
+        assert_eq!(choose_candidate(&unknown), 0);
+    }
+
+    #[test]
+    fn candidates_skip_groups_the_schema_lacks() {
+        let mut builder = SchemaBuilder::new(DAY, 2.0 * HOUR);
+        let with_tenant = RequestFeatures { tenant_id: "t".into(), vm_type: "a".into(), ..RequestFeatures::default() };
+        builder.observe(&with_tenant, Some(2.0));
+        let schema = builder.build();
+        assert_eq!(candidates(&schema, &FeatureChoice::Auto).len(), 4);
+        let no_tenant = schema.without(&[FeatureGroup::Tenant]);
+        assert_eq!(
+            candidates(&no_tenant, &FeatureChoice::Auto),
+            [vec![], vec![FeatureGroup::Weekday]],
+            "dropping an absent group is the same candidate"
+        );
+        let forced = FeatureChoice::Drop(vec![FeatureGroup::Tenant, FeatureGroup::Weekday, FeatureGroup::Tenant]);
+        assert_eq!(candidates(&schema, &forced), [vec![FeatureGroup::Weekday, FeatureGroup::Tenant]]);
+    }
+
+    #[test]
+    fn validation_metrics_of_raw_scores() {
+        // Multiclass log loss: uniform scores over 4 classes cost ln 4 whatever the label.
+        let loss = Model::Multiclass.value(&[0.0; 8], &[1.0, 3.0], 4);
+        assert!((loss - 4f64.ln()).abs() < 1e-12);
+        assert_eq!(Model::Remaining.value(&[1.0, 3.0], &[2.0, 2.0], 1), 1.0);
+        assert_eq!(Model::Binary.value(&[0.2, -1.0, 3.0], &[0.0, 0.0, 1.0], 1), 1.0);
+        assert!(Model::Binary.better(0.8, 0.7) && Model::Remaining.better(0.7, 0.8));
+        assert!(Model::Binary.better(0.5, f64::NAN) && !Model::Binary.better(f64::NAN, 0.5));
+    }
+
+    #[test]
+    fn exit_time_report_by_hand() {
+        let hour = HOUR;
+        // Lifetimes 1 h, 3 h, 5 h (censored), 10 h; predicted log10 lifetimes.
+        let observed = [hour, 3.0 * hour, 5.0 * hour, 10.0 * hour];
+        let completed = [true, true, false, true];
+        let predicted = [(2.0 * hour).log10(), (3.0 * hour).log10(), (20.0 * hour).log10(), (4.0 * hour).log10()];
+        let report = exit_time_report(&predicted, &observed, &completed, 2.0 * hour);
+        assert_eq!(report.vms, 4);
+        // All: comparable pairs (1,3) (1,5) (1,10) (3,5) (3,10) = 5, all concordant.
+        assert_eq!(report.c_index, 1.0);
+        // Long (>= 2 h): 3 h, 5 h (censored), 10 h: pairs (3,5) (3,10), concordant.
+        assert_eq!((report.long_vms, report.c_index_long), (3, 1.0));
+        // Completed long: 3 h (exact) and 10 h (predicted 4 h).
+        assert_eq!(report.completed_long_vms, 2);
+        assert!((report.mae_log10_long - (10f64 / 4.0).log10() / 2.0).abs() < 1e-12);
+    }
 }

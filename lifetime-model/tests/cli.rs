@@ -35,6 +35,8 @@ fn trains_a_bundle_with_its_report_and_plots() {
         "5000",
         "--class-cutoffs-minutes",
         "15,60,240",
+        "--drop",
+        "weekday",
     ]);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("ROC AUC") && stdout.contains("precision at recall 0.80"), "{stdout}");
@@ -44,6 +46,8 @@ fn trains_a_bundle_with_its_report_and_plots() {
     let model = lifetime_model::LifetimeModel::load(&out).unwrap();
     assert_eq!(model.version(), "cli-1");
     assert_eq!(model.manifest().class_cutoffs_s, [900.0, 3_600.0, 14_400.0]);
+    assert!(!model.schema().names().iter().any(|n| n == "weekday"));
+    assert!(stdout.contains("Harrell's C") && stdout.contains("Feature groups forced: dropped weekday"), "{stdout}");
 }
 
 #[test]
@@ -51,6 +55,9 @@ fn bad_arguments_name_the_flag() {
     let (ok, _, stderr) = lifetime_train(&["--train", "x.csv", "--out", "o", "--class-cutoffs-minutes", "60,15"]);
     assert!(!ok);
     assert!(stderr.contains("--class-cutoffs-minutes"), "{stderr}");
+    let (ok, _, stderr) = lifetime_train(&["--train", "x.csv", "--out", "o", "--drop", "weekday,hour"]);
+    assert!(!ok);
+    assert!(stderr.contains("--drop") && stderr.contains("hour"), "{stderr}");
     let (ok, _, stderr) = lifetime_train(&["--train", "missing.csv", "--out", "o"]);
     assert!(!ok);
     assert!(stderr.contains("missing.csv"), "{stderr}");

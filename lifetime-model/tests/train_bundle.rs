@@ -2,7 +2,8 @@
 //! refuses to load when tampered with.
 
 use lifetime_model::bundle::{BundleError, LifetimeModel, BINARY_MODEL_FILE, MANIFEST_FILE};
-use lifetime_model::train::{train_bundle, TrainConfig, TrainData};
+use lifetime_model::features::FeatureGroup;
+use lifetime_model::train::{train_bundle, FeatureChoice, TrainConfig, TrainData};
 use lifetime_model::RequestFeatures;
 use traces::synthetic::{generate, SyntheticConfig};
 
@@ -87,4 +88,105 @@ fn tampered_bundles_are_rejected_with_a_reason() {
     assert!(matches!(LifetimeModel::load(dir.path()), Err(BundleError::Model { .. })));
     std::fs::write(&binary_path, &binary).unwrap();
     assert!(LifetimeModel::load(dir.path()).is_ok());
+}
+
+/// Trees per iteration of a LightGBM text model times its iterations.
+fn trees(model_text: &str) -> usize {
+    model_text.lines().filter(|l| l.starts_with("Tree=")).count()
+}
+
+#[test]
+fn the_feature_search_picks_a_set_and_the_bundle_schema_keeps_only_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = train(dir.path());
+    let validation = manifest.evaluation.validation.as_ref().expect("a validation report");
+    let features = &validation.features;
+    assert!(!features.forced);
+    // The synthetic trace has tenants: all groups, without weekday, without tenant, without both.
+    assert_eq!(features.candidates.len(), 4, "{features:?}");
+    assert!(features.candidates.iter().all(|c| c.auc.is_finite() && c.best_iteration >= 1));
+    assert!(features.candidates.iter().any(|c| c.dropped == features.dropped));
+    let names = manifest.schema.names();
+    for group in FeatureGroup::ALL {
+        let present = match group {
+            FeatureGroup::Weekday => names.iter().any(|n| n == "weekday"),
+            FeatureGroup::Tenant => names.iter().any(|n| n.starts_with("tenant_")),
+        };
+        assert_eq!(present, !features.dropped.contains(&group), "{group} in {names:?}");
+    }
+    let chosen = features.candidates.iter().find(|c| c.dropped == features.dropped).unwrap();
+    assert_eq!(chosen.features, names.len());
+    // Refit rounds: the validation's best, at least the minimum, and what the model files hold.
+    let config = quick_config();
+    for (rounds, file, per_round) in [
+        (&validation.binary, "long_lived.lgbm.txt", 1),
+        (&validation.multiclass, "lifetime_interval.lgbm.txt", manifest.class_cutoffs_s.len() + 1),
+        (&validation.remaining, "remaining_lifetime.lgbm.txt", 1),
+    ] {
+        assert!(rounds.best_iteration >= 1 && rounds.best_value.is_finite(), "{rounds:?}");
+        assert_eq!(rounds.rounds, rounds.best_iteration.max(config.min_rounds).min(config.iterations), "{rounds:?}");
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        assert_eq!(trees(&text), rounds.rounds * per_round, "{file}");
+    }
+    let exit = manifest.evaluation.exit_time.as_ref().expect("exit-time quality");
+    assert!(exit.c_index > 0.5 && exit.c_index <= 1.0, "{exit:?}");
+    assert!(exit.long_vms > 0 && exit.completed_long_vms <= exit.long_vms);
+    assert!(exit.mae_log10_long.is_finite());
+    let report = manifest.evaluation.to_markdown();
+    assert!(report.contains("Harrell's C") && report.contains("validation AUC"), "{report}");
+}
+
+#[test]
+fn forced_feature_groups_are_dropped_without_a_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = generate(&SyntheticConfig { span_days: 6.0, seed: 5, ..SyntheticConfig::default() });
+    let data = TrainData { source: "synthetic seed 5".to_owned(), train: records, eval: None, trace_end_s: None };
+    let config = TrainConfig {
+        features: FeatureChoice::Drop(vec![FeatureGroup::Tenant, FeatureGroup::Weekday]),
+        ..quick_config()
+    };
+    let manifest = train_bundle(data, &config, dir.path(), &()).unwrap();
+    let features = &manifest.evaluation.validation.as_ref().unwrap().features;
+    assert!(features.forced);
+    assert_eq!(features.candidates.len(), 1);
+    assert_eq!(features.dropped, [FeatureGroup::Weekday, FeatureGroup::Tenant]);
+    assert!(manifest.schema.groups().is_empty(), "{:?}", manifest.schema.names());
+    // No tenant feature: the feature store is empty, and the bundle still predicts.
+    let store = std::fs::read_to_string(dir.path().join("feature_store.json")).unwrap();
+    assert!(store.contains("\"tenants\":{}"), "{}", &store[..store.len().min(200)]);
+    let model = LifetimeModel::load(dir.path()).unwrap();
+    let p = model.predict(&RequestFeatures { tenant_id: "t1".into(), cores: 2.0, ..RequestFeatures::default() }, false);
+    assert!((0.0..=1.0).contains(&p.p_long));
+}
+
+/// Whatever the evaluation trace holds, the choices and the models are the same: only the
+/// training period decides them.
+#[test]
+fn the_evaluation_period_never_shapes_the_choices_or_the_models() {
+    let records = generate(&SyntheticConfig { span_days: 6.0, seed: 8, ..SyntheticConfig::default() });
+    let split_at = 4.0 * 86_400.0;
+    let (train, eval): (Vec<_>, Vec<_>) = records.into_iter().partition(|r| r.start_s < split_at);
+    // The same arrivals with other lifetimes and types.
+    let mut other = eval.clone();
+    for (k, r) in other.iter_mut().enumerate() {
+        r.end_s = Some(r.start_s + if k % 2 == 0 { 30.0 } else { 20_000.0 });
+        r.vm_type = format!("x{}", k % 7);
+    }
+    let bundle = |eval: Vec<traces::VmRecord>| {
+        let dir = tempfile::tempdir().unwrap();
+        let data = TrainData { source: "seed 8".into(), train: train.clone(), eval: Some(eval), trace_end_s: None };
+        let manifest = train_bundle(data, &quick_config(), dir.path(), &()).unwrap();
+        let binary = std::fs::read_to_string(dir.path().join(BINARY_MODEL_FILE)).unwrap();
+        let remaining = std::fs::read_to_string(dir.path().join("remaining_lifetime.lgbm.txt")).unwrap();
+        (manifest, binary, remaining)
+    };
+    let (a, a_binary, a_remaining) = bundle(eval);
+    let (b, b_binary, b_remaining) = bundle(other);
+    assert_eq!(a.evaluation.validation, b.evaluation.validation);
+    assert!(a.evaluation.validation.as_ref().unwrap().valid_from_s < a.training.cutoff_s);
+    assert_eq!(a.schema, b.schema);
+    assert_eq!(a.decision_threshold, b.decision_threshold);
+    assert_eq!(a_binary, b_binary);
+    assert_eq!(a_remaining, b_remaining);
+    assert_ne!(a.evaluation.binary.auc, b.evaluation.binary.auc, "the evaluations differ");
 }

@@ -4,7 +4,8 @@
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use lifetime_model::train::{train_bundle, Progress, TrainConfig, TrainData};
+use lifetime_model::features::FeatureGroup;
+use lifetime_model::train::{train_bundle, FeatureChoice, Progress, TrainConfig, TrainData};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use traces::{TraceSource, VmRecord};
@@ -38,9 +39,23 @@ struct Cli {
     /// When the traces were cut (censoring time), in trace seconds; defaults to the latest timestamp.
     #[arg(long)]
     trace_end_s: Option<f64>,
-    /// Boosting iterations (upper bound; early stopping may use fewer).
+    /// Most boosting rounds; each model's rounds are chosen on the validation split, up to this.
     #[arg(long, default_value_t = 300)]
     iterations: usize,
+    /// Share of the training period, at its end, that validates the choices of feature groups and
+    /// rounds (the models are then refitted on the whole training period).
+    #[arg(long, default_value_t = 0.25)]
+    validation_fraction: f64,
+    /// Validation rounds without improvement after which a model stops.
+    #[arg(long, default_value_t = 50)]
+    early_stopping_rounds: usize,
+    /// Fewest rounds of a refitted model.
+    #[arg(long, default_value_t = 10)]
+    min_rounds: usize,
+    /// Feature groups to drop, comma-separated (weekday, tenant), or `none` to keep them all; without
+    /// it the groups are chosen on the validation split.
+    #[arg(long, value_delimiter = ',', value_name = "GROUPS")]
+    drop: Option<Vec<String>>,
     /// Leaves per tree.
     #[arg(long, default_value_t = 63)]
     num_leaves: usize,
@@ -82,6 +97,17 @@ fn main() -> Result<()> {
         }
         None => defaults.class_cutoffs_s.clone(),
     };
+    let features = match &cli.drop {
+        None => FeatureChoice::Auto,
+        Some(names) if names.iter().all(|n| n.trim().eq_ignore_ascii_case("none")) => FeatureChoice::Drop(Vec::new()),
+        Some(names) => FeatureChoice::Drop(
+            names
+                .iter()
+                .map(|n| n.parse::<FeatureGroup>())
+                .collect::<Result<_, _>>()
+                .with_context(|| "--drop takes `none` or a comma-separated list of weekday, tenant")?,
+        ),
+    };
     let started = Instant::now();
     let train = load(&cli.train)?;
     let eval = cli.eval.as_ref().map(load).transpose()?;
@@ -102,6 +128,10 @@ fn main() -> Result<()> {
         class_cutoffs_s,
         train_fraction: cli.train_fraction,
         iterations: cli.iterations,
+        validation_fraction: cli.validation_fraction,
+        early_stopping_rounds: cli.early_stopping_rounds,
+        min_rounds: cli.min_rounds,
+        features,
         num_leaves: cli.num_leaves,
         max_remaining_vms: cli.max_remaining_vms,
         threads: cli.threads,
@@ -109,9 +139,9 @@ fn main() -> Result<()> {
         ..defaults
     };
 
-    let bar = ProgressBar::new(7);
+    let bar = ProgressBar::no_length();
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} ({elapsed})")
+        ProgressStyle::with_template("{spinner} [{pos}] {msg} ({elapsed})")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
