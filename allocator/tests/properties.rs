@@ -158,18 +158,28 @@ impl Driver {
     }
 }
 
-fn config(kind: PolicyKind, engine: Engine, tie_break: TieBreak) -> AllocatorConfig {
-    AllocatorConfig { policy: PolicyConfig::of_kind(kind), engine, tie_break, seed: 7, ..Default::default() }
+fn config(policy: &PolicyConfig, engine: Engine, tie_break: TieBreak) -> AllocatorConfig {
+    AllocatorConfig { policy: policy.clone(), engine, tie_break, seed: 7, ..Default::default() }
 }
 
-fn kinds() -> impl Strategy<Value = PolicyKind> {
+/// Every published policy, and the robust settings of NILAS and LAVA (an exit floor, exact best
+/// fit, a policy threshold on P(long)).
+fn policies() -> impl Strategy<Value = PolicyConfig> {
+    let robust = |kind| PolicyConfig {
+        exit_floor_s: 4.0 * 3600.0,
+        buckets: allocator::rules::Buckets::Exact,
+        long_probability: Some(0.3),
+        ..PolicyConfig::of_kind(kind)
+    };
     prop_oneof![
-        Just(PolicyKind::Pbfr),
-        Just(PolicyKind::Dpbfr),
-        Just(PolicyKind::LaBinary),
-        Just(PolicyKind::LaMulticlass),
-        Just(PolicyKind::Nilas),
-        Just(PolicyKind::Lava)
+        Just(PolicyConfig::of_kind(PolicyKind::Pbfr)),
+        Just(PolicyConfig::of_kind(PolicyKind::Dpbfr)),
+        Just(PolicyConfig::of_kind(PolicyKind::LaBinary)),
+        Just(PolicyConfig::of_kind(PolicyKind::LaMulticlass)),
+        Just(PolicyConfig::of_kind(PolicyKind::Nilas)),
+        Just(PolicyConfig::of_kind(PolicyKind::Lava)),
+        Just(robust(PolicyKind::Nilas)),
+        Just(robust(PolicyKind::Lava)),
     ]
 }
 
@@ -236,9 +246,9 @@ proptest! {
     /// With lowest-index ties, the incremental index and the full scan make the very same decisions
     /// (hosts, rejections and per-rule filtering figures) on every policy.
     #[test]
-    fn incremental_and_full_scan_decide_alike(kind in kinds(), ops in proptest::collection::vec(op(), 1..150)) {
-        let mut incremental = Allocator::new(&inventory(), &config(kind, Engine::Incremental, TieBreak::LowestIndex)).unwrap();
-        let mut reference = Allocator::new(&inventory(), &config(kind, Engine::FullScan, TieBreak::LowestIndex)).unwrap();
+    fn incremental_and_full_scan_decide_alike(policy in policies(), ops in proptest::collection::vec(op(), 1..150)) {
+        let mut incremental = Allocator::new(&inventory(), &config(&policy, Engine::Incremental, TieBreak::LowestIndex)).unwrap();
+        let mut reference = Allocator::new(&inventory(), &config(&policy, Engine::FullScan, TieBreak::LowestIndex)).unwrap();
         let mut driver = Driver::new();
         for op in &ops {
             match driver.step(op) {
@@ -265,8 +275,8 @@ proptest! {
     /// With random ties, every incremental decision picks a host of the best score the full scan
     /// finds on the same state, with the same filtering figures; and the books always balance.
     #[test]
-    fn random_ties_pick_a_best_scored_host(kind in kinds(), ops in proptest::collection::vec(op(), 1..150)) {
-        let mut allocator = Allocator::new(&inventory(), &config(kind, Engine::Incremental, TieBreak::Random)).unwrap();
+    fn random_ties_pick_a_best_scored_host(policy in policies(), ops in proptest::collection::vec(op(), 1..150)) {
+        let mut allocator = Allocator::new(&inventory(), &config(&policy, Engine::Incremental, TieBreak::Random)).unwrap();
         let mut driver = Driver::new();
         for op in &ops {
             match driver.step(op) {
@@ -324,10 +334,10 @@ proptest! {
     /// The state after a restart equals the state before: every acknowledged operation is in the
     /// store and nothing else is, whatever the sequence (gangs, releases, drains, time passing).
     #[test]
-    fn state_after_restart_equals_state_before(kind in kinds(), ops in proptest::collection::vec(op(), 1..60)) {
+    fn state_after_restart_equals_state_before(policy in policies(), ops in proptest::collection::vec(op(), 1..60)) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let config = config(kind, Engine::Incremental, TieBreak::Random);
+        let config = config(&policy, Engine::Incremental, TieBreak::Random);
         let mut durable = DurableAllocator::open(&inventory(), &config, &path, 0.0).unwrap();
         let mut driver = Driver::new();
         for op in &ops {
