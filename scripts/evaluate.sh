@@ -6,17 +6,7 @@
 # EXPERIMENTS="lars fallback" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${DATA:-../shared/data}
-MODELS=target/eval-models
-cargo build --release -p simulator -p lifetime-model -p traces --bins
-
-train() { # name, then lifetime-train arguments
-    local name=$1; shift
-    if [ ! -f "$MODELS/$name/manifest.json" ]; then
-        target/release/lifetime-train --out "$MODELS/$name" --name "$name" --version "$name-1" \
-            --iterations 200 "$@"
-    fi
-}
+source scripts/eval-common.sh
 
 # Runs the experiments named after the trace name and model dir (those in $EXPERIMENTS only, when
 # set), up to `--`; the rest are the workload and inventory flags.

@@ -5,17 +5,7 @@
 # Usage: scripts/validate.sh [azure|huawei]... (default: both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${DATA:-../shared/data}
-MODELS=target/eval-models
-cargo build --release -p simulator -p lifetime-model -p traces --bins
-
-train() { # name, then lifetime-train arguments
-    local name=$1; shift
-    if [ ! -f "$MODELS/$name/manifest.json" ]; then
-        target/release/lifetime-train --out "$MODELS/$name" --name "$name" --version "$name-1" \
-            --iterations 200 --train-fraction 0.75 "$@"
-    fi
-}
+source scripts/eval-common.sh
 
 # The validation split starts where the validation model's training stops.
 cutoff() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["training"]["cutoff_s"])' "$1"; }
@@ -26,7 +16,7 @@ for trace in "$@"; do
     azure)
         # The training period is trace-dev (the test period, trace-test, is not read).
         dev=$DATA/azure-v1-tracegen/trace-dev.csv.gz
-        train azure-v1-val --train "$dev"
+        train azure-v1-val --train-fraction 0.75 --train "$dev"
         target/release/simulate compare configs/experiments/validation.toml --model "$MODELS/azure-v1-val" \
             --out-dir docs/evaluation/azure-validation --trace "$dev" \
             --measure-from-s "$(cutoff "$MODELS/azure-v1-val/manifest.json")" \
@@ -37,7 +27,7 @@ for trace in "$@"; do
         half=target/val-data/huawei-first-half.csv.gz
         mkdir -p target/val-data
         zcat "$DATA/huawei-east-1-lt/trace.csv.gz" | awk -F, 'NR == 1 || $7 < 1339040' | gzip >"$half"
-        train huawei-val --train "$half"
+        train huawei-val --train-fraction 0.75 --train "$half"
         target/release/simulate compare configs/experiments/validation.toml --model "$MODELS/huawei-val" \
             --out-dir docs/evaluation/huawei-validation --trace "$half" --seeds 1,2,3,4,5 \
             --measure-from-s "$(cutoff "$MODELS/huawei-val/manifest.json")" \
