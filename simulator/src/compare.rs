@@ -104,9 +104,9 @@ pub struct Experiment {
     pub sweep_label: Option<String>,
 }
 
-/// One run of the matrix.
+/// A cell of the matrix: a policy with a prediction (and a variant), under its table label.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PlannedRun {
+pub struct Cell {
     pub label: String,
     pub policy: String,
     pub prediction: String,
@@ -114,6 +114,13 @@ pub struct PlannedRun {
     pub variant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x: Option<f64>,
+}
+
+/// One run of the matrix: a cell with one seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannedRun {
+    #[serde(flatten)]
+    pub cell: Cell,
     pub config: SimConfig,
 }
 
@@ -185,16 +192,11 @@ impl Kept {
     }
 }
 
-/// One row of the table: a run of the matrix over all the seeds.
+/// One row of the table: a cell of the matrix over all the seeds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
-    pub label: String,
-    pub policy: String,
-    pub prediction: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variant: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub x: Option<f64>,
+    #[serde(flatten)]
+    pub cell: Cell,
     pub seeds: Vec<u64>,
     pub packing_density_pct: Spread,
     pub empty_hosts_pct: Spread,
@@ -299,11 +301,13 @@ impl Experiment {
                     config.validate().map_err(|e| CompareError::Invalid(format!("run `{label}`: {e}")))?;
                     for &seed in &seeds {
                         runs.push(PlannedRun {
-                            label: label.clone(),
-                            policy: policy.name.clone(),
-                            prediction: prediction.name.clone(),
-                            variant: variant.map(|v| v.name.clone()),
-                            x: if once && self.predictions.len() > 1 { None } else { prediction.x },
+                            cell: Cell {
+                                label: label.clone(),
+                                policy: policy.name.clone(),
+                                prediction: prediction.name.clone(),
+                                variant: variant.map(|v| v.name.clone()),
+                                x: if once && self.predictions.len() > 1 { None } else { prediction.x },
+                            },
                             config: SimConfig { seed, ..config.clone() },
                         });
                     }
@@ -312,8 +316,8 @@ impl Experiment {
         }
         let named = [("baseline", Some(&self.baseline)), ("oracle_reference", self.oracle_reference.as_ref())];
         for (what, label) in named {
-            if let Some(label) = label.filter(|l| !runs.iter().any(|r| &r.label == *l)) {
-                let mut labels: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
+            if let Some(label) = label.filter(|l| !runs.iter().any(|r| &r.cell.label == *l)) {
+                let mut labels: Vec<&str> = runs.iter().map(|r| r.cell.label.as_str()).collect();
                 labels.dedup();
                 return Err(CompareError::Invalid(format!(
                     "{what} `{label}` is not a run of the matrix; the runs are: {}",
@@ -358,7 +362,7 @@ pub fn run_all(
                     progress(done.saturating_sub(reported));
                     reported = done;
                 })
-                .map_err(|source| CompareError::Run { label: run.label.clone(), source });
+                .map_err(|source| CompareError::Run { label: run.cell.label.clone(), source });
                 if let Ok(mut slot) = slots[i].lock() {
                     *slot = Some(result);
                 }
@@ -369,7 +373,7 @@ pub fn run_all(
         .zip(slots)
         .map(|(plan, slot)| {
             let result =
-                slot.into_inner().ok().flatten().ok_or_else(|| CompareError::Unfinished(plan.label.clone()))??;
+                slot.into_inner().ok().flatten().ok_or_else(|| CompareError::Unfinished(plan.cell.label.clone()))??;
             Ok(CompareRun { plan, result })
         })
         .collect()
@@ -380,13 +384,14 @@ pub fn run_all(
 pub fn gains(runs: &[CompareRun], baseline: &str) -> Vec<Gain> {
     runs.iter()
         .filter_map(|r| {
-            let base = runs.iter().find(|b| b.plan.label == baseline && b.plan.config.seed == r.plan.config.seed)?;
+            let base =
+                runs.iter().find(|b| b.plan.cell.label == baseline && b.plan.config.seed == r.plan.config.seed)?;
             let base_density = 100.0 * base.result.metrics.packing_density;
             let base_empty = base.result.metrics.empty_hosts_pct;
             let density = 100.0 * r.result.metrics.packing_density;
             let empty = r.result.metrics.empty_hosts_pct;
             Some(Gain {
-                label: r.plan.label.clone(),
+                label: r.plan.cell.label.clone(),
                 seed: r.plan.config.seed,
                 packing_density_pct: density,
                 packing_density_gain_pp: density - base_density,
@@ -406,19 +411,18 @@ pub fn gains(runs: &[CompareRun], baseline: &str) -> Vec<Gain> {
 pub fn rows(experiment: &Experiment, runs: &[CompareRun], gains: &[Gain]) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     for run in runs {
-        if rows.iter().any(|row| row.label == run.plan.label) {
+        if rows.iter().any(|row| row.cell.label == run.plan.cell.label) {
             continue;
         }
-        let mine: Vec<&Gain> = gains.iter().filter(|g| g.label == run.plan.label).collect();
+        let mine: Vec<&Gain> = gains.iter().filter(|g| g.label == run.plan.cell.label).collect();
         let of = |f: &dyn Fn(&Gain) -> f64| Spread::of(&mine.iter().map(|g| f(g)).collect::<Vec<_>>());
-        let rejected: Vec<f64> =
-            runs.iter().filter(|r| r.plan.label == run.plan.label).map(|r| r.result.counters.rejected as f64).collect();
+        let rejected: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.plan.cell.label == run.plan.cell.label)
+            .map(|r| r.result.counters.rejected as f64)
+            .collect();
         rows.push(Row {
-            label: run.plan.label.clone(),
-            policy: run.plan.policy.clone(),
-            prediction: run.plan.prediction.clone(),
-            variant: run.plan.variant.clone(),
-            x: run.plan.x,
+            cell: run.plan.cell.clone(),
             seeds: mine.iter().map(|g| g.seed).collect(),
             packing_density_pct: of(&|g| g.packing_density_pct),
             empty_hosts_pct: of(&|g| g.empty_hosts_pct),
@@ -430,19 +434,20 @@ pub fn rows(experiment: &Experiment, runs: &[CompareRun], gains: &[Gain]) -> Vec
             kept_of_own_oracle: None,
         });
     }
-    let reference = experiment.oracle_reference.as_ref().and_then(|label| rows.iter().find(|r| &r.label == label));
-    let kept_of_reference: Vec<Option<Kept>> =
-        rows.iter().map(|row| reference.map(|oracle| Kept::of(row, oracle))).collect();
-    let kept_of_own: Vec<Option<Kept>> = rows
+    // Computed from all rows first: each row's oracle is another row.
+    let reference = experiment.oracle_reference.as_ref().and_then(|label| rows.iter().find(|r| &r.cell.label == label));
+    let kept: Vec<(Option<Kept>, Option<Kept>)> = rows
         .iter()
         .map(|row| {
-            let name = experiment.oracle_prediction.as_ref()?;
-            let own =
-                rows.iter().find(|o| &o.prediction == name && o.policy == row.policy && o.variant == row.variant)?;
-            Some(Kept::of(row, own))
+            let own = experiment.oracle_prediction.as_ref().and_then(|name| {
+                rows.iter().find(|o| {
+                    &o.cell.prediction == name && o.cell.policy == row.cell.policy && o.cell.variant == row.cell.variant
+                })
+            });
+            (reference.map(|oracle| Kept::of(row, oracle)), own.map(|oracle| Kept::of(row, oracle)))
         })
         .collect();
-    for ((row, reference), own) in rows.iter_mut().zip(kept_of_reference).zip(kept_of_own) {
+    for (row, (reference, own)) in rows.iter_mut().zip(kept) {
         row.kept_of_reference = reference;
         row.kept_of_own_oracle = own;
     }
@@ -463,7 +468,7 @@ fn opt(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
 
-/// `mean ±sd` with `decimals`, signed for gains.
+/// `mean ±sd` with two decimals, the mean signed for gains.
 fn spread(s: &Spread, signed: bool) -> String {
     if signed {
         format!("{:+.2} ±{:.2}", s.mean, s.sd)
@@ -535,7 +540,7 @@ pub fn markdown(comparison: &Comparison) -> String {
         let _ = write!(
             out,
             "| {} | {} | {} | {} | {} |",
-            row.label,
+            row.cell.label,
             spread(&row.packing_density_pct, false),
             spread(&row.packing_density_gain_pp, true),
             spread(&row.empty_hosts_pct, false),
@@ -573,7 +578,7 @@ pub fn markdown(comparison: &Comparison) -> String {
         let p = &r.prediction;
         let migrations = &r.counters.migrations;
         let seed = run.plan.config.seed;
-        let gain = comparison.gains.iter().find(|g| g.label == run.plan.label && g.seed == seed);
+        let gain = comparison.gains.iter().find(|g| g.label == run.plan.cell.label && g.seed == seed);
         let gains = gain.map_or_else(
             || "- | - | -".to_owned(),
             |g| {
@@ -586,7 +591,7 @@ pub fn markdown(comparison: &Comparison) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {:.2} | {} | {:.3} | {} / {} | {} | {} ({}) | {} | {:.3} / {:.3} / {:.3} | {:.0} | {:.1} |",
-            run.plan.label,
+            run.plan.cell.label,
             seed,
             100.0 * m.packing_density,
             gains,
@@ -633,8 +638,10 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
     // Time series of the first seed's runs: one line per row.
     let first_seed = comparison.runs.first().map(|r| r.plan.config.seed);
     let shown: Vec<&CompareRun> = comparison.runs.iter().filter(|r| Some(r.plan.config.seed) == first_seed).collect();
-    let mut density: Vec<Series> =
-        shown.iter().map(|r| Series::new(r.plan.label.clone(), hours(r, &|m| 100.0 * m.packing_density))).collect();
+    let mut density: Vec<Series> = shown
+        .iter()
+        .map(|r| Series::new(r.plan.cell.label.clone(), hours(r, &|m| 100.0 * m.packing_density)))
+        .collect();
     if let Some(first) = comparison.runs.first() {
         density.push(Series::new("offline bound", hours(first, &|m| 100.0 * m.bound.packing_density)));
     }
@@ -642,7 +649,7 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
     plot::time_series_svg(&path, "Packing density over time", "packing density (%)", &density)?;
     written.push(path);
     let mut empty: Vec<Series> =
-        shown.iter().map(|r| Series::new(r.plan.label.clone(), hours(r, &|m| m.empty_hosts_pct))).collect();
+        shown.iter().map(|r| Series::new(r.plan.cell.label.clone(), hours(r, &|m| m.empty_hosts_pct))).collect();
     if let Some(first) = comparison.runs.first() {
         empty.push(Series::new("offline bound", hours(first, &|m| m.bound.empty_hosts_pct)));
     }
@@ -654,10 +661,10 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
         comparison
             .rows
             .iter()
-            .filter(|row| row.label != comparison.baseline)
+            .filter(|row| row.cell.label != comparison.baseline)
             .map(|row| {
                 let s = f(row);
-                Bar::new(row.label.clone(), s.mean).with_range(s.min, s.max)
+                Bar::new(row.cell.label.clone(), s.mean).with_range(s.min, s.max)
             })
             .collect()
     };
@@ -672,11 +679,11 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
     if let Some(x_label) = &comparison.experiment.sweep_label {
         let sweep = |f: &dyn Fn(&Row) -> f64| {
             let mut series: Vec<Series> = Vec::new();
-            for row in comparison.rows.iter().filter(|r| r.x.is_some()) {
-                let point = (row.x.unwrap_or_default(), f(row));
-                match series.iter_mut().find(|s| s.name == row.policy) {
+            for row in comparison.rows.iter().filter(|r| r.cell.x.is_some()) {
+                let point = (row.cell.x.unwrap_or_default(), f(row));
+                match series.iter_mut().find(|s| s.name == row.cell.policy) {
                     Some(s) => s.points.push(point),
-                    None => series.push(Series::new(row.policy.clone(), vec![point])),
+                    None => series.push(Series::new(row.cell.policy.clone(), vec![point])),
                 }
             }
             series
@@ -719,13 +726,13 @@ mod tests {
     #[test]
     fn a_policy_that_reads_no_lifetime_runs_once() {
         let plan = Experiment::from_toml(MATRIX).unwrap().plan().unwrap();
-        let labels: Vec<&str> = plan.iter().map(|r| r.label.as_str()).collect();
+        let labels: Vec<&str> = plan.iter().map(|r| r.cell.label.as_str()).collect();
         assert_eq!(labels, ["pbfr", "la-binary / a0.5", "la-binary / oracle"]);
-        assert_eq!(plan[2].x, Some(1.0));
-        assert_eq!(plan[0].x, None, "a run made once is not a point of the sweep");
+        assert_eq!(plan[2].cell.x, Some(1.0));
+        assert_eq!(plan[0].cell.x, None, "a run made once is not a point of the sweep");
         let single = MATRIX.split("[[predictions]]").take(2).collect::<Vec<_>>().join("[[predictions]]");
         let plan = Experiment::from_toml(&single).unwrap().plan().unwrap();
-        let labels: Vec<&str> = plan.iter().map(|r| r.label.as_str()).collect();
+        let labels: Vec<&str> = plan.iter().map(|r| r.cell.label.as_str()).collect();
         assert_eq!(labels, ["pbfr", "la-binary"], "one prediction: labels are the policies");
     }
 
@@ -759,7 +766,7 @@ mod tests {
         let text = MATRIX.replace("baseline = \"pbfr\"", header);
         let experiment = Experiment::from_toml(&text).unwrap();
         let plan = experiment.plan().unwrap();
-        let seeds: Vec<(&str, u64)> = plan.iter().map(|r| (r.label.as_str(), r.config.seed)).collect();
+        let seeds: Vec<(&str, u64)> = plan.iter().map(|r| (r.cell.label.as_str(), r.config.seed)).collect();
         assert_eq!(
             seeds,
             [
@@ -776,7 +783,8 @@ mod tests {
         let comparison = Comparison::new(experiment, runs);
         assert_eq!(comparison.rows.len(), 3);
         let density = |label: &str, seed: u64| {
-            let run = comparison.runs.iter().find(|r| r.plan.label == label && r.plan.config.seed == seed).unwrap();
+            let run =
+                comparison.runs.iter().find(|r| r.plan.cell.label == label && r.plan.config.seed == seed).unwrap();
             100.0 * run.result.metrics.packing_density
         };
         let gain = |label: &str, seed: u64| density(label, seed) - density("pbfr", seed);
