@@ -1,7 +1,9 @@
 //! A trace turned into what the simulator replays, and the inventory it replays it on.
 //!
-//! [`Workload::load`] reads any trace source (the project's CSV, the Azure packing-trace sqlite,
-//! the synthetic generator), keeps the VMs of a time window and sorts them by start. Each VM keeps
+//! [`Workload::load`] reads any trace source (the project's CSV, several CSV files as one timeline,
+//! the Azure packing-trace sqlite, the synthetic generator), keeps the VMs of a time window and
+//! sorts them by start. VMs still running at the trace's end are censored: the oracle gives them
+//! all one exit ([`Workload::censored_exit_s`]). Each VM keeps
 //! its allocation request (built once by [`VmRecord::to_request`], the replay client's very
 //! conversion), its true start and end, and the time the simulator places it: VMs already running
 //! at the window start (a negative start in the trace, or any start before the window) are the
