@@ -2,8 +2,19 @@
 //! and [`LifetimeModel`], a loaded and validated bundle that predicts in process.
 //!
 //! Loading validates everything a rollout must trust: the manifest parses, the schema hash matches
-//! the schema, every model parses and has as many inputs as the schema, and the bundle reproduces
-//! its own probe predictions (recorded at training time) within 1e-6.
+//! the schema, every other file matches its SHA-256 checksum in the manifest, every model parses and
+//! has as many inputs as the schema, and the bundle reproduces its own probe predictions (recorded
+//! at training time) within 1e-6.
+//!
+//! Reading is defensive, because a models directory is written by people and scripts: only regular
+//! files are read (a FIFO, device or socket is refused without blocking on it), each file has a size
+//! limit ([`LoadLimits`]) enforced while reading, and no file may resolve (through symlinks) outside
+//! the confinement directory: the models directory when the inference server loads, the bundle's
+//! own directory otherwise. Symlinks that stay inside it are followed.
+//!
+//! The checksums are written by the trainer, or by [`seal`] (`lifetime-train --seal DIR`) after an
+//! operator changed a bundle by hand. They detect files changed, truncated or swapped after sealing;
+//! they are not a signature (whoever can rewrite the manifest can re-seal).
 
 use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
 use crate::gbdt::{ConstantRange, TreeEnsemble};
@@ -11,6 +22,9 @@ use crate::history::{FeatureStore, TenantSummary};
 use crate::report::EvaluationReport;
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -18,6 +32,9 @@ pub const BINARY_MODEL_FILE: &str = "long_lived.lgbm.txt";
 pub const MULTICLASS_MODEL_FILE: &str = "lifetime_interval.lgbm.txt";
 pub const REMAINING_MODEL_FILE: &str = "remaining_lifetime.lgbm.txt";
 pub const FEATURE_STORE_FILE: &str = "feature_store.json";
+/// The files a bundle loads besides its manifest; each must match its checksum in the manifest.
+pub const CHECKSUMMED_FILES: [&str; 4] =
+    [BINARY_MODEL_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE, FEATURE_STORE_FILE];
 /// Bundle layout version this code reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 /// Largest difference tolerated between a probe's recorded and recomputed prediction.
@@ -65,6 +82,10 @@ pub struct Manifest {
     pub class_cutoffs_s: Vec<f64>,
     /// Remaining-lifetime labels were capped here.
     pub remaining_cap_s: f64,
+    /// SHA-256 (lowercase hex) of each of [`CHECKSUMMED_FILES`], by file name. Absent from bundles
+    /// written before checksums existed: those parse, and are refused at load until sealed.
+    #[serde(default)]
+    pub checksums: BTreeMap<String, String>,
     pub training: TrainingWindow,
     pub evaluation: EvaluationReport,
     pub probes: Vec<ProbeCase>,
@@ -102,19 +123,313 @@ pub enum BundleError {
     Probe { index: usize, what: &'static str, recorded: f64, recomputed: f64 },
     #[error("the bundle has no probe predictions to validate against")]
     NoProbes,
+    #[error("{path} resolves to {resolved}, outside {root}: bundle files must stay inside it")]
+    OutsideRoot { path: PathBuf, resolved: PathBuf, root: PathBuf },
+    #[error("{path} is a {kind}, not a regular file")]
+    NotRegularFile { path: PathBuf, kind: &'static str },
+    #[error("{path} is larger than the limit of {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("the manifest has no SHA-256 checksum for {file}; seal the bundle (`lifetime-train --seal DIR`)")]
+    MissingChecksum { file: &'static str },
+    #[error("{file} has SHA-256 {found}, but the manifest says {expected}: it changed after the bundle was sealed")]
+    ChecksumMismatch { file: &'static str, expected: String, found: String },
 }
 
-fn read(path: &Path) -> Result<String, BundleError> {
-    std::fs::read_to_string(path).map_err(|source| BundleError::Io { path: path.to_owned(), source })
+/// Size limits of the files of a bundle, checked before and while reading, so that a huge, growing
+/// or endless file (a link to `/dev/zero`) cannot exhaust memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadLimits {
+    /// Largest model file or feature store, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest manifest, in bytes.
+    pub max_manifest_bytes: u64,
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, BundleError> {
-    serde_json::from_str(&read(path)?).map_err(|source| BundleError::Json { path: path.to_owned(), source })
+impl Default for LoadLimits {
+    fn default() -> Self {
+        // Real models are a few MB; 256 MiB leaves room for large ones. Manifests are tens of KB.
+        LoadLimits { max_file_bytes: 256 << 20, max_manifest_bytes: 16 << 20 }
+    }
 }
 
-fn read_model(dir: &Path, file: &str) -> Result<TreeEnsemble, BundleError> {
-    let path = dir.join(file);
-    TreeEnsemble::from_lightgbm_text(&read(&path)?).map_err(|source| BundleError::Model { path, source })
+/// How a bundle is loaded: its size limits and the directory its files must stay inside.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    pub limits: LoadLimits,
+    /// No bundle file may resolve outside this directory; the bundle's own directory when `None`.
+    pub confine_to: Option<PathBuf>,
+}
+
+/// Lowercase hex SHA-256 of `bytes`, the form of the manifest's checksums.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> BundleError {
+    BundleError::Io { path: path.to_owned(), source }
+}
+
+fn file_kind(file_type: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_file() {
+        "regular file"
+    } else if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_symlink() {
+        "symbolic link"
+    } else if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_block_device() {
+        "block device"
+    } else if file_type.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// Canonical form of a confinement directory, for [`read_confined`].
+pub fn canonical_root(root: &Path) -> Result<PathBuf, BundleError> {
+    std::fs::canonicalize(root).map_err(|source| io_error(root, source))
+}
+
+/// Reads `path` whole, refusing anything but a regular file of at most `limit` bytes that resolves
+/// inside `root` (canonical, see [`canonical_root`]).
+///
+/// Symlinks are resolved first and the target must stay inside `root`; the resolved path is then
+/// opened without following a symlink again (`O_NOFOLLOW`) and without blocking (`O_NONBLOCK`, so a
+/// FIFO swapped in after the check is refused instead of waiting for a writer), and the opened file's
+/// own metadata decides. Reading stops one byte past the limit, so a file that grows meanwhile is
+/// refused too.
+pub fn read_confined(path: &Path, root: &Path, limit: u64) -> Result<Vec<u8>, BundleError> {
+    let resolved = std::fs::canonicalize(path).map_err(|source| io_error(path, source))?;
+    if !resolved.starts_with(root) {
+        return Err(BundleError::OutsideRoot { path: path.to_owned(), resolved, root: root.to_owned() });
+    }
+    // Look before opening: opening some devices has effects of its own.
+    let metadata = std::fs::metadata(&resolved).map_err(|source| io_error(path, source))?;
+    check_regular(path, &metadata, limit)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    }
+    let file = options.open(&resolved).map_err(|source| io_error(path, source))?;
+    let metadata = file.metadata().map_err(|source| io_error(path, source))?;
+    check_regular(path, &metadata, limit)?;
+    let capacity = usize::try_from(metadata.len()).unwrap_or(0);
+    let mut contents = Vec::with_capacity(capacity);
+    file.take(limit.saturating_add(1)).read_to_end(&mut contents).map_err(|source| io_error(path, source))?;
+    if contents.len() as u64 > limit {
+        return Err(BundleError::TooLarge { path: path.to_owned(), limit });
+    }
+    Ok(contents)
+}
+
+fn check_regular(path: &Path, metadata: &std::fs::Metadata, limit: u64) -> Result<(), BundleError> {
+    if !metadata.file_type().is_file() {
+        return Err(BundleError::NotRegularFile { path: path.to_owned(), kind: file_kind(&metadata.file_type()) });
+    }
+    if metadata.len() > limit {
+        return Err(BundleError::TooLarge { path: path.to_owned(), limit });
+    }
+    Ok(())
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, BundleError> {
+    serde_json::from_slice(bytes).map_err(|source| BundleError::Json { path: path.to_owned(), source })
+}
+
+fn parse_model(path: &Path, bytes: &[u8]) -> Result<TreeEnsemble, BundleError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|error| io_error(path, std::io::Error::new(std::io::ErrorKind::InvalidData, error)))?;
+    TreeEnsemble::from_lightgbm_text(text).map_err(|source| BundleError::Model { path: path.to_owned(), source })
+}
+
+/// The contents of a bundle's files, read within the limits and the confinement directory.
+struct BundleFiles {
+    manifest: Manifest,
+    /// In the order of [`CHECKSUMMED_FILES`].
+    contents: [Vec<u8>; 4],
+}
+
+impl BundleFiles {
+    fn read(dir: &Path, options: &LoadOptions) -> Result<Self, BundleError> {
+        let root = canonical_root(options.confine_to.as_deref().unwrap_or(dir))?;
+        let manifest_path = dir.join(MANIFEST_FILE);
+        let manifest: Manifest =
+            parse_json(&manifest_path, &read_confined(&manifest_path, &root, options.limits.max_manifest_bytes)?)?;
+        if manifest.format_version != FORMAT_VERSION {
+            return Err(BundleError::Format { found: manifest.format_version });
+        }
+        let computed = manifest.schema.hash();
+        if computed != manifest.schema_hash {
+            return Err(BundleError::SchemaHash { manifest: manifest.schema_hash.clone(), computed });
+        }
+        let mut contents: [Vec<u8>; 4] = Default::default();
+        for (file, content) in CHECKSUMMED_FILES.iter().zip(&mut contents) {
+            *content = read_confined(&dir.join(file), &root, options.limits.max_file_bytes)?;
+        }
+        Ok(BundleFiles { manifest, contents })
+    }
+
+    /// Every file matches its checksum in the manifest; a file without one is refused.
+    fn verify(&self) -> Result<(), BundleError> {
+        for (file, content) in CHECKSUMMED_FILES.into_iter().zip(&self.contents) {
+            let expected = self.manifest.checksums.get(file).ok_or(BundleError::MissingChecksum { file })?;
+            let found = sha256_hex(content);
+            if !expected.eq_ignore_ascii_case(&found) {
+                return Err(BundleError::ChecksumMismatch { file, expected: expected.clone(), found });
+            }
+        }
+        Ok(())
+    }
+
+    fn checksums(&self) -> BTreeMap<String, String> {
+        CHECKSUMMED_FILES
+            .iter()
+            .zip(&self.contents)
+            .map(|(file, content)| ((*file).to_owned(), sha256_hex(content)))
+            .collect()
+    }
+}
+
+/// Writes (or rewrites) the checksums of the bundle in `dir` into its manifest, after checking that
+/// the bundle loads with them: for a bundle an operator changed by hand, or one written before
+/// checksums existed. Returns the sealed manifest.
+///
+/// Only the manifest's `checksums` member changes: the rest of its text is kept byte for byte (a
+/// parse and rewrite could move floats by an ulp). The manifest is replaced atomically.
+pub fn seal(dir: impl AsRef<Path>, limits: &LoadLimits) -> Result<Manifest, BundleError> {
+    let dir = dir.as_ref();
+    let root = canonical_root(dir)?;
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let original = read_confined(&manifest_path, &root, limits.max_manifest_bytes)?;
+    let mut files = BundleFiles::read(dir, &LoadOptions { limits: *limits, confine_to: None })?;
+    let checksums = files.checksums();
+    let sealed_text = std::str::from_utf8(&original)
+        .ok()
+        .and_then(|text| with_checksums(text, &checksums))
+        .ok_or_else(|| BundleError::Io {
+            path: manifest_path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "the manifest is not a JSON object"),
+        })?;
+    let sealed: Manifest = parse_json(&manifest_path, sealed_text.as_bytes())?;
+    if sealed.checksums != checksums {
+        return Err(BundleError::Io {
+            path: manifest_path,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "the checksums could not be written"),
+        });
+    }
+    files.manifest = sealed.clone();
+    // Only a bundle that passes every other check is sealed.
+    files.verify()?;
+    LifetimeModel::from_files(dir, files)?;
+    let staging = dir.join(format!(".{MANIFEST_FILE}.seal"));
+    std::fs::write(&staging, sealed_text).map_err(|source| io_error(&staging, source))?;
+    std::fs::rename(&staging, &manifest_path).map_err(|source| io_error(&manifest_path, source))?;
+    Ok(sealed)
+}
+
+/// `manifest` (the text of a JSON object) with its top-level `checksums` member set to `checksums`:
+/// replaced in place when present, appended otherwise. `None` if the text is not a JSON object.
+fn with_checksums(manifest: &str, checksums: &BTreeMap<String, String>) -> Option<String> {
+    let entries: Vec<String> = checksums
+        .iter()
+        .map(|(file, checksum)| {
+            format!("    {}: {}", serde_json::Value::from(file.as_str()), serde_json::Value::from(checksum.as_str()))
+        })
+        .collect();
+    let object = format!("{{\n{}\n  }}", entries.join(",\n"));
+    let members = top_level_members(manifest)?;
+    let spliced = match members.members.iter().find(|member| member.key == "checksums") {
+        Some(member) => format!("{}{object}{}", &manifest[..member.value.start], &manifest[member.value.end..]),
+        None => {
+            let close = members.close;
+            let last = manifest[..close].trim_end().len();
+            let separator = if members.members.is_empty() { "" } else { "," };
+            format!("{}{separator}\n  \"checksums\": {object}\n{}", &manifest[..last], &manifest[close..])
+        }
+    };
+    Some(spliced)
+}
+
+struct Member<'a> {
+    key: &'a str,
+    /// Byte range of the value, without surrounding whitespace.
+    value: std::ops::Range<usize>,
+}
+
+struct TopLevel<'a> {
+    members: Vec<Member<'a>>,
+    /// Byte offset of the object's closing brace.
+    close: usize,
+}
+
+/// Records the member `key` whose value spans `from..to` of `text` (with whitespace around it).
+fn push_member<'a>(text: &'a str, members: &mut Vec<Member<'a>>, key: Option<&'a str>, from: Option<usize>, to: usize) {
+    if let (Some(key), Some(from)) = (key, from) {
+        let value = &text[from..to];
+        let first = from + (value.len() - value.trim_start().len());
+        let last = from + value.trim_end().len();
+        members.push(Member { key, value: first..last });
+    }
+}
+
+/// The top-level members of the JSON object `text`, by a scan that tracks strings and nesting only
+/// (the text is parsed properly afterwards); `None` if `text` is not an object.
+fn top_level_members(text: &str) -> Option<TopLevel<'_>> {
+    let bytes = text.as_bytes();
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace())?;
+    if bytes[start] != b'{' {
+        return None;
+    }
+    let (mut depth, mut in_string, mut escaped) = (1usize, false, false);
+    let (mut expecting_key, mut key_start, mut key) = (true, None, None);
+    let mut value_start: Option<usize> = None;
+    let mut members = Vec::new();
+    for (i, &byte) in bytes.iter().enumerate().skip(start + 1) {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+                if let Some(from) = key_start.take() {
+                    key = Some(&text[from + 1..i]);
+                }
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                if depth == 1 && expecting_key {
+                    key_start = Some(i);
+                    expecting_key = false;
+                }
+            }
+            b':' if depth == 1 => value_start = Some(i + 1),
+            b',' if depth == 1 => {
+                push_member(text, &mut members, key.take(), value_start.take(), i);
+                expecting_key = true;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    push_member(text, &mut members, key.take(), value_start.take(), i);
+                    return (byte == b'}').then_some(TopLevel { members, close: i });
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// What the model says about one VM at request time.
@@ -141,21 +456,25 @@ pub struct LifetimeModel {
 }
 
 impl LifetimeModel {
-    /// Loads and validates the bundle in `dir`.
+    /// Loads and validates the bundle in `dir`, with the default limits, confined to `dir`.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, BundleError> {
+        Self::load_with(dir, &LoadOptions::default())
+    }
+
+    /// Loads and validates the bundle in `dir` with `options`.
+    pub fn load_with(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self, BundleError> {
         let dir = dir.as_ref();
-        let manifest: Manifest = read_json(&dir.join(MANIFEST_FILE))?;
-        if manifest.format_version != FORMAT_VERSION {
-            return Err(BundleError::Format { found: manifest.format_version });
-        }
-        let computed = manifest.schema.hash();
-        if computed != manifest.schema_hash {
-            return Err(BundleError::SchemaHash { manifest: manifest.schema_hash.clone(), computed });
-        }
-        let binary = read_model(dir, BINARY_MODEL_FILE)?;
-        let multiclass = read_model(dir, MULTICLASS_MODEL_FILE)?;
-        let remaining = read_model(dir, REMAINING_MODEL_FILE)?;
-        let store: FeatureStore = read_json(&dir.join(FEATURE_STORE_FILE))?;
+        let files = BundleFiles::read(dir, options)?;
+        files.verify()?;
+        Self::from_files(dir, files)
+    }
+
+    fn from_files(dir: &Path, files: BundleFiles) -> Result<Self, BundleError> {
+        let BundleFiles { manifest, contents: [binary, multiclass, remaining, store] } = files;
+        let binary = parse_model(&dir.join(BINARY_MODEL_FILE), &binary)?;
+        let multiclass = parse_model(&dir.join(MULTICLASS_MODEL_FILE), &multiclass)?;
+        let remaining = parse_model(&dir.join(REMAINING_MODEL_FILE), &remaining)?;
+        let store: FeatureStore = parse_json(&dir.join(FEATURE_STORE_FILE), &store)?;
         let model = LifetimeModel {
             encoder: manifest.schema.encoder(),
             remaining_encoder: manifest.schema.with_uptime().encoder(),
@@ -329,9 +648,145 @@ impl LifetimeModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    fn default_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+    }
+
+    /// A copy of the default bundle's loaded files in a temporary directory.
+    fn default_copy() -> (tempfile::TempDir, PathBuf) {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path().join("bundle");
+        std::fs::create_dir(&dir).unwrap();
+        for file in CHECKSUMMED_FILES.iter().chain(&[MANIFEST_FILE]) {
+            std::fs::copy(default_dir().join(file), dir.join(file)).unwrap();
+        }
+        (temp, dir)
+    }
+
+    fn mkfifo(path: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `name` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_instead_of_waiting_for_a_writer() {
+        let temp = tempfile::tempdir().unwrap();
+        let root = canonical_root(temp.path()).unwrap();
+        let fifo = temp.path().join("model.txt");
+        mkfifo(&fifo);
+        let started = Instant::now();
+        let error = read_confined(&fifo, &root, 1 << 20).expect_err("a FIFO is not read");
+        assert!(matches!(error, BundleError::NotRegularFile { kind: "FIFO", .. }), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn devices_and_directories_are_not_regular_files() {
+        let dev = canonical_root(Path::new("/dev")).unwrap();
+        let error = read_confined(Path::new("/dev/zero"), &dev, 1 << 20).expect_err("a device is not read");
+        assert!(matches!(error, BundleError::NotRegularFile { kind: "character device", .. }), "{error}");
+        let temp = tempfile::tempdir().unwrap();
+        let root = canonical_root(temp.path()).unwrap();
+        std::fs::create_dir(temp.path().join("sub")).unwrap();
+        let error = read_confined(&temp.path().join("sub"), &root, 1 << 20).expect_err("a directory is not read");
+        assert!(matches!(error, BundleError::NotRegularFile { kind: "directory", .. }), "{error}");
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_inside_the_root() {
+        let temp = tempfile::tempdir().unwrap();
+        let root_dir = temp.path().join("models");
+        std::fs::create_dir(&root_dir).unwrap();
+        let root = canonical_root(&root_dir).unwrap();
+        std::fs::write(root_dir.join("inside.txt"), "inside").unwrap();
+        std::fs::write(temp.path().join("outside.txt"), "outside").unwrap();
+        std::os::unix::fs::symlink(root_dir.join("inside.txt"), root_dir.join("to-inside")).unwrap();
+        std::os::unix::fs::symlink(temp.path().join("outside.txt"), root_dir.join("to-outside")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root_dir.join("to-zero")).unwrap();
+        assert_eq!(read_confined(&root_dir.join("to-inside"), &root, 100).unwrap(), b"inside");
+        for link in ["to-outside", "to-zero"] {
+            let error = read_confined(&root_dir.join(link), &root, 100).expect_err("leaves the root");
+            assert!(matches!(error, BundleError::OutsideRoot { .. }), "{link}: {error}");
+        }
+    }
+
+    #[test]
+    fn files_over_the_limit_are_refused_by_size_and_while_reading() {
+        let temp = tempfile::tempdir().unwrap();
+        let root = canonical_root(temp.path()).unwrap();
+        let path = temp.path().join("big.txt");
+        std::fs::write(&path, vec![b'x'; 101]).unwrap();
+        assert!(matches!(read_confined(&path, &root, 100), Err(BundleError::TooLarge { limit: 100, .. })));
+        assert_eq!(read_confined(&path, &root, 101).unwrap().len(), 101);
+        // A sparse file far over the limit is refused from its size, without reading it.
+        let sparse = temp.path().join("sparse.txt");
+        std::fs::File::create(&sparse).unwrap().set_len(1 << 40).unwrap();
+        assert!(matches!(read_confined(&sparse, &root, 1 << 20), Err(BundleError::TooLarge { .. })));
+        // /proc files claim a size of 0 and have more: only the bounded read catches them, as it
+        // catches a file that grows after its size was checked.
+        let proc_root = canonical_root(Path::new("/proc")).unwrap();
+        let status = Path::new("/proc/self/status");
+        assert_eq!(std::fs::metadata(status).unwrap().len(), 0);
+        assert!(matches!(read_confined(status, &proc_root, 16), Err(BundleError::TooLarge { limit: 16, .. })));
+    }
+
+    #[test]
+    fn every_loaded_file_is_covered_by_its_checksum() {
+        let (_temp, dir) = default_copy();
+        LifetimeModel::load(&dir).expect("an intact copy loads");
+        for file in CHECKSUMMED_FILES {
+            let path = dir.join(file);
+            let original = std::fs::read(&path).unwrap();
+            // Trailing whitespace: the file still parses the same, so only the checksum can tell.
+            let mut edited = original.clone();
+            edited.push(b'\n');
+            std::fs::write(&path, &edited).unwrap();
+            let error = LifetimeModel::load(&dir).err().expect("an edited file is refused");
+            assert!(matches!(&error, BundleError::ChecksumMismatch { file: found, .. } if *found == file), "{error}");
+            std::fs::write(&path, &original).unwrap();
+        }
+        LifetimeModel::load(&dir).expect("restored, it loads again");
+    }
+
+    #[test]
+    fn a_missing_checksum_refuses_the_bundle_until_it_is_sealed() {
+        let (_temp, dir) = default_copy();
+        let path = dir.join(MANIFEST_FILE);
+        let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        manifest["checksums"].as_object_mut().unwrap().remove(MULTICLASS_MODEL_FILE);
+        std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+        let error = LifetimeModel::load(&dir).err().expect("refused");
+        assert!(matches!(error, BundleError::MissingChecksum { file: MULTICLASS_MODEL_FILE }), "{error}");
+        let sealed = seal(&dir, &LoadLimits::default()).unwrap();
+        assert_eq!(sealed.checksums.len(), CHECKSUMMED_FILES.len());
+        LifetimeModel::load(&dir).expect("sealed, it loads");
+    }
+
+    #[test]
+    fn sealing_changes_only_the_checksums_member() {
+        let checksums: BTreeMap<String, String> =
+            [("a.txt".to_owned(), "00ff".to_owned()), ("b.json".to_owned(), "11".to_owned())].into();
+        let appended =
+            with_checksums("{\n  \"x\": \"a}\\\"{,\",\n  \"y\": [1.0000000000000002, {\"z\": 1}]\n}", &checksums)
+                .unwrap();
+        let value: serde_json::Value = serde_json::from_str(&appended).unwrap();
+        assert_eq!(value["checksums"]["a.txt"], "00ff");
+        assert_eq!(value["x"], "a}\"{,");
+        assert!(appended.contains("1.0000000000000002"), "{appended}");
+        let replaced = with_checksums(&appended.replace("00ff", "dead"), &checksums).unwrap();
+        assert_eq!(replaced, appended);
+        let only: serde_json::Value = serde_json::from_str(&with_checksums("{}", &checksums).unwrap()).unwrap();
+        assert_eq!(only["checksums"]["b.json"], "11");
+        assert!(with_checksums("[1, 2]", &checksums).is_none());
+        assert!(with_checksums("{\"unterminated\": [", &checksums).is_none());
+    }
 
     fn default_bundle() -> LifetimeModel {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+        let dir = default_dir();
         LifetimeModel::load(&dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
     }
 

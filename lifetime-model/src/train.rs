@@ -14,8 +14,8 @@
 //! period, and a refit that also learns from it, does not waste the most recent data.
 
 use crate::bundle::{
-    LifetimeModel, Manifest, ProbeCase, TrainingWindow, BINARY_MODEL_FILE, FEATURE_STORE_FILE, FORMAT_VERSION,
-    MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE,
+    sha256_hex, LifetimeModel, Manifest, ProbeCase, TrainingWindow, BINARY_MODEL_FILE, FEATURE_STORE_FILE,
+    FORMAT_VERSION, MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE,
 };
 use crate::dataset::{replay, ObservedLifetime, ReplayedTrace};
 use crate::features::{encode_uptime, FeatureGroup, FeatureSchema, RequestFeatures, SchemaBuilder};
@@ -649,6 +649,8 @@ pub fn train_bundle(
         decision_threshold,
         class_cutoffs_s: config.class_cutoffs_s.clone(),
         remaining_cap_s: config.remaining_cap_s,
+        // Filled in by `write_bundle` from the bytes it writes.
+        checksums: Default::default(),
         training: TrainingWindow {
             source,
             first_start_s: first_start,
@@ -660,7 +662,7 @@ pub fn train_bundle(
         evaluation,
         probes,
     };
-    write_bundle(out_dir, &manifest, &binary, &multiclass, &remaining, &store)?;
+    let manifest = write_bundle(out_dir, manifest, &binary, &multiclass, &remaining, &store)?;
     LifetimeModel::load(out_dir)?;
     Ok(manifest)
 }
@@ -847,21 +849,28 @@ fn exit_time_report(predicted_log10: &[f64], observed: &[f64], completed: &[bool
     }
 }
 
+/// Writes the bundle's files and then its manifest, sealed with the checksums of what was written.
+/// Returns the sealed manifest.
 fn write_bundle(
     dir: &Path,
-    manifest: &Manifest,
+    mut manifest: Manifest,
     binary: &Booster,
     multiclass: &Booster,
     remaining: &Booster,
     store: &FeatureStore,
-) -> Result<(), TrainError> {
+) -> Result<Manifest, TrainError> {
     std::fs::create_dir_all(dir).map_err(|source| TrainError::Write { path: dir.to_owned(), source })?;
-    write_file(dir, BINARY_MODEL_FILE, binary.save_string()?.into_bytes())?;
-    write_file(dir, MULTICLASS_MODEL_FILE, multiclass.save_string()?.into_bytes())?;
-    write_file(dir, REMAINING_MODEL_FILE, remaining.save_string()?.into_bytes())?;
-    write_file(dir, FEATURE_STORE_FILE, serde_json::to_vec(store).unwrap_or_default())?;
+    let mut write_sealed = |file: &str, contents: Vec<u8>| {
+        manifest.checksums.insert(file.to_owned(), sha256_hex(&contents));
+        write_file(dir, file, contents)
+    };
+    write_sealed(BINARY_MODEL_FILE, binary.save_string()?.into_bytes())?;
+    write_sealed(MULTICLASS_MODEL_FILE, multiclass.save_string()?.into_bytes())?;
+    write_sealed(REMAINING_MODEL_FILE, remaining.save_string()?.into_bytes())?;
+    write_sealed(FEATURE_STORE_FILE, serde_json::to_vec(store).unwrap_or_default())?;
     // The manifest goes last: a directory without one is an incomplete bundle and is never loaded.
-    write_file(dir, MANIFEST_FILE, serde_json::to_vec_pretty(manifest).unwrap_or_default())
+    write_file(dir, MANIFEST_FILE, serde_json::to_vec_pretty(&manifest).unwrap_or_default())?;
+    Ok(manifest)
 }
 
 fn write_file(dir: &Path, file: &str, contents: Vec<u8>) -> Result<(), TrainError> {

@@ -62,3 +62,33 @@ fn bad_arguments_name_the_flag() {
     assert!(!ok);
     assert!(stderr.contains("missing.csv"), "{stderr}");
 }
+
+/// An operator who edits a bundle by hand re-seals it with `lifetime-train --seal DIR`: the edited
+/// bundle is refused until then, and loads after.
+#[test]
+fn seal_rewrites_the_checksums_of_a_hand_edited_bundle() {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("edited");
+    std::fs::create_dir(&bundle).unwrap();
+    for file in lifetime_model::bundle::CHECKSUMMED_FILES.iter().chain(&["manifest.json"]) {
+        std::fs::copy(source.join(file), bundle.join(file)).unwrap();
+    }
+    // Same tenants, other bytes: what a hand edit of the feature store looks like.
+    let store = bundle.join(lifetime_model::bundle::FEATURE_STORE_FILE);
+    let mut text = std::fs::read_to_string(&store).unwrap();
+    text.push('\n');
+    std::fs::write(&store, text).unwrap();
+    let refused = lifetime_model::LifetimeModel::load(&bundle).err().expect("the edit is detected");
+    assert!(refused.to_string().contains("feature_store.json"), "{refused}");
+
+    let (ok, stdout, stderr) = lifetime_train(&["--seal", bundle.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("sealed bundle default") && stdout.contains("feature_store.json"), "{stdout}");
+    let model = lifetime_model::LifetimeModel::load(&bundle).expect("the re-sealed bundle loads");
+    assert_eq!(model.version(), "default-1");
+
+    // Sealing never trains: --seal and --train together are refused.
+    let (ok, _, stderr) = lifetime_train(&["--seal", bundle.to_str().unwrap(), "--train", "x.csv"]);
+    assert!(!ok && stderr.contains("--seal"), "{stderr}");
+}

@@ -1,7 +1,9 @@
 //! The trainer on a small synthetic trace: a bundle that loads, validates, predicts sensibly, and
 //! refuses to load when tampered with.
 
-use lifetime_model::bundle::{BundleError, LifetimeModel, BINARY_MODEL_FILE, MANIFEST_FILE};
+use lifetime_model::bundle::{
+    seal, BundleError, LifetimeModel, LoadLimits, BINARY_MODEL_FILE, CHECKSUMMED_FILES, MANIFEST_FILE,
+};
 use lifetime_model::features::FeatureGroup;
 use lifetime_model::train::{train_bundle, FeatureChoice, TrainConfig, TrainData};
 use lifetime_model::RequestFeatures;
@@ -66,7 +68,15 @@ fn tampered_bundles_are_rejected_with_a_reason() {
     assert!(matches!(LifetimeModel::load(dir.path()), Err(BundleError::SchemaHash { .. })));
     std::fs::write(&manifest_path, &original).unwrap();
 
-    // A model file swapped for another model: the probes no longer reproduce.
+    // The trainer sealed every file the bundle loads.
+    let manifest: lifetime_model::Manifest = serde_json::from_str(&original).unwrap();
+    let sealed: Vec<&str> = manifest.checksums.keys().map(String::as_str).collect();
+    let mut expected = CHECKSUMMED_FILES.to_vec();
+    expected.sort_unstable();
+    assert_eq!(sealed, expected);
+
+    // A model file swapped for another model: its checksum no longer matches, and sealing it
+    // anyway is refused because the probes no longer reproduce (the manifest stays as it was).
     let binary_path = dir.path().join(BINARY_MODEL_FILE);
     let binary = std::fs::read_to_string(&binary_path).unwrap();
     let other_dir = tempfile::tempdir().unwrap();
@@ -80,12 +90,16 @@ fn tampered_bundles_are_rejected_with_a_reason() {
     .unwrap();
     let other_binary = std::fs::read_to_string(other_dir.path().join(BINARY_MODEL_FILE)).unwrap();
     std::fs::write(&binary_path, &other_binary).unwrap();
-    let err = LifetimeModel::load(dir.path()).err().expect("probe mismatch");
+    let err = LifetimeModel::load(dir.path()).err().expect("checksum mismatch");
+    assert!(matches!(err, BundleError::ChecksumMismatch { file: BINARY_MODEL_FILE, .. }), "{err}");
+    let err = seal(dir.path(), &LoadLimits::default()).expect_err("probe mismatch");
     assert!(matches!(err, BundleError::Probe { .. } | BundleError::InputCount { .. }), "{err}");
+    assert_eq!(std::fs::read_to_string(&manifest_path).unwrap(), original);
 
-    // A truncated model file.
+    // A truncated model file: refused by its checksum, and it cannot be sealed either.
     std::fs::write(&binary_path, &binary[..binary.len() / 2]).unwrap();
-    assert!(matches!(LifetimeModel::load(dir.path()), Err(BundleError::Model { .. })));
+    assert!(matches!(LifetimeModel::load(dir.path()), Err(BundleError::ChecksumMismatch { .. })));
+    assert!(matches!(seal(dir.path(), &LoadLimits::default()), Err(BundleError::Model { .. })));
     std::fs::write(&binary_path, &binary).unwrap();
     assert!(LifetimeModel::load(dir.path()).is_ok());
 }

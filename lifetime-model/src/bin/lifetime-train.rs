@@ -1,9 +1,13 @@
 //! `lifetime-train`: trains the lifetime models on a trace and writes a model bundle with its
 //! evaluation report (Markdown, JSON in the manifest, SVG plots).
+//!
+//! `lifetime-train --seal DIR` instead (re)writes the SHA-256 checksums of an existing bundle into its
+//! manifest, after checking that it loads: for a bundle changed by hand, or written before checksums.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use lifetime_model::bundle::{seal, LoadLimits};
 use lifetime_model::features::FeatureGroup;
 use lifetime_model::train::{train_bundle, FeatureChoice, Progress, TrainConfig, TrainData};
 use std::path::PathBuf;
@@ -13,15 +17,20 @@ use traces::{TraceSource, VmRecord};
 #[derive(Parser)]
 #[command(name = "lifetime-train", version, about = "Train lifetime models on a trace and write a model bundle")]
 struct Cli {
+    /// Seal the existing bundle in DIR: write the checksums of its files into its manifest (after
+    /// checking that it loads) and train nothing. For bundles changed by hand; the trainer seals
+    /// the bundles it writes.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["train", "out", "eval"])]
+    seal: Option<PathBuf>,
     /// Training trace (.csv, .csv.gz). Without --eval, its later part evaluates (see --train-fraction).
-    #[arg(long)]
-    train: PathBuf,
+    #[arg(long, required_unless_present = "seal")]
+    train: Option<PathBuf>,
     /// A later trace to evaluate on (for example the test split of the same source).
     #[arg(long)]
     eval: Option<PathBuf>,
     /// Bundle directory to write.
-    #[arg(long, short)]
-    out: PathBuf,
+    #[arg(long, short, required_unless_present = "seal")]
+    out: Option<PathBuf>,
     #[arg(long, default_value = "lifetime")]
     name: String,
     /// Bundle version; defaults to the name plus the current Unix time.
@@ -84,6 +93,18 @@ fn load(path: &PathBuf) -> Result<Vec<VmRecord>> {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.seal {
+        let manifest = seal(dir, &LoadLimits::default()).with_context(|| format!("sealing {}", dir.display()))?;
+        println!("sealed bundle {} (version {}) in {}", manifest.name, manifest.version, dir.display());
+        for (file, checksum) in &manifest.checksums {
+            println!("  sha256 {checksum}  {file}");
+        }
+        return Ok(());
+    }
+    // clap enforces both without --seal.
+    let (Some(train_path), Some(out)) = (cli.train.clone(), cli.out.clone()) else {
+        bail!("--train and --out are required (or --seal DIR)");
+    };
     if !(cli.long_threshold_hours.is_finite() && cli.long_threshold_hours > 0.0) {
         bail!("--long-threshold-hours must be a positive number, got {}", cli.long_threshold_hours);
     }
@@ -109,13 +130,13 @@ fn main() -> Result<()> {
         ),
     };
     let started = Instant::now();
-    let train = load(&cli.train)?;
+    let train = load(&train_path)?;
     let eval = cli.eval.as_ref().map(load).transpose()?;
     let source = match &cli.eval {
-        Some(eval) => format!("train {} / evaluate {}", cli.train.display(), eval.display()),
+        Some(eval) => format!("train {} / evaluate {}", train_path.display(), eval.display()),
         None => format!(
             "{} (time split {:.0}% / {:.0}%)",
-            cli.train.display(),
+            train_path.display(),
             cli.train_fraction * 100.0,
             (1.0 - cli.train_fraction) * 100.0
         ),
@@ -148,17 +169,17 @@ fn main() -> Result<()> {
     let manifest = train_bundle(
         TrainData { source, train, eval, trace_end_s: cli.trace_end_s },
         &config,
-        &cli.out,
+        &out,
         &Stages(bar.clone()),
     )?;
     bar.finish_and_clear();
 
     let report = manifest.evaluation.to_markdown();
-    std::fs::write(cli.out.join("evaluation.md"), &report).with_context(|| "writing evaluation.md")?;
-    if let Err(err) = manifest.evaluation.write_plots(&cli.out) {
+    std::fs::write(out.join("evaluation.md"), &report).with_context(|| "writing evaluation.md")?;
+    if let Err(err) = manifest.evaluation.write_plots(&out) {
         eprintln!("warning: could not draw the plots: {err}");
     }
-    println!("bundle {} (version {}) written to {}", manifest.name, manifest.version, cli.out.display());
+    println!("bundle {} (version {}) written to {}", manifest.name, manifest.version, out.display());
     println!(
         "trained on {} VMs before t = {:.0} s, evaluated on {} VMs after, in {:.1} s\n",
         manifest.training.training_vms,
@@ -167,6 +188,6 @@ fn main() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     println!("{report}");
-    println!("plots: {} and {}", cli.out.join("roc.svg").display(), cli.out.join("reprediction.svg").display());
+    println!("plots: {} and {}", out.join("roc.svg").display(), out.join("reprediction.svg").display());
     Ok(())
 }
