@@ -1,6 +1,7 @@
 //! The standard tower stack of every service.
 
 use crate::problem::problem;
+use crate::refusals::{self, Refusal};
 use axum::error_handling::HandleErrorLayer;
 use axum::http::{header, HeaderName, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -8,6 +9,7 @@ use axum::{BoxError, Router};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tower::ServiceBuilder;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -15,29 +17,59 @@ use tower_http::trace::TraceLayer;
 /// The header that carries a request id across the three services.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// Limits of the standard stack.
+/// Requests admitted in flight per core by default. Measured with the overload bench
+/// (`control-service/benches/overload.rs`, docs/benchmarks.md): with more, admitted requests only
+/// queue for the same cores and their latency grows with the queue; with fewer, the cores idle
+/// between requests that wait on an upstream.
+pub const ADMITTED_PER_CORE: usize = 16;
+
+/// The default admission limit: [`ADMITTED_PER_CORE`] per core this process may run on.
+pub fn default_max_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get) * ADMITTED_PER_CORE
+}
+
+/// Limits of the standard stack and of its connections (`[http]` of every service).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LayerConfig {
     /// A request taking longer is answered 503.
     pub request_timeout_ms: u64,
-    /// Requests in flight beyond this are shed at once with 503 and `Retry-After`.
+    /// Requests in flight beyond this are refused at once with 503, `Retry-After` and a problem
+    /// body. Default: [`default_max_concurrency`] (16 per core).
     pub max_concurrency: usize,
     /// Larger bodies are refused with 413.
     pub max_body_bytes: usize,
+    /// Open connections beyond this are closed as soon as they are accepted
+    /// ([`crate::server::serve`]).
+    pub max_connections: usize,
+    /// A connection that began a request head must complete it within this time, or it is closed.
+    pub header_read_timeout_ms: u64,
+    /// A connection with no request in flight that sends nothing for this long is closed. Longer
+    /// than the callers' pool idle timeouts (the control service keeps idle connections 90 s), so
+    /// that a caller is not caught reusing a connection the server is closing.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for LayerConfig {
     fn default() -> Self {
-        LayerConfig { request_timeout_ms: 5_000, max_concurrency: 512, max_body_bytes: 1 << 20 }
+        LayerConfig {
+            request_timeout_ms: 5_000,
+            max_concurrency: default_max_concurrency(),
+            max_body_bytes: 1 << 20,
+            max_connections: 4_096,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 120_000,
+        }
     }
 }
 
 async fn overload_or_timeout(error: BoxError) -> Response {
     if error.is::<tower::timeout::error::Elapsed>() {
+        refusals::record(Refusal::Timeout);
         return problem(StatusCode::SERVICE_UNAVAILABLE, "timeout", "Request timed out", "the request took too long");
     }
     if error.is::<tower::load_shed::error::Overloaded>() {
+        refusals::record(Refusal::Overloaded);
         let mut response = problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded",
@@ -53,10 +85,12 @@ async fn overload_or_timeout(error: BoxError) -> Response {
 /// Wraps `router` in the standard stack.
 pub fn apply(router: Router, config: &LayerConfig) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
-    let trace = TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-        let id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("-");
-        tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
-    });
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(|request: &Request<_>| {
+            let id = request.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("-");
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+        })
+        .on_failure(log_failure);
     router.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
@@ -71,7 +105,24 @@ pub fn apply(router: Router, config: &LayerConfig) -> Router {
     )
 }
 
-/// Binds `addr` for `axum::serve`, with `TCP_NODELAY` on every connection: small JSON answers must
+/// Logs a failed request. A 503 is the service refusing work by design (overloaded, timed out, not
+/// ready) and is already counted and summarised by [`refusals`]: at DEBUG, so an overload does not
+/// write one ERROR line per refused request. Every other 5xx is a real failure: ERROR.
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    let latency_ms = latency.as_secs_f64() * 1_000.0;
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(status = 503, latency_ms, "request refused");
+        }
+        ServerErrorsFailureClass::StatusCode(status) => {
+            tracing::error!(status = status.as_u16(), latency_ms, "request failed");
+        }
+        ServerErrorsFailureClass::Error(error) => tracing::error!(%error, latency_ms, "request failed"),
+    }
+}
+
+/// Binds `addr` for `axum::serve` (kept for callers of `axum::serve`; the services use
+/// [`crate::server::serve`], which sets `TCP_NODELAY` itself), with `TCP_NODELAY` on every connection: small JSON answers must
 /// leave at once rather than wait for Nagle's algorithm.
 pub async fn bind(
     addr: std::net::SocketAddr,

@@ -5,6 +5,10 @@
 //! - [`layers`]: the standard tower stack: request id (generated or carried over from
 //!   `x-request-id`), tracing, timeout, load shedding with a concurrency limit (503 with
 //!   `Retry-After`, never an unbounded queue), and a body size limit.
+//! - [`server`]: serving a router with a connection cap, a header-read timeout and an idle
+//!   timeout, instead of `axum::serve`.
+//! - [`refusals`]: refused requests and connections, counted in Prometheus and summarised in at
+//!   most one WARN line a second.
 //! - [`telemetry`]: tracing subscriber and the Prometheus recorder behind `/metrics`.
 //! - [`auth`]: bearer-token check for admin routes.
 
@@ -14,6 +18,8 @@
 pub mod auth;
 pub mod layers;
 pub mod problem;
+pub mod refusals;
+pub mod server;
 pub mod telemetry;
 
 pub use problem::{problem_response, ValidJson};

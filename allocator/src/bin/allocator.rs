@@ -113,8 +113,8 @@ async fn serve(config: &ServiceConfig, worker: Worker, zones: Arc<[ZoneId]>) -> 
     };
     let app = service_common::layers::apply(router(state), &config.http);
     let listener =
-        service_common::layers::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+        service_common::server::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, max_batch = config.max_batch, "allocator ready");
-    axum::serve(listener, app).with_graceful_shutdown(service_common::layers::shutdown_signal()).await?;
+    service_common::server::serve(listener, app, &config.http, service_common::layers::shutdown_signal()).await?;
     Ok(())
 }

@@ -113,13 +113,13 @@ async fn serve(config: ControlConfig) -> Result<()> {
         &config.http,
     );
     let listener =
-        service_common::layers::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+        service_common::server::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(
         listen = %config.listen,
         zones = ?config.zones.keys().collect::<Vec<_>>(),
         inference_servers = ?config.inference.servers,
         "control service listening"
     );
-    axum::serve(listener, app).with_graceful_shutdown(service_common::layers::shutdown_signal()).await?;
+    service_common::server::serve(listener, app, &config.http, service_common::layers::shutdown_signal()).await?;
     Ok(())
 }

@@ -79,8 +79,8 @@ async fn serve(config: ServerConfig) -> Result<()> {
 
     let app = service_common::layers::apply(router(AppState::new(&config, registry, Some(metrics))), &config.http);
     let listener =
-        service_common::layers::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+        service_common::server::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, models_dir = %config.models_dir.display(), "inference server ready");
-    axum::serve(listener, app).with_graceful_shutdown(service_common::layers::shutdown_signal()).await?;
+    service_common::server::serve(listener, app, &config.http, service_common::layers::shutdown_signal()).await?;
     Ok(())
 }
