@@ -22,7 +22,7 @@ use axum::{Json, Router};
 use domain::problem::FieldProblem;
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, Problem, RackId, Rejection,
-    RejectionCode, Validate, ValidationError, ValidationLimits, VmId, VmRequest, ZoneId,
+    RejectionCode, TenantId, Validate, ValidationError, ValidationLimits, VmId, VmRequest, ZoneId,
 };
 use serde::{Deserialize, Serialize};
 use service_common::auth::require_bearer;
@@ -281,33 +281,72 @@ async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<A
     }
 }
 
+/// `?tenant=` of the calls on one VM: the caller's tenant, when the caller may act only on its own VMs
+/// (the control service passes it for tenant API keys).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerQuery {
+    tenant: Option<String>,
+}
+
+/// The owner a call is restricted to, checked like every id a client sends.
+fn owner(query: Result<Query<OwnerQuery>, QueryRejection>) -> Result<Option<TenantId>, Response> {
+    let Query(query) = query.map_err(|rejection| {
+        problem(rejection.status(), "malformed-query", "Malformed query", rejection.body_text())
+    })?;
+    match query.tenant {
+        Some(tenant) => match domain::validate::check_id(&tenant, "tenant") {
+            Ok(()) => Ok(Some(TenantId(tenant))),
+            Err(error) => Err(invalid_field(StatusCode::UNPROCESSABLE_ENTITY, error.field(), error.message())),
+        },
+        None => Ok(None),
+    }
+}
+
 /// Releases a VM: its host's capacity is free at once. 204, or 404 when it is not placed (also
-/// when an earlier release of it succeeded).
-#[utoipa::path(delete, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path)),
+/// when an earlier release of it succeeded). With `?tenant=`, only a VM of that tenant is released;
+/// another tenant's VM answers 404 as if it did not exist (checked and released in one step).
+#[utoipa::path(delete, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path), ("tenant" = Option<String>, Query)),
     responses((status = 204, description = "released"), (status = 404, body = domain::Problem),
               (status = 503, body = domain::Problem)))]
-async fn release(State(state): State<AppState>, vm_id: Result<Path<String>, PathRejection>) -> Response {
-    let vm_id = match path_param(vm_id) {
-        Ok(id) => id,
-        Err(response) => return response,
+async fn release(
+    State(state): State<AppState>,
+    vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<OwnerQuery>, QueryRejection>,
+) -> Response {
+    let (vm_id, owner) = match (path_param(vm_id), owner(query)) {
+        (Ok(id), Ok(owner)) => (VmId(id), owner),
+        (Err(response), _) | (_, Err(response)) => return response,
     };
-    match call(&state, "release", Command::Release(VmId(vm_id))).await {
+    let command = match owner {
+        Some(owner) => Command::ReleaseOwned { vm: vm_id, owner },
+        None => Command::Release(vm_id),
+    };
+    match call(&state, "release", command).await {
         Ok(Reply::Released(_)) => StatusCode::NO_CONTENT.into_response(),
         Ok(other) => unexpected(&other),
         Err(error) => command_error(error),
     }
 }
 
-/// Where a VM is placed.
-#[utoipa::path(get, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path)),
+/// Where a VM is placed. With `?tenant=`, another tenant's VM answers 404 as if it did not exist.
+#[utoipa::path(get, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path), ("tenant" = Option<String>, Query)),
     responses((status = 200, body = VmInfo), (status = 404, body = domain::Problem)))]
-async fn get_allocation(State(state): State<AppState>, vm_id: Result<Path<String>, PathRejection>) -> Response {
-    let vm_id = match path_param(vm_id) {
-        Ok(id) => id,
-        Err(response) => return response,
+async fn get_allocation(
+    State(state): State<AppState>,
+    vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<OwnerQuery>, QueryRejection>,
+) -> Response {
+    let (vm_id, owner) = match (path_param(vm_id), owner(query)) {
+        (Ok(id), Ok(owner)) => (VmId(id), owner),
+        (Err(response), _) | (_, Err(response)) => return response,
     };
-    match call(&state, "get-allocation", Command::GetAllocation(VmId(vm_id))).await {
-        Ok(Reply::Allocation(info)) => Json(info).into_response(),
+    match call(&state, "get-allocation", Command::GetAllocation(vm_id.clone())).await {
+        // One reply is one snapshot: the owner is checked on the very answer sent.
+        Ok(Reply::Allocation(info)) if owner.as_ref().is_none_or(|owner| *owner == info.tenant_id) => {
+            Json(info).into_response()
+        }
+        Ok(Reply::Allocation(_)) => command_error(CommandError::UnknownVm(vm_id)),
         Ok(other) => unexpected(&other),
         Err(error) => command_error(error),
     }

@@ -75,6 +75,13 @@ pub enum Command {
     Allocate(AllocationRequest),
     /// Release a VM (write).
     Release(VmId),
+    /// Release a VM only if `owner` placed it (write): the ownership check and the release happen in
+    /// one step, so no other request can release and re-place the id in between. A VM of another
+    /// tenant answers as unknown, so its id does not leak.
+    ReleaseOwned {
+        vm: VmId,
+        owner: TenantId,
+    },
     /// Drain, fail or restore a host (write).
     SetHostState {
         host: HostId,
@@ -120,6 +127,7 @@ impl Command {
             self,
             Command::Allocate(_)
                 | Command::Release(_)
+                | Command::ReleaseOwned { .. }
                 | Command::SetHostState { .. }
                 | Command::StartDrain(_)
                 | Command::CompleteMigration(_)
@@ -536,6 +544,14 @@ fn apply(
             ops.push(StoreOp::Release { vm: vm.clone() });
             Ok(Reply::Released(info))
         }
+        Command::ReleaseOwned { vm, owner } => {
+            let info = vm_info(allocator, vm)
+                .filter(|info| info.tenant_id == *owner)
+                .ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
+            allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
+            ops.push(StoreOp::Release { vm: vm.clone() });
+            Ok(Reply::Released(info))
+        }
         Command::SetHostState { host, state } => {
             let previous =
                 allocator.set_host_state(host, *state).map_err(|_| CommandError::UnknownHost(host.clone()))?;
@@ -592,6 +608,7 @@ fn read(allocator: &mut Allocator, command: &Command, now_s: f64, path: &Path) -
         }
         Command::Allocate(_)
         | Command::Release(_)
+        | Command::ReleaseOwned { .. }
         | Command::SetHostState { .. }
         | Command::StartDrain(_)
         | Command::CompleteMigration(_) => {

@@ -64,6 +64,39 @@ async fn places_reads_and_releases_vms_and_gangs() {
     assert_eq!(stats["vms"], 3);
 }
 
+/// `?tenant=` restricts a lookup or a release to the tenant's own VMs: another tenant's VM answers
+/// 404 exactly like an unknown one, and stays placed.
+#[tokio::test]
+async fn lookups_and_releases_with_a_tenant_touch_only_its_own_vms() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("a.db"), 2, "").await;
+    let client = reqwest::Client::new();
+    let (status, body) =
+        send(client.post(server.url("/v1/allocations")).json(&json!({"vm": vm("owned", "alice", 2.0, 8.0)}))).await;
+    assert_eq!(status, 201, "{body}");
+
+    let (status, stranger) = send(client.get(server.url("/v1/allocations/owned?tenant=bob"))).await;
+    let (_, unknown) = send(client.get(server.url("/v1/allocations/nothing-here?tenant=bob"))).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        (&stranger["type"], &unknown["type"]),
+        (&json!("urn:problem:unknown-vm"), &json!("urn:problem:unknown-vm"))
+    );
+    let (status, _) = send(client.delete(server.url("/v1/allocations/owned?tenant=bob"))).await;
+    assert_eq!(status, 404);
+    let (_, stats) = send(client.get(server.url("/v1/stats"))).await;
+    assert_eq!(stats["vms"], 1, "bob's release changed nothing");
+
+    let (status, bad) = send(client.get(server.url("/v1/allocations/owned?tenant=a%2Fb"))).await;
+    assert_eq!((status, bad["errors"][0]["field"].as_str()), (422, Some("tenant")));
+    let (status, info) = send(client.get(server.url("/v1/allocations/owned?tenant=alice"))).await;
+    assert_eq!((status, &info["tenant_id"]), (200, &json!("alice")));
+    let (status, _) = send(client.delete(server.url("/v1/allocations/owned?tenant=alice"))).await;
+    assert_eq!(status, 204);
+    let (_, stats) = send(client.get(server.url("/v1/stats"))).await;
+    assert_eq!(stats["vms"], 0);
+}
+
 #[tokio::test]
 async fn bad_requests_get_problems_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,12 +1,20 @@
 //! The HTTP API of the control service (axum): `POST /allocate` and `/v1/allocate`, release and
 //! lookup by VM id, `/v1/stats`, health, readiness, metrics and the OpenAPI document. Thin: the
-//! prediction rules are in [`crate::predictions`], the upstream calls in [`crate::upstream`].
+//! prediction rules are in [`crate::predictions`], the upstream calls in [`crate::upstream`], who
+//! may call in [`crate::auth`] and how often in [`crate::rate_limit`].
+//!
+//! A tenant key acts only as its tenant: it places VMs of that tenant (else 403), and looks up and
+//! releases only that tenant's VMs (another tenant's VM is 404, checked by the allocator in the same
+//! step as the release). Its request times are the server's clock. The operator's key and open mode
+//! act for any tenant.
 
 // Handlers return early with a ready `Response` (a problem body); it is built once per request.
 #![allow(clippy::result_large_err)]
 
+use crate::auth::{ApiKeys, AuthError, Caller};
 use crate::inference::InferenceClient;
 use crate::predictions::Resolver;
+use crate::rate_limit::RateLimiter;
 use crate::upstream::{Allocators, Answer, UpstreamError};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -35,9 +43,13 @@ pub struct Control {
     pub allocators: Allocators,
     pub default_zone: ZoneId,
     pub limits: ValidationLimits,
-    /// Origin of the safeguard's monotonic clock.
+    /// Origin of the safeguard's and the rate limiter's monotonic clock.
     pub started: Instant,
     pub counters: Counters,
+    pub keys: ApiKeys,
+    pub rate_limiter: RateLimiter,
+    /// How far a tenant's `requested_at_s` may be from the server's clock, in seconds.
+    pub max_skew_s: f64,
 }
 
 /// Request outcomes since start.
@@ -99,9 +111,88 @@ fn request_id(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn invalid_field(field: String, message: String) -> Response {
-    let mut body = Problem::new(422, "invalid-request", "Invalid request", format!("field `{field}`: {message}"));
+    field_problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", field, message)
+}
+
+fn field_problem(status: StatusCode, kind: &str, title: &str, field: String, message: String) -> Response {
+    let mut body = Problem::new(status.as_u16(), kind, title, format!("field `{field}`: {message}"));
     body.errors.push(FieldProblem { field, message });
     problem_response(body)
+}
+
+/// The caller of a request (401 without a valid key), after its tenant's rate limit (429).
+fn authorize(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let caller = control.keys.authenticate(authorization).map_err(|error| {
+        metrics::counter!("control_auth_failures_total", "reason" => match error {
+            AuthError::Missing => "missing",
+            AuthError::Unknown => "unknown",
+        })
+        .increment(1);
+        let mut response = problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", error.to_string());
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+    })?;
+    if let Some(tenant) = caller.tenant() {
+        if let Err(wait) = control.rate_limiter.check(tenant, control.started.elapsed().as_secs_f64()) {
+            metrics::counter!("control_rate_limited_total").increment(1);
+            let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let mut response = problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Too many requests",
+                format!("tenant `{tenant}` is over its request rate; retry in {retry_after_s} s"),
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+            return Err(response);
+        }
+    }
+    Ok(caller)
+}
+
+/// A tenant key places only its own tenant's VMs (403 naming the field otherwise), and its request
+/// times are the server's clock: a client's `requested_at_s` must be within the allowed skew (422
+/// naming the field), so no client steers its prediction through the time features.
+fn apply_caller(
+    control: &Control,
+    caller: &Caller,
+    request: &mut AllocationRequest,
+    now_s: f64,
+) -> Result<(), Response> {
+    let Some(tenant) = caller.tenant() else {
+        return Ok(());
+    };
+    if request.tenant_id() != tenant {
+        let field = match request {
+            AllocationRequest::Vm(_) => "vm.tenant_id",
+            AllocationRequest::Gang(_) => "gang.tenant_id",
+        };
+        return Err(field_problem(
+            StatusCode::FORBIDDEN,
+            "forbidden-tenant",
+            "Forbidden tenant",
+            field.to_owned(),
+            format!("this API key acts as tenant `{tenant}` only, got `{}`", request.tenant_id()),
+        ));
+    }
+    for i in 0..request.vms().len() {
+        if let Some(at) = request.vms()[i].requested_at_s {
+            if (at - now_s).abs() > control.max_skew_s {
+                return Err(invalid_field(
+                    format!("{}.requested_at_s", vm_path(request, i)),
+                    format!(
+                        "must be within {} s of the server's clock ({now_s:.0}), got {at}; leave it out to use \
+                         the server's clock",
+                        control.max_skew_s
+                    ),
+                ));
+            }
+        }
+    }
+    for vm in request.vms_mut() {
+        vm.requested_at_s = Some(now_s);
+    }
+    Ok(())
 }
 
 /// The JSON path of VM `i` of a request, for error messages.
@@ -134,7 +225,7 @@ fn check_public_request(control: &Control, request: &AllocationRequest) -> Resul
     Ok(zone)
 }
 
-fn upstream_failure(control: &Control, error: UpstreamError) -> Response {
+fn upstream_failure(error: UpstreamError) -> Response {
     let detail = error.to_string();
     match error {
         UpstreamError::Timeout { .. } => problem(
@@ -143,10 +234,8 @@ fn upstream_failure(control: &Control, error: UpstreamError) -> Response {
             "Allocator timed out",
             format!("{detail}; the outcome is unknown, and retrying with the same VM ids is safe"),
         ),
-        UpstreamError::Unreachable { zone, .. } => {
-            if let Some((_, upstream)) = control.allocators.zones().find(|(z, _)| **z == zone) {
-                upstream.set_ready(false);
-            }
+        // The failure already counted against the allocator's health (`Allocators::send`).
+        UpstreamError::Unreachable { .. } => {
             let mut response =
                 problem(StatusCode::BAD_GATEWAY, "allocator-unreachable", "Allocator unreachable", detail);
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -184,13 +273,19 @@ fn record_stage(stage: &'static str, us: u64) {
     request_body(content = Object, description = "domain::AllocationRequest: `{\"vm\": VmRequest}` or `{\"gang\": {\"tenant_id\", \"vms\": [VmRequest]}}`, without `prediction`; `zone` optional"),
     responses((status = 201, description = "placed: ControlDecision with `status: placed`"),
               (status = 200, description = "rejected (`status: rejected`) or replayed"),
-              (status = 400, body = domain::Problem), (status = 409, body = domain::Problem),
+              (status = 400, body = domain::Problem), (status = 401, body = domain::Problem),
+              (status = 403, body = domain::Problem), (status = 409, body = domain::Problem),
               (status = 415, body = domain::Problem), (status = 422, body = domain::Problem),
+              (status = 429, body = domain::Problem),
               (status = 502, body = domain::Problem), (status = 503, body = domain::Problem),
               (status = 504, body = domain::Problem)))]
 async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
     let control = &state.control;
+    let caller = match authorize(control, &headers) {
+        Ok(caller) => caller,
+        Err(response) => return response,
+    };
     let mut request: AllocationRequest = match json_body(&headers, &body, &control.limits) {
         Ok(request) => request,
         Err(response) => return response,
@@ -199,12 +294,16 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
         Ok(zone) => zone,
         Err(response) => return response,
     };
+    let arrival_s = unix_now_s();
+    if let Err(response) = apply_caller(control, &caller, &mut request, arrival_s) {
+        return response;
+    }
     let validate_us = micros(started.elapsed());
     control.counters.requests.fetch_add(1, Ordering::Relaxed);
     let request_id = request_id(&headers);
 
     let clock_s = control.started.elapsed().as_secs_f64();
-    let resolved = control.resolver.resolve(request.vms(), unix_now_s(), clock_s, request_id).await;
+    let resolved = control.resolver.resolve(request.vms(), arrival_s, clock_s, request_id).await;
     for (vm, prediction) in request.vms_mut().iter_mut().zip(&resolved.predictions) {
         vm.prediction = Some(prediction.clone());
     }
@@ -224,7 +323,7 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
         Err(error) => {
             control.counters.failed.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
-            return upstream_failure(control, error);
+            return upstream_failure(error);
         }
     };
     if !matches!(answer.status.as_u16(), 200 | 201) {
@@ -299,17 +398,17 @@ fn zones_to_ask(control: &Control, query: Result<Query<ZoneQuery>, QueryRejectio
 }
 
 /// Asks each zone in turn; the first answer other than 404 wins.
-async fn ask_zones<'a, F, Fut>(control: &'a Control, zones: Vec<ZoneId>, call: F) -> Response
+async fn ask_zones<F, Fut>(zones: Vec<ZoneId>, call: F) -> Response
 where
     F: Fn(ZoneId) -> Fut,
-    Fut: std::future::Future<Output = Result<Answer, UpstreamError>> + 'a,
+    Fut: std::future::Future<Output = Result<Answer, UpstreamError>>,
 {
     let mut last = None;
     for zone in zones {
         match call(zone).await {
             Ok(answer) if answer.status == reqwest::StatusCode::NOT_FOUND => last = Some(answer),
             Ok(answer) => return pass_through(answer),
-            Err(error) => return upstream_failure(control, error),
+            Err(error) => return upstream_failure(error),
         }
     }
     match last {
@@ -340,25 +439,36 @@ async fn vm_call(
     call: VmCall,
 ) -> Response {
     let control = &state.control;
+    let caller = match authorize(control, headers) {
+        Ok(caller) => caller,
+        Err(response) => return response,
+    };
     let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
         (Ok(vm_id), Ok(zones)) => (vm_id, zones),
         (Err(response), _) | (_, Err(response)) => return response,
     };
+    if let Err(error) = domain::validate::check_id(&vm_id, "vm_id") {
+        return invalid_field(error.field().to_owned(), error.message().to_owned());
+    }
     let request_id = request_id(headers);
     let vm_id = vm_id.as_str();
-    ask_zones(control, zones, |zone| async move {
+    // A tenant key reaches only its own VMs; the allocator checks ownership where the VM lives.
+    let owner = caller.tenant();
+    ask_zones(zones, |zone| async move {
         match call {
-            VmCall::Release => control.allocators.release(&zone, vm_id, request_id).await,
-            VmCall::Lookup => control.allocators.lookup(&zone, vm_id, request_id).await,
+            VmCall::Release => control.allocators.release(&zone, vm_id, owner, request_id).await,
+            VmCall::Lookup => control.allocators.lookup(&zone, vm_id, owner, request_id).await,
         }
     })
     .await
 }
 
 /// Releases a VM. Without `?zone=` every zone's allocator is asked in turn. 204, or 404 when no
-/// zone has it.
+/// zone has it (or, for a tenant key, when it is another tenant's VM).
 #[utoipa::path(delete, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
-    responses((status = 204, description = "released"), (status = 404, body = domain::Problem),
+    responses((status = 204, description = "released"), (status = 401, body = domain::Problem),
+              (status = 404, body = domain::Problem), (status = 422, body = domain::Problem),
+              (status = 429, body = domain::Problem),
               (status = 502, body = domain::Problem), (status = 503, body = domain::Problem)))]
 async fn release(
     State(state): State<AppState>,
@@ -369,9 +479,12 @@ async fn release(
     vm_call(&state, &headers, vm_id, query, VmCall::Release).await
 }
 
-/// Where a VM is placed (the allocator's answer). Without `?zone=` every zone is asked in turn.
+/// Where a VM is placed (the allocator's answer). Without `?zone=` every zone is asked in turn. A
+/// tenant key sees only its own tenant's VMs (another tenant's is 404).
 #[utoipa::path(get, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
-    responses((status = 200, description = "the allocator's VmInfo"), (status = 404, body = domain::Problem)))]
+    responses((status = 200, description = "the allocator's VmInfo"), (status = 401, body = domain::Problem),
+              (status = 404, body = domain::Problem), (status = 422, body = domain::Problem),
+              (status = 429, body = domain::Problem)))]
 async fn lookup(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -413,10 +526,21 @@ impl Control {
 }
 
 /// Counters of the control service (requests, cache, predictions by source, fallbacks by reason,
-/// safeguard) and each zone's allocator statistics (`zones.<zone>.stats`).
-#[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = ControlStats)))]
-async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Json<ControlStats> {
-    Json(state.control.stats(request_id(&headers)).await)
+/// safeguard) and each zone's allocator statistics (`zones.<zone>.stats`). Fleet-wide: the
+/// operator's key (or open mode) only.
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = ControlStats),
+    (status = 401, body = domain::Problem), (status = 403, body = domain::Problem)))]
+async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match authorize(&state.control, &headers) {
+        Ok(caller) if caller.is_operator() => Json(state.control.stats(request_id(&headers)).await).into_response(),
+        Ok(_) => problem(
+            StatusCode::FORBIDDEN,
+            "operator-only",
+            "Operator only",
+            "fleet-wide statistics need the operator's API key",
+        ),
+        Err(response) => response,
+    }
 }
 
 /// Alive.
@@ -462,6 +586,9 @@ async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     metrics::gauge!("control_safeguard_active").set(if safeguard.active { 1.0 } else { 0.0 });
     metrics::gauge!("control_safeguard_long_share").set(safeguard.long_share);
     metrics::gauge!("control_safeguard_trips").set(safeguard.trips as f64);
+    let newcomers = control.resolver.safeguard().newcomer_status(control.started.elapsed().as_secs_f64());
+    metrics::gauge!("control_safeguard_new_tenants_active").set(if newcomers.active { 1.0 } else { 0.0 });
+    metrics::gauge!("control_safeguard_new_tenants_trips").set(newcomers.trips as f64);
     let ready = control.resolver.predictor().servers().iter().filter(|s| s.is_ready()).count();
     metrics::gauge!("control_inference_servers_ready").set(ready as f64);
     service_common::telemetry::render_metrics(handle)

@@ -1,6 +1,8 @@
 //! Configuration of the control service (TOML; every field has a default except the zone map's
-//! content, which defaults to one zone on the allocator's default address).
+//! content, which defaults to one zone on the allocator's default address). Documented, field by
+//! field, in `docs/control-service.md`.
 
+use crate::health::HealthPolicy;
 use domain::ValidationLimits;
 use serde::{Deserialize, Serialize};
 use service_common::layers::LayerConfig;
@@ -23,9 +25,82 @@ pub struct ControlConfig {
     pub allocator: AllocatorClientConfig,
     /// Request validation limits (gang size, text lengths, features).
     pub limits: ValidationLimits,
+    /// Who may call the public API (API keys per tenant, or open for local demos).
+    pub auth: AuthConfig,
+    /// Per-tenant request rate limits (tenant API keys only).
+    pub rate_limit: RateLimitConfig,
+    /// How far a tenant's `requested_at_s` may be from the server's clock.
+    pub request_time: RequestTimeConfig,
     /// Threads of the async runtime.
     pub runtime_threads: usize,
     pub http: LayerConfig,
+}
+
+/// Whether callers must present an API key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthMode {
+    /// No authentication: every caller acts as the operator. For local demos only; logged loudly.
+    Open,
+    /// Every call of the public API needs `Authorization: Bearer <key>` of a configured key.
+    Keys,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `open` or `keys`. Unset: `keys` when any key is configured (here or in `keys_file`), else
+    /// `open`.
+    pub mode: Option<AuthMode>,
+    /// API keys, by their SHA-256 (never the key itself).
+    pub keys: Vec<ApiKeyConfig>,
+    /// A TOML file of more keys (`[[keys]]` entries like `auth.keys`), relative to this config
+    /// file's directory; kept apart so that the keys can be managed without the rest.
+    pub keys_file: Option<PathBuf>,
+}
+
+/// One API key: its hash and whom it acts for (a tenant, or the operator).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`).
+    pub sha256: String,
+    /// The tenant this key acts as; exactly one of `tenant` and `admin = true`.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// An operator key: acts for any tenant, sets request times freely (trace replays), reads
+    /// `/v1/stats`, and is not rate limited.
+    #[serde(default)]
+    pub admin: bool,
+    /// A name for logs (the key is never logged).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// The file named by `auth.keys_file`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysFile {
+    pub keys: Vec<ApiKeyConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    pub enabled: bool,
+    /// Sustained requests per second of one tenant (token bucket refill).
+    pub per_second: f64,
+    /// Requests a tenant may send at once after being idle (bucket size).
+    pub burst: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequestTimeConfig {
+    /// A tenant's `requested_at_s`, when given, must be within this many seconds of the server's
+    /// clock (else 422); the prediction then uses the server's clock. Operator keys and open mode
+    /// may set any request time (trace replays).
+    pub max_skew_s: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,11 +122,17 @@ pub struct InferenceConfig {
     /// Also ask for the lifetime interval (the multi-class model; LA-multiclass needs it). It costs
     /// about ten times the binary prediction.
     pub interval_class: bool,
-    /// How often each server's `/readyz` is probed. A server that failed a call or a probe is skipped
-    /// until a probe succeeds again.
+    /// How often each server's `/readyz` is probed.
     pub health_interval_ms: u64,
     /// Idle kept-alive connections per server.
     pub max_idle_connections: usize,
+    /// Budget of one `/readyz` probe, independent of the probe interval.
+    pub probe_timeout_ms: u64,
+    /// Consecutive failed probes or calls before the upstream is marked down (and skipped): one
+    /// slow or lost probe is not enough.
+    pub down_after_failures: u32,
+    /// Consecutive successful probes before a down upstream is used again.
+    pub up_after_successes: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,6 +161,16 @@ pub struct SafeguardConfig {
     pub min_predictions: u64,
     /// How long every request is placed as short-lived once tripped; the window restarts after.
     pub cooldown_s: u64,
+    /// Most predictions of one tenant counted per window: one tenant alone cannot trip the
+    /// safeguard for everyone.
+    pub max_per_tenant: u64,
+    /// A tenant first seen less than this long ago is new: its predictions go to the newcomers'
+    /// window, whose trip places only new tenants as short-lived (a model calls unknown tenants
+    /// long-lived). 0: every tenant counts as established.
+    pub established_after_s: u64,
+    /// Most tenants remembered (first seen, count in the window); the least recently seen are
+    /// forgotten first, and count as new again.
+    pub max_tenants: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,6 +183,13 @@ pub struct AllocatorClientConfig {
     pub health_interval_ms: u64,
     /// Idle kept-alive connections per allocator.
     pub max_idle_connections: usize,
+    /// Budget of one `/readyz` probe, independent of the probe interval.
+    pub probe_timeout_ms: u64,
+    /// Consecutive failed probes or calls before the upstream is marked down (and skipped): one
+    /// slow or lost probe is not enough.
+    pub down_after_failures: u32,
+    /// Consecutive successful probes before a down upstream is used again.
+    pub up_after_successes: u32,
 }
 
 impl Default for ControlConfig {
@@ -108,6 +206,9 @@ impl Default for ControlConfig {
             safeguard: SafeguardConfig::default(),
             allocator: AllocatorClientConfig::default(),
             limits: ValidationLimits::default(),
+            auth: AuthConfig::default(),
+            rate_limit: RateLimitConfig::default(),
+            request_time: RequestTimeConfig::default(),
             runtime_threads: 2,
             http: LayerConfig::default(),
         }
@@ -122,7 +223,46 @@ impl Default for InferenceConfig {
             interval_class: false,
             health_interval_ms: 1_000,
             max_idle_connections: 64,
+            probe_timeout_ms: DEFAULT_HEALTH.probe_timeout_ms,
+            down_after_failures: DEFAULT_HEALTH.down_after_failures,
+            up_after_successes: DEFAULT_HEALTH.up_after_successes,
         }
+    }
+}
+
+/// Probe budget and thresholds of both kinds of upstream unless configured.
+const DEFAULT_HEALTH: HealthPolicy =
+    HealthPolicy { probe_timeout_ms: 500, down_after_failures: 3, up_after_successes: 1 };
+
+impl InferenceConfig {
+    pub fn health(&self) -> HealthPolicy {
+        HealthPolicy {
+            probe_timeout_ms: self.probe_timeout_ms,
+            down_after_failures: self.down_after_failures,
+            up_after_successes: self.up_after_successes,
+        }
+    }
+}
+
+impl AllocatorClientConfig {
+    pub fn health(&self) -> HealthPolicy {
+        HealthPolicy {
+            probe_timeout_ms: self.probe_timeout_ms,
+            down_after_failures: self.down_after_failures,
+            up_after_successes: self.up_after_successes,
+        }
+    }
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig { enabled: true, per_second: 50.0, burst: 100 }
+    }
+}
+
+impl Default for RequestTimeConfig {
+    fn default() -> Self {
+        RequestTimeConfig { max_skew_s: 300.0 }
     }
 }
 
@@ -134,13 +274,29 @@ impl Default for CacheConfig {
 
 impl Default for SafeguardConfig {
     fn default() -> Self {
-        SafeguardConfig { enabled: true, window_s: 600, threshold: 0.5, min_predictions: 50, cooldown_s: 600 }
+        SafeguardConfig {
+            enabled: true,
+            window_s: 600,
+            threshold: 0.5,
+            min_predictions: 50,
+            cooldown_s: 600,
+            max_per_tenant: 10,
+            established_after_s: 3_600,
+            max_tenants: 100_000,
+        }
     }
 }
 
 impl Default for AllocatorClientConfig {
     fn default() -> Self {
-        AllocatorClientConfig { timeout_ms: 2_000, health_interval_ms: 1_000, max_idle_connections: 64 }
+        AllocatorClientConfig {
+            timeout_ms: 2_000,
+            health_interval_ms: 1_000,
+            max_idle_connections: 64,
+            probe_timeout_ms: DEFAULT_HEALTH.probe_timeout_ms,
+            down_after_failures: DEFAULT_HEALTH.down_after_failures,
+            up_after_successes: DEFAULT_HEALTH.up_after_successes,
+        }
     }
 }
 
@@ -171,8 +327,11 @@ impl ControlConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let config: ControlConfig =
+        let mut config: ControlConfig =
             toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        if let (Some(keys_file), Some(dir)) = (&config.auth.keys_file, path.parent()) {
+            config.auth.keys_file = Some(dir.join(keys_file));
+        }
         config.check()?;
         Ok(config)
     }
@@ -207,6 +366,35 @@ impl ControlConfig {
         if safeguard.enabled && safeguard.window_s == 0 {
             return Err(invalid("safeguard.window_s", "must be at least 1 second"));
         }
+        if safeguard.enabled && safeguard.max_per_tenant == 0 {
+            return Err(invalid("safeguard.max_per_tenant", "must be at least 1"));
+        }
+        if safeguard.max_tenants == 0 {
+            return Err(invalid("safeguard.max_tenants", "must be at least 1"));
+        }
+        for (section, health) in [("inference", self.inference.health()), ("allocator", self.allocator.health())] {
+            if health.probe_timeout_ms == 0 {
+                return Err(invalid(format!("{section}.probe_timeout_ms"), "must be at least 1"));
+            }
+            if health.down_after_failures == 0 {
+                return Err(invalid(format!("{section}.down_after_failures"), "must be at least 1"));
+            }
+            if health.up_after_successes == 0 {
+                return Err(invalid(format!("{section}.up_after_successes"), "must be at least 1"));
+            }
+        }
+        let rate = &self.rate_limit;
+        if rate.enabled && !(rate.per_second.is_finite() && rate.per_second > 0.0) {
+            return Err(invalid("rate_limit.per_second", format!("must be a number above 0, got {}", rate.per_second)));
+        }
+        if rate.enabled && rate.burst == 0 {
+            return Err(invalid("rate_limit.burst", "must be at least 1"));
+        }
+        let skew = self.request_time.max_skew_s;
+        if !(skew.is_finite() && skew >= 0.0) {
+            return Err(invalid("request_time.max_skew_s", format!("must be a finite number >= 0, got {skew}")));
+        }
+        crate::auth::ApiKeys::from_config(&self.auth)?;
         if self.http.request_timeout_ms <= self.inference.timeout_ms + self.allocator.timeout_ms {
             return Err(invalid(
                 "http.request_timeout_ms",
@@ -249,5 +437,33 @@ mod tests {
         assert!(config.check().unwrap_err().to_string().starts_with("safeguard.threshold:"));
         let error = toml::from_str::<ControlConfig>("listen = \"127.0.0.1:1\"\ntimeout = 3").unwrap_err();
         assert!(error.to_string().contains("timeout"));
+        config.safeguard.threshold = 0.5;
+        config.inference.down_after_failures = 0;
+        assert!(config.check().unwrap_err().to_string().starts_with("inference.down_after_failures:"));
+        config.inference.down_after_failures = 3;
+        config.rate_limit.per_second = 0.0;
+        assert!(config.check().unwrap_err().to_string().starts_with("rate_limit.per_second:"));
+        config.rate_limit.per_second = 1.0;
+        config.auth.keys.push(ApiKeyConfig {
+            sha256: "abc".into(),
+            tenant: Some("t1".into()),
+            admin: false,
+            name: None,
+        });
+        assert!(config.check().unwrap_err().to_string().starts_with("auth.keys[0].sha256:"));
+    }
+
+    #[test]
+    fn health_fields_sit_in_their_upstream_sections() {
+        let config: ControlConfig = toml::from_str(
+            "[inference]\nprobe_timeout_ms = 50\ndown_after_failures = 5\n[allocator]\nup_after_successes = 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.inference.health(),
+            HealthPolicy { probe_timeout_ms: 50, down_after_failures: 5, up_after_successes: 1 }
+        );
+        assert_eq!(config.allocator.health().up_after_successes, 2);
+        assert!(toml::from_str::<ControlConfig>("[inference]\nprobe_timeout = 50\n").is_err());
     }
 }

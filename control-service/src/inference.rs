@@ -1,9 +1,10 @@
 //! The inference servers as a [`Predictor`]: `POST /v1/predict` over a pooled, kept-alive HTTP
-//! client, round robin over the servers that are up. A server that refuses a connection or answers
-//! 5xx is marked down (and the next one tried, while the caller's budget lasts) until its readiness
-//! probe succeeds again.
+//! client, round robin over the servers that are up. A call that cannot connect or gets a 5xx counts
+//! as a failure of that server (and the next one is tried, while the caller's budget lasts); after
+//! the configured run of consecutive failures the server is skipped until its readiness probes
+//! succeed again ([`crate::health`]).
 
-use crate::health::Upstream;
+use crate::health::{HealthPolicy, Upstream};
 use crate::predictions::{PredictError, Predictor};
 use domain::{InferenceServerHealth, LifetimePrediction, PredictRequest, PredictResponse};
 use service_common::layers::REQUEST_ID_HEADER;
@@ -17,10 +18,10 @@ pub struct InferenceClient {
 }
 
 impl InferenceClient {
-    pub fn new(client: reqwest::Client, servers: &[String]) -> Self {
+    pub fn new(client: reqwest::Client, servers: &[String], health: HealthPolicy) -> Self {
         InferenceClient {
             client,
-            servers: servers.iter().map(|s| Upstream::new(s)).collect(),
+            servers: servers.iter().map(|s| Upstream::new(s, health)).collect(),
             next: AtomicUsize::new(0),
         }
     }
@@ -44,17 +45,18 @@ impl InferenceClient {
             call = call.header(REQUEST_ID_HEADER, id);
         }
         let response = call.send().await.map_err(|error| {
-            server.set_ready(false);
+            server.record_failure();
             PredictError::Failed(format!("{}: {error}", server.base))
         })?;
         let status = response.status();
         if !status.is_success() {
             if status.is_server_error() {
-                server.set_ready(false);
+                server.record_failure();
             }
             let body = response.text().await.unwrap_or_default();
             return Err(PredictError::Failed(format!("{} answered {status}: {body}", server.base)));
         }
+        server.record_success();
         let answer: PredictResponse = response
             .json()
             .await

@@ -4,16 +4,19 @@
 //! safeguard, and forwards the request with its predictions to the allocator of the request's zone.
 //!
 //! The decisions about predictions (keys, cache, safeguard, fallback) live in [`feature_key`],
-//! [`cache`], [`safeguard`] and [`predictions`], which know nothing of HTTP; [`inference`] and
-//! [`upstream`] are the HTTP clients, [`api`] the axum layer.
+//! [`cache`], [`safeguard`] and [`predictions`], which know nothing of HTTP; [`auth`] (API keys) and
+//! [`rate_limit`] (per-tenant token buckets) decide who may call and how often; [`inference`] and
+//! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer.
 
 pub mod api;
+pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod feature_key;
 pub mod health;
 pub mod inference;
 pub mod predictions;
+pub mod rate_limit;
 pub mod replay;
 pub mod safeguard;
 pub mod upstream;

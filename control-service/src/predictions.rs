@@ -142,11 +142,15 @@ impl<P: Predictor> Resolver<P> {
             .collect()
     }
 
-    /// The prediction of every VM of a request. `arrival_s` stands in for a missing request time (Unix
-    /// seconds); `clock_s` is the monotonic clock of the safeguard.
+    /// The prediction of every VM of a request (all of one tenant, as validation ensures).
+    /// `arrival_s` stands in for a missing request time (Unix seconds); `clock_s` is the monotonic
+    /// clock of the safeguard.
     pub async fn resolve(&self, vms: &[VmRequest], arrival_s: f64, clock_s: f64, request_id: Option<&str>) -> Resolved {
         let started = Instant::now();
-        if self.safeguard.is_active(clock_s) {
+        let Some(tenant) = vms.first().map(|vm| &vm.tenant_id) else {
+            return Resolved { predictions: Vec::new(), cache_us: 0, inference_us: 0 };
+        };
+        if self.safeguard.blocks(tenant, clock_s) {
             let predictions = vec![LifetimePrediction::fallback(PredictionSource::Safeguard); vms.len()];
             self.count(&predictions);
             return Resolved { predictions, cache_us: micros(started.elapsed()), inference_us: 0 };
@@ -222,7 +226,7 @@ impl<P: Predictor> Resolver<P> {
             .iter()
             .filter(|p| !p.source.is_fallback())
             .fold((0, 0), |(long, total), p| (long + u64::from(p.class == LifetimeClass::Long), total + 1));
-        if self.safeguard.observe(clock_s, long, total) {
+        if self.safeguard.observe(clock_s, tenant, long, total) {
             metrics::counter!("control_safeguard_trips_total").increment(1);
         }
         self.count(&predictions);
@@ -304,6 +308,9 @@ mod tests {
                 threshold: 0.5,
                 min_predictions,
                 cooldown_s: 60,
+                max_per_tenant: 1_000,
+                established_after_s: 0,
+                ..SafeguardConfig::default()
             }),
             ResolverConfig { budget: Duration::from_millis(50), time_step_s: 3_600, interval_class: false },
         )

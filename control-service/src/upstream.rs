@@ -2,8 +2,8 @@
 //! with the request id carried along. Answers come back as status and body, for the API layer to
 //! pass on; only transport failures are errors here.
 
-use crate::health::Upstream;
-use domain::{AllocationRequest, ZoneId};
+use crate::health::{HealthPolicy, Upstream};
+use domain::{AllocationRequest, TenantId, ZoneId};
 use reqwest::StatusCode;
 use service_common::layers::REQUEST_ID_HEADER;
 use std::collections::BTreeMap;
@@ -39,8 +39,13 @@ pub struct Allocators {
 }
 
 impl Allocators {
-    pub fn new(client: reqwest::Client, zones: impl IntoIterator<Item = (ZoneId, String)>, timeout: Duration) -> Self {
-        let zones = zones.into_iter().map(|(zone, url)| (zone, Upstream::new(&url))).collect();
+    pub fn new(
+        client: reqwest::Client,
+        zones: impl IntoIterator<Item = (ZoneId, String)>,
+        timeout: Duration,
+        health: HealthPolicy,
+    ) -> Self {
+        let zones = zones.into_iter().map(|(zone, url)| (zone, Upstream::new(&url, health))).collect();
         Allocators { client, zones, timeout }
     }
 
@@ -63,15 +68,30 @@ impl Allocators {
         self.send(zone, call, request_id).await
     }
 
-    pub async fn release(&self, zone: &ZoneId, vm_id: &str, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+    /// Releases a VM; with an `owner`, only if that tenant placed it (the allocator checks and
+    /// releases in one step, and answers 404 for another tenant's VM).
+    pub async fn release(
+        &self,
+        zone: &ZoneId,
+        vm_id: &str,
+        owner: Option<&TenantId>,
+        request_id: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
         let upstream = self.upstream(zone)?;
-        let call = self.client.delete(upstream.url(&format!("/v1/allocations/{}", encode_segment(vm_id))));
+        let call = self.client.delete(upstream.url(&vm_path(vm_id, owner)));
         self.send(zone, call, request_id).await
     }
 
-    pub async fn lookup(&self, zone: &ZoneId, vm_id: &str, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+    /// Where a VM is; with an `owner`, 404 unless that tenant placed it.
+    pub async fn lookup(
+        &self,
+        zone: &ZoneId,
+        vm_id: &str,
+        owner: Option<&TenantId>,
+        request_id: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
         let upstream = self.upstream(zone)?;
-        let call = self.client.get(upstream.url(&format!("/v1/allocations/{}", encode_segment(vm_id))));
+        let call = self.client.get(upstream.url(&vm_path(vm_id, owner)));
         self.send(zone, call, request_id).await
     }
 
@@ -102,7 +122,14 @@ impl Allocators {
                 UpstreamError::Unreachable { zone: zone.clone(), message: error.to_string() }
             }
         };
-        let response = call.timeout(self.timeout).send().await.map_err(failed)?;
+        let upstream = self.upstream(zone)?;
+        let response = call.timeout(self.timeout).send().await.map_err(|error| {
+            if !error.is_timeout() {
+                upstream.record_failure();
+            }
+            failed(error)
+        })?;
+        upstream.record_success();
         let status = response.status();
         let content_type =
             response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -111,7 +138,16 @@ impl Allocators {
     }
 }
 
-/// Percent-encodes a path segment (VM ids are free text).
+/// The allocator's path of one VM, restricted to `owner`'s VMs when given.
+fn vm_path(vm_id: &str, owner: Option<&TenantId>) -> String {
+    let path = format!("/v1/allocations/{}", encode_segment(vm_id));
+    match owner {
+        Some(owner) => format!("{path}?tenant={}", encode_segment(owner.as_str())),
+        None => path,
+    }
+}
+
+/// Percent-encodes a path segment. Validated ids never need it; it keeps anything else harmless.
 fn encode_segment(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
     for byte in segment.bytes() {
@@ -130,5 +166,8 @@ mod tests {
     fn path_segments_are_percent_encoded() {
         assert_eq!(super::encode_segment("vm-1_a.b~"), "vm-1_a.b~");
         assert_eq!(super::encode_segment("a/b c?"), "a%2Fb%20c%3F");
+        let owner = domain::TenantId::from("t:1");
+        assert_eq!(super::vm_path("v1", Some(&owner)), "/v1/allocations/v1?tenant=t%3A1");
+        assert_eq!(super::vm_path("v1", None), "/v1/allocations/v1");
     }
 }

@@ -234,6 +234,7 @@ async fn a_model_that_calls_everything_long_trips_the_safeguard_which_later_reco
     let allocator = start_allocator(dir.path(), 20).await;
     let safeguard =
         "[safeguard]\nenabled = true\nwindow_s = 60\nthreshold = 0.5\nmin_predictions = 5\ncooldown_s = 2\n\
+         established_after_s = 0\n\
                      [cache]\nmax_entries = 0\n";
     let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, safeguard).await;
     let client = reqwest::Client::new();

@@ -1,7 +1,8 @@
 //! Identifier newtypes: a VM id can never be passed where a host id is expected.
 //!
-//! Ids are plain strings on the wire. Their rules (non-empty, bounded length, printable) are checked
-//! by [`crate::validate`], not here, so that the error can name the field that held the id.
+//! Ids are plain strings on the wire. Their rules (the URL-safe [`crate::validate::ID_CHARSET`] for the
+//! ids a client sends) are checked by [`crate::validate`], not here, so that the error can name the
+//! field that held the id.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

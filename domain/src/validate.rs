@@ -4,6 +4,10 @@
 //! syntax errors, wrong types, missing and unknown fields (400); then [`Validate`] checks the domain
 //! rules (422). Both kinds of error name the offending field by its path, e.g.
 //! `gang.vms[2].demand.cores`.
+//!
+//! Ids that end up in a URL (VM, tenant and zone ids) are restricted to [`ID_CHARSET`], so that a
+//! placed VM can always be looked up and released by its id: `.`, `..`, `/`, `%`, `?` or whitespace in
+//! an id would be rewritten or cut by HTTP clients and servers on the way.
 
 use crate::ids::{TenantId, VmId};
 use crate::inference::{PredictInstance, PredictRequest, RemainingRequest};
@@ -12,6 +16,43 @@ use crate::request::{AllocationRequest, FeatureValue, GangRequest, VmRequest};
 use crate::resources::ResourceKind;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
+
+/// The id character set, as documented in the API: a letter or digit, then up to 127 letters,
+/// digits, `.`, `_`, `:` or `-`.
+pub const ID_CHARSET: &str = "[A-Za-z0-9][A-Za-z0-9._:-]{0,127}";
+
+/// Longest id, in bytes (every allowed character is one byte).
+pub const MAX_ID_LEN: usize = 128;
+
+/// Why `id` is not a valid id ([`ID_CHARSET`]), or `None` when it is.
+pub fn id_problem(id: &str) -> Option<String> {
+    let mut bytes = id.bytes();
+    let Some(first) = bytes.next() else {
+        return Some("must not be empty".to_owned());
+    };
+    if id.len() > MAX_ID_LEN {
+        return Some(format!("must be at most {MAX_ID_LEN} characters, got {}", id.len()));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return Some(format!("must start with a letter or digit ({ID_CHARSET})"));
+    }
+    if bytes.any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))) {
+        return Some(format!("may hold only letters, digits, `.`, `_`, `:` and `-` ({ID_CHARSET})"));
+    }
+    None
+}
+
+/// Checks an id that arrived outside a body (a URL path or query); `field` names it in the error.
+pub fn check_id(id: &str, field: &str) -> Result<(), ValidationError> {
+    match id_problem(id) {
+        Some(message) => Err(ValidationError::invalid(field, message)),
+        None => Ok(()),
+    }
+}
+
+fn check_id_field(value: &str, path: &str, name: &str) -> Result<(), ValidationError> {
+    check_id(value, &child(path, name))
+}
 
 /// Limits a deployment may tune.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -124,8 +165,8 @@ fn check_finite(value: f64, path: &str, name: &str) -> Result<(), ValidationErro
 
 impl Validate for VmRequest {
     fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
-        check_text(self.vm_id.as_str(), limits, path, "vm_id")?;
-        check_text(self.tenant_id.as_str(), limits, path, "tenant_id")?;
+        check_id_field(self.vm_id.as_str(), path, "vm_id")?;
+        check_id_field(self.tenant_id.as_str(), path, "tenant_id")?;
         check_text(&self.vm_type, limits, path, "vm_type")?;
         let demand_path = child(path, "demand");
         for kind in ResourceKind::ALL {
@@ -137,7 +178,7 @@ impl Validate for VmRequest {
             check_text(os, limits, path, "os")?;
         }
         if let Some(zone) = &self.zone {
-            check_text(zone.as_str(), limits, path, "zone")?;
+            check_id_field(zone.as_str(), path, "zone")?;
         }
         if let Some(at) = self.requested_at_s {
             check_finite(at, path, "requested_at_s")?;
@@ -178,7 +219,7 @@ impl Validate for LifetimePrediction {
 
 impl Validate for GangRequest {
     fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
-        check_text(self.tenant_id.as_str(), limits, path, "tenant_id")?;
+        check_id_field(self.tenant_id.as_str(), path, "tenant_id")?;
         if self.vms.is_empty() {
             return Err(ValidationError::invalid(child(path, "vms"), "a gang needs at least one VM"));
         }
@@ -328,8 +369,8 @@ impl Validate for RemainingRequest {
 }
 
 impl Validate for TenantId {
-    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
-        check_text(self.as_str(), limits, path, "tenant_id")
+    fn validate(&self, _limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_id_field(self.as_str(), path, "tenant_id")
     }
 }
 
@@ -435,6 +476,29 @@ mod tests {
         assert_eq!(field_of(&too_big), ("gang.vms".to_owned(), true));
         assert_eq!(field_of(&gang(&[vm("a", "t"), vm("b", "u")])), ("gang.vms[1].tenant_id".to_owned(), true));
         assert_eq!(field_of(&gang(&[vm("a", "t"), vm("a", "t")])), ("gang.vms[1].vm_id".to_owned(), true));
+    }
+
+    #[test]
+    fn ids_are_restricted_to_the_url_safe_charset() {
+        for good in ["vm-1", "a", "0", "r1-vm.7", "t:1_x", &"a".repeat(MAX_ID_LEN)] {
+            assert_eq!(id_problem(good), None, "{good:?}");
+        }
+        for bad in
+            ["", ".", "..", "a/b", "%2e", "a b", "a?b", "a#b", "-a", "_a", "é", "a\u{0}", &"a".repeat(MAX_ID_LEN + 1)]
+        {
+            assert!(id_problem(bad).is_some(), "{bad:?} was accepted");
+        }
+        for (id, field) in [("..", "vm.vm_id"), ("a/b", "vm.vm_id")] {
+            let body = format!(
+                r#"{{"vm":{{"vm_id":"{id}","tenant_id":"t","vm_type":"a","demand":{{"cores":1,"memory_gib":1}}}}}}"#
+            );
+            assert_eq!(field_of(&body), (field.to_owned(), true));
+        }
+        let body = r#"{"vm":{"vm_id":"v","tenant_id":"t 1","vm_type":"a","demand":{"cores":1,"memory_gib":1}}}"#;
+        assert_eq!(field_of(body), ("vm.tenant_id".to_owned(), true));
+        let gang = r#"{"gang":{"tenant_id":"%2e","vms":[{"vm_id":"v","tenant_id":"%2e","vm_type":"a","demand":{"cores":1,"memory_gib":1}}]}}"#;
+        assert_eq!(field_of(gang), ("gang.tenant_id".to_owned(), true));
+        assert_eq!(check_id(".", "vm_id").unwrap_err().field(), "vm_id");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use control_service::api::{router, AppState, Control, Counters};
+use control_service::auth::ApiKeys;
 use control_service::cache::PredictionCache;
 use control_service::config::{ControlConfig, ZoneConfig};
 use control_service::health::spawn_probes;
 use control_service::inference::InferenceClient;
 use control_service::predictions::{Resolver, ResolverConfig};
+use control_service::rate_limit::RateLimiter;
 use control_service::safeguard::Safeguard;
 use control_service::upstream::Allocators;
 use domain::ZoneId;
@@ -74,7 +76,19 @@ async fn serve(config: ControlConfig) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
     let inference_http = http_client(config.inference.max_idle_connections)?;
     let allocator_http = http_client(config.allocator.max_idle_connections)?;
-    let inference = InferenceClient::new(inference_http.clone(), &config.inference.servers);
+    let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
+    if keys.is_open() {
+        // Every start, so that an open front door is never a silent default in production.
+        tracing::warn!(
+            "OPEN MODE: the public API needs no API key and every caller may act for any tenant (look up and \
+             release any VM, set any request time); for local demos only. Configure [auth] keys \
+             (docs/control-service.md#authentication) before exposing this service"
+        );
+    } else {
+        let (tenants, operators) = keys.counts();
+        tracing::info!(tenant_keys = tenants, operator_keys = operators, "API keys required");
+    }
+    let inference = InferenceClient::new(inference_http.clone(), &config.inference.servers, config.inference.health());
     spawn_probes(
         inference_http,
         inference.servers().to_vec(),
@@ -84,6 +98,7 @@ async fn serve(config: ControlConfig) -> Result<()> {
         allocator_http.clone(),
         config.zones.iter().map(|(name, zone)| (ZoneId(name.clone()), zone.allocator.clone())),
         Duration::from_millis(config.allocator.timeout_ms),
+        config.allocator.health(),
     );
     spawn_probes(
         allocator_http,
@@ -107,6 +122,9 @@ async fn serve(config: ControlConfig) -> Result<()> {
         limits: config.limits.clone(),
         started: Instant::now(),
         counters: Counters::default(),
+        keys,
+        rate_limiter: RateLimiter::new(config.rate_limit.clone()),
+        max_skew_s: config.request_time.max_skew_s,
     };
     let app = service_common::layers::apply(
         router(AppState { control: Arc::new(control), metrics: Some(metrics) }),

@@ -51,6 +51,11 @@ struct Cli {
     /// Base URL of the control service.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     control: String,
+    /// API key sent as `Authorization: Bearer <key>` [default: $VMREPLAY_API_KEY]. A replay places
+    /// VMs of many tenants at trace times, so it needs the operator's key when the control service
+    /// requires keys (docs/control-service.md#authentication); none is needed in open mode.
+    #[arg(long, value_name = "KEY")]
+    api_key: Option<String>,
     /// Trace time to start at, in seconds [default: the first VM's start].
     #[arg(long, allow_negative_numbers = true, value_name = "SECONDS")]
     from_s: Option<f64>,
@@ -255,11 +260,20 @@ async fn get_stats(client: &reqwest::Client, url: &Url) -> Result<ControlStats> 
     let response = client.get(url.clone()).send().await.map_err(|err| anyhow!("GET {url}: {}", transport(err).1))?;
     let status = response.status();
     let body = response.bytes().await.with_context(|| format!("GET {url}: reading the body"))?;
+    if matches!(status.as_u16(), 401 | 403) {
+        bail!(
+            "GET {url} answered {status}: this control service requires the operator's API key; pass it with \
+             --api-key or ${API_KEY_ENV}"
+        );
+    }
     if !status.is_success() {
         bail!("GET {url} answered {status}: {}", String::from_utf8_lossy(&body).trim());
     }
     serde_json::from_slice(&body).with_context(|| format!("GET {url}: not the control service's statistics"))
 }
+
+/// Where the API key comes from when `--api-key` is not given.
+const API_KEY_ENV: &str = "VMREPLAY_API_KEY";
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking task already fails the run; the counters it left are still worth reporting.
@@ -541,7 +555,16 @@ async fn main() -> Result<ExitCode> {
     let events = replay::schedule(&plan, &settings.pacing);
     let releases_planned = events.iter().filter(|e| e.kind == EventKind::Release).count();
 
+    let api_key = cli.api_key.clone().or_else(|| std::env::var(API_KEY_ENV).ok()).filter(|key| !key.is_empty());
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| anyhow!("--api-key (or ${API_KEY_ENV}) must be printable ASCII"))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let client = reqwest::Client::builder()
+        .default_headers(headers)
         .timeout(settings.request_timeout)
         .pool_max_idle_per_host(cli.concurrency)
         .build()
