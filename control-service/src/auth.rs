@@ -246,6 +246,15 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_keys_file_holds_the_documented_demo_keys() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/control-service.keys.example.toml");
+        let keys = ApiKeys::from_config(&AuthConfig { keys_file: Some(path), ..AuthConfig::default() }).unwrap();
+        assert_eq!(keys.authenticate(Some("Bearer t-1-demo-key")), Ok(Caller::Tenant(TenantId::from("t-1"))));
+        assert!(keys.authenticate(Some("Bearer ops-demo-key")).unwrap().is_operator());
+    }
+
+    #[test]
     fn a_keys_file_adds_keys() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keys.toml");
