@@ -1,9 +1,12 @@
 //! Configuration of the inference server (TOML; every field has a default).
 
+use crate::registry::RegistryOptions;
+use lifetime_model::bundle::LoadLimits;
 use serde::{Deserialize, Serialize};
 use service_common::layers::LayerConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -18,6 +21,13 @@ pub struct ServerConfig {
     pub max_batch: usize,
     /// How often the models directory is checked for changes.
     pub watch_interval_ms: u64,
+    /// Largest model file or feature store of a bundle, in bytes; a larger one refuses the bundle.
+    pub max_bundle_file_bytes: u64,
+    /// Largest bundle manifest, in bytes.
+    pub max_manifest_bytes: u64,
+    /// How long a scan of the models directory waits for one bundle to load before going on without
+    /// it (the load keeps running; a later scan collects its outcome). Requests never wait on loads.
+    pub bundle_load_timeout_ms: u64,
     /// Batches of at least this many instances are predicted on the blocking pool, so that they
     /// never hold up the async workers.
     pub blocking_batch_threshold: usize,
@@ -37,6 +47,9 @@ impl Default for ServerConfig {
             admin_token: None,
             max_batch: 1024,
             watch_interval_ms: 1_000,
+            max_bundle_file_bytes: LoadLimits::default().max_file_bytes,
+            max_manifest_bytes: LoadLimits::default().max_manifest_bytes,
+            bundle_load_timeout_ms: 30_000,
             blocking_batch_threshold: 16,
             runtime_threads: 1,
             http: LayerConfig::default(),
@@ -48,5 +61,16 @@ impl ServerConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// How the registry reads bundles, from this configuration.
+    pub fn registry_options(&self) -> RegistryOptions {
+        RegistryOptions {
+            limits: LoadLimits {
+                max_file_bytes: self.max_bundle_file_bytes,
+                max_manifest_bytes: self.max_manifest_bytes,
+            },
+            load_timeout: Duration::from_millis(self.bundle_load_timeout_ms),
+        }
     }
 }

@@ -45,8 +45,10 @@ fn main() -> Result<()> {
 }
 
 async fn serve(config: ServerConfig) -> Result<()> {
-    let registry = Arc::new(Registry::new(&config.models_dir));
-    match registry.refresh() {
+    let registry = Arc::new(Registry::with_options(&config.models_dir, config.registry_options()));
+    // Scans read the disk: on a blocking thread, never on the runtime's.
+    let first_scan = Arc::clone(&registry);
+    match tokio::task::spawn_blocking(move || first_scan.refresh()).await.context("the first models scan panicked")? {
         Ok(_) => {}
         // Start anyway and report not ready: a bundle may be rolled out into the directory later.
         Err(error @ inference_server::registry::RegistryError::NoBundle(_)) => {
@@ -59,20 +61,32 @@ async fn serve(config: ServerConfig) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
 
     // Watch the models directory: new or changed bundles and rollout-file edits take effect here.
+    // A scan waits for each bundle at most the load timeout; one that overruns even that (a listing
+    // or `stat` that hangs) is waited for again on the next tick, and no second scan is stacked on it.
     let watched = Arc::clone(&registry);
     let interval = Duration::from_millis(config.watch_interval_ms.max(50));
+    let scan_timeout = Duration::from_millis(config.bundle_load_timeout_ms).saturating_add(Duration::from_secs(5));
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut overrunning = None;
         loop {
             ticker.tick().await;
-            let registry = Arc::clone(&watched);
-            match tokio::task::spawn_blocking(move || registry.refresh()).await {
-                Ok(Err(error @ inference_server::registry::RegistryError::NoBundle(_))) => {
+            let mut scan = overrunning.take().unwrap_or_else(|| {
+                let registry = Arc::clone(&watched);
+                tokio::task::spawn_blocking(move || registry.refresh())
+            });
+            match tokio::time::timeout(scan_timeout, &mut scan).await {
+                Err(_) => {
+                    tracing::warn!(timeout = ?scan_timeout, "models directory scan still running; waiting for it before the next one");
+                    overrunning = Some(scan);
+                }
+                Ok(Ok(Err(error @ inference_server::registry::RegistryError::NoBundle(_)))) => {
                     tracing::debug!(%error, "still no valid model bundle");
                 }
-                Ok(Err(error)) => tracing::warn!(%error, "models directory scan failed"),
-                Err(error) => tracing::warn!(%error, "models directory scan panicked"),
-                Ok(Ok(_)) => {}
+                Ok(Ok(Err(error))) => tracing::warn!(%error, "models directory scan failed"),
+                Ok(Err(error)) => tracing::warn!(%error, "models directory scan panicked"),
+                Ok(Ok(Ok(_))) => {}
             }
         }
     });
