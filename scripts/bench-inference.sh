@@ -23,7 +23,8 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 ours_port=$(free_port)
 python_port=$(free_port)
 models=$(mktemp -d)
-ln -s "$bundle" "$models/$(basename "$bundle")"
+# A copy, not a symlink: the server refuses bundle files that resolve outside its models directory.
+cp -R "$bundle" "$models/$(basename "$bundle")"
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$models"; }
 trap cleanup EXIT
