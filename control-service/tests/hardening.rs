@@ -312,3 +312,33 @@ async fn one_slow_readiness_probe_does_not_take_a_server_out_of_rotation() {
     }
     assert!(i > 20, "watched only {i} times");
 }
+
+/// `vmreplay` on a short synthetic trace against `control`, with `VMREPLAY_API_KEY` set to `key`.
+/// (The servers are other processes, so blocking this test's thread is fine.)
+fn vmreplay(control: &str, key: Option<&str>) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_vmreplay"));
+    command
+        .args(["--synthetic-days", "0.1", "--max-vms", "5", "--speed", "100000", "--quiet", "--keep"])
+        .args(["--control", control])
+        .env_remove("VMREPLAY_API_KEY");
+    if let Some(key) = key {
+        command.env("VMREPLAY_API_KEY", key);
+    }
+    let output = command.output().unwrap();
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// The trace replay places VMs of many tenants at trace times, far from now: with keys required it
+/// needs the operator's key, and says so when it has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vmreplay_replays_with_the_operators_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let allocator = start_allocator(dir.path(), 20).await;
+    let control = start_control(dir.path(), &[], &allocator.base, 2_000, &keys_config("")).await;
+    let (code, stderr) = vmreplay(&control.base, None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--api-key"), "{stderr}");
+    let (code, stderr) = vmreplay(&control.base, Some(OPERATOR));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(placed_vms(&reqwest::Client::new(), &allocator).await, 5, "{stderr}");
+}
