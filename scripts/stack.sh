@@ -231,6 +231,10 @@ cmd_up() {
     UP_DONE=1
     trap - EXIT INT TERM
     say "stack up; logs and pids in $STATE_DIR/; stop it with scripts/stack.sh down"
+    # The checked-in control config has no API keys: say so here too, not only in its log.
+    if grep -q "OPEN MODE" "$STATE_DIR/control-service.log" 2>/dev/null; then
+        warn "the control service is in OPEN MODE (no API keys; any caller may act for any tenant): for local use only; docs/control-service.md#authentication"
+    fi
 }
 
 cmd_down() {
