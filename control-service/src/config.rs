@@ -454,6 +454,21 @@ mod tests {
     }
 
     #[test]
+    fn a_keys_file_is_found_beside_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash = crate::auth::to_hex(&crate::auth::hash_key("k"));
+        std::fs::write(dir.path().join("keys.toml"), format!("[[keys]]\ntenant = \"t\"\nsha256 = \"{hash}\"\n"))
+            .unwrap();
+        let path = dir.path().join("control.toml");
+        std::fs::write(&path, "[auth]\nkeys_file = \"keys.toml\"\n").unwrap();
+        let config = ControlConfig::load(&path).unwrap();
+        assert_eq!(config.auth.keys_file, Some(dir.path().join("keys.toml")));
+        assert!(!crate::auth::ApiKeys::from_config(&config.auth).unwrap().is_open());
+        std::fs::write(&path, "[auth]\nkeys_file = \"missing.toml\"\n").unwrap();
+        assert!(ControlConfig::load(&path).unwrap_err().to_string().contains("missing.toml"));
+    }
+
+    #[test]
     fn health_fields_sit_in_their_upstream_sections() {
         let config: ControlConfig = toml::from_str(
             "[inference]\nprobe_timeout_ms = 50\ndown_after_failures = 5\n[allocator]\nup_after_successes = 2\n",

@@ -16,13 +16,6 @@ pub struct HealthPolicy {
     pub up_after_successes: u32,
 }
 
-impl Default for HealthPolicy {
-    /// Marks down on the first failure: the behaviour of tests and tools that build upstreams by hand.
-    fn default() -> Self {
-        HealthPolicy { probe_timeout_ms: 500, down_after_failures: 1, up_after_successes: 1 }
-    }
-}
-
 /// One upstream's readiness as last concluded from its probes and calls.
 #[derive(Debug)]
 pub struct Upstream {
