@@ -4,6 +4,12 @@
 //! once, before the run, in start order ([`predict`]):
 //!
 //! - **oracle**: the true lifetime from placement ([`Workload::lifetime_s`]).
+//! - **binned oracle**: what the trace itself records of each lifetime and no more: the middle of
+//!   the lifetime's bin (the Azure V1 bins by default: 5 minutes up to 1 hour, hourly up to 1 day,
+//!   daily up to 20 days). The Azure V1 trace records only these bins, and its lifetimes were drawn
+//!   uniformly inside them when it was converted, so the exact oracle also knows where each draw
+//!   fell, which no predictor can. This source is the best any predictor can do on such a trace.
+//!   VMs still running at the trace's end keep the oracle's common far exit.
 //! - **noisy precision/recall** (paper 003 B.6 and C.1, "randomly making mistakes at a rate
 //!   consistent with the model"): on the long class (lifetime >= the policy's `long_threshold_s`),
 //!   exactly round(recall x long) long VMs are predicted long, and as many short VMs as make the
@@ -94,7 +100,34 @@ pub enum PredictionSourceConfig {
     Model {
         bundle: PathBuf,
     },
+    /// The oracle at the trace's recorded resolution: each completed VM's lifetime is read as the
+    /// middle of its bin. `edges_s`: the bins' increasing inner edges in seconds (the last bin is
+    /// open); empty: [`azure_v1_bin_edges_s`].
+    BinnedOracle {
+        #[serde(default)]
+        edges_s: Vec<f64>,
+    },
     None,
+}
+
+/// The inner edges of the Azure V1 trace's lifetime bins, in seconds: every 5 minutes up to 1
+/// hour, every hour up to 1 day, every day up to 20 days.
+pub fn azure_v1_bin_edges_s() -> Vec<f64> {
+    let five_minutes = (1..=12).map(|k| f64::from(k) * 300.0);
+    let hours = (2..=24).map(|k| f64::from(k) * 3_600.0);
+    let days = (2..=20).map(|k| f64::from(k) * 86_400.0);
+    five_minutes.chain(hours).chain(days).collect()
+}
+
+/// The middle of the bin of `lifetime_s` among `edges_s` (increasing inner edges; the first bin
+/// starts at 0, the last one is open and read as its lower edge).
+fn bin_middle_s(lifetime_s: f64, edges_s: &[f64]) -> f64 {
+    let upper = edges_s.partition_point(|&edge| edge <= lifetime_s);
+    let lower_edge = if upper == 0 { 0.0 } else { edges_s[upper - 1] };
+    match edges_s.get(upper) {
+        Some(&upper_edge) => (lower_edge + upper_edge) / 2.0,
+        None => lower_edge,
+    }
 }
 
 /// Predictions of a run.
@@ -133,6 +166,12 @@ impl PredictionConfig {
             PredictionSourceConfig::NoisyAccuracy { accuracy } if !(0.0..=1.0).contains(&accuracy) => {
                 return Err(invalid("prediction.source.accuracy", format!("must be in [0, 1], got {accuracy}")));
             }
+            PredictionSourceConfig::BinnedOracle { ref edges_s }
+                if !edges_s.windows(2).all(|pair| pair[0] < pair[1])
+                    || edges_s.iter().any(|edge| !(edge.is_finite() && *edge > 0.0)) =>
+            {
+                return Err(invalid("prediction.source.edges_s", "must be positive, finite and increasing"));
+            }
             _ => {}
         }
         if !(0.0..=1.0).contains(&self.fallback_fraction) {
@@ -157,6 +196,7 @@ impl PredictionConfig {
             PredictionSourceConfig::NoisyPrecisionRecall { precision, recall } => format!("pr:{precision},{recall}"),
             PredictionSourceConfig::NoisyAccuracy { accuracy } => format!("accuracy:{accuracy}"),
             PredictionSourceConfig::Model { .. } => "model".to_owned(),
+            PredictionSourceConfig::BinnedOracle { .. } => "binned-oracle".to_owned(),
             PredictionSourceConfig::None => "none".to_owned(),
         };
         if self.fallback_fraction > 0.0 {
@@ -235,6 +275,25 @@ pub fn predict(
         PredictionSourceConfig::None => vec![None; lifetimes.len()],
         PredictionSourceConfig::Oracle => {
             lifetimes.iter().map(|&l| Some(of_lifetime(l, l >= threshold, PredictionSource::Oracle))).collect()
+        }
+        PredictionSourceConfig::BinnedOracle { edges_s } => {
+            let default_edges;
+            let edges_s = if edges_s.is_empty() {
+                default_edges = azure_v1_bin_edges_s();
+                &default_edges
+            } else {
+                edges_s
+            };
+            workload
+                .vms
+                .iter()
+                .zip(&lifetimes)
+                .map(|(vm, &lifetime)| {
+                    // A censored VM's lifetime is the oracle's common far exit, not a record.
+                    let read = if vm.end_s.is_some() { bin_middle_s(lifetime, edges_s) } else { lifetime };
+                    Some(of_lifetime(read, read >= threshold, PredictionSource::Oracle))
+                })
+                .collect()
         }
         PredictionSourceConfig::NoisyPrecisionRecall { precision, recall } => {
             noisy_precision_recall(&lifetimes, threshold, *precision, *recall, &mut rng)?

@@ -64,6 +64,40 @@ fn censored_vms_share_one_oracle_exit() {
     }
 }
 
+/// The binned oracle knows each completed lifetime only to its recorded bin: it reads the bin's
+/// middle, so VMs of one bin are alike to it; censored VMs keep the common far exit.
+#[test]
+fn the_binned_oracle_reads_the_middle_of_each_lifetime_bin() {
+    let workload = Workload::load(&synthetic(3000)).unwrap();
+    let policy = PolicyConfig::of_kind(PolicyKind::Nilas);
+    let edges = vec![600.0, 3_600.0, 86_400.0];
+    let config = source(PredictionSourceConfig::BinnedOracle { edges_s: edges });
+    let p = predict(&workload, &config, &policy, 1).unwrap();
+    let mut seen_bins = [false; 4];
+    for (vm, prediction) in workload.vms.iter().zip(&p.per_vm) {
+        let read = prediction.as_ref().unwrap().expected_lifetime_s.unwrap();
+        let truth = workload.lifetime_s(vm);
+        if vm.end_s.is_none() {
+            assert_eq!(read, truth, "a censored VM keeps the oracle's common far exit");
+            continue;
+        }
+        let (bin, middle) = match truth {
+            t if t < 600.0 => (0, 300.0),
+            t if t < 3_600.0 => (1, 2_100.0),
+            t if t < 86_400.0 => (2, 45_000.0),
+            _ => (3, 86_400.0),
+        };
+        seen_bins[bin] = true;
+        assert_eq!(read, middle, "lifetime {truth} s is read as its bin's middle");
+    }
+    assert_eq!(seen_bins, [true; 4], "the trace has lifetimes in every bin");
+    // The Azure V1 bins by default; bad edges are refused.
+    let azure = predict(&workload, &source(PredictionSourceConfig::BinnedOracle { edges_s: vec![] }), &policy, 1);
+    assert_eq!(azure.unwrap().report.source, "binned-oracle");
+    let bad = source(PredictionSourceConfig::BinnedOracle { edges_s: vec![3_600.0, 600.0] });
+    assert!(matches!(predict(&workload, &bad, &policy, 1), Err(PredictError::Invalid { .. })));
+}
+
 /// Paper 003 B.6: exactly round(recall x long) long VMs are predicted long, and the precision is the
 /// target; each prediction's lifetime agrees with its class.
 #[test]

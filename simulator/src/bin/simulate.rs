@@ -156,7 +156,8 @@ struct RunArgs {
     /// Lifetime at which a VM is long-lived (DPBFR, LA-binary, noisy precision/recall), seconds.
     #[arg(long)]
     long_threshold_s: Option<f64>,
-    /// Prediction source: oracle, none, model, model:BUNDLE_DIR, accuracy:A (paper 002 G.1),
+    /// Prediction source: oracle, binned-oracle (the trace's recorded lifetime bins), none, model,
+    /// model:BUNDLE_DIR, accuracy:A (paper 002 G.1),
     /// pr:PRECISION,RECALL (paper 003 B.6, on the long class).
     #[arg(long)]
     prediction: Option<String>,
@@ -538,7 +539,7 @@ fn parse_buckets(text: &str) -> Result<Buckets> {
     }
 }
 
-/// `oracle`, `none`, `model[:DIR]`, `accuracy:A`, `pr:P,R`.
+/// `oracle`, `binned-oracle`, `none`, `model[:DIR]`, `accuracy:A`, `pr:P,R`.
 fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
     let (kind, value) = text.split_once(':').map_or((text, None), |(k, v)| (k, Some(v)));
     let number = |v: &str, what: &str| -> Result<f64> {
@@ -546,6 +547,7 @@ fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
     };
     Ok(match (kind, value) {
         ("oracle", None) => PredictionSourceConfig::Oracle,
+        ("binned-oracle", None) => PredictionSourceConfig::BinnedOracle { edges_s: Vec::new() },
         ("none", None) => PredictionSourceConfig::None,
         ("model", None) => PredictionSourceConfig::Model { bundle: PathBuf::from("models/default") },
         ("model", Some(dir)) => PredictionSourceConfig::Model { bundle: PathBuf::from(dir) },
@@ -569,7 +571,7 @@ fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
             PredictionSourceConfig::NoisyPrecisionRecall { precision, recall }
         }
         _ => bail!(
-            "--prediction `{text}` is not a source: use oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8"
+            "--prediction `{text}` is not a source: use oracle, binned-oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8"
         ),
     })
 }
