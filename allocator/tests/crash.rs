@@ -5,6 +5,8 @@
 //!   binary; another thread SIGKILLs it mid-stream; a restart on the same store must hold every
 //!   acknowledged allocation on the same host, none of the acknowledged releases, no VM twice and
 //!   nothing that was never acknowledged, except the one request in flight, which may go either way.
+//! - `acknowledged_state_survives_many_sigkills` (ignored: run on demand): the same over 100
+//!   kill-and-restart cycles with four concurrent clients; no acknowledged operation may be lost.
 //! - `reopened_durable_allocator_equals_the_state_before`: the library alone; after reopening, the
 //!   hosts, VMs and next decisions equal those of an allocator that never stopped.
 
@@ -20,7 +22,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::{send, start, vm};
@@ -32,9 +34,11 @@ enum InDoubt {
     Release(String),
 }
 
-/// What the client knows for sure.
+/// What one client knows for sure.
 #[derive(Default)]
 struct Model {
+    /// Prefixed to the client's VM ids, so that concurrent clients never share one.
+    prefix: String,
     /// Acknowledged placements still live: VM -> (host, cores).
     live: HashMap<String, (String, f64)>,
     /// Acknowledged releases.
@@ -42,10 +46,14 @@ struct Model {
     /// Requests answered "rejected".
     rejected: HashSet<String>,
     next_id: usize,
+    /// Operations acknowledged over the client's life, every one of them checked after each restart.
+    acknowledged: usize,
 }
 
-/// Checks the restarted server against the model and settles the in-doubt operation.
-async fn check(client: &reqwest::Client, base: &str, model: &mut Model, in_doubt: Option<InDoubt>) {
+/// Checks the restarted server against every client's model and settles each client's in-doubt
+/// operation. Any acknowledged operation lost (an acknowledged VM missing or moved, a released one
+/// back) fails the test.
+async fn check(client: &reqwest::Client, base: &str, models: &mut [Model], in_doubt: Vec<Option<InDoubt>>) {
     let (status, page) = send(client.get(format!("{base}/v1/hosts?limit=10000"))).await;
     assert_eq!(status, 200);
     let mut found: HashMap<String, String> = HashMap::new();
@@ -58,46 +66,57 @@ async fn check(client: &reqwest::Client, base: &str, model: &mut Model, in_doubt
             assert!(found.insert(vm.clone(), host_id.clone()).is_none(), "VM {vm} appears twice");
         }
     }
-    let (doubt_allocs, doubt_release) = match &in_doubt {
-        Some(InDoubt::Allocate(ids)) => (ids.clone(), None),
-        Some(InDoubt::Release(id)) => (Vec::new(), Some(id.clone())),
-        None => (Vec::new(), None),
-    };
-    for (vm, (host, _)) in &model.live {
-        if doubt_release.as_ref() != Some(vm) {
-            assert_eq!(found.get(vm), Some(host), "acknowledged VM {vm} lost or moved");
+    let doubts: Vec<(Vec<String>, Option<String>)> = in_doubt
+        .into_iter()
+        .map(|doubt| match doubt {
+            Some(InDoubt::Allocate(ids)) => (ids, None),
+            Some(InDoubt::Release(id)) => (Vec::new(), Some(id)),
+            None => (Vec::new(), None),
+        })
+        .collect();
+    for (model, (_, doubt_release)) in models.iter().zip(&doubts) {
+        for (vm, (host, _)) in &model.live {
+            if doubt_release.as_ref() != Some(vm) {
+                assert_eq!(found.get(vm), Some(host), "acknowledged VM {vm} lost or moved");
+            }
         }
-    }
-    for vm in &model.released {
-        assert!(!found.contains_key(vm), "released VM {vm} came back");
+        for vm in &model.released {
+            assert!(!found.contains_key(vm), "released VM {vm} came back");
+        }
     }
     for vm in found.keys() {
+        let owner = models
+            .iter()
+            .zip(&doubts)
+            .find(|(model, (doubt_allocs, _))| model.live.contains_key(vm) || doubt_allocs.contains(vm));
         assert!(
-            model.live.contains_key(vm) || doubt_allocs.contains(vm),
+            owner.is_some(),
             "VM {vm} was never acknowledged (answered rejected: {})",
-            model.rejected.contains(vm)
+            models.iter().any(|model| model.rejected.contains(vm))
         );
     }
-    // A gang is all or nothing, even in doubt.
-    let present = doubt_allocs.iter().filter(|id| found.contains_key(*id)).count();
-    assert!(present == 0 || present == doubt_allocs.len(), "gang {doubt_allocs:?} partly placed");
-    // Settle the in-doubt operation with what the store says.
-    for id in &doubt_allocs {
-        if let Some(host) = found.get(id) {
-            let (status, info) = send(client.get(format!("{base}/v1/allocations/{id}"))).await;
-            assert_eq!(status, 200);
-            model.live.insert(id.clone(), (host.clone(), info["demand"]["cores"].as_f64().unwrap()));
+    for (model, (doubt_allocs, doubt_release)) in models.iter_mut().zip(doubts) {
+        // A gang is all or nothing, even in doubt.
+        let present = doubt_allocs.iter().filter(|id| found.contains_key(*id)).count();
+        assert!(present == 0 || present == doubt_allocs.len(), "gang {doubt_allocs:?} partly placed");
+        // Settle the in-doubt operation with what the store says.
+        for id in &doubt_allocs {
+            if let Some(host) = found.get(id) {
+                let (status, info) = send(client.get(format!("{base}/v1/allocations/{id}"))).await;
+                assert_eq!(status, 200);
+                model.live.insert(id.clone(), (host.clone(), info["demand"]["cores"].as_f64().unwrap()));
+            }
+        }
+        if let Some(id) = doubt_release {
+            if !found.contains_key(&id) {
+                model.live.remove(&id);
+                model.released.insert(id);
+            }
         }
     }
-    if let Some(id) = doubt_release {
-        if !found.contains_key(&id) {
-            model.live.remove(&id);
-            model.released.insert(id);
-        }
-    }
-    // Now the model is the server's state exactly: each host uses what its VMs demand.
+    // Now the models are the server's state exactly: each host uses what its VMs demand.
     let mut expected: HashMap<&str, f64> = HashMap::new();
-    for (host, cores) in model.live.values() {
+    for (host, cores) in models.iter().flat_map(|model| model.live.values()) {
         *expected.entry(host.as_str()).or_insert(0.0) += cores;
     }
     for (host, cores) in &used {
@@ -105,7 +124,7 @@ async fn check(client: &reqwest::Client, base: &str, model: &mut Model, in_doubt
         assert!((cores - want).abs() < 1e-9, "host {host} uses {cores} cores, its VMs {want}");
     }
     let (_, stats) = send(client.get(format!("{base}/v1/stats"))).await;
-    assert_eq!(stats["vms"].as_u64().unwrap() as usize, model.live.len());
+    assert_eq!(stats["vms"].as_u64().unwrap() as usize, models.iter().map(|model| model.live.len()).sum::<usize>());
 }
 
 /// Streams operations until the server dies or `max_ops` are done; returns the operation in doubt.
@@ -131,7 +150,7 @@ async fn stream(
             let vms: Vec<Value> = (0..gang)
                 .map(|_| {
                     model.next_id += 1;
-                    let id = format!("vm-{}", model.next_id);
+                    let id = format!("{}vm-{}", model.prefix, model.next_id);
                     let cores = f64::from(rng.random_range(1..=6u32));
                     cores_of.insert(id.clone(), cores);
                     vm(&id, &tenant, cores, cores * 2.0)
@@ -173,59 +192,126 @@ async fn stream(
                 }
             }
         }
+        model.acknowledged += 1;
         acked.fetch_add(1, Ordering::SeqCst);
     }
     None
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_state_survives_sigkill() {
+/// What a series of kill-and-restart cycles did.
+struct Cycles {
+    models: Vec<Model>,
+    /// Cycles whose kill left some client's operation without an answer.
+    interrupted: usize,
+    /// Operations left without an answer by a kill, each settled by the next check.
+    in_doubt: usize,
+}
+
+/// One kill-and-restart cycle per entry of `kill_after`: restart the binary on the same store,
+/// check every client's acknowledged state, then let `clients` clients stream concurrently until a
+/// SIGKILL after `kill_after` acknowledged operations (summed over the clients), a random fraction
+/// of a request later. A last restart checks the final state.
+async fn kill_cycles(kill_after: &[usize], clients: usize, hosts: usize, seed: u64) -> Cycles {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("crash.db");
     let client = reqwest::Client::new();
-    let mut model = Model::default();
-    let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let mut in_doubt = None;
-    let mut interrupted = 0;
-    // Each round: restart on the same store, check, then stream until killed after `kill_after`
-    // acknowledged operations.
-    for (round, kill_after) in [60usize, 95, 130, 45].into_iter().enumerate() {
-        let server = start(&store, 12, "").await;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut states: Vec<(Model, ChaCha8Rng)> = (0..clients)
+        .map(|k| {
+            let prefix = if clients == 1 { String::new() } else { format!("c{k}-") };
+            (Model { prefix, ..Model::default() }, ChaCha8Rng::seed_from_u64(seed.wrapping_add(1 + k as u64)))
+        })
+        .collect();
+    let mut in_doubt: Vec<Option<InDoubt>> = vec![None; clients];
+    let (mut interrupted, mut doubted) = (0, 0);
+    for (round, &kill_after) in kill_after.iter().enumerate() {
+        let server = start(&store, hosts, "").await;
         let base = server.base.clone();
         if round > 0 {
-            check(&client, &base, &mut model, in_doubt.take()).await;
+            let mut models: Vec<Model> = states.iter_mut().map(|(model, _)| std::mem::take(model)).collect();
+            check(&client, &base, &mut models, std::mem::take(&mut in_doubt)).await;
+            in_doubt = vec![None; clients];
+            for ((model, _), checked) in states.iter_mut().zip(models) {
+                *model = checked;
+            }
         }
         let server = Arc::new(Mutex::new(server));
         let acked = Arc::new(AtomicUsize::new(0));
-        let done = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
         let killer = {
             let (server, acked, done) = (Arc::clone(&server), Arc::clone(&acked), Arc::clone(&done));
             let delay_us = rng.random_range(0..1500u64);
             std::thread::spawn(move || {
-                while acked.load(Ordering::SeqCst) < kill_after && !done.load(Ordering::SeqCst) {
+                while acked.load(Ordering::SeqCst) < kill_after && done.load(Ordering::SeqCst) < clients {
                     std::thread::sleep(Duration::from_micros(50));
                 }
-                // The client is sending its next request: kill in the middle of it.
+                // The clients are sending their next requests: kill in the middle of them.
                 std::thread::sleep(Duration::from_micros(delay_us));
                 server.lock().unwrap().kill();
             })
         };
-        in_doubt = stream(&client, &base, &mut model, &mut rng, &acked, 400).await;
-        done.store(true, Ordering::SeqCst);
+        let streams: Vec<_> = states
+            .drain(..)
+            .map(|(mut model, mut client_rng)| {
+                let (client, base, acked, done) = (client.clone(), base.clone(), Arc::clone(&acked), Arc::clone(&done));
+                tokio::spawn(async move {
+                    let doubt = stream(&client, &base, &mut model, &mut client_rng, &acked, 400).await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                    (model, client_rng, doubt)
+                })
+            })
+            .collect();
+        for (k, task) in streams.into_iter().enumerate() {
+            let (model, client_rng, doubt) = task.await.unwrap();
+            states.push((model, client_rng));
+            in_doubt[k] = doubt;
+        }
         killer.join().unwrap();
-        interrupted += usize::from(in_doubt.is_some());
+        let doubts = in_doubt.iter().filter(|d| d.is_some()).count();
+        interrupted += usize::from(doubts > 0);
+        doubted += doubts;
         eprintln!(
-            "round {round}: killed after {} acknowledged operations; in doubt: {in_doubt:?}; live {}, released {}",
+            "round {round}: killed after {} acknowledged operations; in doubt: {doubts}; live {}, released {}",
             acked.load(Ordering::SeqCst),
-            model.live.len(),
-            model.released.len()
+            states.iter().map(|(model, _)| model.live.len()).sum::<usize>(),
+            states.iter().map(|(model, _)| model.released.len()).sum::<usize>(),
         );
     }
-    assert!(interrupted >= 3, "the kills should interrupt the stream");
-    let server = start(&store, 12, "").await;
-    check(&client, &server.base, &mut model, in_doubt.take()).await;
+    let server = start(&store, hosts, "").await;
+    let mut models: Vec<Model> = states.into_iter().map(|(model, _)| model).collect();
+    check(&client, &server.base, &mut models, in_doubt).await;
+    Cycles { models, interrupted, in_doubt: doubted }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_state_survives_sigkill() {
+    // Each round: restart on the same store, check, then stream until killed after `kill_after`
+    // acknowledged operations.
+    let cycles = kill_cycles(&[60, 95, 130, 45], 1, 12, 7).await;
+    assert!(cycles.interrupted >= 3, "the kills should interrupt the stream");
+    let model = &cycles.models[0];
     assert!(model.live.len() + model.released.len() > 150, "too little happened to mean anything");
     assert!(!model.released.is_empty() && !model.live.is_empty());
+}
+
+/// The long run: `CRASH_CYCLES` (default 100) kill-and-restart cycles with four concurrent clients,
+/// each checked for every acknowledged operation. `cargo test --release -p allocator --test crash
+/// -- --ignored --nocapture` (docs/allocator.md records the last run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about 100 restarts of the real binary: run on demand"]
+async fn acknowledged_state_survives_many_sigkills() {
+    let cycles: usize = std::env::var("CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let mut rng = ChaCha8Rng::seed_from_u64(2026);
+    let kill_after: Vec<usize> = (0..cycles).map(|_| rng.random_range(10..200)).collect();
+    let result = kill_cycles(&kill_after, 4, 48, 2026).await;
+    let acknowledged: usize = result.models.iter().map(|model| model.acknowledged).sum();
+    eprintln!(
+        "{cycles} SIGKILL cycles, 4 concurrent clients: {acknowledged} acknowledged operations, all found after \
+         the restarts (0 lost); {} cycles interrupted a request; {} requests in doubt, each settled either way",
+        result.interrupted, result.in_doubt
+    );
+    assert!(result.interrupted * 2 >= cycles, "most kills should interrupt requests in flight");
+    assert!(acknowledged > cycles * 50, "too little happened to mean anything");
 }
 
 fn inventory() -> InventorySpec {
