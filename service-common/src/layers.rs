@@ -21,7 +21,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// (`control-service/benches/overload.rs`, docs/benchmarks.md): with more, admitted requests only
 /// queue for the same cores and their latency grows with the queue; with fewer, the cores idle
 /// between requests that wait on an upstream.
-pub const ADMITTED_PER_CORE: usize = 16;
+pub const ADMITTED_PER_CORE: usize = 8;
 
 /// The default admission limit: [`ADMITTED_PER_CORE`] per core this process may run on.
 pub fn default_max_concurrency() -> usize {
@@ -35,7 +35,7 @@ pub struct LayerConfig {
     /// A request taking longer is answered 503.
     pub request_timeout_ms: u64,
     /// Requests in flight beyond this are refused at once with 503, `Retry-After` and a problem
-    /// body. Default: [`default_max_concurrency`] (16 per core).
+    /// body. Default: [`default_max_concurrency`] (8 per core).
     pub max_concurrency: usize,
     /// Larger bodies are refused with 413.
     pub max_body_bytes: usize,
@@ -63,6 +63,18 @@ impl Default for LayerConfig {
     }
 }
 
+/// The answer to a request beyond the admission limit: 503, `Retry-After: 1`, a problem body.
+pub(crate) fn overloaded() -> Response {
+    let mut response = problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "Service overloaded",
+        "too many requests in flight; retry shortly",
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 async fn overload_or_timeout(error: BoxError) -> Response {
     if error.is::<tower::timeout::error::Elapsed>() {
         refusals::record(Refusal::Timeout);
@@ -70,14 +82,7 @@ async fn overload_or_timeout(error: BoxError) -> Response {
     }
     if error.is::<tower::load_shed::error::Overloaded>() {
         refusals::record(Refusal::Overloaded);
-        let mut response = problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "Service overloaded",
-            "too many requests in flight; retry shortly",
-        );
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
+        return overloaded();
     }
     problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string())
 }

@@ -10,6 +10,11 @@
 //!   connection.
 //! - **Idle timeout** (`http.idle_timeout_ms`): a connection that sends nothing, whether new or kept
 //!   alive after its last answer, is closed after this time.
+//! - **Admission limit** (`http.max_concurrency`), checked before the request enters the router:
+//!   a request beyond it is answered 503 with `Retry-After` at once, without the request id,
+//!   tracing span and tower stack of an admitted one, so that refusing costs as little as possible
+//!   when refusals are most of the traffic. The stack of [`crate::layers::apply`] keeps its own
+//!   limit, of the same size, for routers served otherwise.
 //! - `TCP_NODELAY` on every connection: small JSON answers leave at once rather than wait for
 //!   Nagle's algorithm.
 //! - Graceful shutdown: when `shutdown` resolves, the listener stops accepting, idle connections
@@ -40,6 +45,7 @@ use tower::ServiceExt;
 /// The transport limits of [`serve`], from a service's `[http]` section.
 #[derive(Clone, Copy, Debug)]
 struct Limits {
+    max_concurrency: usize,
     max_connections: usize,
     header_read_timeout: Duration,
     idle_timeout: Duration,
@@ -48,6 +54,7 @@ struct Limits {
 impl From<&LayerConfig> for Limits {
     fn from(config: &LayerConfig) -> Self {
         Limits {
+            max_concurrency: config.max_concurrency.clamp(1, Semaphore::MAX_PERMITS),
             // The semaphore's own maximum is far above any sensible cap; clamp rather than panic.
             max_connections: config.max_connections.clamp(1, Semaphore::MAX_PERMITS),
             header_read_timeout: Duration::from_millis(config.header_read_timeout_ms.max(1)),
@@ -69,8 +76,10 @@ where
 {
     let limits = Limits::from(config);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Arc::new(Semaphore::new(limits.max_concurrency));
     let (stop_sender, stop) = watch::channel(false);
     let reporter = tokio::spawn(refusals::report_every_second());
+    let trimmer = tokio::spawn(release_memory_after_bursts(Arc::clone(&permits), limits.max_connections));
     let mut shutdown = pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -95,7 +104,7 @@ where
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
         }
-        tokio::spawn(serve_connection(stream, router.clone(), limits, stop.clone(), permit));
+        tokio::spawn(serve_connection(stream, router.clone(), Arc::clone(&admission), limits, stop.clone(), permit));
     }
     drop(listener);
     let _ = stop_sender.send(true);
@@ -103,7 +112,41 @@ where
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _all_closed = permits.acquire_many(all).await;
     reporter.abort();
+    trimmer.abort();
     Ok(())
+}
+
+/// A burst that opened at least this many connections is worth giving memory back after.
+const TRIM_AFTER_CONNECTIONS: usize = 64;
+
+/// Gives freed memory back to the operating system once a burst of connections has gone: when at
+/// most half of the recent peak of open connections remain. Each connection's buffers and tasks
+/// are freed when it closes, but glibc keeps freed memory in its per-thread arenas, so without
+/// this the resident size ratchets up with every burst (docs/benchmarks.md, "Overload").
+async fn release_memory_after_bursts(permits: Arc<Semaphore>, max_connections: usize) {
+    let mut peak = 0;
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let open = max_connections.saturating_sub(permits.available_permits());
+        peak = peak.max(open);
+        if peak >= TRIM_AFTER_CONNECTIONS && open <= peak / 2 {
+            // Walks every arena: off the async workers.
+            let _ = tokio::task::spawn_blocking(release_free_memory).await;
+            peak = open;
+        }
+    }
+}
+
+/// Returns free heap pages to the operating system (glibc's `malloc_trim`); nothing elsewhere.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists under its locks; it takes no
+    // pointer and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// What ended a connection early.
@@ -231,6 +274,7 @@ impl AsyncWrite for WatchedStream {
 async fn serve_connection(
     stream: TcpStream,
     router: Router,
+    admission: Arc<Semaphore>,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
@@ -241,9 +285,19 @@ async fn serve_connection(
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         service_activity.request_started();
         let answered = AnsweredOnDrop(service_activity.clone());
-        let response = router.clone().oneshot(request);
+        let admitted = Arc::clone(&admission).try_acquire_owned().ok();
+        let response = admitted.is_some().then(|| router.clone().oneshot(request));
         async move {
-            let response = response.await;
+            let response = match response {
+                Some(response) => response.await,
+                None => {
+                    refusals::record(Refusal::Overloaded);
+                    Ok(crate::layers::overloaded())
+                }
+            };
+            // The request leaves the admission limit when its answer is ready, as with tower's
+            // concurrency limit.
+            drop(admitted);
             drop(answered);
             response
         }
@@ -294,6 +348,7 @@ mod tests {
 
     fn limits() -> Limits {
         Limits {
+            max_concurrency: 1,
             max_connections: 1,
             header_read_timeout: Duration::from_millis(100),
             idle_timeout: Duration::from_millis(300),

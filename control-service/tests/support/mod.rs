@@ -164,3 +164,97 @@ pub fn vm(vm_id: &str, tenant: &str, vm_type: &str, cores: f64) -> serde_json::V
         "requested_at_s": 864_000.0 + 13.0 * 3_600.0
     }})
 }
+
+/// A process whose stderr (its log) is kept for the test to read.
+pub struct LoggedProcess {
+    pub process: Process,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl LoggedProcess {
+    /// Everything the process logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().map(|log| log.clone()).unwrap_or_default()
+    }
+}
+
+/// The control service on a free port with `config` (TOML without `listen`, which is set here),
+/// logging at `info` without colours into a buffer the test can read.
+pub async fn start_control_logged(dir: &Path, config: &str) -> LoggedProcess {
+    use std::io::BufRead;
+    let port = free_port();
+    let path = dir.join(format!("control-{port}.toml"));
+    std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}\n")).unwrap();
+    // CONTROL_SERVICE_BIN runs the same test against another build (e.g. an older commit's).
+    let binary = std::env::var_os("CONTROL_SERVICE_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_control-service")), PathBuf::from);
+    let mut child = Command::new(binary)
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting the control service: {e}"));
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = std::sync::Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(mut log) = sink.lock() {
+                log.push_str(&line);
+                log.push('\n');
+            }
+        }
+    });
+    let mut process = Process { child: Some(child), base: format!("http://127.0.0.1:{port}") };
+    wait_ready(&mut process, "control-service").await;
+    LoggedProcess { process, log }
+}
+
+/// The operating-system id of a running process (for benches that read its memory).
+pub fn process_id(process: &Process) -> Option<u32> {
+    process.child.as_ref().map(Child::id)
+}
+
+/// The resident set size of process `pid` in KiB, from `/proc` (Linux).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// An inference server like [`start_inference`], with `extra` top-level TOML (an `admin_token`, ...).
+pub async fn start_inference_with(dir: &Path, models: &Path, extra: &str) -> Process {
+    let port = free_port();
+    let config = dir.join(format!("inference-{port}.toml"));
+    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\nmodels_dir = \"{}\"\n{extra}\n", models.display()))
+        .unwrap();
+    let mut process = Process {
+        child: Some(spawn(&workspace_binary("inference-server"), &config)),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    wait_ready(&mut process, "inference-server").await;
+    process
+}
+
+/// An allocator like [`start_allocator`], with `extra` top-level TOML (an `admin_token`, ...).
+pub async fn start_allocator_with(dir: &Path, hosts: usize, extra: &str) -> Process {
+    let port = free_port();
+    let config = dir.join(format!("allocator-{port}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n{extra}\n[generate]\nzone = \"zone-1\"\nhosts = {hosts}\n\
+             hosts_per_rack = 2\ncores = 16\nmemory_gib = 64\n[allocator.policy]\nkind = \"la-binary\"\n",
+            dir.join(format!("allocator-{port}.db")).display()
+        ),
+    )
+    .unwrap();
+    let mut process = Process {
+        child: Some(spawn(&workspace_binary("allocator"), &config)),
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    wait_ready(&mut process, "allocator").await;
+    process
+}
