@@ -33,6 +33,7 @@ pub struct StageLatency {
 }
 
 /// The control service's answer to `POST /allocate`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ControlDecision {
     /// The zone whose allocator decided.

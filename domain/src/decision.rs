@@ -6,6 +6,7 @@ use crate::prediction::LifetimePrediction;
 use serde::{Deserialize, Serialize};
 
 /// How many hosts one rule of the rule engine saw and kept (its filtering factor).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleFilterStat {
     pub rule: String,
@@ -14,6 +15,7 @@ pub struct RuleFilterStat {
 }
 
 /// Where one VM was placed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
     pub vm_id: VmId,
@@ -26,6 +28,7 @@ pub struct Placement {
 }
 
 /// Machine-readable reason of a rejection.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RejectionCode {
@@ -38,6 +41,7 @@ pub enum RejectionCode {
 }
 
 /// Why a request was not placed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rejection {
     pub code: RejectionCode,
@@ -50,6 +54,8 @@ pub struct Rejection {
     pub eliminated_by: Vec<RuleFilterStat>,
 }
 
+/// Placed (every VM of the request, in request order) or rejected (nothing placed), told by `status`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum AllocationOutcome {
@@ -58,6 +64,7 @@ pub enum AllocationOutcome {
 }
 
 /// The allocator's answer to one [`crate::AllocationRequest`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AllocationDecision {
     #[serde(flatten)]

@@ -12,19 +12,37 @@ use std::collections::BTreeMap;
 pub struct PredictInstance {
     /// Stable routing key for canary traffic (the VM id, say); defaults to tenant and VM type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256)
+    )]
     pub key: Option<String>,
+    /// The tenant; empty when unknown (traces without one). At most 256 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub tenant_id: String,
+    /// 1 to 256 bytes, no control characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256)
+    )]
     pub vm_type: String,
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0.0))]
     pub cores: f64,
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0.0))]
     pub memory_gib: f64,
     #[serde(default)]
     pub priority: Priority,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256)
+    )]
     pub os: Option<String>,
     /// Request time in seconds on the model's clock; the server's clock when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at_s: Option<f64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::request::features_schema))]
     pub features: BTreeMap<String, FeatureValue>,
 }
 
@@ -55,6 +73,8 @@ impl PredictInstance {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictRequest {
+    /// 1 to `max_batch` instances (1024 by default).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 1024))]
     pub instances: Vec<PredictInstance>,
     /// Also predict the lifetime interval (the multi-class model, for LA-multiclass). It costs about
     /// ten times the long-lived prediction, so it is off unless asked for.
@@ -76,6 +96,7 @@ pub struct PredictResponse {
 pub struct RemainingInstance {
     pub vm: PredictInstance,
     /// Seconds the VM has been running.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0))]
     pub uptime_s: f64,
 }
 
@@ -84,6 +105,8 @@ pub struct RemainingInstance {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RemainingRequest {
+    /// 1 to `max_batch` instances (1024 by default).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 1024))]
     pub instances: Vec<RemainingInstance>,
 }
 

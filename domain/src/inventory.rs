@@ -8,6 +8,7 @@ use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
 
 /// Whether a host may receive VMs.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HostState {

@@ -15,11 +15,14 @@ pub mod decision;
 pub mod ids;
 pub mod inference;
 pub mod inventory;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod prediction;
 pub mod problem;
 pub mod request;
 pub mod resources;
 pub mod validate;
+pub mod whole_number;
 
 pub use control::{
     CacheStats, ControlDecision, ControlStats, InferenceServerHealth, SafeguardStatus, StageLatency, VmPrediction,

@@ -59,17 +59,24 @@ impl PredictionSource {
 #[serde(deny_unknown_fields)]
 pub struct LifetimePrediction {
     /// Probability of being long-lived, in [0, 1].
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
     pub p_long: f64,
     /// Binary class after applying the model's decision threshold.
     pub class: LifetimeClass,
     /// Index of the predicted lifetime interval of the multi-class model, when one was asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole_number::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>, minimum = 0, maximum = 4_294_967_295_u64))]
     pub interval_class: Option<u32>,
     /// Expected lifetime in seconds, when the model gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0))]
     pub expected_lifetime_s: Option<f64>,
-    /// Version of the model bundle that answered.
+    /// Version of the model bundle that answered (1 to 256 bytes, no control characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256)
+    )]
     pub model_version: Option<String>,
     pub source: PredictionSource,
 }

@@ -246,6 +246,62 @@ impl<'de> Deserialize<'de> for Resources {
     }
 }
 
+/// OpenAPI schemas of the wire form: whole units, with the ranges [`Resources::from_whole`] accepts.
+#[cfg(feature = "openapi")]
+mod schema {
+    use super::{Resources, MAX_WHOLE_UNITS};
+    use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Type};
+    use utoipa::openapi::RefOr;
+
+    fn amount(description: &str, exclusive_minimum: bool) -> ObjectBuilder {
+        let amount = ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .maximum(Some(MAX_WHOLE_UNITS))
+            .description(Some(description));
+        if exclusive_minimum {
+            amount.exclusive_minimum(Some(0.0))
+        } else {
+            amount.minimum(Some(0.0))
+        }
+    }
+
+    fn vector(description: &str, positive_demand: bool) -> ObjectBuilder {
+        // `deny_unknown_fields` on the wire form: nothing but the three dimensions.
+        let vector = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(description))
+            .property("cores", amount("Cores (whole cores; 0.001 is one millicore).", positive_demand))
+            .property("memory_gib", amount("Memory in GiB (1/1024 is one MiB).", positive_demand))
+            .property("ssd_gib", amount("Local SSD in GiB; 0 when absent.", false))
+            .required("cores")
+            .required("memory_gib")
+            .additional_properties(Some(AdditionalProperties::<Schema>::FreeForm(false)));
+        if positive_demand {
+            vector
+        } else {
+            vector.required("ssd_gib")
+        }
+    }
+
+    /// A VM's demand as a client sends it: cores and memory greater than 0, SSD optional, each at
+    /// most 1e9 (the checks of [`crate::validate`]).
+    pub fn demand() -> Schema {
+        vector("What the VM needs, in whole units.", true).into()
+    }
+
+    impl utoipa::PartialSchema for Resources {
+        /// As the services answer it: all three dimensions, in whole units.
+        fn schema() -> RefOr<Schema> {
+            RefOr::T(vector("A resource vector in whole units.", false).into())
+        }
+    }
+
+    impl utoipa::ToSchema for Resources {}
+}
+
+#[cfg(feature = "openapi")]
+pub use schema::demand as demand_schema;
+
 #[cfg(test)]
 mod tests {
     use super::*;
