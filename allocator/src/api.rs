@@ -61,14 +61,14 @@ impl HasLimits for AppState {
 #[serde(deny_unknown_fields)]
 pub struct ExplainRequest {
     /// The VM to place, as in an allocation request.
-    #[schema(value_type = Object)]
     pub vm: VmRequest,
-    /// A host to explain the verdict on.
+    /// A host to explain the verdict on (a host of the inventory, else 422).
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
     pub why_not: Option<HostId>,
     /// How many of the best hosts to list (default 5, at most 100).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "domain::whole_number::option")]
+    #[schema(minimum = 1, maximum = 100)]
     pub top: Option<usize>,
 }
 
@@ -113,9 +113,15 @@ impl Validate for ExplainRequest {
         stats,
         explain,
         healthz,
-        readyz
+        readyz,
+        metrics_endpoint
     ),
     components(schemas(
+        domain::AllocationRequest,
+        domain::AllocationDecision,
+        domain::Resources,
+        crate::AllocatorStats,
+        crate::Explanation,
         VmInfo,
         HostInfo,
         HostSummary,
@@ -132,10 +138,71 @@ impl Validate for ExplainRequest {
         crate::lava::LavaHost,
         crate::lava::LavaState,
         domain::LifetimePrediction,
+        domain::HostState,
         domain::Problem
-    ))
+    )),
+    modifiers(&DocumentCompletion)
 )]
 pub struct ApiDoc;
+
+/// What the derived schemas of the library's types cannot say (their resource vectors, host
+/// states, the drain request's ranges), and the standard responses.
+struct DocumentCompletion;
+
+impl utoipa::Modify for DocumentCompletion {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use domain::openapi::set_property;
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+        use utoipa::openapi::Ref;
+        let resources = || Ref::from_schema_name("Resources");
+        set_property(openapi, "VmInfo", "demand", resources());
+        for property in ["capacity", "used", "free"] {
+            set_property(openapi, "HostInfo", property, resources());
+        }
+        set_property(openapi, "HostInfo", "state", Ref::from_schema_name("HostState"));
+        set_property(openapi, "HostStateChange", "previous", Ref::from_schema_name("HostState"));
+        set_property(openapi, "HostStateChange", "state", Ref::from_schema_name("HostState"));
+        let host_id = ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(256));
+        let listed = ArrayBuilder::new().items(host_id).min_items(Some(1)).max_items(Some(1000));
+        let listed = ObjectBuilder::new()
+            .property("listed", listed)
+            .required("listed")
+            .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)))
+            .description(Some("These hosts (1 to 1000 ids)."));
+        let pick = ObjectBuilder::new()
+            .property("pick", ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)))
+            .required("pick")
+            .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)))
+            .description(Some("The `n` available non-empty hosts cheapest to empty."));
+        domain::openapi::set_schema(
+            openapi,
+            "DrainHosts",
+            utoipa::openapi::schema::OneOfBuilder::new().item(listed).item(pick).into(),
+        );
+        set_property(
+            openapi,
+            "DrainRequest",
+            "max_in_flight",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(crate::defrag::MAX_IN_FLIGHT as f64))
+                .description(Some("Most migrations in flight at once (default 3).")),
+        );
+        // `offset` is read as a `usize`: any whole number up to 2^64 - 1, beyond `int64`'s range.
+        domain::openapi::set_parameter_schema(
+            openapi,
+            "/v1/hosts",
+            "offset",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0))
+                .maximum(Some(u64::MAX))
+                .description(Some("Hosts to skip.")),
+        );
+        domain::openapi::complete(openapi);
+    }
+}
 
 /// The full router, without the standard layers (see `service_common::layers::apply`).
 pub fn router(state: AppState) -> Router {
@@ -249,12 +316,14 @@ fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Resp
 /// same placements), or rejected (`"status": "rejected"`: nothing fits; a normal answer, not an
 /// error). 409: the VM id is placed already with a different tenant, demand or type, or part of the
 /// gang is placed. 503: the change could not be made durable and was undone; retry.
-#[utoipa::path(post, path = "/v1/allocations",
-    request_body(content = Object, description = "domain::AllocationRequest: `{\"vm\": VmRequest}` or `{\"gang\": {\"tenant_id\", \"vms\": [VmRequest]}}`"),
-    responses((status = 201, description = "placed (an AllocationDecision with `status: placed`)"),
-              (status = 200, description = "replayed, or rejected (`status: rejected`)"),
-              (status = 400, body = domain::Problem), (status = 409, body = domain::Problem),
-              (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
+#[utoipa::path(post, path = "/v1/allocations", request_body = domain::AllocationRequest,
+    responses((status = 201, description = "Placed now (`status: placed`).", body = domain::AllocationDecision),
+              (status = 200, description = "Replayed (`replayed: true`), or rejected (`status: rejected`).", body = domain::AllocationDecision),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 409, description = "A VM id is placed already with other details (`vm-id-reused`), or part of the gang is (`partial-gang`).", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable and was undone, the store is unavailable, or overloaded or timed out; retry.", body = domain::Problem)))]
 async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<AllocationRequest>) -> Response {
     if let Some(zone) = request.zone().filter(|zone| !state.zones.contains(zone)) {
         let served: Vec<&str> = state.zones.iter().map(ZoneId::as_str).collect();
@@ -306,9 +375,14 @@ fn owner(query: Result<Query<OwnerQuery>, QueryRejection>) -> Result<Option<Tena
 /// Releases a VM: its host's capacity is free at once. 204, or 404 when it is not placed (also
 /// when an earlier release of it succeeded). With `?tenant=`, only a VM of that tenant is released;
 /// another tenant's VM answers 404 as if it did not exist (checked and released in one step).
-#[utoipa::path(delete, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path), ("tenant" = Option<String>, Query)),
-    responses((status = 204, description = "released"), (status = 404, body = domain::Problem),
-              (status = 503, body = domain::Problem)))]
+#[utoipa::path(delete, path = "/v1/allocations/{vm_id}",
+    params(("vm_id" = String, Path, description = "The VM's id."),
+           ("tenant" = Option<String>, Query, description = "Release only a VM of this tenant (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")),
+    responses((status = 204, description = "Released."),
+              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
+              (status = 404, description = "Not placed (or another tenant's VM, with `tenant`).", body = domain::Problem),
+              (status = 422, description = "`tenant` is not a valid id.", body = domain::Problem),
+              (status = 503, description = "The release could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)))]
 async fn release(
     State(state): State<AppState>,
     vm_id: Result<Path<String>, PathRejection>,
@@ -330,8 +404,13 @@ async fn release(
 }
 
 /// Where a VM is placed. With `?tenant=`, another tenant's VM answers 404 as if it did not exist.
-#[utoipa::path(get, path = "/v1/allocations/{vm_id}", params(("vm_id" = String, Path), ("tenant" = Option<String>, Query)),
-    responses((status = 200, body = VmInfo), (status = 404, body = domain::Problem)))]
+#[utoipa::path(get, path = "/v1/allocations/{vm_id}",
+    params(("vm_id" = String, Path, description = "The VM's id."),
+           ("tenant" = Option<String>, Query, description = "Show only a VM of this tenant (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")),
+    responses((status = 200, description = "Where the VM is placed.", body = VmInfo),
+              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
+              (status = 404, description = "Not placed (or another tenant's VM, with `tenant`).", body = domain::Problem),
+              (status = 422, description = "`tenant` is not a valid id.", body = domain::Problem)))]
 async fn get_allocation(
     State(state): State<AppState>,
     vm_id: Result<Path<String>, PathRejection>,
@@ -418,9 +497,15 @@ fn host_filter(pairs: &[(String, String)]) -> Result<HostFilter, Response> {
 /// (`available`, `unavailable`, `failed`), `rack`, `cluster` and `empty` (`true`/`false`), paged by
 /// `limit` (default 1000, at most 10000) and `offset`.
 #[utoipa::path(get, path = "/v1/hosts",
-    params(("state" = Option<String>, Query), ("rack" = Option<String>, Query), ("cluster" = Option<String>, Query),
-           ("empty" = Option<bool>, Query), ("limit" = Option<usize>, Query), ("offset" = Option<usize>, Query)),
-    responses((status = 200, body = HostPage), (status = 400, body = domain::Problem), (status = 422, body = domain::Problem)))]
+    params(("state" = Option<HostState>, Query, description = "Only hosts in this state."),
+           ("rack" = Option<String>, Query, description = "Only hosts of this rack."),
+           ("cluster" = Option<String>, Query, description = "Only hosts of this cluster."),
+           ("empty" = Option<bool>, Query, description = "Only empty (`true`) or non-empty (`false`) hosts."),
+           ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000, description = "Page size (default 1000)."),
+           ("offset" = Option<u64>, Query, description = "Hosts to skip.")),
+    responses((status = 200, description = "A page of hosts.", body = HostPage),
+              (status = 400, description = "An unknown parameter, or a value of the wrong kind (named in `errors`).", body = domain::Problem),
+              (status = 422, description = "`limit` out of range.", body = domain::Problem)))]
 async fn list_hosts(
     State(state): State<AppState>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -443,8 +528,9 @@ async fn list_hosts(
 }
 
 /// One host: capacity, used, free, state, lifetime class and its VMs in full.
-#[utoipa::path(get, path = "/v1/hosts/{host_id}", params(("host_id" = String, Path)),
-    responses((status = 200, body = HostDetail), (status = 404, body = domain::Problem)))]
+#[utoipa::path(get, path = "/v1/hosts/{host_id}", params(("host_id" = String, Path, description = "The host's id.")),
+    responses((status = 200, description = "The host and its VMs.", body = HostDetail),
+              (status = 400, description = "A malformed path.", body = domain::Problem), (status = 404, description = "No such host.", body = domain::Problem)))]
 async fn get_host(State(state): State<AppState>, host_id: Result<Path<String>, PathRejection>) -> Response {
     let host_id = match path_param(host_id) {
         Ok(id) => id,
@@ -481,9 +567,13 @@ async fn set_host_state(
 }
 
 /// Drains a host (admin): it takes no new VM; its VMs stay.
-#[utoipa::path(post, path = "/v1/hosts/{host_id}/drain", params(("host_id" = String, Path)),
-    responses((status = 200, body = HostStateChange), (status = 401, body = domain::Problem),
-              (status = 403, body = domain::Problem), (status = 404, body = domain::Problem)),
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/drain", params(("host_id" = String, Path, description = "The host's id.")),
+    responses((status = 200, description = "The host's previous and new state.", body = HostStateChange),
+              (status = 400, description = "A malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "No such host.", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn drain_host(
     State(state): State<AppState>,
@@ -494,9 +584,13 @@ async fn drain_host(
 }
 
 /// Marks a host failed (admin): it takes no new VM.
-#[utoipa::path(post, path = "/v1/hosts/{host_id}/fail", params(("host_id" = String, Path)),
-    responses((status = 200, body = HostStateChange), (status = 401, body = domain::Problem),
-              (status = 403, body = domain::Problem), (status = 404, body = domain::Problem)),
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/fail", params(("host_id" = String, Path, description = "The host's id.")),
+    responses((status = 200, description = "The host's previous and new state.", body = HostStateChange),
+              (status = 400, description = "A malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "No such host.", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn fail_host(
     State(state): State<AppState>,
@@ -507,9 +601,13 @@ async fn fail_host(
 }
 
 /// Makes a host available again (admin).
-#[utoipa::path(post, path = "/v1/hosts/{host_id}/restore", params(("host_id" = String, Path)),
-    responses((status = 200, body = HostStateChange), (status = 401, body = domain::Problem),
-              (status = 403, body = domain::Problem), (status = 404, body = domain::Problem)),
+#[utoipa::path(post, path = "/v1/hosts/{host_id}/restore", params(("host_id" = String, Path, description = "The host's id.")),
+    responses((status = 200, description = "The host's previous and new state.", body = HostStateChange),
+              (status = 400, description = "A malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "No such host.", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn restore_host(
     State(state): State<AppState>,
@@ -525,9 +623,15 @@ async fn restore_host(
 /// reserves the VM's demand on a target the placement policy picks; confirm it with
 /// `POST /v1/migrations/{vm_id}/complete` once the live migration finished.
 #[utoipa::path(post, path = "/v1/drains", request_body = DrainRequest,
-    responses((status = 201, body = DrainReport), (status = 401, body = domain::Problem),
-              (status = 404, body = domain::Problem), (status = 409, body = domain::Problem),
-              (status = 422, body = domain::Problem)),
+    responses((status = 201, description = "The drain started.", body = DrainReport),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "A listed host is not in the inventory.", body = domain::Problem),
+              (status = 409, description = "A drain is in progress.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule, or there is no host to drain.", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn start_drain(
     State(state): State<AppState>,
@@ -550,7 +654,8 @@ async fn start_drain(
 /// Where the current (or last) drain stands: migrations performed, avoided (the VM exited before
 /// its turn), in flight, queued.
 #[utoipa::path(get, path = "/v1/drains",
-    responses((status = 200, body = DrainReport), (status = 404, body = domain::Problem)))]
+    responses((status = 200, description = "The current or last drain.", body = DrainReport),
+              (status = 404, description = "No drain was ever started.", body = domain::Problem)))]
 async fn drain_status(State(state): State<AppState>) -> Response {
     match call(&state, "drain-status", Command::DrainStatus).await {
         Ok(Reply::Drain(report)) => Json(report).into_response(),
@@ -561,9 +666,13 @@ async fn drain_status(State(state): State<AppState>) -> Response {
 
 /// Confirms a migration (admin): the VM now runs on its target, its source capacity is freed, and
 /// the next VM of the drain starts migrating.
-#[utoipa::path(post, path = "/v1/migrations/{vm_id}/complete", params(("vm_id" = String, Path)),
-    responses((status = 200, body = Migration), (status = 401, body = domain::Problem),
-              (status = 404, body = domain::Problem)),
+#[utoipa::path(post, path = "/v1/migrations/{vm_id}/complete", params(("vm_id" = String, Path, description = "The migrating VM's id.")),
+    responses((status = 200, description = "The completed migration.", body = Migration),
+              (status = 400, description = "A malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "The VM is not migrating (or no drain is running).", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn complete_migration(
     State(state): State<AppState>,
@@ -585,7 +694,7 @@ async fn complete_migration(
 }
 
 /// Occupancy, packing density, empty hosts, VMs by lifetime, rejections by reason.
-#[utoipa::path(get, path = "/v1/stats", responses((status = 200, description = "allocator::AllocatorStats")))]
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, description = "The statistics.", body = crate::AllocatorStats)))]
 async fn stats(State(state): State<AppState>) -> Response {
     match call(&state, "stats", Command::Stats).await {
         Ok(Reply::Stats(stats)) => Json(stats).into_response(),
@@ -597,8 +706,10 @@ async fn stats(State(state): State<AppState>) -> Response {
 /// A dry run: where the VM would go, the best hosts with their rule scores and, with `why_not`,
 /// why that host would not be picked. Changes nothing.
 #[utoipa::path(post, path = "/v1/explain", request_body = ExplainRequest,
-    responses((status = 200, description = "allocator::Explanation"), (status = 400, body = domain::Problem),
-              (status = 422, body = domain::Problem)))]
+    responses((status = 200, description = "The dry run.", body = crate::Explanation),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule, or `why_not` is not a host of the inventory.", body = domain::Problem)))]
 async fn explain(State(state): State<AppState>, ValidJson(request): ValidJson<ExplainRequest>) -> Response {
     let command =
         Command::Explain { vm: Box::new(request.vm), why_not: request.why_not, top: request.top.unwrap_or(5) };
@@ -613,13 +724,15 @@ async fn explain(State(state): State<AppState>, ValidJson(request): ValidJson<Ex
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
 /// The store is open and the allocator answers.
-#[utoipa::path(get, path = "/readyz", responses((status = 200, body = StoreStatus), (status = 503, body = domain::Problem)))]
+#[utoipa::path(get, path = "/readyz",
+    responses((status = 200, description = "Ready: the store and its figures.", body = StoreStatus),
+              (status = 503, description = "The store is unavailable.", body = domain::Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.worker.call(Command::Status).await {
         Ok(Reply::Status(status)) => Json(status).into_response(),
@@ -628,6 +741,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// Prometheus metrics (text exposition format 0.0.4).
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
+              (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     match &state.metrics {
         Some(handle) => service_common::telemetry::render_metrics(handle),

@@ -36,7 +36,7 @@ pub enum DrainHosts {
     #[schema(value_type = Vec<String>)]
     Listed(Vec<HostId>),
     /// The `n` available non-empty hosts cheapest to empty: fewest VMs, then most free resources.
-    Pick(usize),
+    Pick(#[serde(deserialize_with = "domain::whole_number::deserialize")] usize),
 }
 
 /// A request to drain hosts.
@@ -47,7 +47,7 @@ pub struct DrainRequest {
     #[serde(default)]
     pub order: MigrationOrder,
     /// Most migrations in flight at once (default 3).
-    #[serde(default = "default_in_flight")]
+    #[serde(default = "default_in_flight", deserialize_with = "domain::whole_number::deserialize")]
     pub max_in_flight: usize,
 }
 
