@@ -49,7 +49,12 @@ impl AppState {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Lifetime inference server", description = "Lifetime predictions for VM allocation."),
+    info(
+        title = "Lifetime inference server",
+        description = "Lifetime predictions for VM allocation. Every error is an RFC 9457 problem \
+                       (`application/problem+json`). The admin routes need `Authorization: Bearer <admin_token>`; \
+                       without a configured token they answer 403."
+    ),
     paths(
         predict,
         remaining_lifetime,
@@ -59,7 +64,8 @@ impl AppState {
         promote_canary,
         rollback_canary,
         healthz,
-        readyz
+        readyz,
+        metrics_endpoint
     ),
     components(schemas(
         PredictRequest,
@@ -69,9 +75,36 @@ impl AppState {
         BundleStatus,
         CanarySpec,
         domain::Problem
-    ))
+    )),
+    modifiers(&DocumentCompletion)
 )]
 pub struct ApiDoc;
+
+/// Constraints of `CanarySpec` that the registry checks (422), and the standard responses.
+struct DocumentCompletion;
+
+impl utoipa::Modify for DocumentCompletion {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+        use utoipa::openapi::RefOr;
+        if let Some(RefOr::T(Schema::Object(canary))) =
+            openapi.components.as_mut().and_then(|components| components.schemas.get_mut("CanarySpec"))
+        {
+            canary.properties.insert(
+                "share".to_owned(),
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .exclusive_minimum(Some(0.0))
+                    .maximum(Some(1.0))
+                    .description(Some(
+                        "Share of traffic in (0, 1], chosen by a stable hash of each instance's routing key.",
+                    ))
+                    .into(),
+            );
+        }
+        domain::openapi::complete(openapi);
+    }
+}
 
 /// The full router, without the standard layers (see `service_common::layers::apply`).
 pub fn router(state: AppState) -> Router {
@@ -137,8 +170,11 @@ fn remaining_batch(deployment: &Deployment, request: &RemainingRequest) -> Vec<R
 
 /// Predicts lifetime class, interval and expected lifetime for a batch of VMs.
 #[utoipa::path(post, path = "/v1/predict", request_body = PredictRequest,
-    responses((status = 200, body = PredictResponse), (status = 400, body = domain::Problem),
-              (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
+    responses((status = 200, description = "One prediction per instance, in order.", body = PredictResponse),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
+              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`), or overloaded or timed out.", body = domain::Problem)))]
 async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<PredictRequest>) -> Response {
     let size = request.instances.len();
     answer(&state, "predict", size, move |deployment| PredictResponse {
@@ -149,8 +185,11 @@ async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<Pr
 
 /// Predicts the remaining lifetime of running VMs given their uptime.
 #[utoipa::path(post, path = "/v1/remaining-lifetime", request_body = RemainingRequest,
-    responses((status = 200, body = RemainingResponse), (status = 400, body = domain::Problem),
-              (status = 422, body = domain::Problem), (status = 503, body = domain::Problem)))]
+    responses((status = 200, description = "One prediction per instance, in order.", body = RemainingResponse),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
+              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`), or overloaded or timed out.", body = domain::Problem)))]
 async fn remaining_lifetime(
     State(state): State<AppState>,
     ValidJson(request): ValidJson<RemainingRequest>,
@@ -188,7 +227,7 @@ async fn answer<T: serde::Serialize + Send + 'static>(
 }
 
 /// Lists the bundles in the models directory and their state.
-#[utoipa::path(get, path = "/v1/models", responses((status = 200, body = [BundleStatus])))]
+#[utoipa::path(get, path = "/v1/models", responses((status = 200, description = "Every bundle directory and its state.", body = [BundleStatus])))]
 async fn list_models(State(state): State<AppState>) -> Json<Vec<BundleStatus>> {
     Json(state.registry.statuses())
 }
@@ -217,15 +256,25 @@ async fn blocking_admin<T: Send + 'static>(
 }
 
 /// Rescans the models directory now (admin).
-#[utoipa::path(post, path = "/v1/models/reload", responses((status = 200, body = [BundleStatus]), (status = 401, body = domain::Problem)),
+#[utoipa::path(post, path = "/v1/models/reload",
+    responses((status = 200, description = "The bundles after the scan.", body = [BundleStatus]),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 500, description = "The models directory could not be read.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn reload_models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     blocking_admin(&state, &headers, |registry| registry.refresh()).await
 }
 
-/// Sends a share of traffic to a canary bundle (admin); recorded in `rollout.toml`.
+/// Sends a share of traffic to a canary bundle (admin); recorded in `rollout.toml`. The body is
+/// read as JSON whatever its declared content type.
 #[utoipa::path(post, path = "/v1/models/canary", request_body = CanarySpec,
-    responses((status = 200, body = [BundleStatus]), (status = 401, body = domain::Problem), (status = 422, body = domain::Problem)),
+    responses((status = 200, description = "The bundles with the new rollout.", body = [BundleStatus]),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 422, description = "Unknown or invalid bundle, or a share outside (0, 1].", body = domain::Problem),
+              (status = 500, description = "`rollout.toml` could not be written.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn set_canary(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let spec: CanarySpec = match serde_json::from_slice(&body) {
@@ -246,7 +295,12 @@ async fn set_canary(State(state): State<AppState>, headers: HeaderMap, body: axu
 }
 
 /// Makes the canary the stable bundle (admin).
-#[utoipa::path(post, path = "/v1/models/promote", responses((status = 200, body = [BundleStatus]), (status = 422, body = domain::Problem)),
+#[utoipa::path(post, path = "/v1/models/promote",
+    responses((status = 200, description = "The bundles with the new rollout.", body = [BundleStatus]),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 422, description = "There is no canary to promote.", body = domain::Problem),
+              (status = 500, description = "`rollout.toml` could not be written.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn promote_canary(State(state): State<AppState>, headers: HeaderMap) -> Response {
     blocking_admin(&state, &headers, |registry| {
@@ -260,7 +314,13 @@ async fn promote_canary(State(state): State<AppState>, headers: HeaderMap) -> Re
 }
 
 /// Drops the canary; all traffic goes to the stable bundle (admin).
-#[utoipa::path(post, path = "/v1/models/rollback", responses((status = 200, body = [BundleStatus])), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/models/rollback",
+    responses((status = 200, description = "The bundles with the new rollout.", body = [BundleStatus]),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 422, description = "The stable bundle is no longer valid.", body = domain::Problem),
+              (status = 500, description = "`rollout.toml` could not be written.", body = domain::Problem)),
+    security(("bearer" = [])))]
 async fn rollback_canary(State(state): State<AppState>, headers: HeaderMap) -> Response {
     blocking_admin(&state, &headers, |registry| {
         let mut rollout = registry.rollout();
@@ -274,13 +334,15 @@ async fn rollback_canary(State(state): State<AppState>, headers: HeaderMap) -> R
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
 /// A valid model is deployed and predictions can be served.
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = domain::Problem)))]
+#[utoipa::path(get, path = "/readyz",
+    responses((status = 200, description = "Ready: `ready: <stable model version>`.", body = String, content_type = "text/plain"),
+              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`).", body = domain::Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.registry.deployment() {
         Some(deployment) => format!("ready: {}", deployment.stable.version()).into_response(),
@@ -288,6 +350,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// Prometheus metrics (text exposition format 0.0.4).
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
+              (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     match &state.metrics {
         Some(handle) => service_common::telemetry::render_metrics(handle),
