@@ -72,12 +72,104 @@ pub struct AppState {
     info(
         title = "control-service",
         description = "The public front door: lifetime predictions (cache, inference servers, fallback, safeguard) \
-                       injected into VM requests, forwarded to the allocator of the request's zone."
+                       injected into VM requests, forwarded to the allocator of the request's zone. \
+                       `/allocate` and `/v1/allocate` are the same routes. With API keys configured, every \
+                       allocation route needs `Authorization: Bearer <key>`: a tenant key acts as its tenant only, \
+                       the operator's key for any tenant. Every error is an RFC 9457 problem \
+                       (`application/problem+json`)."
     ),
-    paths(allocate, release, lookup, stats, healthz, readyz),
-    components(schemas(ControlStats, StageLatency, VmPrediction, domain::LifetimePrediction, domain::Problem))
+    paths(allocate, release, lookup, stats, healthz, readyz, metrics_endpoint),
+    components(schemas(
+        domain::AllocationRequest,
+        domain::ControlDecision,
+        ControlStats,
+        StageLatency,
+        VmPrediction,
+        VmInfo,
+        domain::LifetimePrediction,
+        domain::Problem
+    )),
+    modifiers(&DocumentCompletion)
 )]
 pub struct ApiDoc;
+
+/// A placed VM as its zone's allocator shows it (the allocator's `VmInfo`, passed on as it came).
+/// Only a schema: the control service never reads it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct VmInfo {
+    vm_id: String,
+    host_id: String,
+    rack_id: String,
+    cluster_id: String,
+    tenant_id: String,
+    vm_type: String,
+    demand: domain::Resources,
+    /// When it was placed (allocator clock: Unix seconds).
+    placed_at_s: f64,
+    /// Its lifetime class under the allocator's policy (0 = shortest).
+    lifetime_class: u8,
+    prediction: Option<domain::LifetimePrediction>,
+}
+
+/// The public request has no `prediction` (the control service fills it in; sending one is a
+/// 422); `/v1/allocate` aliases `/allocate`; the standard responses.
+struct DocumentCompletion;
+
+impl utoipa::Modify for DocumentCompletion {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::Schema;
+        use utoipa::openapi::RefOr;
+        if let Some(RefOr::T(Schema::Object(vm))) =
+            openapi.components.as_mut().and_then(|components| components.schemas.get_mut("VmRequest"))
+        {
+            vm.properties.remove("prediction");
+        }
+        domain::openapi::alias(openapi, "/allocate", "/v1/allocate", "v1");
+        domain::openapi::alias(openapi, "/allocate/{vm_id}", "/v1/allocate/{vm_id}", "v1");
+        domain::openapi::complete(openapi);
+    }
+}
+
+/// The document of this deployment: the zones it routes are the only valid `zone`s, and in open
+/// mode no route needs a key (nor answers 401).
+pub fn openapi_document(control: &Control) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let mut openapi = ApiDoc::openapi();
+    let zones: Vec<serde_json::Value> =
+        control.allocators.zones().map(|(zone, _)| serde_json::Value::from(zone.as_str())).collect();
+    let zone = |nullable: bool| {
+        let mut values = zones.clone();
+        let types = if nullable {
+            values.push(serde_json::Value::Null);
+            SchemaType::from_iter([Type::String, Type::Null])
+        } else {
+            SchemaType::Type(Type::String)
+        };
+        ObjectBuilder::new()
+            .schema_type(types)
+            .enum_values(Some(values))
+            .description(Some("A zone this control service routes; its default zone when absent."))
+    };
+    domain::openapi::set_property(&mut openapi, "VmRequest", "zone", zone(true));
+    for path in ["/allocate/{vm_id}", "/v1/allocate/{vm_id}"] {
+        domain::openapi::set_parameter_schema(&mut openapi, path, "zone", zone(false));
+    }
+    if control.keys.is_open() {
+        for (_, _, operation) in domain::openapi::operations_mut(&mut openapi) {
+            operation.security = None;
+            operation.responses.responses.remove("401");
+        }
+        if let Some(components) = openapi.components.as_mut() {
+            components.security_schemes.clear();
+        }
+    }
+    openapi
+}
+
+async fn openapi_json(State(state): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi_document(&state.control))
+}
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -89,7 +181,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
-        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .with_state(state)
 }
@@ -269,16 +361,20 @@ fn record_stage(stage: &'static str, us: u64) {
 /// `zone`, `predictions` (each VM's prediction and its source) and `latency_us` (per stage).
 /// 4xx from the allocator (409 reused VM id, ...) are passed on. 502: the allocator could not be
 /// reached; 504: it did not answer in time (outcome unknown; retrying with the same VM ids is safe).
-#[utoipa::path(post, path = "/allocate",
-    request_body(content = Object, description = "domain::AllocationRequest: `{\"vm\": VmRequest}` or `{\"gang\": {\"tenant_id\", \"vms\": [VmRequest]}}`, without `prediction`; `zone` optional"),
-    responses((status = 201, description = "placed: ControlDecision with `status: placed`"),
-              (status = 200, description = "rejected (`status: rejected`) or replayed"),
-              (status = 400, body = domain::Problem), (status = 401, body = domain::Problem),
-              (status = 403, body = domain::Problem), (status = 409, body = domain::Problem),
-              (status = 415, body = domain::Problem), (status = 422, body = domain::Problem),
-              (status = 429, body = domain::Problem),
-              (status = 502, body = domain::Problem), (status = 503, body = domain::Problem),
-              (status = 504, body = domain::Problem)))]
+#[utoipa::path(post, path = "/allocate", request_body = domain::AllocationRequest,
+    responses((status = 201, description = "Placed now (`status: placed`).", body = domain::ControlDecision),
+              (status = 200, description = "Rejected (`status: rejected`: nothing fits), or replayed (`replayed: true`).", body = domain::ControlDecision),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field (named in `errors`).", body = domain::Problem),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key placing another tenant's VMs.", body = domain::Problem),
+              (status = 409, description = "A VM id is placed already with other details, or part of the gang is.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule (named in `errors`): an id outside the charset, a `prediction`, an unknown zone, a `requested_at_s` out of the allowed skew (tenant keys), a gang whose VMs disagree.", body = domain::Problem),
+              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem),
+              (status = 502, description = "The zone's allocator could not be reached, or answered unreadably.", body = domain::Problem),
+              (status = 503, description = "Overloaded or timed out, or the allocator could not make the change durable; retry.", body = domain::Problem),
+              (status = 504, description = "The allocator did not answer in time: the outcome is unknown; retrying with the same VM ids is safe.", body = domain::Problem)),
+    security(("bearer" = [])))]
 async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
     let control = &state.control;
@@ -465,11 +561,19 @@ async fn vm_call(
 
 /// Releases a VM. Without `?zone=` every zone's allocator is asked in turn. 204, or 404 when no
 /// zone has it (or, for a tenant key, when it is another tenant's VM).
-#[utoipa::path(delete, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
-    responses((status = 204, description = "released"), (status = 401, body = domain::Problem),
-              (status = 404, body = domain::Problem), (status = 422, body = domain::Problem),
-              (status = 429, body = domain::Problem),
-              (status = 502, body = domain::Problem), (status = 503, body = domain::Problem)))]
+#[utoipa::path(delete, path = "/allocate/{vm_id}",
+    params(("vm_id" = String, Path, description = "The VM's id (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128),
+           ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent.")),
+    responses((status = 204, description = "Released."),
+              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 404, description = "No zone has the VM (or it is another tenant's, for a tenant key).", body = domain::Problem),
+              (status = 422, description = "The VM id is outside the id charset, or the zone is unknown.", body = domain::Problem),
+              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem),
+              (status = 502, description = "An allocator could not be reached.", body = domain::Problem),
+              (status = 503, description = "Overloaded or timed out, or the allocator could not make the release durable; retry.", body = domain::Problem),
+              (status = 504, description = "An allocator did not answer in time.", body = domain::Problem)),
+    security(("bearer" = [])))]
 async fn release(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -481,10 +585,18 @@ async fn release(
 
 /// Where a VM is placed (the allocator's answer). Without `?zone=` every zone is asked in turn. A
 /// tenant key sees only its own tenant's VMs (another tenant's is 404).
-#[utoipa::path(get, path = "/allocate/{vm_id}", params(("vm_id" = String, Path), ("zone" = Option<String>, Query)),
-    responses((status = 200, description = "the allocator's VmInfo"), (status = 401, body = domain::Problem),
-              (status = 404, body = domain::Problem), (status = 422, body = domain::Problem),
-              (status = 429, body = domain::Problem)))]
+#[utoipa::path(get, path = "/allocate/{vm_id}",
+    params(("vm_id" = String, Path, description = "The VM's id (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128),
+           ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent.")),
+    responses((status = 200, description = "Where the VM is placed.", body = VmInfo),
+              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 404, description = "No zone has the VM (or it is another tenant's, for a tenant key).", body = domain::Problem),
+              (status = 422, description = "The VM id is outside the id charset, or the zone is unknown.", body = domain::Problem),
+              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem),
+              (status = 502, description = "An allocator could not be reached.", body = domain::Problem),
+              (status = 504, description = "An allocator did not answer in time.", body = domain::Problem)),
+    security(("bearer" = [])))]
 async fn lookup(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -528,8 +640,12 @@ impl Control {
 /// Counters of the control service (requests, cache, predictions by source, fallbacks by reason,
 /// safeguard) and each zone's allocator statistics (`zones.<zone>.stats`). Fleet-wide: the
 /// operator's key (or open mode) only.
-#[utoipa::path(get, path = "/v1/stats", responses((status = 200, body = ControlStats),
-    (status = 401, body = domain::Problem), (status = 403, body = domain::Problem)))]
+#[utoipa::path(get, path = "/v1/stats",
+    responses((status = 200, description = "The statistics.", body = ControlStats),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key: fleet-wide statistics need the operator's key.", body = domain::Problem),
+              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem)),
+    security(("bearer" = [])))]
 async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match authorize(&state.control, &headers) {
         Ok(caller) if caller.is_operator() => Json(state.control.stats(request_id(&headers)).await).into_response(),
@@ -544,14 +660,16 @@ async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Response {
 }
 
 /// Alive.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
 /// Ready when every zone's allocator answered its last readiness probe. The inference servers do
 /// not count: without them requests are still placed, as short-lived.
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = domain::Problem)))]
+#[utoipa::path(get, path = "/readyz",
+    responses((status = 200, description = "Ready: `ready`.", body = String, content_type = "text/plain"),
+              (status = 503, description = "An allocator did not answer its last readiness probe (`urn:problem:not-ready`).", body = domain::Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
     let down: Vec<String> = state
         .control
@@ -572,6 +690,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// Prometheus metrics (text exposition format 0.0.4).
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
+              (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     let Some(handle) = &state.metrics else {
         return problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics off", "this server does not record metrics");
