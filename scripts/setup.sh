@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build prerequisites that are missing, and nothing that is present:
 #   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
-#   (bindgen / LightGBM), and the rustfmt + clippy components (CI lints).
+#   (bindgen / LightGBM), the rustfmt + clippy components (CI lints), and schemathesis (the API
+#   fuzzer of control-service/tests/api_fuzz.rs).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."   # so a rust-toolchain override in the repo applies
@@ -80,6 +81,33 @@ if cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1
 else
     say "rustfmt/clippy missing, installing via rustup"
     rustup component add rustfmt clippy || die "'rustup component add rustfmt clippy' failed"
+fi
+
+# --- 5. schemathesis (the API fuzzer of control-service/tests/api_fuzz.rs) --------------------
+# Pinned: its CLI changed a lot between 3.x and 4.x. Like cmake, it must be reachable from a plain
+# PATH without pyenv shims, so the real entry point is linked into /usr/local/bin.
+SCHEMATHESIS_VERSION=4.32.5
+schemathesis_path() { (PATH=$NOSHIM_PATH; command -v schemathesis); }
+schemathesis_ver() { "$(schemathesis_path)" --version 2>/dev/null | awk '{print $NF}' | sed 's/^v//'; }
+if schemathesis_path >/dev/null && [ "$(schemathesis_ver)" = "$SCHEMATHESIS_VERSION" ]; then
+    say "schemathesis $SCHEMATHESIS_VERSION present ($(schemathesis_path))"
+else
+    say "schemathesis $SCHEMATHESIS_VERSION missing, installing via pip"
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+    # pip's console script sits beside the interpreter that ran pip (a pyenv version's bin dir, say).
+    script_dir=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+    for tool in schemathesis st; do
+        dst=/usr/local/bin/$tool
+        if [ -x "$script_dir/$tool" ] && [ "$script_dir/$tool" != "$dst" ] && { [ -L "$dst" ] || [ ! -e "$dst" ]; }; then
+            as_root ln -sf "$script_dir/$tool" "$dst" || say "cannot link $dst (no root); add $script_dir to PATH"
+        fi
+    done
+    hash -r
+    [ "$(schemathesis_ver)" = "$SCHEMATHESIS_VERSION" ] ||
+        die "schemathesis $SCHEMATHESIS_VERSION still not found on PATH (found: $(schemathesis_path || echo none)); pip put it in $script_dir"
+    say "schemathesis $SCHEMATHESIS_VERSION installed ($(schemathesis_path))"
 fi
 
 say "all prerequisites present"
