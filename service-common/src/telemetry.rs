@@ -17,17 +17,34 @@ pub fn init_tracing() {
 const LATENCY_BUCKETS: [f64; 16] =
     [0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0];
 
+/// How often histogram samples are folded into their buckets.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Installs the global Prometheus recorder (once per process) and returns its handle. Metrics whose
 /// name ends in `_seconds` are histograms with [`LATENCY_BUCKETS`].
+///
+/// The recorder keeps every histogram sample until an upkeep (or a `/metrics` scrape) folds them
+/// into the buckets; with `install_recorder` that upkeep is the caller's job. Without it a service
+/// that nobody scrapes grows by every sample of every request (about 70 bytes a request in the
+/// control service; docs/benchmarks.md, "Overload"), so a thread runs it every 5 s.
 pub fn install_prometheus() -> Result<PrometheusHandle, String> {
     static HANDLE: std::sync::OnceLock<Result<PrometheusHandle, String>> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            PrometheusBuilder::new()
+            let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &LATENCY_BUCKETS)
                 .map_err(|e| e.to_string())?
                 .install_recorder()
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            let upkeep = handle.clone();
+            std::thread::Builder::new()
+                .name("metrics-upkeep".to_owned())
+                .spawn(move || loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    upkeep.run_upkeep();
+                })
+                .map_err(|e| format!("starting the metrics upkeep thread: {e}"))?;
+            Ok(handle)
         })
         .clone()
 }
