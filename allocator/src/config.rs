@@ -67,6 +67,10 @@ pub struct ServiceConfig {
     pub http: LayerConfig,
 }
 
+/// The allocator's default admission limit (`[http] max_concurrency`), when no `[http]` section
+/// is given: one full group-commit batch.
+pub const ALLOCATOR_MAX_CONCURRENCY: usize = 256;
+
 impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
@@ -82,7 +86,9 @@ impl Default for ServiceConfig {
             models_dir: None,
             model_poll_s: 10.0,
             limits: ValidationLimits::default(),
-            http: LayerConfig::default(),
+            // More in flight than the control service's default: the group commit batches
+            // whatever is in flight, and each control service in front bounds its own share.
+            http: LayerConfig { max_concurrency: ALLOCATOR_MAX_CONCURRENCY, ..LayerConfig::default() },
         }
     }
 }

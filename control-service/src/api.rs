@@ -343,8 +343,10 @@ fn upstream_failure(error: UpstreamError) -> Response {
 fn pass_through(answer: Answer) -> Response {
     let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = (status, answer.body).into_response();
-    if let Some(value) = answer.content_type.and_then(|v| HeaderValue::from_str(&v).ok()) {
-        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    for (name, value) in [(header::CONTENT_TYPE, answer.content_type), (header::RETRY_AFTER, answer.retry_after)] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            response.headers_mut().insert(name, value);
+        }
     }
     response
 }

@@ -29,6 +29,8 @@ pub enum UpstreamError {
 pub struct Answer {
     pub status: StatusCode,
     pub content_type: Option<String>,
+    /// The allocator's `Retry-After` (on 503 and 429), passed on so the client backs off as asked.
+    pub retry_after: Option<String>,
     pub body: axum::body::Bytes,
 }
 
@@ -131,10 +133,10 @@ impl Allocators {
         })?;
         upstream.record_success();
         let status = response.status();
-        let content_type =
-            response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (content_type, retry_after) = (header(reqwest::header::CONTENT_TYPE), header(reqwest::header::RETRY_AFTER));
         let body = response.bytes().await.map_err(failed)?;
-        Ok(Answer { status, content_type, body })
+        Ok(Answer { status, content_type, retry_after, body })
     }
 }
 

@@ -9,7 +9,10 @@
 //!   more is closed without an answer; once they close, requests are served again.
 //! - `requests_beyond_the_admission_limit_get_503_with_retry_after`: past `max_concurrency`
 //!   requests in flight, the excess is refused with 503, `Retry-After` and a problem body, counted
-//!   in `/metrics` by reason, and summarised in the log without one ERROR line per refusal.
+//!   in `/metrics` by reason, and summarised in the log without one ERROR line per refusal; the
+//!   probes still answer.
+//! - `an_oversized_body_gets_a_413_problem`: a body over `max_body_bytes` is refused with a problem
+//!   body, like every other refusal.
 
 mod support;
 
@@ -228,6 +231,11 @@ async fn requests_beyond_the_admission_limit_get_503_with_retry_after() {
         assert!(body["type"].as_str().unwrap_or("").ends_with("overloaded"), "{body}");
     }
     assert_eq!(upstream.arrived.load(Ordering::SeqCst), 4, "a refused request reached the allocator");
+    // The probes answer from memory and are never refused: an overloaded service is still alive.
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        let response = client.get(control.process.url(probe)).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{probe} refused while overloaded");
+    }
 
     upstream.release.send(true).unwrap();
     for task in admitted {
@@ -255,4 +263,47 @@ async fn requests_beyond_the_admission_limit_get_503_with_retry_after() {
     assert!(error_lines.is_empty(), "refusals logged as errors:\n{}", error_lines.join("\n"));
     let warn_lines = log.lines().filter(|line| line.contains("WARN")).count();
     assert!(warn_lines < 10, "refusals should be summarised, not logged one by one:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_gets_a_413_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = FakeUpstream::start().await;
+    let control = support::start_control_logged(dir.path(), &upstream.control_config("max_body_bytes = 1024")).await;
+    let client = reqwest::Client::new();
+    // Declared by its length: refused before the body is read.
+    let response = client
+        .post(control.process.url("/allocate"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 4096])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap_or("").to_owned());
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert!(body["detail"].as_str().unwrap_or("").contains("1024 bytes"), "{body}");
+    // Streamed in chunks, with no length: refused when the extractor reads past the limit.
+    let mut stream = TcpStream::connect(address(&control.process.base)).await.unwrap();
+    let chunk = format!("200\r\n{}\r\n", " ".repeat(512));
+    let request = format!(
+        "POST /allocate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{}0\r\n\r\n",
+        chunk.repeat(4)
+    );
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut received = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
+        match read.expect("no answer to the streamed body") {
+            Ok(0) | Err(_) => break,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+        }
+    }
+    let answer = String::from_utf8_lossy(&received).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("content-type: application/problem+json"), "{answer}");
+    assert_eq!(upstream.arrived.load(Ordering::SeqCst), 0, "nothing reached the allocator");
 }

@@ -40,17 +40,6 @@ pub fn problem_response(description: &str) -> Response {
         .build()
 }
 
-/// The body limit's answer. tower-http's `RequestBodyLimitLayer` (a declared length over the limit)
-/// and axum's body extractors (a streamed body crossing it) answer it themselves, in plain text,
-/// before any handler runs.
-fn payload_too_large() -> Response {
-    let text = ObjectBuilder::new().schema_type(Type::String);
-    ResponseBuilder::new()
-        .description("The body is larger than the service's limit (`http.max_body_bytes`).")
-        .content("text/plain", ContentBuilder::new().schema(Some(text)).build())
-        .build()
-}
-
 /// A `Retry-After` header (seconds), for 429 and 503 answers.
 fn with_retry_after(response: Response) -> Response {
     let seconds = ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1));
@@ -65,8 +54,7 @@ fn with_retry_after(response: Response) -> Response {
 /// - every `Problem` body is typed `application/problem+json` (utoipa writes `application/json`
 ///   for any `body = ...`);
 /// - every operation may answer 503 (the standard stack's load shedding and request timeout, with
-///   `Retry-After` when overloaded), and every operation with a body 413 (the body limit, in plain
-///   text); an operation that documents its own 503 keeps it;
+///   `Retry-After` when overloaded), and every operation with a body 413 (the body limit); an operation that documents its own 503 keeps it;
 /// - 429 answers carry `Retry-After`;
 /// - the `bearer` scheme is defined when any operation requires it.
 pub fn complete(openapi: &mut OpenApi) {
@@ -88,7 +76,9 @@ pub fn complete(openapi: &mut OpenApi) {
             *response = with_retry_after(response.clone());
         }
         if operation.request_body.is_some() {
-            responses.entry("413".to_owned()).or_insert_with(|| RefOr::T(payload_too_large()));
+            responses.entry("413".to_owned()).or_insert_with(|| {
+                RefOr::T(problem_response("The body is larger than the service's limit (`http.max_body_bytes`)."))
+            });
         }
         uses_bearer |= operation.security.iter().flatten().any(|requirement| {
             serde_json::to_value(requirement)

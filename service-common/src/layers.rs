@@ -80,15 +80,12 @@ async fn overload_or_timeout(error: BoxError) -> Response {
         refusals::record(Refusal::Timeout);
         return problem(StatusCode::SERVICE_UNAVAILABLE, "timeout", "Request timed out", "the request took too long");
     }
-    if error.is::<tower::load_shed::error::Overloaded>() {
-        refusals::record(Refusal::Overloaded);
-        return overloaded();
-    }
     problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string())
 }
 
 /// Wraps `router` in the standard stack.
 pub fn apply(router: Router, config: &LayerConfig) -> Router {
+    let max_body_bytes = config.max_body_bytes;
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     let trace = TraceLayer::new_for_http()
         .make_span_with(|request: &Request<_>| {
@@ -102,11 +99,30 @@ pub fn apply(router: Router, config: &LayerConfig) -> Router {
             .layer(trace)
             .layer(PropagateRequestIdLayer::new(request_id))
             .layer(HandleErrorLayer::new(overload_or_timeout))
-            .load_shed()
-            .concurrency_limit(config.max_concurrency.max(1))
             .timeout(Duration::from_millis(config.request_timeout_ms.max(1)))
+            .map_response(move |response: axum::http::Response<_>| {
+                problem_for_oversized_body(response.into_response(), max_body_bytes)
+            })
             .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
             .map_response(IntoResponse::into_response),
+    )
+}
+
+/// A body over the limit is refused with 413 by the body-limit layer or by the extractor that
+/// reads it, both in plain text; every other refusal is a problem body, so this one is too.
+fn problem_for_oversized_body(response: Response, max_body_bytes: usize) -> Response {
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/problem+json"));
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE || is_problem {
+        return response;
+    }
+    problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body-too-large",
+        "Request body too large",
+        format!("the request body is over the limit of {max_body_bytes} bytes"),
     )
 }
 
@@ -124,21 +140,6 @@ fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &traci
         }
         ServerErrorsFailureClass::Error(error) => tracing::error!(%error, latency_ms, "request failed"),
     }
-}
-
-/// Binds `addr` for `axum::serve` (kept for callers of `axum::serve`; the services use
-/// [`crate::server::serve`], which sets `TCP_NODELAY` itself), with `TCP_NODELAY` on every connection: small JSON answers must
-/// leave at once rather than wait for Nagle's algorithm.
-pub async fn bind(
-    addr: std::net::SocketAddr,
-) -> std::io::Result<impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>> {
-    use axum::serve::ListenerExt;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    Ok(listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
-        }
-    }))
 }
 
 /// Resolves on Ctrl-C or SIGTERM, for `axum::serve(..).with_graceful_shutdown(..)`: requests in

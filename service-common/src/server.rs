@@ -13,8 +13,9 @@
 //! - **Admission limit** (`http.max_concurrency`), checked before the request enters the router:
 //!   a request beyond it is answered 503 with `Retry-After` at once, without the request id,
 //!   tracing span and tower stack of an admitted one, so that refusing costs as little as possible
-//!   when refusals are most of the traffic. The stack of [`crate::layers::apply`] keeps its own
-//!   limit, of the same size, for routers served otherwise.
+//!   when refusals are most of the traffic. The probes (`/healthz`, `/readyz`, `/metrics`) are
+//!   not counted: they are cheap, and an overloaded service must still say that it is alive,
+//!   rather than be restarted or taken out of rotation for answering 503 to its probe.
 //! - `TCP_NODELAY` on every connection: small JSON answers leave at once rather than wait for
 //!   Nagle's algorithm.
 //! - Graceful shutdown: when `shutdown` resolves, the listener stops accepting, idle connections
@@ -270,6 +271,11 @@ impl AsyncWrite for WatchedStream {
     }
 }
 
+/// Routes that answer from memory and that orchestrators poll: never refused for overload.
+fn is_probe(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics")
+}
+
 /// Serves one connection until the client closes it, it expires, or the server shuts down.
 async fn serve_connection(
     stream: TcpStream,
@@ -286,7 +292,7 @@ async fn serve_connection(
         service_activity.request_started();
         let answered = AnsweredOnDrop(service_activity.clone());
         let admitted = Arc::clone(&admission).try_acquire_owned().ok();
-        let response = admitted.is_some().then(|| router.clone().oneshot(request));
+        let response = (admitted.is_some() || is_probe(request.uri().path())).then(|| router.clone().oneshot(request));
         async move {
             let response = match response {
                 Some(response) => response.await,
