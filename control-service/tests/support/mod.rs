@@ -83,40 +83,12 @@ fn spawn(binary: &Path, config: &Path) -> Child {
 
 /// An inference server on `models` (a directory of bundles).
 pub async fn start_inference(dir: &Path, models: &Path) -> Process {
-    let port = free_port();
-    let config = dir.join(format!("inference-{port}.toml"));
-    std::fs::write(
-        &config,
-        format!("listen = \"127.0.0.1:{port}\"\nmodels_dir = \"{}\"\nwatch_interval_ms = 200\n", models.display()),
-    )
-    .unwrap();
-    let mut process = Process {
-        child: Some(spawn(&workspace_binary("inference-server"), &config)),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    wait_ready(&mut process, "inference-server").await;
-    process
+    start_inference_with(dir, models, "watch_interval_ms = 200").await
 }
 
 /// An allocator serving zone `zone-1`: `hosts` hosts of 16 cores and 64 GiB, LA-binary placement.
 pub async fn start_allocator(dir: &Path, hosts: usize) -> Process {
-    let port = free_port();
-    let config = dir.join(format!("allocator-{port}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n[generate]\nzone = \"zone-1\"\nhosts = {hosts}\n\
-             hosts_per_rack = 2\ncores = 16\nmemory_gib = 64\n[allocator.policy]\nkind = \"la-binary\"\n",
-            dir.join(format!("allocator-{port}.db")).display()
-        ),
-    )
-    .unwrap();
-    let mut process = Process {
-        child: Some(spawn(&workspace_binary("allocator"), &config)),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    wait_ready(&mut process, "allocator").await;
-    process
+    start_allocator_with(dir, hosts, "").await
 }
 
 /// The control service in front of `inference` servers and the `zone-1` allocator, with `extra`
