@@ -3,7 +3,8 @@
 //!
 //! - [`config`]: the TOML configuration.
 //! - [`registry`]: the bundles on disk, the stable and canary deployment, validation, atomic swaps,
-//!   the `rollout.toml` file that records promotions and rollbacks.
+//!   the `rollout.toml` file that records promotions and rollbacks (`lifetime_model::registry`,
+//!   which the allocator also follows).
 //! - [`api`]: the axum routes, a thin layer over the registry and `lifetime-model`.
 
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
@@ -11,4 +12,4 @@
 
 pub mod api;
 pub mod config;
-pub mod registry;
+pub use lifetime_model::registry;

@@ -20,6 +20,7 @@ pub mod gbdt;
 pub mod history;
 pub mod metrics;
 mod nan_json;
+pub mod registry;
 pub mod report;
 pub mod train;
 

@@ -74,13 +74,16 @@ fn main() -> Result<()> {
 }
 
 /// Keeps the repredicting model in step with the models directory, by the inference server's own
-/// rules (a bundle is validated before use; a bad one leaves the current model in place).
+/// rules (a bundle is validated before use; a bad one leaves the current model in place). Scans run
+/// on a blocking thread: they read the disk, and this runtime's thread serves the requests.
 async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
-    let registry = inference_server::registry::Registry::new(&dir);
+    let registry = Arc::new(lifetime_model::registry::Registry::new(&dir));
     let mut current: Option<String> = None;
     loop {
-        match registry.refresh() {
-            Ok(_) => {
+        let scanning = Arc::clone(&registry);
+        let scanned = tokio::task::spawn_blocking(move || scanning.refresh()).await;
+        match scanned {
+            Ok(Ok(_)) => {
                 let model = registry.deployment().map(|d| d.stable.clone());
                 let version = model.as_ref().map(|m| m.version().to_owned());
                 if version != current {
@@ -96,7 +99,8 @@ async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
                     }
                 }
             }
-            Err(error) => tracing::warn!(models = %dir.display(), %error, "scanning the models directory failed"),
+            Ok(Err(error)) => tracing::warn!(models = %dir.display(), %error, "scanning the models directory failed"),
+            Err(error) => tracing::error!(models = %dir.display(), %error, "the models directory scan panicked"),
         }
         tokio::time::sleep(Duration::from_secs_f64(poll_s.max(0.1))).await;
     }

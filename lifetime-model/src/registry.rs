@@ -19,9 +19,9 @@
 //! mechanism. A new [`Deployment`] is swapped in atomically; a request holds the `Arc` of the
 //! deployment it started with, so requests in flight finish on the old models.
 
+use crate::bundle::{canonical_root, read_confined, BundleError, LoadLimits, LoadOptions, MANIFEST_FILE};
+use crate::LifetimeModel;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use lifetime_model::bundle::{canonical_root, read_confined, BundleError, LoadLimits, LoadOptions, MANIFEST_FILE};
-use lifetime_model::LifetimeModel;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -58,7 +58,8 @@ pub struct Rollout {
     pub canary: Option<CanarySpec>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CanarySpec {
     /// Bundle directory name.
@@ -101,7 +102,8 @@ pub fn unit_hash(key: &str) -> f64 {
 }
 
 /// What the registry knows of one bundle directory.
-#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BundleStatus {
     pub bundle: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -539,7 +541,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lifetime_model::bundle::CHECKSUMMED_FILES;
+    use crate::bundle::CHECKSUMMED_FILES;
     use std::sync::Condvar;
 
     /// A models directory with copies of the default bundle under `names`.
