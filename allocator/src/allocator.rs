@@ -603,12 +603,9 @@ impl Allocator {
 
     /// Occupancy and lifetime figures; O(VMs) for the by-class counts.
     pub fn stats(&self) -> AllocatorStats {
-        let totals = self.state.totals();
+        let occupancy = self.state.occupancy();
         let hosts = self.state.hosts();
-        let empty_hosts = hosts.len() - totals.non_empty_hosts;
         let cores = |r: &domain::Resources| r.whole(ResourceKind::Cores);
-        let free_cores = cores(&totals.capacity) - cores(&totals.used);
-        let empty_cores = cores(&totals.capacity) - cores(&totals.non_empty_capacity);
         let (mut vms_long, mut cores_long) = (0, 0.0);
         for (_, vm) in self.state.vms() {
             if domain::prediction::placement_class(vm.prediction.as_ref()) == LifetimeClass::Long {
@@ -616,23 +613,22 @@ impl Allocator {
                 cores_long += cores(&vm.demand);
             }
         }
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         AllocatorStats {
             policy: self.policy.name().to_owned(),
-            hosts: hosts.len(),
+            hosts: occupancy.hosts,
             available_hosts: hosts.iter().filter(|h| h.state == HostState::Available).count(),
-            empty_hosts,
+            empty_hosts: occupancy.empty_hosts,
             vms: self.state.vm_count(),
-            packing_density: ratio(cores(&totals.used), cores(&totals.non_empty_capacity)),
-            empty_hosts_pct: 100.0 * ratio(empty_hosts as f64, hosts.len() as f64),
-            empty_to_free_ratio: ratio(empty_cores, free_cores),
-            allocated_cores: cores(&totals.used),
-            capacity_cores: cores(&totals.capacity),
-            allocated_memory_gib: totals.used.whole(ResourceKind::MemoryGib),
-            capacity_memory_gib: totals.capacity.whole(ResourceKind::MemoryGib),
+            packing_density: occupancy.packing_density,
+            empty_hosts_pct: occupancy.empty_hosts_pct,
+            empty_to_free_ratio: occupancy.empty_to_free,
+            allocated_cores: occupancy.allocated_cores,
+            capacity_cores: occupancy.capacity_cores,
+            allocated_memory_gib: occupancy.allocated_memory_gib,
+            capacity_memory_gib: occupancy.capacity_memory_gib,
             vms_short: self.state.vm_count() - vms_long,
             vms_long,
-            cores_short: cores(&totals.used) - cores_long,
+            cores_short: occupancy.allocated_cores - cores_long,
             cores_long,
             rejections: self
                 .rejections

@@ -39,5 +39,5 @@ pub use allocator::{
 pub use durable::{Command, CommandError, DurableAllocator, DurableError, Reply};
 pub use policy::{Policy, PolicyConfig, PolicyKind};
 pub use select::{IndexConfig, TieBreak};
-pub use state::{HostIndex, HostRecord, InventoryState, NewVm, PlacedVm, StateError};
+pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, StateError};
 pub use store::{Store, StoreError};

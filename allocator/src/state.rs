@@ -103,6 +103,46 @@ pub struct Totals {
     pub non_empty_hosts: usize,
 }
 
+/// The occupancy figures of the papers (SPEC section 7), from [`Totals`]: the one formula behind the
+/// service's statistics and the simulator's metrics.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Occupancy {
+    pub hosts: usize,
+    pub empty_hosts: usize,
+    pub allocated_cores: f64,
+    pub capacity_cores: f64,
+    pub allocated_memory_gib: f64,
+    pub capacity_memory_gib: f64,
+    /// Allocated cores over the cores of the non-empty hosts (0 when every host is empty).
+    pub packing_density: f64,
+    /// Empty hosts over all hosts, in percent.
+    pub empty_hosts_pct: f64,
+    /// Cores of the empty hosts over all free cores (0 when nothing is free).
+    pub empty_to_free: f64,
+}
+
+impl Occupancy {
+    fn of(totals: &Totals, hosts: usize) -> Occupancy {
+        let cores = |r: &Resources| r.whole(domain::ResourceKind::Cores);
+        // Nothing to divide by (nothing non-empty, nothing free, no host): 0.
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let empty_hosts = hosts.saturating_sub(totals.non_empty_hosts);
+        let free_cores = cores(&totals.capacity) - cores(&totals.used);
+        let empty_cores = cores(&totals.capacity) - cores(&totals.non_empty_capacity);
+        Occupancy {
+            hosts,
+            empty_hosts,
+            allocated_cores: cores(&totals.used),
+            capacity_cores: cores(&totals.capacity),
+            allocated_memory_gib: totals.used.whole(domain::ResourceKind::MemoryGib),
+            capacity_memory_gib: totals.capacity.whole(domain::ResourceKind::MemoryGib),
+            packing_density: ratio(cores(&totals.used), cores(&totals.non_empty_capacity)),
+            empty_hosts_pct: 100.0 * ratio(empty_hosts as f64, hosts as f64),
+            empty_to_free: ratio(empty_cores, free_cores),
+        }
+    }
+}
+
 /// Hosts and placed VMs.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct InventoryState {
@@ -202,6 +242,11 @@ impl InventoryState {
 
     pub fn totals(&self) -> &Totals {
         &self.totals
+    }
+
+    /// Packing density, empty hosts and empty-to-free now.
+    pub fn occupancy(&self) -> Occupancy {
+        Occupancy::of(&self.totals, self.hosts.len())
     }
 
     /// The tenant's VMs per rack (empty for a tenant with no VM).

@@ -87,22 +87,18 @@ pub struct Stranding {
 /// The figures of `state` at `time_s`, without stranding.
 pub fn instant(state: &InventoryState, time_s: f64) -> InstantMetrics {
     let totals = state.totals();
-    let hosts = state.hosts().len();
-    let cores = |r: &Resources| r.whole(ResourceKind::Cores);
-    let empty_hosts = hosts.saturating_sub(totals.non_empty_hosts);
-    let free_cores = cores(&totals.capacity) - cores(&totals.used);
-    let empty_cores = cores(&totals.capacity) - cores(&totals.non_empty_capacity);
+    let occupancy = state.occupancy();
     InstantMetrics {
         time_s,
         vms: state.vm_count(),
-        allocated_cores: cores(&totals.used),
-        allocated_memory_gib: totals.used.whole(ResourceKind::MemoryGib),
+        allocated_cores: occupancy.allocated_cores,
+        allocated_memory_gib: occupancy.allocated_memory_gib,
         non_empty_hosts: totals.non_empty_hosts,
-        hosts,
-        packing_density: ratio(cores(&totals.used), cores(&totals.non_empty_capacity)),
-        empty_hosts_pct: 100.0 * ratio(empty_hosts as f64, hosts as f64),
-        empty_to_free: ratio(empty_cores, free_cores),
-        bound: bound_for_total(&totals.used, &totals.capacity, hosts),
+        hosts: occupancy.hosts,
+        packing_density: occupancy.packing_density,
+        empty_hosts_pct: occupancy.empty_hosts_pct,
+        empty_to_free: occupancy.empty_to_free,
+        bound: bound_for_total(&totals.used, &totals.capacity, occupancy.hosts),
         stranding: None,
     }
 }
