@@ -372,6 +372,14 @@ fn owner(query: Result<Query<OwnerQuery>, QueryRejection>) -> Result<Option<Tena
     }
 }
 
+/// The VM of a `/v1/allocations/{vm_id}` path and the owner its `?tenant=` requires, if any.
+fn vm_and_owner(
+    vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<OwnerQuery>, QueryRejection>,
+) -> Result<(VmId, Option<TenantId>), Response> {
+    Ok((VmId(path_param(vm_id)?), owner(query)?))
+}
+
 /// Releases a VM: its host's capacity is free at once. 204, or 404 when it is not placed (also
 /// when an earlier release of it succeeded). With `?tenant=`, only a VM of that tenant is released;
 /// another tenant's VM answers 404 as if it did not exist (checked and released in one step).
@@ -388,9 +396,9 @@ async fn release(
     vm_id: Result<Path<String>, PathRejection>,
     query: Result<Query<OwnerQuery>, QueryRejection>,
 ) -> Response {
-    let (vm_id, owner) = match (path_param(vm_id), owner(query)) {
-        (Ok(id), Ok(owner)) => (VmId(id), owner),
-        (Err(response), _) | (_, Err(response)) => return response,
+    let (vm_id, owner) = match vm_and_owner(vm_id, query) {
+        Ok(parsed) => parsed,
+        Err(response) => return response,
     };
     let command = match owner {
         Some(owner) => Command::ReleaseOwned { vm: vm_id, owner },
@@ -416,9 +424,9 @@ async fn get_allocation(
     vm_id: Result<Path<String>, PathRejection>,
     query: Result<Query<OwnerQuery>, QueryRejection>,
 ) -> Response {
-    let (vm_id, owner) = match (path_param(vm_id), owner(query)) {
-        (Ok(id), Ok(owner)) => (VmId(id), owner),
-        (Err(response), _) | (_, Err(response)) => return response,
+    let (vm_id, owner) = match vm_and_owner(vm_id, query) {
+        Ok(parsed) => parsed,
+        Err(response) => return response,
     };
     match call(&state, "get-allocation", Command::GetAllocation(vm_id.clone())).await {
         // One reply is one snapshot: the owner is checked on the very answer sent.

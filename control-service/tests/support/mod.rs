@@ -49,6 +49,13 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
+/// Starts `binary` with `--config config`, serving on `port`, and waits until it is ready.
+async fn start_binary(binary: &Path, config: &Path, port: u16, what: &str) -> Process {
+    let mut process = Process { child: Some(spawn(binary, config)), base: format!("http://127.0.0.1:{port}") };
+    wait_ready(&mut process, what).await;
+    process
+}
+
 async fn wait_ready(process: &mut Process, what: &str) {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -107,12 +114,7 @@ pub async fn start_control(dir: &Path, inference: &[&str], allocator: &str, time
         ),
     )
     .unwrap();
-    let mut process = Process {
-        child: Some(spawn(Path::new(env!("CARGO_BIN_EXE_control-service")), &config)),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    wait_ready(&mut process, "control-service").await;
-    process
+    start_binary(Path::new(env!("CARGO_BIN_EXE_control-service")), &config, port, "control-service").await
 }
 
 /// The checked-in default model bundle, copied into a fresh models directory under `dir`.
@@ -202,12 +204,7 @@ pub async fn start_inference_with(dir: &Path, models: &Path, extra: &str) -> Pro
     let config = dir.join(format!("inference-{port}.toml"));
     std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\nmodels_dir = \"{}\"\n{extra}\n", models.display()))
         .unwrap();
-    let mut process = Process {
-        child: Some(spawn(&workspace_binary("inference-server"), &config)),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    wait_ready(&mut process, "inference-server").await;
-    process
+    start_binary(&workspace_binary("inference-server"), &config, port, "inference-server").await
 }
 
 /// An allocator like [`start_allocator`], with `extra` top-level TOML (an `admin_token`, ...).
@@ -223,10 +220,5 @@ pub async fn start_allocator_with(dir: &Path, hosts: usize, extra: &str) -> Proc
         ),
     )
     .unwrap();
-    let mut process = Process {
-        child: Some(spawn(&workspace_binary("allocator"), &config)),
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    wait_ready(&mut process, "allocator").await;
-    process
+    start_binary(&workspace_binary("allocator"), &config, port, "allocator").await
 }
