@@ -6,13 +6,11 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use crate::defrag::{DrainReport, DrainRequest, Migration};
 use crate::durable::{
     Command, CommandError, HostDetail, HostFilter, HostInfo, HostPage, HostStateChange, HostSummary, Reply,
     StoreStatus, VmInfo,
 };
 use crate::worker::Worker;
-use crate::{AllocateError, DrainError};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -24,6 +22,8 @@ use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, Problem, RackId, Rejection,
     RejectionCode, TenantId, Validate, ValidationError, ValidationLimits, VmId, VmRequest, ZoneId,
 };
+use placement::defrag::{DrainReport, DrainRequest, Migration};
+use placement::{AllocateError, DrainError};
 use serde::{Deserialize, Serialize};
 use service_common::auth::require_bearer;
 use service_common::problem::{problem, problem_response, HasLimits};
@@ -120,8 +120,8 @@ impl Validate for ExplainRequest {
         domain::AllocationRequest,
         domain::AllocationDecision,
         domain::Resources,
-        crate::AllocatorStats,
-        crate::Explanation,
+        placement::AllocatorStats,
+        placement::Explanation,
         VmInfo,
         HostInfo,
         HostSummary,
@@ -133,10 +133,10 @@ impl Validate for ExplainRequest {
         DrainRequest,
         DrainReport,
         Migration,
-        crate::defrag::DrainHosts,
-        crate::defrag::MigrationOrder,
-        crate::lava::LavaHost,
-        crate::lava::LavaState,
+        placement::defrag::DrainHosts,
+        placement::defrag::MigrationOrder,
+        placement::lava::LavaHost,
+        placement::lava::LavaState,
         domain::LifetimePrediction,
         domain::HostState,
         domain::Problem
@@ -186,7 +186,7 @@ impl utoipa::Modify for DocumentCompletion {
             ObjectBuilder::new()
                 .schema_type(Type::Integer)
                 .minimum(Some(1))
-                .maximum(Some(crate::defrag::MAX_IN_FLIGHT as f64))
+                .maximum(Some(placement::defrag::MAX_IN_FLIGHT as f64))
                 .description(Some("Most migrations in flight at once (default 3).")),
         );
         // `offset` is read as a `usize`: any whole number up to 2^64 - 1, beyond `int64`'s range.
@@ -702,7 +702,7 @@ async fn complete_migration(
 }
 
 /// Occupancy, packing density, empty hosts, VMs by lifetime, rejections by reason.
-#[utoipa::path(get, path = "/v1/stats", responses((status = 200, description = "The statistics.", body = crate::AllocatorStats)))]
+#[utoipa::path(get, path = "/v1/stats", responses((status = 200, description = "The statistics.", body = placement::AllocatorStats)))]
 async fn stats(State(state): State<AppState>) -> Response {
     match call(&state, "stats", Command::Stats).await {
         Ok(Reply::Stats(stats)) => Json(stats).into_response(),
@@ -714,7 +714,7 @@ async fn stats(State(state): State<AppState>) -> Response {
 /// A dry run: where the VM would go, the best hosts with their rule scores and, with `why_not`,
 /// why that host would not be picked. Changes nothing.
 #[utoipa::path(post, path = "/v1/explain", request_body = ExplainRequest,
-    responses((status = 200, description = "The dry run.", body = crate::Explanation),
+    responses((status = 200, description = "The dry run.", body = placement::Explanation),
               (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
               (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
               (status = 422, description = "A field breaks a rule, or `why_not` is not a host of the inventory.", body = domain::Problem)))]

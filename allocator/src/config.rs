@@ -1,7 +1,7 @@
 //! Configuration of the allocator service (TOML, unknown fields refused). See `docs/allocator.md`.
 
-use crate::allocator::AllocatorConfig;
 use domain::{InventorySpec, Resources, ValidationLimits};
+use placement::allocator::AllocatorConfig;
 use serde::{Deserialize, Serialize};
 use service_common::layers::LayerConfig;
 use std::net::SocketAddr;
@@ -179,10 +179,10 @@ mod tests {
         let config = ServiceConfig::load(&root.join("configs/allocator.toml")).unwrap();
         let inventory = config.inventory().unwrap();
         assert_eq!(inventory.hosts().count(), 200);
-        assert_eq!(config.allocator.policy.kind, crate::PolicyKind::LaBinary);
+        assert_eq!(config.allocator.policy.kind, placement::PolicyKind::LaBinary);
         let example = load_inventory(&root.join("configs/inventory.example.toml")).unwrap();
         assert!(example.hosts().count() >= 4);
-        crate::Allocator::new(&example, &config.allocator).unwrap();
+        placement::Allocator::new(&example, &config.allocator).unwrap();
     }
 
     #[test]

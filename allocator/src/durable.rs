@@ -19,18 +19,18 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation, MigrationChange,
-};
-use crate::defrag::{DrainReport, DrainRequest, Migration};
-use crate::lava::LavaHost;
-use crate::reprediction::Repredictor;
-use crate::state::{HostIndex, NewVm, StateError};
 use crate::store::{Store, StoreError, StoreOp, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
     LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
 };
+use placement::allocator::{
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation, MigrationChange,
+};
+use placement::defrag::{DrainReport, DrainRequest, Migration};
+use placement::lava::LavaHost;
+use placement::reprediction::Repredictor;
+use placement::state::{HostIndex, NewVm, StateError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -778,14 +778,15 @@ mod tests {
 #[cfg(test)]
 mod lava_restart_tests {
     use super::*;
-    use crate::PolicyKind;
+    use placement::PolicyKind;
 
     #[test]
     fn a_deadline_that_passed_unrecorded_applies_again_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
-        let config = AllocatorConfig { policy: crate::PolicyConfig::of_kind(PolicyKind::Lava), ..Default::default() };
+        let config =
+            AllocatorConfig { policy: placement::PolicyConfig::of_kind(PolicyKind::Lava), ..Default::default() };
         let mut durable = DurableAllocator::open(&spec, &config, &path, 1e6).unwrap();
         let vm = VmRequest::new("a", "t", "D", Resources::from_whole(1.0, 2.0, 0.0).unwrap());
         durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm)), 1e6 + 1.0).unwrap();

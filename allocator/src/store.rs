@@ -1,7 +1,7 @@
 //! The allocator's durable state: an embedded SQLite database (WAL journal, `synchronous = FULL`,
 //! so that a committed transaction survives a crash of the process or of the machine).
 //!
-//! It records what the in-memory [`crate::Allocator`] cannot rebuild by itself: every placed VM
+//! It records what the in-memory [`placement::Allocator`] cannot rebuild by itself: every placed VM
 //! (with a sequence number giving the placement order), every host state set by an operator, and
 //! the LAVA state of every non-empty host (LAVA policy).
 //! [`Store::load`] reads it all back; [`Store::apply`] writes a whole batch of changes in one
@@ -26,10 +26,10 @@
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
-use crate::defrag::Drain;
-use crate::lava::{LavaHost, LavaState};
-use crate::state::NewVm;
 use domain::{HostId, HostState, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use placement::defrag::Drain;
+use placement::lava::{LavaHost, LavaState};
+use placement::state::NewVm;
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

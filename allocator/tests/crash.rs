@@ -13,11 +13,11 @@
 mod support;
 
 use allocator::durable::{Command, DurableAllocator, Reply};
-use allocator::{Allocator, AllocatorConfig, TieBreak};
 use domain::{
     AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Priority, Resources, TenantId, VmId, VmRequest,
 };
+use placement::{Allocator, AllocatorConfig, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
@@ -372,7 +372,7 @@ fn hosts_of(allocator: &Allocator) -> Vec<(String, Resources, Vec<VmId>, HostSta
         .iter()
         .enumerate()
         .map(|(i, h)| {
-            let class = allocator.host_lifetime(allocator::HostIndex(i as u32)).class;
+            let class = allocator.host_lifetime(placement::HostIndex(i as u32)).class;
             (h.id.to_string(), h.used, h.vms.clone(), h.state, class)
         })
         .collect()

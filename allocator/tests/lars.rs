@@ -2,13 +2,13 @@
 //! never over-commit a host, drained hosts that end empty and stay unavailable until restored, and
 //! drains that survive a restart.
 
-use allocator::defrag::{DrainHosts, DrainRequest, MigrationOrder};
 use allocator::durable::{Command, DurableAllocator, Reply};
-use allocator::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, PolicyKind, TieBreak};
 use domain::{
     AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Resources, VmId, VmRequest,
 };
+use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use placement::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, PolicyKind, TieBreak};
 use proptest::prelude::*;
 
 const HOUR: f64 = 3600.0;

@@ -3,12 +3,12 @@
 //! agreeing with the full-scan reference on every decision.
 
 use allocator::durable::{Command, DurableAllocator};
-use allocator::select::{full_scan, Chooser};
-use allocator::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
 use domain::{
     AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
     LifetimePrediction, PredictionSource, Resources, TenantId, VmId, VmRequest,
 };
+use placement::select::{full_scan, Chooser};
+use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -167,7 +167,7 @@ fn config(policy: &PolicyConfig, engine: Engine, tie_break: TieBreak) -> Allocat
 fn policies() -> impl Strategy<Value = PolicyConfig> {
     let robust = |kind| PolicyConfig {
         exit_floor_s: 4.0 * 3600.0,
-        buckets: allocator::rules::Buckets::Exact,
+        buckets: placement::rules::Buckets::Exact,
         long_probability: Some(0.3),
         ..PolicyConfig::of_kind(kind)
     };
@@ -208,12 +208,12 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
             );
         } else {
             // Every host's lifetime class is the one its VMs give it now, computed afresh.
-            let expected = allocator::lifetime::HostLifetime::at(allocator.policy().classes(), exit_s, now_s);
+            let expected = placement::lifetime::HostLifetime::at(allocator.policy().classes(), exit_s, now_s);
             prop_assert_eq!(allocator.lifetimes()[i].class, expected.class, "host {} at {}", host.id, now_s);
         }
-        if let Some(lava) = allocator.lava_host(allocator::HostIndex(i as u32)) {
+        if let Some(lava) = allocator.lava_host(placement::HostIndex(i as u32)) {
             // LAVA: empty exactly when the host is, residual VMs are on the host, deadlines ahead.
-            prop_assert_eq!(lava.state == allocator::lava::LavaState::Empty, host.vms.is_empty());
+            prop_assert_eq!(lava.state == placement::lava::LavaState::Empty, host.vms.is_empty());
             prop_assert!(lava.residual_vms.iter().all(|vm| host.vms.contains(vm)));
             prop_assert!(
                 lava.deadline_s.is_none_or(|d| d > now_s),
@@ -289,7 +289,7 @@ proptest! {
                         &allocator.rule_request(&vm), &mut Chooser::new(TieBreak::LowestIndex, 0));
                     let host_scores = |allocator: &Allocator, host: &HostId| {
                         let index = allocator.state().host_index(host).unwrap();
-                        let view = allocator::rules::HostView {
+                        let view = placement::rules::HostView {
                             index, record: &allocator.state().hosts()[index.get()], lifetime: &allocator.lifetimes()[index.get()],
                         };
                         allocator.policy().score(&view, &allocator.rule_request(&vm))
@@ -359,7 +359,7 @@ proptest! {
         let before = live.state().clone();
         let exits_before: Vec<f64> = live.lifetimes().iter().map(|l| l.exit_s).collect();
         let lava = |a: &Allocator| -> Vec<_> {
-            (0..HOSTS).map(|i| a.lava_host(allocator::HostIndex(i as u32)).cloned()).collect()
+            (0..HOSTS).map(|i| a.lava_host(placement::HostIndex(i as u32)).cloned()).collect()
         };
         let lava_before = lava(live);
         drop(durable);

@@ -18,7 +18,7 @@ use crate::engine::{self, DrainPlan, SimConfig, SimError, SimResult};
 use crate::plot::{self, Bar, PlotError, Series};
 use crate::predict::PredictionConfig;
 use crate::workload::Workload;
-use allocator::{PolicyConfig, PolicyKind};
+use placement::{PolicyConfig, PolicyKind};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

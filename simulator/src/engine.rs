@@ -1,4 +1,4 @@
-//! The event loop: a workload replayed through [`allocator::Allocator`] in simulated time.
+//! The event loop: a workload replayed through [`placement::Allocator`] in simulated time.
 //!
 //! Events, in time order; at equal times exits come first, then migration completions, drain
 //! starts, arrivals and finally the metric sample (which so sees everything that happened at its
@@ -26,14 +26,14 @@
 use crate::metrics::{self, InstantMetrics, MetricsRecorder, MetricsSummary, VmMix};
 use crate::predict::{self, PredictError, PredictionConfig, PredictionReport};
 use crate::workload::{Inventory, PeakDemand, Workload, WorkloadConfig, WorkloadError};
-use allocator::allocator::MigrationChange;
-use allocator::defrag::{DrainHosts, DrainRequest, MigrationOrder};
-use allocator::reprediction::RepredictionConfig;
-use allocator::{
+use domain::{AllocationOutcome, AllocationRequest, HostState, VmId};
+use placement::allocator::MigrationChange;
+use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use placement::reprediction::RepredictionConfig;
+use placement::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Engine, PolicyConfig,
     TieBreak,
 };
-use domain::{AllocationOutcome, AllocationRequest, HostState, VmId};
 use serde::{Deserialize, Serialize};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
@@ -197,10 +197,10 @@ impl SimConfig {
             if plan.hosts_per_drain == 0 {
                 return Err(invalid("drains.hosts_per_drain", "must be at least 1"));
             }
-            if plan.max_in_flight == 0 || plan.max_in_flight > allocator::defrag::MAX_IN_FLIGHT {
+            if plan.max_in_flight == 0 || plan.max_in_flight > placement::defrag::MAX_IN_FLIGHT {
                 return Err(invalid(
                     "drains.max_in_flight",
-                    format!("must be between 1 and {}", allocator::defrag::MAX_IN_FLIGHT),
+                    format!("must be between 1 and {}", placement::defrag::MAX_IN_FLIGHT),
                 ));
             }
             if !(plan.migration_s.is_finite() && plan.migration_s >= 0.0) {
@@ -592,7 +592,7 @@ fn rate(count: f64, seconds: f64) -> f64 {
     }
 }
 
-fn add_drain(counters: &mut MigrationCounters, report: &allocator::defrag::DrainReport) {
+fn add_drain(counters: &mut MigrationCounters, report: &placement::defrag::DrainReport) {
     counters.performed += report.performed;
     counters.avoided += report.avoided;
     counters.cancelled += report.cancelled;

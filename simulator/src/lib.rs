@@ -1,5 +1,5 @@
 //! The trace-replay simulator: replays traces event by event through the allocator library's very
-//! own policy code ([`allocator::Allocator`]) and measures packing density, empty hosts and the
+//! own policy code ([`placement::Allocator`]) and measures packing density, empty hosts and the
 //! offline bound (SPEC section 7).
 //!
 //! - [`workload`]: a trace turned into the VMs to replay (true lifetimes, warm-up, the inventory

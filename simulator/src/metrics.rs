@@ -2,13 +2,13 @@
 //! like, the offline lower bound on hosts, inflation stranding, and their time averages.
 //!
 //! Definitions (the same as the allocator's `GET /v1/stats`, computed from
-//! [`allocator::InventoryState::totals`]):
+//! [`placement::InventoryState::totals`]):
 //!
 //! - **allocated** resources are the sum of the placed VMs' demands, plus the reservations of VMs
 //!   migrating in (a migrating VM holds room on its source and its target until the move ends,
 //!   exactly as the inventory books it).
 //! - a host is **empty** when it has no VM and no incoming migration
-//!   ([`allocator::HostRecord::is_empty`]), whatever its state: an empty unavailable host still
+//!   ([`placement::HostRecord::is_empty`]), whatever its state: an empty unavailable host still
 //!   counts as empty, as in the allocator's stats.
 //! - **packing density** (paper 003 s4.2, 002 s D) = allocated cores / cores of the non-empty hosts,
 //!   a fraction in [0, 1]; 0 when every host is empty.
@@ -37,8 +37,8 @@
 //! Densities and empty-to-free are fractions, empty hosts and stranding percentages, as in the
 //! allocator's stats.
 
-use allocator::InventoryState;
 use domain::{HostState, ResourceKind, Resources, RESOURCE_DIMS};
+use placement::InventoryState;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 

@@ -34,11 +34,11 @@
 //! run is reproducible.
 
 use crate::workload::{Workload, CENSORED_LIFETIME_S};
-use allocator::reprediction::{BundleRepredictor, Repredictor};
-use allocator::{PolicyConfig, PolicyKind};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use lifetime_model::history::{TenantHistory, TenantSummary};
 use lifetime_model::{LifetimeModel, RequestFeatures};
+use placement::reprediction::{BundleRepredictor, Repredictor};
+use placement::{PolicyConfig, PolicyKind};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -308,7 +308,7 @@ pub fn predict(
             let with_interval = policy.kind == PolicyKind::LaMulticlass;
             if with_interval {
                 let policy_cutoffs = policy.class_cutoffs_s.clone().unwrap_or_else(|| {
-                    allocator::lifetime::LifetimeClasses::doubling_from_15_minutes().cutoffs_s().to_vec()
+                    placement::lifetime::LifetimeClasses::doubling_from_15_minutes().cutoffs_s().to_vec()
                 });
                 if model.manifest().class_cutoffs_s != policy_cutoffs {
                     return Err(PredictError::CutoffMismatch {

@@ -3,9 +3,9 @@
 //! inventory sizing, LARS drains (a VM that exits before its turn is a migration avoided), the
 //! time-averaged metrics, and reproducibility from the seed.
 
-use allocator::defrag::MigrationOrder;
-use allocator::{PolicyConfig, PolicyKind, TieBreak};
 use domain::Priority;
+use placement::defrag::MigrationOrder;
+use placement::{PolicyConfig, PolicyKind, TieBreak};
 use simulator::engine::{run, DrainPlan, SimConfig, SimResult};
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};

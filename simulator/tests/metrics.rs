@@ -1,11 +1,11 @@
 //! Known answers of the simulator's metrics on tiny hand-made inventories, and their invariants on
 //! random ones.
 
-use allocator::{HostIndex, InventoryState, NewVm};
 use domain::{
     ClusterId, ClusterSpec, HostId, HostSpec, HostState, InventorySpec, RackId, RackSpec, Resources, VmId, ZoneId,
     ZoneSpec,
 };
+use placement::{HostIndex, InventoryState, NewVm};
 use proptest::prelude::*;
 use simulator::metrics::{
     inflate, inflation_stranding, instant, offline_bound, InstantMetrics, MetricsRecorder, MixShape, OfflineBound,

@@ -1,8 +1,8 @@
 //! The prediction sources: noisy oracles hit their targets, fallbacks replace the asked share, the
 //! model sees only the past and repredicts in process for NILAS, and every draw follows the seed.
 
-use allocator::{PolicyConfig, PolicyKind};
 use domain::{LifetimeClass, PredictionSource};
+use placement::{PolicyConfig, PolicyKind};
 use simulator::engine::{run, SimConfig};
 use simulator::predict::{predict, PredictError, PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};

@@ -27,8 +27,8 @@
 //! The binary must be built beside this test's (`cargo build --release -p allocator --bin
 //! allocator`, or `cargo test --release --workspace`).
 
-use allocator::{PolicyConfig, PolicyKind, TieBreak};
 use domain::{AllocationRequest, Priority};
+use placement::{PolicyConfig, PolicyKind, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;

@@ -4,9 +4,9 @@
 //! agree on every placement and, to rounding, on the time-averaged metrics; and for any policy,
 //! the simulator's exact averages must equal the brute-force integral of its own placements.
 
-use allocator::rules::Buckets;
-use allocator::{PolicyConfig, PolicyKind, TieBreak};
 use domain::Priority;
+use placement::rules::Buckets;
+use placement::{PolicyConfig, PolicyKind, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use simulator::engine::{run, SimConfig, SimResult};

@@ -18,8 +18,14 @@ pub enum TraceError {
     DuplicateColumn { column: String },
     #[error("line {line}, column `{column}`: {message} (value {value:?})")]
     BadField { line: u64, column: String, value: String, message: String },
+    #[cfg(feature = "azure-sqlite")]
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error(
+        "{0}: this build reads no sqlite traces; convert the trace to CSV with `vmtrace convert`, or build with \
+         `--features azure-sqlite`"
+    )]
+    SqliteNotBuilt(PathBuf),
     #[error("sqlite trace: {0}")]
     AzureTrace(String),
     #[error("VM `{vm_id}` of the trace: `{field}` {message}")]

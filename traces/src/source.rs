@@ -1,6 +1,8 @@
 //! The three trace sources behind one iterator.
 
-use crate::azure_sqlite::{AzureSqliteReader, MachineType};
+#[cfg(feature = "azure-sqlite")]
+use crate::azure_sqlite::AzureSqliteReader;
+use crate::azure_sqlite::MachineType;
 use crate::csv_format::CsvTraceReader;
 use crate::error::TraceError;
 use crate::record::VmRecord;
@@ -40,9 +42,12 @@ impl TraceSource {
     pub fn open(&self) -> Result<TraceReader, TraceError> {
         Ok(match self {
             TraceSource::Csv(path) => TraceReader::Csv(CsvTraceReader::open(path)?),
+            #[cfg(feature = "azure-sqlite")]
             TraceSource::AzureSqlite { path, machine } => {
                 TraceReader::AzureSqlite(AzureSqliteReader::open(path, machine)?)
             }
+            #[cfg(not(feature = "azure-sqlite"))]
+            TraceSource::AzureSqlite { path, .. } => return Err(TraceError::SqliteNotBuilt(path.clone())),
             TraceSource::Synthetic(config) => TraceReader::Synthetic(generate(config).into_iter()),
         })
     }
@@ -51,6 +56,7 @@ impl TraceSource {
 /// An iterator of [`VmRecord`]s from any source.
 pub enum TraceReader {
     Csv(CsvTraceReader),
+    #[cfg(feature = "azure-sqlite")]
     AzureSqlite(AzureSqliteReader),
     Synthetic(std::vec::IntoIter<VmRecord>),
 }
@@ -59,6 +65,7 @@ impl TraceReader {
     /// Records the source skipped on purpose (sqlite VMs whose type the chosen machine cannot host).
     pub fn skipped(&self) -> u64 {
         match self {
+            #[cfg(feature = "azure-sqlite")]
             TraceReader::AzureSqlite(reader) => reader.skipped(),
             TraceReader::Csv(_) | TraceReader::Synthetic(_) => 0,
         }
@@ -71,6 +78,7 @@ impl Iterator for TraceReader {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             TraceReader::Csv(reader) => reader.next(),
+            #[cfg(feature = "azure-sqlite")]
             TraceReader::AzureSqlite(reader) => reader.next(),
             TraceReader::Synthetic(records) => records.next().map(Ok),
         }

@@ -3,11 +3,11 @@
 use allocator::api::{router, AppState};
 use allocator::config::ServiceConfig;
 use allocator::durable::{Command, DurableAllocator, RepredictorHandle};
-use allocator::reprediction::BundleRepredictor;
 use allocator::worker::{unix_now_s, Worker};
 use anyhow::{Context, Result};
 use clap::Parser;
 use domain::ZoneId;
+use placement::reprediction::BundleRepredictor;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -88,7 +88,7 @@ async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
                 let version = model.as_ref().map(|m| m.version().to_owned());
                 if version != current {
                     let handle = RepredictorHandle(
-                        model.map(|m| Arc::new(BundleRepredictor(m)) as Arc<dyn allocator::reprediction::Repredictor>),
+                        model.map(|m| Arc::new(BundleRepredictor(m)) as Arc<dyn placement::reprediction::Repredictor>),
                     );
                     match worker.call(Command::SetRepredictor(handle)).await {
                         Ok(_) => {

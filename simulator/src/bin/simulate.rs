@@ -12,12 +12,12 @@
 //! Every run's JSON result carries its full configuration (`config`), so it can be re-run with
 //! `--config` (the result's `config` section as TOML).
 
-use allocator::defrag::MigrationOrder;
-use allocator::rules::Buckets;
-use allocator::{Engine, PolicyKind, TieBreak};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use placement::defrag::MigrationOrder;
+use placement::rules::Buckets;
+use placement::{Engine, PolicyKind, TieBreak};
 use simulator::compare::{self, Comparison, Experiment};
 use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
 use simulator::plot::{self, Series};
@@ -605,8 +605,8 @@ fn parse_drains(text: &str) -> Result<Option<DrainPlan>> {
             }
             "in-flight" => {
                 plan.max_in_flight =
-                    value.parse().ok().filter(|&n| n > 0 && n <= allocator::defrag::MAX_IN_FLIGHT).ok_or_else(|| {
-                        anyhow!("--drains in-flight must be between 1 and {}", allocator::defrag::MAX_IN_FLIGHT)
+                    value.parse().ok().filter(|&n| n > 0 && n <= placement::defrag::MAX_IN_FLIGHT).ok_or_else(|| {
+                        anyhow!("--drains in-flight must be between 1 and {}", placement::defrag::MAX_IN_FLIGHT)
                     })?
             }
             "migration-s" => plan.migration_s = non_negative("--drains migration-s", number()?)?,

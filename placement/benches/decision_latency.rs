@@ -34,9 +34,9 @@
 //!   the timed section. Each decision then repredicts every VM, so fewer decisions are timed
 //!   (2,000,000 / hosts, between 50 and 1,000).
 
-use allocator::reprediction::{BundleRepredictor, RepredictionConfig};
-use allocator::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
 use domain::{AllocationRequest, InventorySpec, ResourceKind, Resources, VmId};
+use placement::reprediction::{BundleRepredictor, RepredictionConfig};
+use placement::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
 use rand::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;

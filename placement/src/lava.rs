@@ -24,7 +24,6 @@ use crate::lifetime::{ClassIndex, LifetimeClasses};
 use crate::state::HostRecord;
 use domain::{ResourceKind, VmId};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 /// LAVA's class cut-offs: 1 h, 10 h, 100 h, 1000 h.
 pub const CLASS_CUTOFFS_S: [f64; 4] = [3_600.0, 36_000.0, 360_000.0, 3_600_000.0];
@@ -44,7 +43,8 @@ pub fn classes() -> LifetimeClasses {
 }
 
 /// The state of a host.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LavaState {
     #[default]
@@ -75,7 +75,8 @@ pub struct LavaSummary {
 }
 
 /// One host's full LAVA state.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LavaHost {
     pub state: LavaState,
     /// Lifetime class (0: < 1 h ... 4: >= 1000 h); 0 while empty.
@@ -85,7 +86,7 @@ pub struct LavaHost {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_s: Option<f64>,
     /// The VMs whose exit makes the class drop, in placement order.
-    #[schema(value_type = Vec<String>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub residual_vms: Vec<VmId>,
 }

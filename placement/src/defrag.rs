@@ -15,10 +15,10 @@
 use domain::{HostId, Validate, ValidationError, ValidationLimits, VmId};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use utoipa::ToSchema;
 
 /// In which order a drain migrates the VMs of its hosts.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum MigrationOrder {
     /// LARS: longest predicted remaining lifetime first.
@@ -29,18 +29,20 @@ pub enum MigrationOrder {
 }
 
 /// Which hosts to drain.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DrainHosts {
     /// These hosts.
-    #[schema(value_type = Vec<String>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     Listed(Vec<HostId>),
     /// The `n` available non-empty hosts cheapest to empty: fewest VMs, then most free resources.
     Pick(#[serde(deserialize_with = "domain::whole_number::deserialize")] usize),
 }
 
 /// A request to drain hosts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DrainRequest {
     pub hosts: DrainHosts,
@@ -85,21 +87,23 @@ impl Validate for DrainRequest {
 }
 
 /// One migration in flight.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Migration {
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub vm_id: VmId,
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub source: HostId,
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub target: HostId,
     pub started_at_s: f64,
 }
 
 /// Where a drain stands.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DrainReport {
-    #[schema(value_type = Vec<String>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub hosts: Vec<HostId>,
     pub order: MigrationOrder,
     pub max_in_flight: usize,
@@ -114,7 +118,7 @@ pub struct DrainReport {
     pub no_target: u64,
     pub in_flight: Vec<Migration>,
     /// VMs waiting for their turn, next first.
-    #[schema(value_type = Vec<String>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub queued: Vec<VmId>,
     /// Every drained host is empty and nothing is in flight.
     pub done: bool,

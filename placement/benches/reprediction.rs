@@ -21,10 +21,10 @@
 //! - (c) the same refresh on the same fill with no model: each VM's remaining lifetime is its
 //!   initial prediction minus its age, the simple reference, divided by the VMs refreshed.
 
-use allocator::reprediction::{BundleRepredictor, RepredictionConfig};
-use allocator::{Allocator, AllocatorConfig, PolicyConfig, PolicyKind};
 use domain::{AllocationRequest, InventorySpec, ResourceKind, Resources};
 use lifetime_model::{LifetimeModel, RequestFeatures};
+use placement::reprediction::{BundleRepredictor, RepredictionConfig};
+use placement::{Allocator, AllocatorConfig, PolicyConfig, PolicyKind};
 use rand::Rng;
 use std::hint::black_box;
 use std::path::PathBuf;

@@ -1,10 +1,10 @@
 //! What each policy does, on small inventories where the right answer is known.
 
-use allocator::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
 use domain::{
     AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
     LifetimePrediction, PredictionSource, RejectionCode, Resources, TenantId, VmId, VmRequest,
 };
+use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
 
 const HOUR: f64 = 3600.0;
 
@@ -92,7 +92,7 @@ fn dpbfr_uses_finer_buckets_for_long_vms() {
     let dpbfr = || {
         let spec = InventorySpec::homogeneous("z", 3, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
         let mut policy = PolicyConfig::of_kind(PolicyKind::Dpbfr);
-        policy.weights = allocator::rules::FitWeights { cores: 1.0, memory_gib: 0.0, ssd_gib: 0.0 };
+        policy.weights = placement::rules::FitWeights { cores: 1.0, memory_gib: 0.0, ssd_gib: 0.0 };
         let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
         let mut a = Allocator::new(&spec, &config).unwrap();
         // h0 keeps 6 cores free, h1 4.
@@ -210,7 +210,7 @@ fn nilas_prefers_hosts_the_vm_does_not_outlive() {
     let request = vm("mid", 2.0, Some(2.0 * HOUR + 600.0));
     let explanation = a.explain(&request, Some(&short_host), 3, 0.0).unwrap();
     let temporal =
-        |scores: &[allocator::allocator::RuleScore]| scores.iter().find(|s| s.rule == "temporal-cost").unwrap().score;
+        |scores: &[placement::allocator::RuleScore]| scores.iter().find(|s| s.rule == "temporal-cost").unwrap().score;
     assert_eq!(temporal(&explanation.why_not.as_ref().unwrap().scores), 2);
     assert_eq!(explanation.why_not.unwrap().outranked_at.as_deref(), Some("temporal-cost"));
     assert_eq!(place(&mut a, request, 0.0), long_host);
@@ -275,7 +275,7 @@ fn a_policy_threshold_on_p_long_overrides_the_predicted_class() {
 #[derive(Debug)]
 struct OneMoreHour;
 
-impl allocator::reprediction::Repredictor for OneMoreHour {
+impl placement::reprediction::Repredictor for OneMoreHour {
     fn version(&self) -> &str {
         "one-more-hour"
     }
@@ -312,9 +312,9 @@ fn exit_times_follow_repredictions_on_the_refresh_interval() {
 /// The default bundle's remaining-lifetime model without its constant ranges: every reprediction
 /// evaluates the trees.
 #[derive(Debug)]
-struct EveryTime(allocator::reprediction::BundleRepredictor);
+struct EveryTime(placement::reprediction::BundleRepredictor);
 
-impl allocator::reprediction::Repredictor for EveryTime {
+impl placement::reprediction::Repredictor for EveryTime {
     fn version(&self) -> &str {
         self.0.version()
     }
@@ -331,7 +331,7 @@ impl allocator::reprediction::Repredictor for EveryTime {
 /// saves evaluations.
 #[test]
 fn repredictions_reused_within_their_uptime_ranges_change_nothing() {
-    use allocator::reprediction::{BundleRepredictor, Repredictor};
+    use placement::reprediction::{BundleRepredictor, Repredictor};
     use rand::{Rng, SeedableRng};
     use std::sync::Arc;
 
