@@ -135,8 +135,8 @@ impl Validate for ExplainRequest {
         Migration,
         placement::defrag::DrainHosts,
         placement::defrag::MigrationOrder,
-        placement::lava::LavaHost,
-        placement::lava::LavaState,
+        placement::host_state::HostStateStats,
+        crate::durable::PolicyHostState,
         domain::LifetimePrediction,
         domain::HostState,
         domain::Problem

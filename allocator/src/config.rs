@@ -179,7 +179,7 @@ mod tests {
         let config = ServiceConfig::load(&root.join("configs/allocator.toml")).unwrap();
         let inventory = config.inventory().unwrap();
         assert_eq!(inventory.hosts().count(), 200);
-        assert_eq!(config.allocator.policy.kind, placement::PolicyKind::LaBinary);
+        assert_eq!(config.allocator.policy.kind, "la-binary");
         let example = load_inventory(&root.join("configs/inventory.example.toml")).unwrap();
         assert!(example.hosts().count() >= 4);
         placement::Allocator::new(&example, &config.allocator).unwrap();

@@ -19,18 +19,17 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::store::{Store, StoreError, StoreOp, StoredVm};
+use crate::store::{Store, StoreError, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
     LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
 };
 use placement::allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation, MigrationChange,
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation,
 };
 use placement::defrag::{DrainReport, DrainRequest, Migration};
-use placement::lava::LavaHost;
 use placement::reprediction::Repredictor;
-use placement::state::{HostIndex, NewVm, StateError};
+use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -185,9 +184,19 @@ pub struct HostInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_exit_s: Option<f64>,
     pub vm_count: usize,
-    /// Its LAVA state, class, deadline and residual VMs (LAVA policy only).
+    /// Its state under a stateful policy (LAVA: state, class, deadline, residual VMs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lava: Option<LavaHost>,
+    pub policy_state: Option<PolicyHostState>,
+}
+
+/// A host's state under the stateful policy, as that policy keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PolicyHostState {
+    /// The stateful policy (`lava`).
+    pub policy: String,
+    /// Its state of the host (LAVA: `state`, `class`, `deadline_s`, `residual_vms`).
+    #[schema(value_type = Object)]
+    pub state: serde_json::Value,
 }
 
 /// A host in a listing: its VMs by id.
@@ -322,8 +331,8 @@ fn recover(
             return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
         }
     }
-    for (host, lava) in stored.lava_hosts {
-        if let Err(source) = allocator.restore_lava(&host, lava) {
+    for (host, policy, state) in stored.policy_hosts {
+        if let Err(source) = allocator.restore_host_state(&host, &policy, &state) {
             return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
         }
     }
@@ -338,6 +347,9 @@ fn recover(
     if let Some(drain) = stored.drain {
         allocator.restore_drain(drain);
     }
+    // Rebuilding what the store holds is no change to write (timers that passed meanwhile replay
+    // the same way on every restart).
+    allocator.take_changes();
     Ok(Live { allocator, store })
 }
 
@@ -422,34 +434,16 @@ impl DurableAllocator {
             let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
             return commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect();
         };
-        let mut ops = Vec::new();
         let mut outcomes: Vec<&'static str> = Vec::new();
         let mut replies: Vec<Result<Reply, CommandError>> = commands
             .iter()
-            .map(|command| apply(&mut live.allocator, command, now_s, &mut ops, &mut outcomes, &self.path))
+            .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.path))
             .collect();
-        // Migrations and the drain change only by writes of the batch.
-        let (migrations, drain) = live.allocator.take_migration_changes();
-        for change in migrations {
-            ops.push(match change {
-                MigrationChange::Started { vm, target } => StoreOp::MigrationStarted { vm, target },
-                MigrationChange::Completed { vm, target } => StoreOp::MigrationCompleted { vm, target },
-                MigrationChange::Cancelled { vm } => StoreOp::MigrationCancelled { vm },
-            });
-        }
-        if let Some(drain) = drain {
-            ops.push(StoreOp::Drain(drain.map(Box::new)));
-        }
+        // Exactly what the batch changed, as the placement core recorded it.
+        let ops = live.allocator.take_changes();
         if ops.is_empty() {
             record_outcomes(&outcomes);
             return replies;
-        }
-        // LAVA states the batch changed (also deadlines that passed, which a restart would replay
-        // the same way) go in the same transaction as the placements that changed them.
-        let lava = live.allocator.take_lava_changes();
-        for (host, state) in lava {
-            let id = live.allocator.state().hosts()[host.get()].id.clone();
-            ops.push(StoreOp::Lava { host: id, lava: state });
         }
         metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
         let started = Instant::now();
@@ -491,13 +485,12 @@ fn record_outcomes(outcomes: &[&'static str]) {
     }
 }
 
-/// Applies one command to the allocator, queueing the store operations of its effects in `ops` and
-/// the outcome of allocations in `outcomes`.
+/// Applies one command to the allocator (its effects go to the allocator's journal), recording the
+/// outcome of allocations in `outcomes`.
 fn apply(
     allocator: &mut Allocator,
     command: &Command,
     now_s: f64,
-    ops: &mut Vec<StoreOp>,
     outcomes: &mut Vec<&'static str>,
     path: &Path,
 ) -> Result<Reply, CommandError> {
@@ -515,24 +508,7 @@ fn apply(
             };
             match &decision.outcome {
                 AllocationOutcome::Placed { .. } if decision.replayed => outcomes.push("replayed"),
-                AllocationOutcome::Placed { placements } => {
-                    outcomes.push("placed");
-                    for placement in placements {
-                        if let Some(vm) = allocator.state().vm(&placement.vm_id) {
-                            ops.push(StoreOp::Place {
-                                vm: NewVm {
-                                    id: placement.vm_id.clone(),
-                                    tenant: vm.tenant.clone(),
-                                    vm_type: vm.vm_type.clone(),
-                                    demand: vm.demand,
-                                    placed_at_s: vm.placed_at_s,
-                                    prediction: vm.prediction.clone(),
-                                },
-                                host: placement.host_id.clone(),
-                            });
-                        }
-                    }
-                }
+                AllocationOutcome::Placed { .. } => outcomes.push("placed"),
                 AllocationOutcome::Rejected { .. } => outcomes.push("rejected"),
             }
             Ok(Reply::Allocated(decision))
@@ -541,7 +517,6 @@ fn apply(
             // Describe it while it is still there.
             let info = vm_info(allocator, vm).ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
             allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
-            ops.push(StoreOp::Release { vm: vm.clone() });
             Ok(Reply::Released(info))
         }
         Command::ReleaseOwned { vm, owner } => {
@@ -549,25 +524,19 @@ fn apply(
                 .filter(|info| info.tenant_id == *owner)
                 .ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
             allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
-            ops.push(StoreOp::Release { vm: vm.clone() });
             Ok(Reply::Released(info))
         }
         Command::SetHostState { host, state } => {
             let previous =
                 allocator.set_host_state(host, *state).map_err(|_| CommandError::UnknownHost(host.clone()))?;
-            ops.push(StoreOp::HostState { host: host.clone(), state: *state });
             Ok(Reply::HostStateSet(HostStateChange { host_id: host.clone(), previous, state: *state }))
         }
         Command::StartDrain(request) => {
             let report = allocator.start_drain(request, now_s)?;
-            for host in &report.hosts {
-                ops.push(StoreOp::HostState { host: host.clone(), state: HostState::Unavailable });
-            }
             Ok(Reply::Drain(Box::new(report)))
         }
         Command::CompleteMigration(vm) => {
             let migration = allocator.complete_migration(vm, now_s)?;
-            // The store's own record of the move is among the allocator's migration changes.
             outcomes.push("migrated");
             Ok(Reply::MigrationCompleted(Box::new(migration)))
         }
@@ -649,7 +618,10 @@ fn host_info(allocator: &Allocator, index: HostIndex) -> HostInfo {
         lifetime_class: lifetime.class,
         predicted_exit_s: lifetime.exit_s.is_finite().then_some(lifetime.exit_s),
         vm_count: record.vms.len(),
-        lava: allocator.lava_host(index).cloned(),
+        policy_state: allocator.host_state().and_then(|policy| {
+            let state = policy.snapshot(index).and_then(|json| serde_json::from_str(&json).ok())?;
+            Some(PolicyHostState { policy: policy.name().to_owned(), state })
+        }),
     }
 }
 
@@ -776,29 +748,29 @@ mod tests {
 }
 
 #[cfg(test)]
-mod lava_restart_tests {
+mod policy_state_restart_tests {
     use super::*;
-    use placement::PolicyKind;
 
     #[test]
     fn a_deadline_that_passed_unrecorded_applies_again_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
-        let config =
-            AllocatorConfig { policy: placement::PolicyConfig::of_kind(PolicyKind::Lava), ..Default::default() };
+        let config = AllocatorConfig { policy: placement::PolicyConfig::preset("lava"), ..Default::default() };
         let mut durable = DurableAllocator::open(&spec, &config, &path, 1e6).unwrap();
         let vm = VmRequest::new("a", "t", "D", Resources::from_whole(1.0, 2.0, 0.0).unwrap());
         durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm)), 1e6 + 1.0).unwrap();
-        // Only a rejection after the deadline: the class rises in memory, nothing is written.
+        // Only a rejection after the deadline: the class rises, and the restart agrees with it whether
+        // or not the change was written (a deadline replays at its own time).
         let huge = VmRequest::new("huge", "t", "D", Resources::from_whole(64.0, 2.0, 0.0).unwrap());
         durable.execute_one(Command::Allocate(AllocationRequest::Vm(huge)), 1e6 + 5_000.0).unwrap();
         let live = durable.allocator().unwrap();
         let host = live.state().vm(&VmId::from("a")).unwrap().host;
-        let before = live.lava_host(host).cloned().unwrap();
-        assert_eq!(before.class, 1);
+        let before = live.host_state().unwrap().snapshot(host).unwrap();
+        let lava: placement::lava::LavaHost = serde_json::from_str(&before).unwrap();
+        assert_eq!(lava.class, 1);
         drop(durable);
         let reopened = DurableAllocator::open(&spec, &config, &path, 1e6 + 5_000.0).unwrap();
-        assert_eq!(reopened.allocator().unwrap().lava_host(host).cloned().unwrap(), before);
+        assert_eq!(reopened.allocator().unwrap().host_state().unwrap().snapshot(host).unwrap(), before);
     }
 }

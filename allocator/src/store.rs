@@ -2,12 +2,16 @@
 //! so that a committed transaction survives a crash of the process or of the machine).
 //!
 //! It records what the in-memory [`placement::Allocator`] cannot rebuild by itself: every placed VM
-//! (with a sequence number giving the placement order), every host state set by an operator, and
-//! the LAVA state of every non-empty host (LAVA policy).
-//! [`Store::load`] reads it all back; [`Store::apply`] writes a whole batch of changes in one
-//! transaction, which is what makes group commit possible (see [`crate::durable`]).
+//! (with a sequence number giving the placement order), every host state set by an operator or a
+//! drain, migrations in flight and the drain, and the per-host state of a stateful policy (LAVA) as
+//! opaque rows. It writes exactly the placement core's journal ([`placement::Change`]):
+//! [`Store::apply`] writes a whole batch of changes in one transaction, which is what makes group
+//! commit possible (see [`crate::durable`]); [`Store::load`] reads it all back.
 //!
-//! Schema (version 3; an older store gains the missing tables when opened):
+//! Schema (version 4). A store of an older version is upgraded in place when opened, in one
+//! transaction: versions 1 and 2 gain the tables they lack, and version 3's `lava_hosts` rows become
+//! `policy_hosts` rows of policy `lava` (the same state as JSON). A store of a newer version than
+//! this code is refused with a message naming the fix.
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
@@ -17,8 +21,8 @@
 //!     cores_base INTEGER NOT NULL, memory_base INTEGER NOT NULL, ssd_base INTEGER NOT NULL,
 //!     placed_at_s REAL NOT NULL, prediction TEXT);                     -- prediction as JSON
 //! CREATE TABLE host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
-//! CREATE TABLE lava_hosts (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, class INTEGER NOT NULL,
-//!     deadline_s REAL, residual_vms TEXT NOT NULL);                    -- residual VM ids as JSON
+//! CREATE TABLE policy_hosts (host_id TEXT PRIMARY KEY, policy TEXT NOT NULL,
+//!     state TEXT NOT NULL);                                            -- the policy's own JSON
 //! CREATE TABLE migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);  -- in flight
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL); -- LARS, JSON
 //! ```
@@ -28,14 +32,14 @@
 
 use domain::{HostId, HostState, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
-use placement::lava::{LavaHost, LavaState};
+use placement::journal::Change;
 use placement::state::NewVm;
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How long a write waits for a lock held by another connection (an operator's `sqlite3` shell, a
 /// backup) before failing. The allocator itself uses one connection.
@@ -45,7 +49,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum StoreError {
     #[error("opening the allocator store {path}: {source}")]
     Open { path: PathBuf, source: rusqlite::Error },
-    #[error("allocator store {path}: schema version {found} is not the supported version {SCHEMA_VERSION}")]
+    #[error(
+        "allocator store {path}: schema version {found} is newer than this allocator's ({SCHEMA_VERSION}); run the \
+         release that wrote it, or move the file away to start from an empty store"
+    )]
     SchemaVersion { path: PathBuf, found: i64 },
     #[error("allocator store {path}: {context}: {source}")]
     Sql { path: PathBuf, context: &'static str, source: rusqlite::Error },
@@ -53,7 +60,7 @@ pub enum StoreError {
     CorruptVm { path: PathBuf, vm: String, detail: String },
     #[error("allocator store {path}: host `{host}`: unknown state `{state}`")]
     CorruptHostState { path: PathBuf, host: String, state: String },
-    #[error("allocator store {path}: LAVA state of host `{host}`: {detail}")]
+    #[error("allocator store {path}: upgrading from schema version 3: LAVA state of host `{host}`: {detail}")]
     CorruptLava { path: PathBuf, host: String, detail: String },
     #[error("allocator store {path}: drain record: {detail}")]
     CorruptDrain { path: PathBuf, detail: String },
@@ -75,33 +82,12 @@ pub struct StoredState {
     pub vms: Vec<StoredVm>,
     /// Host states set by operators, by host id.
     pub host_states: Vec<(HostId, HostState)>,
-    /// LAVA states of non-empty hosts, by host id.
-    pub lava_hosts: Vec<(HostId, LavaHost)>,
+    /// Per-host policy state (host, policy, its JSON) of hosts not in their initial state.
+    pub policy_hosts: Vec<(HostId, String, String)>,
     /// Migrations in flight: VM -> target host.
     pub migrations: Vec<(VmId, HostId)>,
     /// The current (or last) drain.
     pub drain: Option<Drain>,
-}
-
-/// One change to record.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StoreOp {
-    /// A VM was placed on a host.
-    Place { vm: NewVm, host: HostId },
-    /// A VM was released.
-    Release { vm: VmId },
-    /// An operator set a host's state.
-    HostState { host: HostId, state: HostState },
-    /// A host's LAVA state changed (an empty host's row is deleted).
-    Lava { host: HostId, lava: LavaHost },
-    /// A VM started migrating to `target` (its demand is reserved there).
-    MigrationStarted { vm: VmId, target: HostId },
-    /// A VM finished migrating: it is on `target` now.
-    MigrationCompleted { vm: VmId, target: HostId },
-    /// A migration was abandoned (the VM exited).
-    MigrationCancelled { vm: VmId },
-    /// The drain's record (`None`: no drain).
-    Drain(Option<Box<Drain>>),
 }
 
 /// See the module documentation.
@@ -166,54 +152,117 @@ impl Store {
             .conn
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
-                 AND name IN ('meta', 'vms', 'host_states', 'lava_hosts', 'migrations', 'drain')",
+                 AND name IN ('meta', 'vms', 'host_states', 'policy_hosts', 'migrations', 'drain')",
                 [],
                 |row| row.get(0),
             )
             .map_err(self.sql("reading the schema"))?;
-        // Creating the schema takes the write lock; a store that has it already is only read here.
-        // An older store (missing tables) is upgraded in the same transaction.
-        if tables < 6 {
-            self.create_schema()?;
+        // Creating or upgrading the schema takes the write lock; a current store is only read here.
+        if tables < 6 || self.stored_version()? != Some(SCHEMA_VERSION) {
+            self.upgrade()?;
         }
         self.read_meta()
     }
 
-    fn create_schema(&mut self) -> Result<(), StoreError> {
-        self.conn
-            .execute_batch(
-                "BEGIN IMMEDIATE;
-                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 3), ('next_seq', 1);
-                 CREATE TABLE IF NOT EXISTS vms (
-                     vm_id TEXT PRIMARY KEY,
-                     seq INTEGER NOT NULL UNIQUE,
-                     host_id TEXT NOT NULL,
-                     tenant_id TEXT NOT NULL,
-                     vm_type TEXT NOT NULL,
-                     cores_base INTEGER NOT NULL,
-                     memory_base INTEGER NOT NULL,
-                     ssd_base INTEGER NOT NULL,
-                     placed_at_s REAL NOT NULL,
-                     prediction TEXT
-                 );
-                 CREATE TABLE IF NOT EXISTS host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS lava_hosts (
-                     host_id TEXT PRIMARY KEY,
-                     state TEXT NOT NULL,
-                     class INTEGER NOT NULL,
-                     deadline_s REAL,
-                     residual_vms TEXT NOT NULL
-                 );
-                 CREATE TABLE IF NOT EXISTS migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
-                 UPDATE meta SET value = 3 WHERE key = 'schema_version' AND value IN (1, 2);
-                 COMMIT;",
-            )
-            .map_err(|source| {
-                let _ = self.conn.execute_batch("ROLLBACK");
-                StoreError::Sql { path: self.path.clone(), context: "creating the schema", source }
+    /// The schema version the store records, if it has a `meta` table with one.
+    fn stored_version(&self) -> Result<Option<i64>, StoreError> {
+        let has_meta: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |row| {
+                row.get(0)
             })
+            .map_err(self.sql("reading the schema"))?;
+        if has_meta == 0 {
+            return Ok(None);
+        }
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |row| row.get(0))
+            .map(Some)
+            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })
+            .map_err(self.sql("reading the schema version"))
+    }
+
+    /// Creates the schema, or brings an older one to this version, in one transaction.
+    fn upgrade(&mut self) -> Result<(), StoreError> {
+        let path = &self.path.clone();
+        let sql = |context: &'static str| {
+            move |source: rusqlite::Error| StoreError::Sql { path: path.clone(), context, source }
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql("starting the schema upgrade"))?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 4), ('next_seq', 1);",
+        )
+        .map_err(sql("creating the schema"))?;
+        let found: i64 = tx
+            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |row| row.get(0))
+            .map_err(sql("reading the schema version"))?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::SchemaVersion { path: path.clone(), found });
+        }
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS vms (
+                 vm_id TEXT PRIMARY KEY,
+                 seq INTEGER NOT NULL UNIQUE,
+                 host_id TEXT NOT NULL,
+                 tenant_id TEXT NOT NULL,
+                 vm_type TEXT NOT NULL,
+                 cores_base INTEGER NOT NULL,
+                 memory_base INTEGER NOT NULL,
+                 ssd_base INTEGER NOT NULL,
+                 placed_at_s REAL NOT NULL,
+                 prediction TEXT
+             );
+             CREATE TABLE IF NOT EXISTS host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS policy_hosts (
+                 host_id TEXT PRIMARY KEY,
+                 policy TEXT NOT NULL,
+                 state TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);",
+        )
+        .map_err(sql("creating the schema"))?;
+        let has_lava: i64 = tx
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lava_hosts'", [], |row| {
+                row.get(0)
+            })
+            .map_err(sql("reading the schema"))?;
+        if has_lava > 0 {
+            // Version 3 kept LAVA's state in columns of its own: each row becomes the same state as
+            // the JSON that LAVA's snapshot is.
+            let rows: Vec<(String, String, i64, Option<f64>, String)> = {
+                let mut statement = tx
+                    .prepare("SELECT host_id, state, class, deadline_s, residual_vms FROM lava_hosts ORDER BY host_id")
+                    .map_err(sql("reading the LAVA host states"))?;
+                let rows = statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
+                    .map_err(sql("reading the LAVA host states"))?;
+                rows.collect::<Result<_, _>>().map_err(sql("reading the LAVA host states"))?
+            };
+            for (host, state, class, deadline_s, residual) in rows {
+                let corrupt =
+                    |detail: String| StoreError::CorruptLava { path: path.clone(), host: host.clone(), detail };
+                let residual: serde_json::Value =
+                    serde_json::from_str(&residual).map_err(|e| corrupt(format!("unreadable residual VMs: {e}")))?;
+                let mut json = serde_json::json!({"state": state, "class": class, "residual_vms": residual});
+                if let Some(deadline) = deadline_s {
+                    json["deadline_s"] = serde_json::Value::from(deadline);
+                }
+                tx.execute(
+                    "INSERT OR REPLACE INTO policy_hosts (host_id, policy, state) VALUES (?1, 'lava', ?2)",
+                    params![host, json.to_string()],
+                )
+                .map_err(sql("moving the LAVA host states"))?;
+            }
+            tx.execute_batch("DROP TABLE lava_hosts").map_err(sql("moving the LAVA host states"))?;
+        }
+        tx.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", params![SCHEMA_VERSION])
+            .map_err(sql("recording the schema version"))?;
+        tx.commit().map_err(sql("committing the schema upgrade"))
     }
 
     fn read_meta(&mut self) -> Result<(), StoreError> {
@@ -307,7 +356,7 @@ impl Store {
         Ok(StoredState {
             vms,
             host_states,
-            lava_hosts: self.load_lava()?,
+            policy_hosts: self.load_policy_hosts()?,
             migrations: self.load_migrations()?,
             drain: self.load_drain()?,
         })
@@ -337,35 +386,21 @@ impl Store {
             .map_err(|e| StoreError::CorruptDrain { path: self.path.clone(), detail: e.to_string() })
     }
 
-    fn load_lava(&self) -> Result<Vec<(HostId, LavaHost)>, StoreError> {
+    fn load_policy_hosts(&self) -> Result<Vec<(HostId, String, String)>, StoreError> {
         let mut statement = self
             .conn
-            .prepare("SELECT host_id, state, class, deadline_s, residual_vms FROM lava_hosts ORDER BY host_id")
-            .map_err(self.sql("reading the LAVA host states"))?;
-        type Row = (String, String, i64, Option<f64>, String);
+            .prepare("SELECT host_id, policy, state FROM policy_hosts ORDER BY host_id")
+            .map_err(self.sql("reading the policy host states"))?;
         let rows = statement
-            .query_map([], |row| -> rusqlite::Result<Row> {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
-            })
-            .map_err(self.sql("reading the LAVA host states"))?;
-        let mut hosts = Vec::new();
-        for row in rows {
-            let (host, state, class, deadline_s, residual) = row.map_err(self.sql("reading the LAVA host states"))?;
-            let corrupt =
-                |detail: String| StoreError::CorruptLava { path: self.path.clone(), host: host.clone(), detail };
-            let state = LavaState::parse(&state).ok_or_else(|| corrupt(format!("unknown state `{state}`")))?;
-            let class = u8::try_from(class).map_err(|_| corrupt(format!("class {class} out of range")))?;
-            let residual_vms: Vec<VmId> =
-                serde_json::from_str(&residual).map_err(|e| corrupt(format!("unreadable residual VMs: {e}")))?;
-            hosts.push((HostId(host.clone()), LavaHost { state, class, deadline_s, residual_vms }));
-        }
-        Ok(hosts)
+            .query_map([], |row| Ok((HostId(row.get(0)?), row.get(1)?, row.get(2)?)))
+            .map_err(self.sql("reading the policy host states"))?;
+        rows.collect::<Result<_, _>>().map_err(self.sql("reading the policy host states"))
     }
 
-    /// Writes `ops` in order, in one transaction: after `Ok` all of them are durable, after `Err`
-    /// none of them is.
-    pub fn apply(&mut self, ops: &[StoreOp]) -> Result<(), StoreError> {
-        if ops.is_empty() {
+    /// Writes `changes` in order, in one transaction: after `Ok` all of them are durable, after
+    /// `Err` none of them is.
+    pub fn apply(&mut self, changes: &[Change]) -> Result<(), StoreError> {
+        if changes.is_empty() {
             return Ok(());
         }
         let path = &self.path;
@@ -387,12 +422,9 @@ impl Store {
             let mut host_state = tx
                 .prepare_cached("INSERT OR REPLACE INTO host_states (host_id, state) VALUES (?1, ?2)")
                 .map_err(sql("recording a host state"))?;
-            let mut lava = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO lava_hosts (host_id, state, class, deadline_s, residual_vms)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(sql("recording a LAVA host state"))?;
+            let mut policy_host = tx
+                .prepare_cached("INSERT OR REPLACE INTO policy_hosts (host_id, policy, state) VALUES (?1, ?2, ?3)")
+                .map_err(sql("recording a policy host state"))?;
             let mut migration_start = tx
                 .prepare_cached("INSERT OR REPLACE INTO migrations (vm_id, target_host_id) VALUES (?1, ?2)")
                 .map_err(sql("recording a migration"))?;
@@ -401,12 +433,12 @@ impl Store {
             let mut moved = tx
                 .prepare_cached("UPDATE vms SET host_id = ?2 WHERE vm_id = ?1")
                 .map_err(sql("recording a migration"))?;
-            let mut lava_empty = tx
-                .prepare_cached("DELETE FROM lava_hosts WHERE host_id = ?1")
-                .map_err(sql("recording a LAVA host state"))?;
-            for op in ops {
-                match op {
-                    StoreOp::Place { vm, host } => {
+            let mut policy_host_initial = tx
+                .prepare_cached("DELETE FROM policy_hosts WHERE host_id = ?1")
+                .map_err(sql("recording a policy host state"))?;
+            for change in changes {
+                match change {
+                    Change::Placed { vm, host } => {
                         let prediction =
                             vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
                                 StoreError::CorruptVm {
@@ -432,27 +464,27 @@ impl Store {
                             .map_err(sql("recording a placement"))?;
                         next_seq += 1;
                     }
-                    StoreOp::Release { vm } => {
+                    Change::Released { vm } => {
                         release.execute(params![vm.as_str()]).map_err(sql("recording a release"))?;
                     }
-                    StoreOp::HostState { host, state } => {
+                    Change::HostState { host, state } => {
                         host_state
                             .execute(params![host.as_str(), state_name(*state)])
                             .map_err(sql("recording a host state"))?;
                     }
-                    StoreOp::MigrationStarted { vm, target } => {
+                    Change::MigrationStarted { vm, target } => {
                         migration_start
                             .execute(params![vm.as_str(), target.as_str()])
                             .map_err(sql("recording a migration"))?;
                     }
-                    StoreOp::MigrationCompleted { vm, target } => {
+                    Change::MigrationCompleted { vm, target } => {
                         migration_end.execute(params![vm.as_str()]).map_err(sql("recording a migration"))?;
                         moved.execute(params![vm.as_str(), target.as_str()]).map_err(sql("recording a migration"))?;
                     }
-                    StoreOp::MigrationCancelled { vm } => {
+                    Change::MigrationCancelled { vm } => {
                         migration_end.execute(params![vm.as_str()]).map_err(sql("recording a migration"))?;
                     }
-                    StoreOp::Drain(drain) => {
+                    Change::Drain(drain) => {
                         let record = drain
                             .as_ref()
                             .map(serde_json::to_string)
@@ -466,24 +498,15 @@ impl Store {
                         }
                         .map_err(sql("recording the drain"))?;
                     }
-                    StoreOp::Lava { host, lava: state } if state.state == LavaState::Empty => {
-                        lava_empty.execute(params![host.as_str()]).map_err(sql("recording a LAVA host state"))?;
+                    Change::PolicyHostState { host, state: None, .. } => {
+                        policy_host_initial
+                            .execute(params![host.as_str()])
+                            .map_err(sql("recording a policy host state"))?;
                     }
-                    StoreOp::Lava { host, lava: state } => {
-                        let residual =
-                            serde_json::to_string(&state.residual_vms).map_err(|e| StoreError::CorruptLava {
-                                path: path.clone(),
-                                host: host.to_string(),
-                                detail: format!("residual VMs cannot be written: {e}"),
-                            })?;
-                        lava.execute(params![
-                            host.as_str(),
-                            state.state.name(),
-                            i64::from(state.class),
-                            state.deadline_s,
-                            residual
-                        ])
-                        .map_err(sql("recording a LAVA host state"))?;
+                    Change::PolicyHostState { host, policy, state: Some(state) } => {
+                        policy_host
+                            .execute(params![host.as_str(), policy, state])
+                            .map_err(sql("recording a policy host state"))?;
                     }
                 }
             }
@@ -529,16 +552,16 @@ mod tests {
         let (a, b, c) = (vm("a", 1.5), vm("b", 2.0), NewVm { prediction: None, ..vm("c", 0.001) });
         store
             .apply(&[
-                StoreOp::Place { vm: c.clone(), host: HostId::from("h1") },
-                StoreOp::Place { vm: a.clone(), host: HostId::from("h0") },
-                StoreOp::HostState { host: HostId::from("h1"), state: HostState::Unavailable },
+                Change::Placed { vm: c.clone(), host: HostId::from("h1") },
+                Change::Placed { vm: a.clone(), host: HostId::from("h0") },
+                Change::HostState { host: HostId::from("h1"), state: HostState::Unavailable },
             ])
             .unwrap();
         store
             .apply(&[
-                StoreOp::Release { vm: VmId::from("c") },
-                StoreOp::Place { vm: b.clone(), host: HostId::from("h1") },
-                StoreOp::HostState { host: HostId::from("h1"), state: HostState::Failed },
+                Change::Released { vm: VmId::from("c") },
+                Change::Placed { vm: b.clone(), host: HostId::from("h1") },
+                Change::HostState { host: HostId::from("h1"), state: HostState::Failed },
             ])
             .unwrap();
         drop(store);
@@ -553,27 +576,40 @@ mod tests {
     }
 
     #[test]
-    fn lava_states_round_trip_and_empty_hosts_are_forgotten() {
+    fn policy_host_states_round_trip_and_initial_states_are_forgotten() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db");
         let mut store = Store::open(&path).unwrap();
-        let recycling = LavaHost {
-            state: LavaState::Recycling,
-            class: 3,
-            deadline_s: Some(1.5e6),
-            residual_vms: vec![VmId::from("a"), VmId::from("b")],
+        let state = |host: &str, json: Option<&str>| Change::PolicyHostState {
+            host: HostId::from(host),
+            policy: "lava",
+            state: json.map(str::to_owned),
         };
-        let open = LavaHost { state: LavaState::Open, class: 4, deadline_s: None, residual_vms: Vec::new() };
         store
-            .apply(&[
-                StoreOp::Lava { host: HostId::from("h0"), lava: recycling.clone() },
-                StoreOp::Lava { host: HostId::from("h1"), lava: open.clone() },
-            ])
+            .apply(&[state("h0", Some(r#"{"state":"recycling"}"#)), state("h1", Some(r#"{"state":"open"}"#))])
             .unwrap();
-        store.apply(&[StoreOp::Lava { host: HostId::from("h1"), lava: LavaHost::default() }]).unwrap();
+        store.apply(&[state("h1", None)]).unwrap();
         drop(store);
         let loaded = Store::open(&path).unwrap().load().unwrap();
-        assert_eq!(loaded.lava_hosts, [(HostId::from("h0"), recycling)]);
+        assert_eq!(
+            loaded.policy_hosts,
+            [(HostId::from("h0"), "lava".to_owned(), r#"{"state":"recycling"}"#.to_owned())]
+        );
+    }
+
+    #[test]
+    fn a_store_of_a_newer_version_is_refused_naming_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v9.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             INSERT INTO meta (key, value) VALUES ('schema_version', 9), ('next_seq', 1);",
+        )
+        .unwrap();
+        drop(conn);
+        let err = Store::open(&path).unwrap_err().to_string();
+        assert!(err.contains("schema version 9 is newer") && err.contains("move the file away"), "{err}");
     }
 
     #[test]
@@ -592,10 +628,10 @@ mod tests {
         .unwrap();
         drop(conn);
         let mut store = Store::open(&path).unwrap();
-        store.apply(&[StoreOp::Place { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
+        store.apply(&[Change::Placed { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.vms.len(), 1);
-        assert!(loaded.lava_hosts.is_empty());
+        assert!(loaded.policy_hosts.is_empty());
     }
 
     #[test]
@@ -603,20 +639,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.db");
         let mut store = Store::open(&path).unwrap();
-        store.apply(&[StoreOp::Place { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
+        store.apply(&[Change::Placed { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
         // The second placement of `a` breaks the primary key: the whole batch is rolled back.
         let err = store
             .apply(&[
-                StoreOp::Place { vm: vm("b", 1.0), host: HostId::from("h0") },
-                StoreOp::Place { vm: vm("a", 1.0), host: HostId::from("h0") },
+                Change::Placed { vm: vm("b", 1.0), host: HostId::from("h0") },
+                Change::Placed { vm: vm("a", 1.0), host: HostId::from("h0") },
             ])
             .unwrap_err();
         assert!(err.to_string().contains("b.db"), "{err}");
         assert_eq!(store.load().unwrap().vms.len(), 1);
-        store.apply(&[StoreOp::Release { vm: VmId::from("a") }]).unwrap();
+        store.apply(&[Change::Released { vm: VmId::from("a") }]).unwrap();
         drop(store);
         let mut store = Store::open(&path).unwrap();
-        store.apply(&[StoreOp::Place { vm: vm("d", 1.0), host: HostId::from("h0") }]).unwrap();
+        store.apply(&[Change::Placed { vm: vm("d", 1.0), host: HostId::from("h0") }]).unwrap();
         assert_eq!(store.load().unwrap().vms[0].seq, 2, "the released VM's sequence number is not reused");
     }
 

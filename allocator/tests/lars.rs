@@ -8,7 +8,7 @@ use domain::{
     PredictionSource, Resources, VmId, VmRequest,
 };
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
-use placement::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, PolicyKind, TieBreak};
+use placement::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, TieBreak};
 use proptest::prelude::*;
 
 const HOUR: f64 = 3600.0;
@@ -27,9 +27,9 @@ fn vm(id: &str, cores: f64, lifetime_s: f64) -> VmRequest {
     vm
 }
 
-fn allocator(kind: PolicyKind, hosts: usize) -> Allocator {
+fn allocator(kind: &str, hosts: usize) -> Allocator {
     let config =
-        AllocatorConfig { policy: PolicyConfig::of_kind(kind), tie_break: TieBreak::LowestIndex, ..Default::default() };
+        AllocatorConfig { policy: PolicyConfig::preset(kind), tie_break: TieBreak::LowestIndex, ..Default::default() };
     Allocator::new(&InventorySpec::homogeneous("z", hosts, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap()), &config)
         .unwrap()
 }
@@ -43,7 +43,7 @@ fn host_of(allocator: &Allocator, vm: &str) -> HostId {
 const ARRIVALS: [(&str, f64); 5] =
     [("a-1h", HOUR), ("b-10h", 10.0 * HOUR), ("c-30m", 0.5 * HOUR), ("d-100h", 100.0 * HOUR), ("e-5h", 5.0 * HOUR)];
 
-fn loaded(kind: PolicyKind) -> (Allocator, HostId) {
+fn loaded(kind: &str) -> (Allocator, HostId) {
     let mut a = allocator(kind, 4);
     for (i, (id, lifetime)) in ARRIVALS.iter().enumerate() {
         a.allocate(&AllocationRequest::Vm(vm(id, 2.0, *lifetime)), i as f64).unwrap();
@@ -61,7 +61,7 @@ fn drain(order: MigrationOrder, host: &HostId) -> DrainRequest {
 /// not migrated (saved), one that exits while moving gives its reservation back (cancelled).
 #[test]
 fn lars_migrates_longest_first_and_skips_vms_that_exit() {
-    let (mut a, source) = loaded(PolicyKind::Pbfr);
+    let (mut a, source) = loaded("pbfr");
     let report = a.start_drain(&drain(MigrationOrder::LongestRemainingFirst, &source), 10.0).unwrap();
     assert_eq!(report.in_flight.len(), 1);
     assert_eq!(report.in_flight[0].vm_id.as_str(), "d-100h");
@@ -99,7 +99,7 @@ fn lars_migrates_longest_first_and_skips_vms_that_exit() {
 /// The baseline moves VMs in arrival order.
 #[test]
 fn the_baseline_migrates_in_arrival_order() {
-    let (mut a, source) = loaded(PolicyKind::Pbfr);
+    let (mut a, source) = loaded("pbfr");
     let report = a.start_drain(&drain(MigrationOrder::Arrival, &source), 10.0).unwrap();
     let order: Vec<&str> =
         report.in_flight.iter().map(|m| m.vm_id.as_str()).chain(report.queued.iter().map(VmId::as_str)).collect();
@@ -112,7 +112,7 @@ fn the_baseline_migrates_in_arrival_order() {
 #[test]
 fn lars_needs_fewer_migrations_than_arrival_order() {
     let run = |order| {
-        let (mut a, source) = loaded(PolicyKind::Pbfr);
+        let (mut a, source) = loaded("pbfr");
         let start = 10.0;
         a.start_drain(&drain(order, &source), start).unwrap();
         let mut exits: Vec<(f64, &str)> = ARRIVALS.iter().enumerate().map(|(i, (id, l))| (i as f64 + l, *id)).collect();
@@ -180,8 +180,8 @@ fn check_books(a: &Allocator) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn kinds() -> impl Strategy<Value = PolicyKind> {
-    prop_oneof![Just(PolicyKind::Pbfr), Just(PolicyKind::LaBinary), Just(PolicyKind::Nilas), Just(PolicyKind::Lava)]
+fn kinds() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just("pbfr"), Just("la-binary"), Just("nilas"), Just("lava")]
 }
 
 proptest! {
@@ -266,7 +266,7 @@ fn a_drain_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
     let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
-    let config = AllocatorConfig { policy: PolicyConfig::of_kind(PolicyKind::Lava), ..Default::default() };
+    let config = AllocatorConfig { policy: PolicyConfig::preset("lava"), ..Default::default() };
     let mut durable = DurableAllocator::open(&spec, &config, &path, 0.0).unwrap();
     for (i, (id, lifetime)) in ARRIVALS.iter().enumerate() {
         durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm(id, 2.0, *lifetime))), i as f64).unwrap();
@@ -285,14 +285,14 @@ fn a_drain_survives_a_restart() {
     durable.execute_one(Command::CompleteMigration(first.clone()), 20.0).unwrap();
     let live = durable.allocator().unwrap();
     let (state_before, report_before) = (live.state().clone(), live.drain_report());
-    let lava_before: Vec<_> = (0..4).map(|i| live.lava_host(HostIndex(i)).cloned()).collect();
+    let lava_before: Vec<_> = (0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect();
     drop(durable);
 
     let mut reopened = DurableAllocator::open(&spec, &config, &path, 20.0).unwrap();
     let live = reopened.allocator().unwrap();
     assert_eq!(live.state(), &state_before, "VMs, reservations and host states come back");
     assert_eq!(live.drain_report(), report_before);
-    assert_eq!((0..4).map(|i| live.lava_host(HostIndex(i)).cloned()).collect::<Vec<_>>(), lava_before);
+    assert_eq!((0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect::<Vec<_>>(), lava_before);
     let next = report_before.unwrap().in_flight[0].vm_id.clone();
     let Ok(Reply::MigrationCompleted(done)) = reopened.execute_one(Command::CompleteMigration(next.clone()), 30.0)
     else {

@@ -8,7 +8,7 @@ use domain::{
     LifetimePrediction, PredictionSource, Resources, TenantId, VmId, VmRequest,
 };
 use placement::select::{full_scan, Chooser};
-use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
+use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, TieBreak};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -169,17 +169,17 @@ fn policies() -> impl Strategy<Value = PolicyConfig> {
         exit_floor_s: 4.0 * 3600.0,
         buckets: placement::rules::Buckets::Exact,
         long_probability: Some(0.3),
-        ..PolicyConfig::of_kind(kind)
+        ..PolicyConfig::preset(kind)
     };
     prop_oneof![
-        Just(PolicyConfig::of_kind(PolicyKind::Pbfr)),
-        Just(PolicyConfig::of_kind(PolicyKind::Dpbfr)),
-        Just(PolicyConfig::of_kind(PolicyKind::LaBinary)),
-        Just(PolicyConfig::of_kind(PolicyKind::LaMulticlass)),
-        Just(PolicyConfig::of_kind(PolicyKind::Nilas)),
-        Just(PolicyConfig::of_kind(PolicyKind::Lava)),
-        Just(robust(PolicyKind::Nilas)),
-        Just(robust(PolicyKind::Lava)),
+        Just(PolicyConfig::preset("pbfr")),
+        Just(PolicyConfig::preset("dpbfr")),
+        Just(PolicyConfig::preset("la-binary")),
+        Just(PolicyConfig::preset("la-multiclass")),
+        Just(PolicyConfig::preset("nilas")),
+        Just(PolicyConfig::preset("lava")),
+        Just(robust("nilas")),
+        Just(robust("lava")),
     ]
 }
 
@@ -211,7 +211,8 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
             let expected = placement::lifetime::HostLifetime::at(allocator.policy().classes(), exit_s, now_s);
             prop_assert_eq!(allocator.lifetimes()[i].class, expected.class, "host {} at {}", host.id, now_s);
         }
-        if let Some(lava) = allocator.lava_host(placement::HostIndex(i as u32)) {
+        let lava = allocator.host_state().and_then(|s| s.as_any().downcast_ref::<placement::lava::Lava>());
+        if let Some(lava) = lava.map(|l| l.host(placement::HostIndex(i as u32))) {
             // LAVA: empty exactly when the host is, residual VMs are on the host, deadlines ahead.
             prop_assert_eq!(lava.state == placement::lava::LavaState::Empty, host.vms.is_empty());
             prop_assert!(lava.residual_vms.iter().all(|vm| host.vms.contains(vm)));
@@ -359,7 +360,7 @@ proptest! {
         let before = live.state().clone();
         let exits_before: Vec<f64> = live.lifetimes().iter().map(|l| l.exit_s).collect();
         let lava = |a: &Allocator| -> Vec<_> {
-            (0..HOSTS).map(|i| a.lava_host(placement::HostIndex(i as u32)).cloned()).collect()
+            (0..HOSTS).map(|i| a.host_state().map(|s| s.snapshot(placement::HostIndex(i as u32)))).collect()
         };
         let lava_before = lava(live);
         drop(durable);

@@ -357,8 +357,9 @@ async fn lava_state_and_a_lars_drain_over_http() {
     let (_, info) = send(client.get(server.url("/v1/allocations/v0"))).await;
     let source = info["host_id"].as_str().unwrap().to_owned();
     let (_, detail) = send(client.get(server.url(&format!("/v1/hosts/{source}")))).await;
-    assert_eq!(detail["lava"]["state"], "open", "{detail}");
-    assert_eq!(detail["lava"]["class"], 0);
+    assert_eq!(detail["policy_state"]["policy"], "lava", "{detail}");
+    assert_eq!(detail["policy_state"]["state"]["state"], "open", "{detail}");
+    assert_eq!(detail["policy_state"]["state"]["class"], 0);
     // The allocator follows the models directory: the bundle's model repredicts exit times.
     let mut stats = Value::Null;
     for _ in 0..50 {
@@ -369,7 +370,8 @@ async fn lava_state_and_a_lars_drain_over_http() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(stats["reprediction_model"].is_string(), "{stats}");
-    assert_eq!(stats["lava"]["open"], 1, "{stats}");
+    assert_eq!(stats["host_states"]["policy"], "lava", "{stats}");
+    assert_eq!(stats["host_states"]["by_state"]["open"], 1, "{stats}");
     assert_eq!(stats["policy"], "lava");
 
     let request = json!({"hosts": {"listed": [source]}, "order": "longest-remaining-first", "max_in_flight": 1});

@@ -36,7 +36,7 @@
 
 use domain::{AllocationRequest, InventorySpec, ResourceKind, Resources, VmId};
 use placement::reprediction::{BundleRepredictor, RepredictionConfig};
-use placement::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig, PolicyKind};
+use placement::{Allocator, AllocatorConfig, Engine, IndexConfig, PolicyConfig};
 use rand::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -141,7 +141,7 @@ fn measure(
 
 struct Args {
     sizes: Option<Vec<usize>>,
-    policies: Vec<PolicyKind>,
+    policies: Vec<&'static str>,
     bundle: PathBuf,
     refresh_interval_s: Option<f64>,
 }
@@ -165,19 +165,19 @@ fn parse_args() -> Args {
             bundle = PathBuf::from(dir);
         } else if let Ok(hosts) = arg.parse::<usize>() {
             sizes.push(hosts);
-        } else if let Ok(kind) = serde_json::from_value::<PolicyKind>(serde_json::Value::String(arg.clone())) {
+        } else if let Some(kind) = placement::policy::preset_names().into_iter().find(|name| *name == arg) {
             policies.push(kind);
         }
         // Anything else (cargo passes `--bench`) is ignored.
     }
     if policies.is_empty() {
-        policies = vec![PolicyKind::Pbfr, PolicyKind::LaBinary, PolicyKind::Nilas, PolicyKind::Lava];
+        policies = vec!["pbfr", "la-binary", "nilas", "lava"];
     }
     Args { sizes: (!sizes.is_empty()).then_some(sizes), policies, bundle, refresh_interval_s }
 }
 
-fn policy_name(kind: PolicyKind) -> String {
-    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+fn policy_name(kind: &str) -> String {
+    kind.to_owned()
 }
 
 fn us(d: Duration) -> f64 {
@@ -195,7 +195,9 @@ struct ExitRow {
 
 fn main() {
     let args = parse_args();
-    let reads_exits = |kind: PolicyKind| matches!(kind, PolicyKind::Nilas | PolicyKind::Lava);
+    let reads_exits = |kind: &str| {
+        placement::Policy::from_config(&PolicyConfig::preset(kind), &HashMap::new()).is_ok_and(|p| p.reads_exit_times())
+    };
     let model = if args.policies.iter().any(|&k| reads_exits(k)) {
         workload::load_bundle(&args.bundle, "skipping the NILAS and LAVA rows")
     } else {
@@ -242,7 +244,7 @@ fn main() {
                 40,
                 Resources::from_whole(HOST_CORES, HOST_MEMORY_GIB, 0.0).expect("capacity"),
             );
-            let mut config = AllocatorConfig { policy: PolicyConfig::of_kind(kind), seed: 1, ..Default::default() };
+            let mut config = AllocatorConfig { policy: PolicyConfig::preset(kind), seed: 1, ..Default::default() };
             if let Some(interval) = args.refresh_interval_s {
                 config.reprediction.refresh_interval_s = interval;
             }
@@ -313,7 +315,7 @@ fn main() {
                         us(f.mean)
                     );
                 }
-                if kind == PolicyKind::Pbfr {
+                if kind == "pbfr" {
                     exit_rows.push(ExitRow {
                         name: name.clone(),
                         hosts,

@@ -24,7 +24,7 @@
 use domain::{AllocationRequest, InventorySpec, ResourceKind, Resources};
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use placement::reprediction::{BundleRepredictor, RepredictionConfig};
-use placement::{Allocator, AllocatorConfig, PolicyConfig, PolicyKind};
+use placement::{Allocator, AllocatorConfig, PolicyConfig};
 use rand::Rng;
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -80,7 +80,7 @@ fn filled(hosts: usize, model: Option<&Arc<LifetimeModel>>) -> (Allocator, f64) 
         Resources::from_whole(HOST_CORES, HOST_MEMORY_GIB, 0.0).expect("capacity"),
     );
     let config = AllocatorConfig {
-        policy: PolicyConfig::of_kind(PolicyKind::Nilas),
+        policy: PolicyConfig::preset("nilas"),
         seed: 1,
         reprediction: RepredictionConfig { refresh_interval_s: 0.0 },
         ..Default::default()

@@ -14,16 +14,25 @@
 //! - a host that empties is empty again.
 //!
 //! The state changes only at those events, so the preference rule that reads it
-//! ([`crate::rules::LavaPreference`]) stays exact in the cached index. The allocator applies the
-//! transitions ([`LavaHost::on_place`], [`LavaHost::on_release`], [`LavaHost::on_deadline`]) and
-//! schedules deadlines; the store persists every host's state with the placements that changed it.
-//! Deadline transitions take the deadline itself as their time, so replaying them after a restart
-//! gives the very same state.
+//! ([`LavaPreference`]) stays exact in the cached index. All of LAVA lives here, behind the
+//! allocator's one extension point for per-host policy state ([`crate::host_state`]): [`Lava`]
+//! keeps every host's [`LavaHost`] and answers the hooks (place, release, migration, the deadline
+//! as the host's timer), its code is what [`LavaPreference`] ranks, and its snapshot is what the
+//! store keeps. Deadline transitions take the deadline itself as their time, so replaying them after
+//! a restart gives the very same state.
 
+use crate::host_state::{HostStateError, HostStatePolicy, HostStateStats};
 use crate::lifetime::{ClassIndex, LifetimeClasses};
-use crate::state::HostRecord;
+use crate::rules::{
+    BuiltRule, HostView, NoParams, PreferenceRule, RegisteredRule, RequestTrait, RuleContext, RuleRequest,
+};
+use crate::state::{HostIndex, HostRecord};
 use domain::{ResourceKind, VmId};
 use serde::{Deserialize, Serialize};
+use std::any::Any;
+
+/// The name LAVA's rule asks for and its store rows carry.
+pub const NAME: &str = "lava";
 
 /// LAVA's class cut-offs: 1 h, 10 h, 100 h, 1000 h.
 pub const CLASS_CUTOFFS_S: [f64; 4] = [3_600.0, 36_000.0, 360_000.0, 3_600_000.0];
@@ -67,13 +76,6 @@ impl LavaState {
     }
 }
 
-/// What the preference rule reads of a host's LAVA state (kept beside its lifetime summary).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct LavaSummary {
-    pub state: LavaState,
-    pub class: ClassIndex,
-}
-
 /// One host's full LAVA state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -92,8 +94,14 @@ pub struct LavaHost {
 }
 
 impl LavaHost {
-    pub fn summary(&self) -> LavaSummary {
-        LavaSummary { state: self.state, class: self.class }
+    /// What [`LavaPreference`] ranks: a recycling host of class `c` is `c`, an open one `OPEN + c`,
+    /// any other `OTHER` (the rule itself ranks hosts with no VM as `EMPTY`).
+    pub fn code(&self) -> u32 {
+        match self.state {
+            LavaState::Recycling => u32::from(self.class),
+            LavaState::Open => LavaPreference::OPEN + u32::from(self.class),
+            LavaState::Empty => LavaPreference::OTHER,
+        }
     }
 
     /// The deadline of a class set at `now_s`: 1.1x the class's upper bound later; none for the top
@@ -149,6 +157,155 @@ impl LavaHost {
                 true
             }
             _ => false,
+        }
+    }
+}
+
+/// Every host's LAVA state: the [`HostStatePolicy`] the allocator keeps when a policy has
+/// [`LavaPreference`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Lava {
+    hosts: Vec<LavaHost>,
+}
+
+impl Lava {
+    pub fn boxed(hosts: usize) -> Box<dyn HostStatePolicy> {
+        Box::new(Lava { hosts: vec![LavaHost::default(); hosts] })
+    }
+
+    pub fn host(&self, host: HostIndex) -> &LavaHost {
+        &self.hosts[host.get()]
+    }
+}
+
+impl HostStatePolicy for Lava {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn on_place(&mut self, host: HostIndex, record: &HostRecord, vm_class: ClassIndex, now_s: f64) {
+        self.hosts[host.get()].on_place(record, vm_class, now_s);
+    }
+
+    fn on_release(&mut self, host: HostIndex, record: &HostRecord, vm: &VmId, now_s: f64) {
+        self.hosts[host.get()].on_release(record, vm, now_s);
+    }
+
+    fn timer_s(&self, host: HostIndex) -> Option<f64> {
+        self.hosts[host.get()].deadline_s
+    }
+
+    fn on_timer(&mut self, host: HostIndex, record: &HostRecord, at_s: f64) -> bool {
+        self.hosts[host.get()].on_deadline(record, at_s)
+    }
+
+    fn code(&self, host: HostIndex) -> u32 {
+        self.hosts[host.get()].code()
+    }
+
+    fn snapshot(&self, host: HostIndex) -> Option<String> {
+        let lava = &self.hosts[host.get()];
+        // A plain struct of numbers, strings and an enum: serialising it cannot fail.
+        (lava.state != LavaState::Empty).then(|| serde_json::to_string(lava).unwrap_or_default())
+    }
+
+    fn restore(&mut self, host: HostIndex, snapshot: Option<&str>) -> Result<(), HostStateError> {
+        let error = |detail: String| HostStateError { policy: NAME, host: host.0, detail };
+        let slot = self.hosts.get_mut(host.get()).ok_or_else(|| error("no such host".to_owned()))?;
+        *slot = match snapshot {
+            Some(json) => serde_json::from_str(json).map_err(|e| error(format!("unreadable: {e}")))?,
+            None => LavaHost::default(),
+        };
+        if slot.class > LavaHost::top_class() {
+            return Err(error(format!("class {} out of range", slot.class)));
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> HostStateStats {
+        let mut stats = HostStateStats { policy: NAME.to_owned(), ..HostStateStats::default() };
+        for state in [LavaState::Empty, LavaState::Open, LavaState::Recycling] {
+            stats.by_state.insert(state.name().to_owned(), 0);
+        }
+        for lava in &self.hosts {
+            *stats.by_state.entry(lava.state.name().to_owned()).or_insert(0) += 1;
+            if lava.state != LavaState::Empty {
+                *stats.by_class.entry(lava.class.to_string()).or_insert(0) += 1;
+            }
+        }
+        stats
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// LAVA's host preference (paper 000 s4.3): recycling hosts of a class above the VM's, the closest
+/// first; then open hosts of the VM's class; then any other non-empty host; then empty hosts.
+/// With `c` the top class: scores `0..c` for recycling hosts `1..=c` classes above, `c` for an open
+/// host of the same class, `c + 1` for other non-empty hosts, `c + 2` for empty ones.
+#[derive(Debug)]
+pub struct LavaPreference {
+    pub top_class: ClassIndex,
+}
+
+impl Default for LavaPreference {
+    fn default() -> Self {
+        LavaPreference { top_class: LavaHost::top_class() }
+    }
+}
+
+impl LavaPreference {
+    /// Host codes: a recycling host of class `c` is `c`, an open one `OPEN + c`, an empty host
+    /// `EMPTY`, any other non-empty host `OTHER`.
+    const OPEN: u32 = 1 << 8;
+    const OTHER: u32 = 1 << 9;
+    const EMPTY: u32 = 1 << 10;
+}
+
+impl RegisteredRule for LavaPreference {
+    const NAME: &'static str = "lava";
+    type Params = NoParams;
+    /// LAVA reads VMs by its own five classes.
+    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
+        Ok(BuiltRule::Preference(Box::new(LavaPreference::default()), Some(classes())))
+    }
+}
+
+impl PreferenceRule for LavaPreference {
+    fn name(&self) -> &'static str {
+        <Self as RegisteredRule>::NAME
+    }
+    fn reads(&self) -> &'static [RequestTrait] {
+        &[RequestTrait::LifetimeClass]
+    }
+    fn host_state(&self) -> Option<&'static str> {
+        Some(NAME)
+    }
+    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
+        self.score_of_code(self.host_code(host), request)
+    }
+    fn is_host_coded(&self) -> bool {
+        true
+    }
+    fn host_code(&self, host: &HostView) -> u32 {
+        if host.record.is_empty() {
+            Self::EMPTY
+        } else {
+            host.lifetime.state_code
+        }
+    }
+    /// Recycling hosts of a class above the VM's, closest first; then open hosts of the VM's
+    /// class; then any other non-empty host; then empty hosts.
+    fn score_of_code(&self, code: u32, request: &RuleRequest) -> u32 {
+        let top = u32::from(self.top_class);
+        let vm_class = u32::from(request.lifetime_class.min(self.top_class));
+        match code {
+            Self::EMPTY => top + 2,
+            class if class < Self::OPEN && class > vm_class => class - vm_class - 1,
+            open if open == Self::OPEN + vm_class => top,
+            _ => top + 1,
         }
     }
 }
@@ -217,13 +374,13 @@ mod tests {
     fn fig5a_an_open_host_recycles_past_90_percent() {
         let mut host = Host::new();
         host.place("a", 4.0, 2, 0.0);
-        assert_eq!(host.lava.summary(), LavaSummary { state: LavaState::Open, class: 2 });
+        assert_eq!((host.lava.state, host.lava.class), (LavaState::Open, 2));
         assert_eq!(host.lava.deadline_s, Some(1.1 * 100.0 * HOUR));
         host.place("b", 5.0, 2, 10.0);
         assert_eq!(host.lava.state, LavaState::Open, "90% is not over 90%");
         assert!(host.residual().is_empty());
         host.place("c", 0.5, 2, 20.0);
-        assert_eq!(host.lava.summary(), LavaSummary { state: LavaState::Recycling, class: 2 });
+        assert_eq!((host.lava.state, host.lava.class), (LavaState::Recycling, 2));
         assert_eq!(host.residual(), ["a", "b", "c"]);
     }
 
@@ -240,12 +397,12 @@ mod tests {
         host.place("mid", 2.0, 2, 200.0);
         assert_eq!(host.lava.class, 3, "a residual VM is still there");
         host.release("long2", 300.0);
-        assert_eq!(host.lava.summary(), LavaSummary { state: LavaState::Recycling, class: 2 });
+        assert_eq!((host.lava.state, host.lava.class), (LavaState::Recycling, 2));
         assert_eq!(host.residual(), ["mid"]);
         assert_eq!(host.lava.deadline_s, Some(300.0 + 1.1 * 100.0 * HOUR));
         host.place("short", 1.0, 0, 400.0);
         host.release("mid", 500.0);
-        assert_eq!(host.lava.summary(), LavaSummary { state: LavaState::Recycling, class: 1 });
+        assert_eq!((host.lava.state, host.lava.class), (LavaState::Recycling, 1));
         assert_eq!(host.residual(), ["short"]);
         host.release("short", 600.0);
         assert_eq!(host.lava, LavaHost::default(), "an emptied host is empty again");
@@ -261,7 +418,7 @@ mod tests {
         let record = host.record().clone();
         assert!(!host.lava.on_deadline(&record, deadline - 1.0), "not yet");
         assert!(host.lava.on_deadline(&record, deadline + 50.0));
-        assert_eq!(host.lava.summary(), LavaSummary { state: LavaState::Open, class: 2 });
+        assert_eq!((host.lava.state, host.lava.class), (LavaState::Open, 2));
         assert_eq!(host.residual(), ["a"]);
         assert_eq!(host.lava.deadline_s, Some(deadline + 1.1 * 100.0 * HOUR), "counted from the deadline itself");
         // The top class has no deadline.

@@ -5,7 +5,10 @@
 //! - [`state`]: the live inventory; its checked arithmetic makes over-committing a host impossible.
 //! - [`lifetime`]: lifetime classes of VMs and hosts (LA-binary, LA-multiclass).
 //! - [`reprediction`]: remaining-lifetime repredictions and the hosts' exit times (NILAS, LAVA).
-//! - [`lava`]: LAVA's per-host state machine (empty, open, recycling; class, residual VMs, deadline).
+//! - [`host_state`]: the extension point for policy state kept per host (hooks, host codes, snapshots).
+//! - [`lava`]: LAVA behind it: per-host state machine (empty, open, recycling; class, residual VMs,
+//!   deadline) and its preference rule.
+//! - [`journal`]: [`journal::Change`], every state change the core makes, taken after each operation.
 //! - [`defrag`]: LARS drains: hosts emptied by migrations, longest remaining lifetime first.
 //! - [`rules`]: validator and preference rules, each a small type declaring what it reads.
 //! - [`policy`]: PBFR, DPBFR, LA-binary, LA-multiclass, NILAS, LAVA as ordered rule lists.
@@ -14,6 +17,8 @@
 
 pub mod allocator;
 pub mod defrag;
+pub mod host_state;
+pub mod journal;
 pub mod lava;
 pub mod lifetime;
 pub mod policy;
@@ -25,6 +30,7 @@ pub mod state;
 pub use allocator::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Engine, Explanation,
 };
-pub use policy::{Policy, PolicyConfig, PolicyKind};
+pub use journal::Change;
+pub use policy::{Policy, PolicyConfig};
 pub use select::{IndexConfig, TieBreak};
 pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, StateError};

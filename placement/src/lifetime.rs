@@ -7,7 +7,6 @@
 //! its remaining lifetime crosses the next cut-off down ([`HostLifetime::next_change_s`]), which the
 //! allocator schedules.
 
-use crate::lava::{LavaState, LavaSummary};
 use domain::{LifetimeClass, LifetimePrediction};
 
 /// Lifetime class index: 0 is the shortest class.
@@ -73,6 +72,11 @@ impl LifetimeClasses {
             reads_interval: true,
             long_probability: None,
         }
+    }
+
+    /// Whether a prediction's interval class is an index into these classes.
+    pub fn reads_interval(&self) -> bool {
+        self.reads_interval
     }
 
     pub fn cutoffs_s(&self) -> &[f64] {
@@ -190,17 +194,14 @@ pub struct HostLifetime {
     pub class: ClassIndex,
     /// When the class next drops if nothing else happens (infinity: never).
     pub next_change_s: f64,
-    /// The host's LAVA state and class (LAVA policy only; empty otherwise).
-    pub lava: LavaSummary,
+    /// The host's code under the policy's per-host state ([`crate::host_state`]; 0 without one):
+    /// what a host-coded rule such as LAVA's reads.
+    pub state_code: u32,
 }
 
 impl HostLifetime {
-    pub const EMPTY: HostLifetime = HostLifetime {
-        exit_s: f64::NEG_INFINITY,
-        class: 0,
-        next_change_s: f64::INFINITY,
-        lava: LavaSummary { state: LavaState::Empty, class: 0 },
-    };
+    pub const EMPTY: HostLifetime =
+        HostLifetime { exit_s: f64::NEG_INFINITY, class: 0, next_change_s: f64::INFINITY, state_code: 0 };
 
     /// The summary of a host whose VMs exit at `exit_s` at the latest, seen at `now_s`.
     pub fn at(classes: &LifetimeClasses, exit_s: f64, now_s: f64) -> HostLifetime {
@@ -216,7 +217,7 @@ impl HostLifetime {
             0 => f64::INFINITY,
             c => exit_s - classes.cutoffs_s[usize::from(c) - 1],
         };
-        HostLifetime { exit_s, class, next_change_s, lava: LavaSummary::default() }
+        HostLifetime { exit_s, class, next_change_s, state_code: 0 }
     }
 }
 

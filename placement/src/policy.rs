@@ -1,8 +1,17 @@
-//! Placement policies as ordered lists of rules (paper 003 s3.1, s4.4; paper 001 s3):
-//! PBFR, DPBFR, LA-binary (LAR), LA-multiclass, NILAS and LAVA, selected by configuration.
+//! Placement policies as data: an ordered list of validator and preference rules from the
+//! allocator's configuration (paper 003 s3.1, s4.4; paper 001 s3), over lifetime classes.
 //!
-//! Every policy starts with the same validators (host available, hardware compatible, fits, tenant
-//! spread when asked) and differs in its preference rules:
+//! A policy is a name (`kind`) and, optionally, its own rule lists:
+//!
+//! ```toml
+//! [allocator.policy]
+//! kind = "my-policy"
+//! preferences = [{rule = "prefer-non-empty"}, {rule = "lifetime-alignment", classes = "binary"},
+//!                {rule = "best-fit", buckets = 3}]
+//! ```
+//!
+//! Without `preferences`, `kind` names one of the six published policies, each a preset of that list
+//! ([`PRESETS`]):
 //!
 //! | policy | preference rules, in strict order |
 //! |---|---|
@@ -13,15 +22,24 @@
 //! | `nilas` | prefer non-empty, temporal cost (repredicted host exit times), best fit |
 //! | `lava` | LAVA host state and class, temporal cost, best fit |
 //!
-//! "Prefer non-empty" can be switched off per policy; it is on by default because an allocator that
-//! opens empty hosts while others have room packs worse whatever its lifetime logic (Protean's
+//! Every policy starts with the same validators (host available, hardware compatible when a
+//! compatibility table is configured, fits, tenant spread) unless it lists its own. Rule parameters
+//! default to the policy's settings (`buckets`, `weights`, `long_threshold_s`, ...), so a preset and
+//! its overrides stay one line. "Prefer non-empty" can be switched off for a preset
+//! (`prefer_non_empty = false`); it is on by default because an allocator that opens empty hosts
+//! while others have room packs worse whatever its lifetime logic (Protean's
 //! `PreferNonEmptyMachines`). LAVA ranks empty hosts last by itself.
+//!
+//! A bad list (an unknown rule, a bad parameter, a rule in the wrong list, rules that disagree on
+//! lifetime classes, a rule whose state or inputs the request path cannot provide) is refused when
+//! the policy is built, naming the entry. A built [`Policy`] answers what it reads (predictions,
+//! interval classes, exit times, per-host state), so that no caller decides by the policy's name.
 
+use crate::host_state;
 use crate::lifetime::{ClassIndex, ClassesError, LifetimeClasses};
 use crate::rules::{
-    BestFit, Buckets, DynamicBestFit, FitWeights, FitsResources, HardwareCompatible, HostAvailable, HostView,
-    LavaPreference, LifetimeAlignment, PreferNonEmpty, PreferenceRule, RequestTrait, RuleRequest, TemporalCost,
-    TenantSpreadRule, ValidatorRule,
+    registered, Buckets, BuiltRule, FitWeights, HostView, PreferenceRule, RequestTrait, RuleContext, RuleRequest,
+    ValidatorRule,
 };
 use domain::{Resources, RuleFilterStat};
 use serde::{Deserialize, Serialize};
@@ -34,22 +52,50 @@ pub const MAX_PREFERENCE_RULES: usize = 6;
 /// lexicographically (strict ordering), lower is better. Unused slots are 0.
 pub type ScoreKey = [u32; MAX_PREFERENCE_RULES];
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyKind {
-    Pbfr,
-    Dpbfr,
-    LaBinary,
-    LaMulticlass,
-    Nilas,
-    Lava,
+/// The six published policies as preference lists (rule names; parameters come from the policy's
+/// settings). `prefer-non-empty` is dropped when `prefer_non_empty = false`.
+pub const PRESETS: &[(&str, &[&str])] = &[
+    ("pbfr", &["prefer-non-empty", "best-fit"]),
+    ("dpbfr", &["prefer-non-empty", "dynamic-best-fit"]),
+    ("la-binary", &["prefer-non-empty", "lifetime-alignment", "best-fit"]),
+    ("la-multiclass", &["prefer-non-empty", "lifetime-alignment:intervals", "best-fit"]),
+    ("nilas", &["prefer-non-empty", "temporal-cost", "best-fit"]),
+    ("lava", &["lava", "temporal-cost", "best-fit"]),
+];
+
+/// The names of the presets, for command lines and messages.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(name, _)| *name).collect()
+}
+
+/// One rule of a policy list: its registered name and its parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RuleEntry {
+    pub rule: String,
+    #[serde(flatten)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RuleEntry {
+    pub fn named(rule: &str) -> Self {
+        RuleEntry { rule: rule.to_owned(), params: serde_json::Map::new() }
+    }
 }
 
 /// The `[policy]` section of the allocator's configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
-    pub kind: PolicyKind,
+    /// The policy's name: one of the presets ([`PRESETS`]) or, with `preferences`, a name of the
+    /// operator's choosing.
+    pub kind: String,
+    /// The policy's own preference rules, in strict order (instead of the preset's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preferences: Option<Vec<RuleEntry>>,
+    /// The policy's own validators (instead of host-available, hardware-compatible, fits-resources,
+    /// tenant-spread).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validators: Option<Vec<RuleEntry>>,
     /// Best-fit buckets (`pbfr`, `la-binary`, `la-multiclass`); a number or `"exact"`.
     pub buckets: Buckets,
     /// DPBFR: buckets for VMs predicted long-lived.
@@ -78,7 +124,9 @@ pub struct PolicyConfig {
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
-            kind: PolicyKind::Pbfr,
+            kind: "pbfr".to_owned(),
+            preferences: None,
+            validators: None,
             buckets: Buckets::Quantized(3),
             long_buckets: Buckets::Quantized(5),
             short_buckets: Buckets::Quantized(3),
@@ -94,8 +142,49 @@ impl Default for PolicyConfig {
 }
 
 impl PolicyConfig {
-    pub fn of_kind(kind: PolicyKind) -> Self {
-        PolicyConfig { kind, ..PolicyConfig::default() }
+    /// A published policy ([`PRESETS`]) with default settings.
+    pub fn preset(name: &str) -> Self {
+        PolicyConfig { kind: name.to_owned(), ..PolicyConfig::default() }
+    }
+
+    /// The preference list: the configured one, or the preset's.
+    fn preference_entries(&self) -> Result<Vec<RuleEntry>, PolicyError> {
+        if let Some(list) = &self.preferences {
+            return Ok(list.clone());
+        }
+        let (_, names) = PRESETS.iter().find(|(name, _)| *name == self.kind).ok_or_else(|| PolicyError::Invalid {
+            field: "kind".to_owned(),
+            message: format!(
+                "unknown policy `{}`: name one of {}, or give the policy's own `preferences`",
+                self.kind,
+                preset_names().join(", ")
+            ),
+        })?;
+        Ok(names
+            .iter()
+            .filter(|name| self.prefer_non_empty || **name != "prefer-non-empty")
+            .map(|name| match name.split_once(':') {
+                Some((rule, classes)) => {
+                    let mut entry = RuleEntry::named(rule);
+                    entry.params.insert("classes".to_owned(), serde_json::Value::from(classes));
+                    entry
+                }
+                None => RuleEntry::named(name),
+            })
+            .collect())
+    }
+
+    /// The validator list: the configured one, or the standard one.
+    fn validator_entries(&self, compatibility: &HashMap<String, Vec<String>>) -> Vec<RuleEntry> {
+        if let Some(list) = &self.validators {
+            return list.clone();
+        }
+        let mut names = vec!["host-available"];
+        if !compatibility.is_empty() {
+            names.push("hardware-compatible");
+        }
+        names.extend(["fits-resources", "tenant-spread"]);
+        names.into_iter().map(RuleEntry::named).collect()
     }
 }
 
@@ -107,18 +196,23 @@ pub enum PolicyError {
     TooManyPreferences(usize),
     #[error("preference rule `{0}` reads the tenant; only validators may depend on a single request")]
     RequestSpecificPreference(&'static str),
-    #[error("policy.weights: at least one weight must be positive, and none negative or non-finite")]
-    Weights,
     #[error("preference rule `{0}` reads the VM's exit time but is not a temporal rule")]
     ExitTimeOutsideTemporalRule(&'static str),
     #[error("a policy may have at most one temporal preference rule")]
     TwoTemporalRules,
     #[error("host-coded preference rule `{0}` must come first, above a temporal rule")]
     MisplacedHostCodedRule(&'static str),
-    #[error("policy.temporal_buckets_s: must start at 0 and increase strictly, in finite seconds; got {0:?}")]
-    TemporalBuckets(Vec<f64>),
+    #[error("preference rule `{rule}` reads per-host state `{state}`, which no stateful policy provides")]
+    UnknownHostState { rule: &'static str, state: &'static str },
+    #[error("preference rules `{0}` and `{1}` read two different kinds of per-host state; a policy keeps one")]
+    TwoHostStates(&'static str, &'static str),
     #[error("policy.{field}: {message}")]
-    Invalid { field: &'static str, message: String },
+    Invalid { field: String, message: String },
+}
+
+/// A rule entry's error, naming the entry.
+fn entry_error(list: &str, position: usize, entry: &RuleEntry, message: impl std::fmt::Display) -> PolicyError {
+    PolicyError::Invalid { field: format!("{list}[{position}]"), message: format!("`{}`: {message}", entry.rule) }
 }
 
 /// A policy: validators, then strictly ordered preference rules, over lifetime classes.
@@ -137,8 +231,8 @@ pub struct Policy {
     /// Whether the first preference rule is host-coded (LAVA): the index caches its host codes
     /// and ranks them per request.
     coded_first: bool,
-    /// Whether the rules read LAVA host state.
-    lava: bool,
+    /// The per-host state the rules read ([`crate::host_state`]), if any.
+    host_state: Option<&'static str>,
     /// The least time from now a temporal rule reads as an arriving VM's exit.
     exit_floor_s: f64,
 }
@@ -159,68 +253,83 @@ impl Policy {
         config: &PolicyConfig,
         compatibility: &HashMap<String, Vec<String>>,
     ) -> Result<Self, PolicyError> {
-        let weights = [config.weights.cores, config.weights.memory_gib, config.weights.ssd_gib];
-        if weights.iter().any(|w| !w.is_finite() || *w < 0.0) || weights.iter().all(|w| *w == 0.0) {
-            return Err(PolicyError::Weights);
-        }
-        let binary = || {
-            LifetimeClasses::binary(config.long_threshold_s)
-                .map_err(|source| PolicyError::Classes { field: "long_threshold_s", source })
-        };
-        let interval_classes = || match &config.class_cutoffs_s {
-            Some(cutoffs) => LifetimeClasses::new(cutoffs.clone())
-                .map_err(|source| PolicyError::Classes { field: "class_cutoffs_s", source }),
-            None => Ok(LifetimeClasses::doubling_from_15_minutes()),
-        };
-        let best_fit =
-            || Box::new(BestFit { buckets: config.buckets, weights: config.weights }) as Box<dyn PreferenceRule>;
-        let temporal = || -> Result<Box<dyn PreferenceRule>, PolicyError> {
-            Ok(Box::new(match &config.temporal_buckets_s {
-                Some(bounds) => TemporalCost::with_bounds(bounds.clone())
-                    .ok_or_else(|| PolicyError::TemporalBuckets(bounds.clone()))?,
-                None => TemporalCost::default(),
-            }))
-        };
         if config.long_probability.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
-            return Err(PolicyError::Invalid { field: "long_probability", message: "must be in [0, 1]".into() });
+            return Err(PolicyError::Invalid { field: "long_probability".into(), message: "must be in [0, 1]".into() });
         }
         if !(config.exit_floor_s.is_finite() && config.exit_floor_s >= 0.0) {
-            return Err(PolicyError::Invalid { field: "exit_floor_s", message: "must be >= 0 seconds".into() });
+            return Err(PolicyError::Invalid { field: "exit_floor_s".into(), message: "must be >= 0 seconds".into() });
         }
-        let (classes, mut preferences): (LifetimeClasses, Vec<Box<dyn PreferenceRule>>) = match config.kind {
-            PolicyKind::Pbfr => (binary()?, vec![best_fit()]),
-            PolicyKind::Dpbfr => (
-                binary()?,
-                vec![Box::new(DynamicBestFit {
-                    long: config.long_buckets,
-                    short: config.short_buckets,
-                    weights: config.weights,
-                })],
-            ),
-            PolicyKind::LaBinary => (binary()?, vec![Box::new(LifetimeAlignment), best_fit()]),
-            PolicyKind::LaMulticlass => (interval_classes()?, vec![Box::new(LifetimeAlignment), best_fit()]),
-            // NILAS reads only exit times; its classes only turn interval predictions into lifetimes.
-            PolicyKind::Nilas => (interval_classes()?.by_expected_lifetime(), vec![temporal()?, best_fit()]),
-            PolicyKind::Lava => {
-                let lava = crate::lava::classes();
-                let top = (lava.count() - 1) as ClassIndex;
-                let rules: Vec<Box<dyn PreferenceRule>> =
-                    vec![Box::new(LavaPreference { top_class: top }), temporal()?, best_fit()];
-                (lava.by_expected_lifetime(), rules)
-            }
+        let context = RuleContext { policy: config, compatibility };
+        let build = |list: &str, position: usize, entry: &RuleEntry| {
+            let builder = registered(&entry.rule).ok_or_else(|| {
+                let known: Vec<&str> = crate::rules::REGISTRY.iter().map(|(name, _)| *name).collect();
+                entry_error(list, position, entry, format!("unknown rule; the rules are {}", known.join(", ")))
+            })?;
+            builder(serde_json::Value::Object(entry.params.clone()), &context)
+                .map_err(|message| entry_error(list, position, entry, message))
         };
-        let classes = classes.reading_long(config.long_probability);
-        if config.prefer_non_empty && config.kind != PolicyKind::Lava {
-            preferences.insert(0, Box::new(PreferNonEmpty));
+        let mut validators: Vec<Box<dyn ValidatorRule>> = Vec::new();
+        for (position, entry) in config.validator_entries(compatibility).iter().enumerate() {
+            match build("validators", position, entry)? {
+                BuiltRule::Validator(rule) => validators.push(rule),
+                BuiltRule::Preference(..) => {
+                    return Err(entry_error(
+                        "validators",
+                        position,
+                        entry,
+                        "is a preference rule: list it in `preferences`",
+                    ))
+                }
+            }
         }
-        let mut validators: Vec<Box<dyn ValidatorRule>> = vec![Box::new(HostAvailable)];
-        if !compatibility.is_empty() {
-            validators.push(Box::new(HardwareCompatible { allowed: compatibility.clone() }));
+        let mut preferences: Vec<Box<dyn PreferenceRule>> = Vec::new();
+        let mut classes: Option<LifetimeClasses> = None;
+        for (position, entry) in config.preference_entries()?.iter().enumerate() {
+            match build("preferences", position, entry)? {
+                BuiltRule::Preference(rule, reads) => {
+                    match (&classes, reads) {
+                        (Some(chosen), Some(wanted)) if *chosen != wanted => {
+                            return Err(entry_error(
+                                "preferences",
+                                position,
+                                entry,
+                                format!(
+                                    "reads VMs by lifetime classes {:?}, an earlier rule by {:?}: a policy has one set of classes",
+                                    wanted.cutoffs_s(),
+                                    chosen.cutoffs_s()
+                                ),
+                            ));
+                        }
+                        (None, Some(wanted)) => classes = Some(wanted),
+                        _ => {}
+                    }
+                    preferences.push(rule);
+                }
+                BuiltRule::Validator(_) => {
+                    return Err(entry_error("preferences", position, entry, "is a validator: list it in `validators`"))
+                }
+            }
         }
-        validators.push(Box::new(FitsResources));
-        validators.push(Box::new(TenantSpreadRule));
-        let name = serde_json::to_value(config.kind).ok().and_then(|v| v.as_str().map(str::to_owned));
-        let mut policy = Policy::from_rules(name.unwrap_or_default(), validators, preferences, classes)?;
+        // Rules that read exit times read a VM's expected lifetime first; with no rule reading
+        // classes, those are the lifetime-interval model's (exit times only) or the two of
+        // `long_threshold_s`.
+        let temporal = preferences.iter().any(|rule| rule.exit_buckets().is_some());
+        let classes = match (classes, temporal) {
+            (Some(classes), false) => classes,
+            (Some(classes), true) => classes.by_expected_lifetime(),
+            (None, true) => context
+                .interval_classes()
+                .map_err(|message| PolicyError::Invalid { field: "class_cutoffs_s".into(), message })?
+                .by_expected_lifetime(),
+            (None, false) => LifetimeClasses::binary(config.long_threshold_s)
+                .map_err(|source| PolicyError::Classes { field: "long_threshold_s", source })?,
+        };
+        let mut policy = Policy::from_rules(
+            config.kind.clone(),
+            validators,
+            preferences,
+            classes.reading_long(config.long_probability),
+        )?;
         policy.exit_floor_s = config.exit_floor_s;
         Ok(policy)
     }
@@ -249,7 +358,16 @@ impl Policy {
         if temporal.next().is_some() {
             return Err(PolicyError::TwoTemporalRules);
         }
-        let lava = preferences.iter().any(|r| r.name() == "lava");
+        let mut stateful = preferences.iter().filter_map(|r| r.host_state().map(|state| (r.name(), state)));
+        let host_state = stateful.next();
+        if let Some(((first, state), (second, other))) = host_state.zip(stateful.next()) {
+            if state != other {
+                return Err(PolicyError::TwoHostStates(first, second));
+            }
+        }
+        if let Some((rule, state)) = host_state.filter(|(_, state)| host_state::create(state, 0).is_none()) {
+            return Err(PolicyError::UnknownHostState { rule, state });
+        }
         // A host-coded rule is ranked per request where the index already walks the groups above
         // the temporal level, so it must be the first rule and a temporal rule must follow it.
         let coded: Vec<usize> =
@@ -281,7 +399,7 @@ impl Policy {
             cached_validators,
             temporal_level,
             coded_first,
-            lava,
+            host_state: host_state.map(|(_, state)| state),
             exit_floor_s: 0.0,
         })
     }
@@ -291,9 +409,32 @@ impl Policy {
         self.temporal_level
     }
 
-    /// Whether the rules read hosts' exit times, which then follow repredictions.
+    /// Whether the rules read hosts' exit times, which then follow repredictions (a stateful policy
+    /// such as LAVA reads them through its timers and rules).
     pub fn reads_exit_times(&self) -> bool {
-        self.temporal_level.is_some() || self.lava
+        self.temporal_level.is_some() || self.host_state.is_some()
+    }
+
+    /// Whether any rule reads a VM's prediction (its class or exit time): when none does (PBFR),
+    /// predictions cannot change a decision.
+    pub fn reads_predictions(&self) -> bool {
+        let reads_lifetime = |reads: &[RequestTrait]| {
+            reads.iter().any(|t| matches!(t, RequestTrait::LifetimeClass | RequestTrait::ExitTime))
+        };
+        self.host_state.is_some()
+            || self.preferences.iter().any(|r| reads_lifetime(r.reads()))
+            || self.validators.iter().any(|r| reads_lifetime(r.reads()))
+    }
+
+    /// Whether a prediction's interval class is read as an index into this policy's classes (more
+    /// than two of them, read by interval: LA-multiclass), which must then be the model bundle's.
+    pub fn reads_interval_classes(&self) -> bool {
+        self.classes.reads_interval() && self.classes.count() > 2 && self.reads_predictions()
+    }
+
+    /// The per-host state the rules read ([`crate::host_state`]), which the allocator then keeps.
+    pub fn host_state(&self) -> Option<&'static str> {
+        self.host_state
     }
 
     /// Whether any rule may read a host's lifetime summary (class, exit time, LAVA state): when
@@ -301,11 +442,6 @@ impl Policy {
     /// to the index, and the policy's decisions do not depend on the predictions at all.
     pub fn reads_host_lifetime(&self) -> bool {
         self.reads_exit_times() || self.class_traits.contains(&RequestTrait::LifetimeClass)
-    }
-
-    /// Whether the rules read LAVA host state, which the allocator then keeps.
-    pub fn is_lava(&self) -> bool {
-        self.lava
     }
 
     pub fn name(&self) -> &str {
@@ -422,30 +558,30 @@ mod tests {
     #[test]
     fn policies_have_their_rules_in_order() {
         let none = HashMap::new();
-        let pbfr = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Pbfr), &none).unwrap();
+        let pbfr = Policy::from_config(&PolicyConfig::preset("pbfr"), &none).unwrap();
         assert_eq!(
             rule_names(&pbfr),
             (vec!["host-available", "fits-resources", "tenant-spread"], vec!["prefer-non-empty", "best-fit"])
         );
         assert_eq!(pbfr.cached_validators(), 2);
-        let lar = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::LaBinary), &none).unwrap();
+        let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none).unwrap();
         assert_eq!(rule_names(&lar).1, vec!["prefer-non-empty", "lifetime-alignment", "best-fit"]);
         assert_eq!(lar.classes().count(), 2);
-        let multi = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::LaMulticlass), &none).unwrap();
+        let multi = Policy::from_config(&PolicyConfig::preset("la-multiclass"), &none).unwrap();
         assert_eq!(multi.classes().count(), 11);
-        let nilas = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Nilas), &none).unwrap();
+        let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none).unwrap();
         assert_eq!(rule_names(&nilas).1, vec!["prefer-non-empty", "temporal-cost", "best-fit"]);
         assert_eq!(nilas.temporal_level(), Some(1));
-        let lava = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Lava), &none).unwrap();
+        let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none).unwrap();
         assert_eq!(rule_names(&lava).1, vec!["lava", "temporal-cost", "best-fit"]);
-        assert!(lava.is_lava() && lava.reads_exit_times() && !multi.reads_exit_times());
+        assert!(lava.host_state() == Some("lava") && lava.reads_exit_times() && !multi.reads_exit_times());
+        assert!(multi.reads_interval_classes() && !lar.reads_interval_classes() && !nilas.reads_interval_classes());
+        assert!(!pbfr.reads_predictions() && lar.reads_predictions() && nilas.reads_predictions());
         assert_eq!(lava.classes().count(), 5);
         let compat = HashMap::from([("M128".to_owned(), vec!["gen8".to_owned()])]);
-        let dpbfr = Policy::from_config(
-            &PolicyConfig { prefer_non_empty: false, ..PolicyConfig::of_kind(PolicyKind::Dpbfr) },
-            &compat,
-        )
-        .unwrap();
+        let dpbfr =
+            Policy::from_config(&PolicyConfig { prefer_non_empty: false, ..PolicyConfig::preset("dpbfr") }, &compat)
+                .unwrap();
         assert_eq!(
             rule_names(&dpbfr),
             (
@@ -470,15 +606,15 @@ mod tests {
             pbfr.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None }
         );
-        let lar = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::LaBinary), &none).unwrap();
+        let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none).unwrap();
         assert_eq!(lar.class_key(&request).lifetime_class, Some(1));
-        let nilas = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Nilas), &none).unwrap();
+        let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none).unwrap();
         assert_eq!(
             nilas.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
             "the exit time is not part of the class"
         );
-        let lava = Policy::from_config(&PolicyConfig::of_kind(PolicyKind::Lava), &none).unwrap();
+        let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none).unwrap();
         assert_eq!(
             lava.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
@@ -489,16 +625,72 @@ mod tests {
     #[test]
     fn bad_configurations_name_the_field() {
         let none = HashMap::new();
-        let bad_threshold = PolicyConfig { long_threshold_s: -1.0, ..PolicyConfig::of_kind(PolicyKind::LaBinary) };
+        let bad_threshold = PolicyConfig { long_threshold_s: -1.0, ..PolicyConfig::preset("la-binary") };
         let err = Policy::from_config(&bad_threshold, &none).unwrap_err().to_string();
         assert!(err.contains("long_threshold_s"), "{err}");
         let bad_cutoffs =
-            PolicyConfig { class_cutoffs_s: Some(vec![10.0, 5.0]), ..PolicyConfig::of_kind(PolicyKind::LaMulticlass) };
+            PolicyConfig { class_cutoffs_s: Some(vec![10.0, 5.0]), ..PolicyConfig::preset("la-multiclass") };
         assert!(Policy::from_config(&bad_cutoffs, &none).unwrap_err().to_string().contains("class_cutoffs_s"));
         let bad_weights = PolicyConfig {
             weights: FitWeights { cores: 0.0, memory_gib: 0.0, ssd_gib: 0.0 },
             ..PolicyConfig::default()
         };
-        assert_eq!(Policy::from_config(&bad_weights, &none).unwrap_err(), PolicyError::Weights);
+        let err = Policy::from_config(&bad_weights, &none).unwrap_err().to_string();
+        assert!(err.contains("preferences[1]") && err.contains("`best-fit`: weights"), "{err}");
+    }
+
+    fn from_toml(text: &str) -> Result<Policy, String> {
+        let config: PolicyConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        Policy::from_config(&config, &HashMap::new()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_policy_written_as_a_list_is_its_preset() {
+        let listed = from_toml(
+            r#"kind = "my-la"
+               preferences = [{rule = "prefer-non-empty"}, {rule = "lifetime-alignment", classes = "binary"},
+                              {rule = "best-fit", buckets = 3}]"#,
+        )
+        .unwrap();
+        let preset = Policy::from_config(&PolicyConfig::preset("la-binary"), &HashMap::new()).unwrap();
+        assert_eq!(rule_names(&listed), rule_names(&preset));
+        assert_eq!(listed.classes(), preset.classes());
+        assert_eq!(listed.name(), "my-la");
+        let multi =
+            from_toml(r#"preferences = [{rule = "lifetime-alignment", classes = "intervals"}, {rule = "best-fit"}]"#)
+                .unwrap();
+        assert_eq!(multi.classes().count(), 11);
+        assert!(multi.reads_interval_classes());
+    }
+
+    #[test]
+    fn bad_lists_are_refused_naming_the_entry() {
+        let cases = [
+            (
+                r#"preferences = [{rule = "best-fit"}, {rule = "best-fitt"}]"#,
+                "preferences[1]: `best-fitt`: unknown rule",
+            ),
+            (
+                r#"preferences = [{rule = "best-fit", bukets = 3}]"#,
+                "preferences[0]: `best-fit`: unknown field `bukets`",
+            ),
+            (r#"preferences = [{rule = "best-fit", buckets = 0}]"#, "preferences[0]: `best-fit`: buckets must be"),
+            (r#"preferences = [{rule = "fits-resources"}]"#, "preferences[0]: `fits-resources`: is a validator"),
+            (r#"validators = [{rule = "best-fit"}]"#, "validators[0]: `best-fit`: is a preference rule"),
+            (
+                r#"preferences = [{rule = "lifetime-alignment"}, {rule = "lava"}]"#,
+                "preferences[1]: `lava`: reads VMs by lifetime classes",
+            ),
+            (
+                r#"preferences = [{rule = "best-fit"}, {rule = "lava"}, {rule = "temporal-cost"}]"#,
+                "`lava` must come first",
+            ),
+            (r#"preferences = [{rule = "temporal-cost"}, {rule = "temporal-cost"}]"#, "at most one temporal"),
+            (r#"kind = "lavva""#, "policy.kind: unknown policy `lavva`: name one of pbfr, dpbfr"),
+        ];
+        for (text, expected) in cases {
+            let err = from_toml(text).unwrap_err();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
     }
 }

@@ -35,6 +35,11 @@ pub enum TieBreak {
     LowestIndex,
 }
 
+impl TieBreak {
+    /// Every tie-break by its configuration name.
+    pub const NAMES: [&'static str; 2] = ["random", "lowest-index"];
+}
+
 /// Draws hosts among ties.
 #[derive(Clone, Debug)]
 pub struct Chooser {

@@ -89,6 +89,8 @@ pub enum StateError {
     HostNotAvailable { host: HostId, state: HostState },
     #[error("VM `{vm}` ({demand}) does not fit on host `{host}` ({free} free)")]
     DoesNotFit { vm: VmId, host: HostId, demand: Resources, free: Resources },
+    #[error("{0}")]
+    HostPolicyState(String),
 }
 
 /// Sums over the inventory, kept current by every change.

@@ -4,14 +4,14 @@ use domain::{
     AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
     LifetimePrediction, PredictionSource, RejectionCode, Resources, TenantId, VmId, VmRequest,
 };
-use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, PolicyKind, TieBreak};
+use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, TieBreak};
 
 const HOUR: f64 = 3600.0;
 
-fn allocator(kind: PolicyKind, hosts: usize) -> Allocator {
+fn allocator(kind: &str, hosts: usize) -> Allocator {
     let spec = InventorySpec::homogeneous("z", hosts, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
     let config = AllocatorConfig {
-        policy: PolicyConfig::of_kind(kind),
+        policy: PolicyConfig::preset(kind),
         tie_break: TieBreak::LowestIndex,
         engine: Engine::Incremental,
         ..Default::default()
@@ -46,7 +46,7 @@ fn place(a: &mut Allocator, vm: VmRequest, now: f64) -> HostId {
 
 #[test]
 fn best_fit_fills_the_fullest_host_that_fits_and_opens_empty_hosts_last() {
-    let mut a = allocator(PolicyKind::Pbfr, 4);
+    let mut a = allocator("pbfr", 4);
     assert_eq!(place(&mut a, vm("a", 8.0, None), 0.0).as_str(), "z-h0", "lowest index among empty hosts");
     assert_eq!(place(&mut a, vm("b", 4.0, None), 1.0).as_str(), "z-h0", "non-empty host first");
     assert_eq!(place(&mut a, vm("c", 8.0, None), 2.0).as_str(), "z-h1", "does not fit h0 any more");
@@ -58,7 +58,7 @@ fn best_fit_fills_the_fullest_host_that_fits_and_opens_empty_hosts_last() {
 }
 
 /// h0 holds a long VM and much free space; h1 holds a short VM and little free space.
-fn long_host_and_tight_short_host(kind: PolicyKind) -> Allocator {
+fn long_host_and_tight_short_host(kind: &str) -> Allocator {
     let mut a = allocator(kind, 4);
     assert_eq!(place(&mut a, vm("long-1", 2.0, Some(10.0 * HOUR)), 0.0).as_str(), "z-h0");
     a.set_host_state(&HostId::from("z-h0"), HostState::Unavailable).unwrap();
@@ -70,10 +70,10 @@ fn long_host_and_tight_short_host(kind: PolicyKind) -> Allocator {
 #[test]
 fn la_binary_puts_long_vms_with_long_vms_until_their_hosts_turn_short() {
     // Best fit alone picks the tight short host for a long VM.
-    let mut pbfr = long_host_and_tight_short_host(PolicyKind::Pbfr);
+    let mut pbfr = long_host_and_tight_short_host("pbfr");
     assert_eq!(place(&mut pbfr, vm("long-2", 2.0, Some(10.0 * HOUR)), 2.0).as_str(), "z-h1");
     // LA-binary aligns it with the other long VM.
-    let mut la = long_host_and_tight_short_host(PolicyKind::LaBinary);
+    let mut la = long_host_and_tight_short_host("la-binary");
     let h0 = la.state().host_index(&HostId::from("z-h0")).unwrap();
     assert_eq!(la.host_lifetime(h0).class, 1);
     assert_eq!(place(&mut la, vm("long-2", 2.0, Some(10.0 * HOUR)), 2.0).as_str(), "z-h0");
@@ -91,7 +91,7 @@ fn dpbfr_uses_finer_buckets_for_long_vms() {
     // Cores only in the score: S = cores left after placement / 16.
     let dpbfr = || {
         let spec = InventorySpec::homogeneous("z", 3, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
-        let mut policy = PolicyConfig::of_kind(PolicyKind::Dpbfr);
+        let mut policy = PolicyConfig::preset("dpbfr");
         policy.weights = placement::rules::FitWeights { cores: 1.0, memory_gib: 0.0, ssd_gib: 0.0 };
         let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
         let mut a = Allocator::new(&spec, &config).unwrap();
@@ -110,7 +110,7 @@ fn dpbfr_uses_finer_buckets_for_long_vms() {
 
 #[test]
 fn a_gang_is_placed_whole_or_not_at_all() {
-    let mut a = allocator(PolicyKind::Pbfr, 2);
+    let mut a = allocator("pbfr", 2);
     let gang = |ids: &[&str], cores| {
         AllocationRequest::Gang(GangRequest {
             tenant_id: TenantId::from("tenant"),
@@ -142,7 +142,7 @@ fn a_gang_is_placed_whole_or_not_at_all() {
 
 #[test]
 fn retries_return_the_first_answer_and_reused_ids_are_refused() {
-    let mut a = allocator(PolicyKind::Pbfr, 3);
+    let mut a = allocator("pbfr", 3);
     let first = a.allocate(&AllocationRequest::Vm(vm("a", 2.0, None)), 0.0).unwrap();
     let again = a.allocate(&AllocationRequest::Vm(vm("a", 2.0, None)), 5.0).unwrap();
     assert!(again.replayed && !first.replayed);
@@ -155,7 +155,7 @@ fn retries_return_the_first_answer_and_reused_ids_are_refused() {
 #[test]
 fn spread_keeps_a_tenant_under_k_vms_per_rack() {
     // 6 hosts, 2 per rack: 3 racks.
-    let mut a = allocator(PolicyKind::Pbfr, 6);
+    let mut a = allocator("pbfr", 6);
     let mut racks = std::collections::HashMap::new();
     for i in 0..6 {
         let mut request = vm(&format!("s{i}"), 1.0, None);
@@ -175,7 +175,7 @@ fn spread_keeps_a_tenant_under_k_vms_per_rack() {
 
 #[test]
 fn drained_hosts_take_nothing_and_explain_says_why() {
-    let mut a = allocator(PolicyKind::Pbfr, 2);
+    let mut a = allocator("pbfr", 2);
     place(&mut a, vm("a", 2.0, None), 0.0);
     a.set_host_state(&HostId::from("z-h0"), HostState::Unavailable).unwrap();
     assert_eq!(place(&mut a, vm("b", 2.0, None), 1.0).as_str(), "z-h1");
@@ -199,7 +199,7 @@ fn drained_hosts_take_nothing_and_explain_says_why() {
 /// host fits it tighter; the host that would be extended by 70 minutes costs 2.
 #[test]
 fn nilas_prefers_hosts_the_vm_does_not_outlive() {
-    let mut a = allocator(PolicyKind::Nilas, 3);
+    let mut a = allocator("nilas", 3);
     let short_host = place(&mut a, vm("short", 12.0, Some(HOUR)), 0.0);
     // The 12-core host is the tightest fit for what follows; this one exits later.
     let long_host = a.state().hosts().iter().find(|h| h.id != short_host).unwrap().id.clone();
@@ -222,7 +222,7 @@ fn nilas_prefers_hosts_the_vm_does_not_outlive() {
 fn an_exit_floor_leaves_hosts_about_to_empty_alone() {
     let nilas = |exit_floor_s: f64| {
         let spec = InventorySpec::homogeneous("z", 3, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
-        let policy = PolicyConfig { exit_floor_s, ..PolicyConfig::of_kind(PolicyKind::Nilas) };
+        let policy = PolicyConfig { exit_floor_s, ..PolicyConfig::preset("nilas") };
         let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
         let mut a = Allocator::new(&spec, &config).unwrap();
         // h0 empties in 30 minutes and is the tighter fit; h1 stays busy for 10 hours.
@@ -246,7 +246,7 @@ fn an_exit_floor_leaves_hosts_about_to_empty_alone() {
 fn a_policy_threshold_on_p_long_overrides_the_predicted_class() {
     let la = |long_probability: Option<f64>| {
         let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
-        let policy = PolicyConfig { long_probability, ..PolicyConfig::of_kind(PolicyKind::LaBinary) };
+        let policy = PolicyConfig { long_probability, ..PolicyConfig::preset("la-binary") };
         let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
         Allocator::new(&spec, &config).unwrap()
     };
@@ -260,12 +260,11 @@ fn a_policy_threshold_on_p_long_overrides_the_predicted_class() {
         eager.policy().classes().vm_lifetime(uncertain.prediction.as_ref()).lifetime_s >= 2.0 * HOUR,
         "a long VM lives at least the threshold"
     );
-    let bad = PolicyConfig { long_probability: Some(1.5), ..PolicyConfig::of_kind(PolicyKind::LaBinary) };
+    let bad = PolicyConfig { long_probability: Some(1.5), ..PolicyConfig::preset("la-binary") };
     let spec = InventorySpec::homogeneous("z", 1, 1, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
     let err = Allocator::new(&spec, &AllocatorConfig { policy: bad, ..Default::default() }).unwrap_err().to_string();
     assert!(err.contains("long_probability"), "{err}");
-    let buckets =
-        PolicyConfig { temporal_buckets_s: Some(vec![60.0, 30.0]), ..PolicyConfig::of_kind(PolicyKind::Nilas) };
+    let buckets = PolicyConfig { temporal_buckets_s: Some(vec![60.0, 30.0]), ..PolicyConfig::preset("nilas") };
     let err =
         Allocator::new(&spec, &AllocatorConfig { policy: buckets, ..Default::default() }).unwrap_err().to_string();
     assert!(err.contains("temporal_buckets_s"), "{err}");
@@ -292,7 +291,7 @@ impl placement::reprediction::Repredictor for OneMoreHour {
 #[test]
 fn exit_times_follow_repredictions_on_the_refresh_interval() {
     let spec = InventorySpec::homogeneous("z", 2, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
-    let mut config = AllocatorConfig { policy: PolicyConfig::of_kind(PolicyKind::Nilas), ..Default::default() };
+    let mut config = AllocatorConfig { policy: PolicyConfig::preset("nilas"), ..Default::default() };
     config.reprediction.refresh_interval_s = 900.0;
     let mut a = Allocator::new(&spec, &config).unwrap();
     a.set_repredictor(Some(std::sync::Arc::new(OneMoreHour)));
@@ -337,10 +336,10 @@ fn repredictions_reused_within_their_uptime_ranges_change_nothing() {
 
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
     let model = Arc::new(lifetime_model::LifetimeModel::load(&dir).unwrap());
-    for kind in [PolicyKind::Nilas, PolicyKind::Lava] {
+    for kind in ["nilas", "lava"] {
         let make = |repredictor: Arc<dyn Repredictor>| {
             let spec = InventorySpec::homogeneous("z", 30, 10, Resources::from_whole(48.0, 384.0, 0.0).unwrap());
-            let mut config = AllocatorConfig { policy: PolicyConfig::of_kind(kind), seed: 3, ..Default::default() };
+            let mut config = AllocatorConfig { policy: PolicyConfig::preset(kind), seed: 3, ..Default::default() };
             config.reprediction.refresh_interval_s = 900.0;
             let mut a = Allocator::new(&spec, &config).unwrap();
             a.set_repredictor(Some(repredictor));

@@ -18,7 +18,7 @@ use crate::engine::{self, DrainPlan, SimConfig, SimError, SimResult};
 use crate::plot::{self, Bar, PlotError, Series};
 use crate::predict::PredictionConfig;
 use crate::workload::Workload;
-use placement::{PolicyConfig, PolicyKind};
+use placement::{Policy, PolicyConfig};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -236,7 +236,7 @@ impl Comparison {
 
 /// Policies whose rules read no lifetime: predictions cannot change their runs.
 fn ignores_predictions(policy: &PolicyConfig) -> bool {
-    policy.kind == PolicyKind::Pbfr
+    Policy::from_config(policy, &std::collections::HashMap::new()).is_ok_and(|policy| !policy.reads_predictions())
 }
 
 impl Experiment {

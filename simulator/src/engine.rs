@@ -27,9 +27,9 @@ use crate::metrics::{self, InstantMetrics, MetricsRecorder, MetricsSummary, VmMi
 use crate::predict::{self, PredictError, PredictionConfig, PredictionReport};
 use crate::workload::{Inventory, PeakDemand, Workload, WorkloadConfig, WorkloadError};
 use domain::{AllocationOutcome, AllocationRequest, HostState, VmId};
-use placement::allocator::MigrationChange;
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
 use placement::reprediction::RepredictionConfig;
+use placement::Change;
 use placement::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Engine, PolicyConfig,
     TieBreak,
@@ -536,6 +536,12 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 timing.metrics_s += before.elapsed().as_secs_f64();
             }
         }
+        // The allocator's journal: the migrations a drain started complete `migration_s` later.
+        for change in allocator.take_changes() {
+            if let Change::MigrationStarted { vm, .. } = change {
+                drains.started(vm, config, now);
+            }
+        }
         exact.record(metrics::instant(allocator.state(), now));
         events += 1;
         if events % PROGRESS_EVERY == 0 {
@@ -627,18 +633,16 @@ impl Drains {
         }
     }
 
-    /// After a call that may have moved the drain on: schedules the completion of every migration
-    /// it started, and when the drain is done, adds its counters, makes its hosts available again
-    /// and schedules the next drain.
-    fn follow(&mut self, allocator: &mut Allocator, config: &SimConfig, now: f64, counters: &mut MigrationCounters) {
+    /// A migration started at `now` (from the allocator's journal): it completes `migration_s` later.
+    fn started(&mut self, vm: VmId, config: &SimConfig, now: f64) {
         let migration_s = config.drains.as_ref().map_or(0.0, |plan| plan.migration_s);
-        let (changes, _) = allocator.take_migration_changes();
-        for change in changes {
-            if let MigrationChange::Started { vm, .. } = change {
-                self.started += 1;
-                self.completions.push(Reverse((Time(now + migration_s), self.started, vm)));
-            }
-        }
+        self.started += 1;
+        self.completions.push(Reverse((Time(now + migration_s), self.started, vm)));
+    }
+
+    /// After a call that may have moved the drain on: when the drain is done, adds its counters,
+    /// makes its hosts available again and schedules the next drain.
+    fn follow(&mut self, allocator: &mut Allocator, config: &SimConfig, now: f64, counters: &mut MigrationCounters) {
         self.active = !allocator.drain().is_none_or(|d| d.queue.is_empty() && d.in_flight.is_empty());
         if self.active {
             return;

@@ -38,7 +38,7 @@ use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use lifetime_model::history::{TenantHistory, TenantSummary};
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use placement::reprediction::{BundleRepredictor, Repredictor};
-use placement::{PolicyConfig, PolicyKind};
+use placement::{Policy, PolicyConfig};
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -74,8 +74,8 @@ pub enum PredictError {
         source: lifetime_model::BundleError,
     },
     #[error(
-        "LA-multiclass reads the model's interval classes, but the bundle's cut-offs {bundle:?} differ from the \
-         policy's {policy:?}: set policy.class_cutoffs_s to the bundle's"
+        "the policy reads the model's interval classes as its own (LA-multiclass), but the bundle's cut-offs \
+         {bundle:?} differ from the policy's {policy:?}: set policy.class_cutoffs_s to the bundle's"
     )]
     CutoffMismatch { bundle: Vec<f64>, policy: Vec<f64> },
 }
@@ -305,11 +305,11 @@ pub fn predict(
             let model = Arc::new(
                 LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?,
             );
-            let with_interval = policy.kind == PolicyKind::LaMulticlass;
+            // Only a policy that reads interval classes as its own classes needs the model's.
+            let built = Policy::from_config(policy, &HashMap::new()).map_err(|e| invalid("policy", e.to_string()))?;
+            let with_interval = built.reads_interval_classes();
             if with_interval {
-                let policy_cutoffs = policy.class_cutoffs_s.clone().unwrap_or_else(|| {
-                    placement::lifetime::LifetimeClasses::doubling_from_15_minutes().cutoffs_s().to_vec()
-                });
+                let policy_cutoffs = built.classes().cutoffs_s().to_vec();
                 if model.manifest().class_cutoffs_s != policy_cutoffs {
                     return Err(PredictError::CutoffMismatch {
                         bundle: model.manifest().class_cutoffs_s.clone(),

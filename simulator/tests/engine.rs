@@ -5,7 +5,7 @@
 
 use domain::Priority;
 use placement::defrag::MigrationOrder;
-use placement::{PolicyConfig, PolicyKind, TieBreak};
+use placement::{PolicyConfig, TieBreak};
 use simulator::engine::{run, DrainPlan, SimConfig, SimResult};
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};
@@ -34,7 +34,7 @@ fn config(hosts: usize, cores: f64) -> SimConfig {
     SimConfig {
         workload: provided(),
         inventory: Inventory::Fixed { hosts, cores, memory_gib: 2.0 * cores, hosts_per_rack: 2 },
-        policy: PolicyConfig::of_kind(PolicyKind::Pbfr),
+        policy: PolicyConfig::preset("pbfr"),
         tie_break: TieBreak::LowestIndex,
         record_placements: true,
         sample_interval_s: 10.0,
@@ -273,7 +273,7 @@ fn runs_are_reproducible_from_their_configuration() {
             ..WorkloadConfig::default()
         },
         inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.3, hosts_per_rack: 40 },
-        policy: PolicyConfig::of_kind(PolicyKind::LaBinary),
+        policy: PolicyConfig::preset("la-binary"),
         prediction: PredictionConfig {
             source: PredictionSourceConfig::NoisyAccuracy { accuracy: 0.7 },
             fallback_fraction: 0.1,
@@ -312,7 +312,7 @@ fn pbfr_does_not_depend_on_the_predictions() {
             ..WorkloadConfig::default()
         },
         inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.2, hosts_per_rack: 40 },
-        policy: PolicyConfig::of_kind(PolicyKind::Pbfr),
+        policy: PolicyConfig::preset("pbfr"),
         tie_break: TieBreak::Random,
         record_placements: true,
         ..SimConfig::default()
@@ -329,7 +329,7 @@ fn pbfr_does_not_depend_on_the_predictions() {
     assert_eq!(none.metrics, oracle.metrics);
     // LA-binary reads them, and places differently.
     let la = |source| {
-        let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+        let policy = PolicyConfig::preset("la-binary");
         let config = SimConfig {
             policy,
             prediction: PredictionConfig { source, ..PredictionConfig::default() },

@@ -2,7 +2,7 @@
 //! model sees only the past and repredicts in process for NILAS, and every draw follows the seed.
 
 use domain::{LifetimeClass, PredictionSource};
-use placement::{PolicyConfig, PolicyKind};
+use placement::PolicyConfig;
 use simulator::engine::{run, SimConfig};
 use simulator::predict::{predict, PredictError, PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};
@@ -27,7 +27,7 @@ fn bundle() -> PathBuf {
 #[test]
 fn the_oracle_knows_every_lifetime_from_placement() {
     let workload = Workload::load(&synthetic(2000)).unwrap();
-    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let policy = PolicyConfig::preset("la-binary");
     let p = predict(&workload, &source(PredictionSourceConfig::Oracle), &policy, 1).unwrap();
     for (vm, prediction) in workload.vms.iter().zip(&p.per_vm) {
         let prediction = prediction.as_ref().unwrap();
@@ -45,7 +45,7 @@ fn the_oracle_knows_every_lifetime_from_placement() {
 #[test]
 fn censored_vms_share_one_oracle_exit() {
     let workload = Workload::load(&synthetic(3000)).unwrap();
-    let policy = PolicyConfig::of_kind(PolicyKind::Nilas);
+    let policy = PolicyConfig::preset("nilas");
     let p = predict(&workload, &source(PredictionSourceConfig::Oracle), &policy, 1).unwrap();
     let exits: Vec<f64> = workload
         .vms
@@ -69,7 +69,7 @@ fn censored_vms_share_one_oracle_exit() {
 #[test]
 fn the_binned_oracle_reads_the_middle_of_each_lifetime_bin() {
     let workload = Workload::load(&synthetic(3000)).unwrap();
-    let policy = PolicyConfig::of_kind(PolicyKind::Nilas);
+    let policy = PolicyConfig::preset("nilas");
     let edges = vec![600.0, 3_600.0, 86_400.0];
     let config = source(PredictionSourceConfig::BinnedOracle { edges_s: edges });
     let p = predict(&workload, &config, &policy, 1).unwrap();
@@ -103,7 +103,7 @@ fn the_binned_oracle_reads_the_middle_of_each_lifetime_bin() {
 #[test]
 fn noisy_precision_recall_hits_its_targets() {
     let workload = Workload::load(&synthetic(5000)).unwrap();
-    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let policy = PolicyConfig::preset("la-binary");
     let config = source(PredictionSourceConfig::NoisyPrecisionRecall { precision: 0.9, recall: 0.8 });
     let p = predict(&workload, &config, &policy, 3).unwrap();
     let r = &p.report;
@@ -130,7 +130,7 @@ fn noisy_precision_recall_hits_its_targets() {
 #[test]
 fn noisy_accuracy_follows_the_gaussian_noise_model() {
     let workload = Workload::load(&synthetic(3000)).unwrap();
-    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let policy = PolicyConfig::preset("la-binary");
     let exact =
         predict(&workload, &source(PredictionSourceConfig::NoisyAccuracy { accuracy: 1.0 }), &policy, 1).unwrap();
     assert!(exact.report.accuracy > 0.99, "{:?}", exact.report);
@@ -147,7 +147,7 @@ fn noisy_accuracy_follows_the_gaussian_noise_model() {
 #[test]
 fn fallbacks_replace_the_asked_share() {
     let workload = Workload::load(&synthetic(2000)).unwrap();
-    let policy = PolicyConfig::of_kind(PolicyKind::LaBinary);
+    let policy = PolicyConfig::preset("la-binary");
     let config = PredictionConfig {
         fallback_fraction: 0.25,
         fallback_source: PredictionSource::Safeguard,
@@ -166,7 +166,7 @@ fn fallbacks_replace_the_asked_share() {
 /// changes nothing. NILAS repredicts with the bundle in process.
 #[test]
 fn the_model_sees_only_the_past_and_repredicts_in_process() {
-    let policy = PolicyConfig::of_kind(PolicyKind::Nilas);
+    let policy = PolicyConfig::preset("nilas");
     let config = source(PredictionSourceConfig::Model { bundle: bundle() });
     let short = Workload::load(&synthetic(600)).unwrap();
     let long = Workload::load(&synthetic(1500)).unwrap();
@@ -177,7 +177,7 @@ fn the_model_sees_only_the_past_and_repredicts_in_process() {
     assert_eq!(a.report.model_version.as_deref(), Some("default-1"));
     assert!(a.per_vm.iter().flatten().all(|p| p.source == PredictionSource::Model && p.interval_class.is_none()));
     // LA-multiclass reads interval classes: they are predicted for it only.
-    let multiclass = PolicyConfig::of_kind(PolicyKind::LaMulticlass);
+    let multiclass = PolicyConfig::preset("la-multiclass");
     let m = predict(&short, &config, &multiclass, 1).unwrap();
     assert!(m.per_vm.iter().flatten().all(|p| p.interval_class.is_some()));
 

@@ -6,7 +6,7 @@
 
 use domain::Priority;
 use placement::rules::Buckets;
-use placement::{PolicyConfig, PolicyKind, TieBreak};
+use placement::{PolicyConfig, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use simulator::engine::{run, SimConfig, SimResult};
@@ -179,7 +179,7 @@ fn assert_averages(result: &SimResult, placed: &[Placed], what: &str) {
 fn exact_best_fit_places_and_measures_like_a_straightforward_replay() {
     for seed in 1..=20 {
         let records = random_trace(seed, 60);
-        let policy = PolicyConfig { buckets: Buckets::Exact, ..PolicyConfig::of_kind(PolicyKind::Pbfr) };
+        let policy = PolicyConfig { buckets: Buckets::Exact, ..PolicyConfig::preset("pbfr") };
         let config = config(policy, PredictionSourceConfig::None);
         let workload = Workload::from_records(records, &config.workload).unwrap();
         let result = run(&workload, &config, |_| {}).unwrap();
@@ -197,8 +197,8 @@ fn exact_best_fit_places_and_measures_like_a_straightforward_replay() {
 #[test]
 fn every_policy_averages_its_own_placements_exactly() {
     let records = random_trace(99, 80);
-    for kind in [PolicyKind::LaBinary, PolicyKind::Nilas, PolicyKind::Lava] {
-        let config = config(PolicyConfig::of_kind(kind), PredictionSourceConfig::Oracle);
+    for kind in ["la-binary", "nilas", "lava"] {
+        let config = config(PolicyConfig::preset(kind), PredictionSourceConfig::Oracle);
         let workload = Workload::from_records(records.clone(), &config.workload).unwrap();
         let result = run(&workload, &config, |_| {}).unwrap();
         assert!(result.counters.placed > 40, "{kind:?}: {:?}", result.counters);

@@ -13,11 +13,12 @@
 //! `--config` (the result's `config` section as TOML).
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::PossibleValuesParser;
+use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use placement::defrag::MigrationOrder;
 use placement::rules::Buckets;
-use placement::{Engine, PolicyKind, TieBreak};
+use placement::{Engine, TieBreak};
 use simulator::compare::{self, Comparison, Experiment};
 use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
 use simulator::plot::{self, Series};
@@ -64,39 +65,9 @@ struct CompareArgs {
     run: RunArgs,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum PolicyArg {
-    Pbfr,
-    Dpbfr,
-    LaBinary,
-    LaMulticlass,
-    Nilas,
-    Lava,
-}
-
-impl From<PolicyArg> for PolicyKind {
-    fn from(p: PolicyArg) -> Self {
-        match p {
-            PolicyArg::Pbfr => PolicyKind::Pbfr,
-            PolicyArg::Dpbfr => PolicyKind::Dpbfr,
-            PolicyArg::LaBinary => PolicyKind::LaBinary,
-            PolicyArg::LaMulticlass => PolicyKind::LaMulticlass,
-            PolicyArg::Nilas => PolicyKind::Nilas,
-            PolicyArg::Lava => PolicyKind::Lava,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum TieBreakArg {
-    Random,
-    LowestIndex,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum EngineArg {
-    Incremental,
-    FullScan,
+/// A value the library names in kebab-case (`TieBreak`, `Engine`), read as its serde name.
+fn by_name<T: serde::de::DeserializeOwned>(name: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned()))
 }
 
 #[derive(Args)]
@@ -147,9 +118,9 @@ struct RunArgs {
     #[arg(long, visible_alias = "synthetic-vms")]
     max_vms: Option<usize>,
 
-    /// Placement policy.
-    #[arg(long, value_enum)]
-    policy: Option<PolicyArg>,
+    /// Placement policy: one of the library's presets (a policy of your own rules goes in --config).
+    #[arg(long, value_parser = PossibleValuesParser::new(placement::policy::preset_names()))]
+    policy: Option<String>,
     /// Best-fit buckets: a number, or `exact` (no quantization).
     #[arg(long)]
     buckets: Option<String>,
@@ -189,11 +160,11 @@ struct RunArgs {
     hosts_per_rack: Option<usize>,
 
     /// How ties between equally good hosts are broken.
-    #[arg(long, value_enum)]
-    tie_break: Option<TieBreakArg>,
+    #[arg(long, value_parser = PossibleValuesParser::new(TieBreak::NAMES))]
+    tie_break: Option<String>,
     /// Host selection engine (full-scan is the slow reference).
-    #[arg(long, value_enum)]
-    engine: Option<EngineArg>,
+    #[arg(long, value_parser = PossibleValuesParser::new(Engine::NAMES))]
+    engine: Option<String>,
     /// Seed of tie-breaking and of every random draw of the predictions.
     #[arg(long)]
     seed: Option<u64>,
@@ -445,8 +416,8 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     };
 
     // Policy.
-    if let Some(p) = args.policy {
-        config.policy.kind = p.into();
+    if let Some(p) = &args.policy {
+        config.policy.kind = p.clone();
     }
     if let Some(b) = &args.buckets {
         config.policy.buckets = parse_buckets(b)?;
@@ -466,17 +437,11 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     if let Some(r) = args.refresh_interval_s {
         config.reprediction.refresh_interval_s = non_negative("--refresh-interval-s", r)?;
     }
-    if let Some(t) = args.tie_break {
-        config.tie_break = match t {
-            TieBreakArg::Random => TieBreak::Random,
-            TieBreakArg::LowestIndex => TieBreak::LowestIndex,
-        };
+    if let Some(t) = &args.tie_break {
+        config.tie_break = by_name(t).with_context(|| format!("--tie-break {t}"))?;
     }
-    if let Some(e) = args.engine {
-        config.engine = match e {
-            EngineArg::Incremental => Engine::Incremental,
-            EngineArg::FullScan => Engine::FullScan,
-        };
+    if let Some(e) = &args.engine {
+        config.engine = by_name(e).with_context(|| format!("--engine {e}"))?;
     }
     if let Some(s) = args.seed {
         config.seed = s;

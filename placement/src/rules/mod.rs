@@ -3,17 +3,101 @@
 //!
 //! A rule is a small type. It declares which traits of the request it reads ([`RequestTrait`]);
 //! requests that agree on every trait read by a policy's rules form one equivalence class and share
-//! one cached evaluation ([`crate::index`]). Validators that read the tenant (spread) depend on the
-//! single request, so they are applied on top of the cached order instead of inside it. Adding a rule
-//! is adding a type here and naming it in a policy ([`crate::policy`]); the engine does not change.
+//! one cached evaluation ([`crate::select`]). Validators that read the tenant (spread) depend on the
+//! single request, so they are applied on top of the cached order instead of inside it.
+//!
+//! Every rule is registered under its name with its parameters ([`REGISTRY`], [`RegisteredRule`]),
+//! so that a policy is data: an ordered list of `{rule = "...", ...parameters}` entries in the
+//! allocator's TOML ([`crate::policy`]). Adding a rule is one file in this directory (the type, its
+//! [`PreferenceRule`] or [`ValidatorRule`] impl, its [`RegisteredRule`] impl and its tests) plus its
+//! `mod` line and its line in [`REGISTRY`]; `prefer_hardware.rs` is the worked example. The engine
+//! does not change.
 
-use crate::lava::LavaState;
-use crate::lifetime::{ClassIndex, HostLifetime};
+mod prefer_hardware;
+
+use crate::lifetime::{ClassIndex, HostLifetime, LifetimeClasses};
+use crate::policy::PolicyConfig;
 use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
 use domain::{HostState, ResourceKind, Resources, RESOURCE_DIMS};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::HashMap;
 use std::fmt::Debug;
+
+pub use prefer_hardware::PreferHardware;
+
+/// Every rule a policy can name, with the function that builds it from its parameters.
+pub const REGISTRY: &[(&str, Builder)] = &[
+    (<HostAvailable as RegisteredRule>::NAME, build::<HostAvailable>),
+    (<HardwareCompatible as RegisteredRule>::NAME, build::<HardwareCompatible>),
+    (<FitsResources as RegisteredRule>::NAME, build::<FitsResources>),
+    (<TenantSpreadRule as RegisteredRule>::NAME, build::<TenantSpreadRule>),
+    (<PreferNonEmpty as RegisteredRule>::NAME, build::<PreferNonEmpty>),
+    (<BestFit as RegisteredRule>::NAME, build::<BestFit>),
+    (<DynamicBestFit as RegisteredRule>::NAME, build::<DynamicBestFit>),
+    (<LifetimeAlignment as RegisteredRule>::NAME, build::<LifetimeAlignment>),
+    (<TemporalCost as RegisteredRule>::NAME, build::<TemporalCost>),
+    (<crate::lava::LavaPreference as RegisteredRule>::NAME, build::<crate::lava::LavaPreference>),
+    (<PreferHardware as RegisteredRule>::NAME, build::<PreferHardware>),
+];
+
+/// Builds a registered rule from its parameters (the entry's fields other than `rule`).
+pub type Builder = fn(serde_json::Value, &RuleContext) -> Result<BuiltRule, String>;
+
+/// What a rule's parameters default to: the policy's own settings, and the hardware each VM type
+/// runs on.
+#[derive(Copy, Clone, Debug)]
+pub struct RuleContext<'a> {
+    pub policy: &'a PolicyConfig,
+    pub compatibility: &'a HashMap<String, Vec<String>>,
+}
+
+impl RuleContext<'_> {
+    /// Two lifetime classes split at the policy's long-lived threshold.
+    pub fn binary_classes(&self) -> Result<LifetimeClasses, String> {
+        LifetimeClasses::binary(self.policy.long_threshold_s).map_err(|e| format!("long_threshold_s: {e}"))
+    }
+
+    /// The policy's interval classes (`class_cutoffs_s`, default the lifetime-interval model's).
+    pub fn interval_classes(&self) -> Result<LifetimeClasses, String> {
+        match &self.policy.class_cutoffs_s {
+            Some(cutoffs) => LifetimeClasses::new(cutoffs.clone()).map_err(|e| format!("class_cutoffs_s: {e}")),
+            None => Ok(LifetimeClasses::doubling_from_15_minutes()),
+        }
+    }
+}
+
+/// A rule built from a policy entry.
+#[derive(Debug)]
+pub enum BuiltRule {
+    Validator(Box<dyn ValidatorRule>),
+    /// A preference rule, and the lifetime classes it reads VMs by if it reads their class (every
+    /// such rule of a policy must read the same ones).
+    Preference(Box<dyn PreferenceRule>, Option<LifetimeClasses>),
+}
+
+/// A rule that a policy can name: its name, its parameters and how it is built from them.
+pub trait RegisteredRule {
+    const NAME: &'static str;
+    /// Its parameters (`#[serde(deny_unknown_fields)]`, so that a misspelt one is refused).
+    type Params: DeserializeOwned;
+    fn build(params: Self::Params, context: &RuleContext) -> Result<BuiltRule, String>;
+}
+
+/// A rule without parameters.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+fn build<R: RegisteredRule>(params: serde_json::Value, context: &RuleContext) -> Result<BuiltRule, String> {
+    let params = serde_json::from_value(params).map_err(|e| e.to_string())?;
+    R::build(params, context)
+}
+
+/// The builder of the rule named `name`.
+pub fn registered(name: &str) -> Option<Builder> {
+    REGISTRY.iter().find(|(n, _)| *n == name).map(|(_, build)| *build)
+}
 
 /// A trait of the request that a rule may read.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +179,12 @@ pub trait PreferenceRule: Debug + Send + Sync {
         false
     }
 
+    /// The kind of per-host policy state the rule reads ([`crate::host_state`]), which the
+    /// allocator then keeps; at most one kind per policy.
+    fn host_state(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The host's code (host-coded rules only).
     fn host_code(&self, _host: &HostView) -> u32 {
         0
@@ -112,7 +202,7 @@ pub struct HostAvailable;
 
 impl ValidatorRule for HostAvailable {
     fn name(&self) -> &'static str {
-        "host-available"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[]
@@ -131,7 +221,7 @@ pub struct HardwareCompatible {
 
 impl ValidatorRule for HardwareCompatible {
     fn name(&self) -> &'static str {
-        "hardware-compatible"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::VmType]
@@ -147,7 +237,7 @@ pub struct FitsResources;
 
 impl ValidatorRule for FitsResources {
     fn name(&self) -> &'static str {
-        "fits-resources"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::Demand]
@@ -163,7 +253,7 @@ pub struct TenantSpreadRule;
 
 impl ValidatorRule for TenantSpreadRule {
     fn name(&self) -> &'static str {
-        "tenant-spread"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::Tenant]
@@ -193,7 +283,7 @@ pub struct PreferNonEmpty;
 
 impl PreferenceRule for PreferNonEmpty {
     fn name(&self) -> &'static str {
-        "prefer-non-empty"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[]
@@ -307,7 +397,7 @@ pub struct BestFit {
 
 impl PreferenceRule for BestFit {
     fn name(&self) -> &'static str {
-        "best-fit"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::Demand]
@@ -328,7 +418,7 @@ pub struct DynamicBestFit {
 
 impl PreferenceRule for DynamicBestFit {
     fn name(&self) -> &'static str {
-        "dynamic-best-fit"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::Demand, RequestTrait::LifetimeClass]
@@ -347,7 +437,7 @@ pub struct LifetimeAlignment;
 
 impl PreferenceRule for LifetimeAlignment {
     fn name(&self) -> &'static str {
-        "lifetime-alignment"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::LifetimeClass]
@@ -406,7 +496,7 @@ pub fn bucket_of(bounds: &[f64], vm_exit_s: f64, host_exit_s: f64) -> u32 {
 
 impl PreferenceRule for TemporalCost {
     fn name(&self) -> &'static str {
-        "temporal-cost"
+        <Self as RegisteredRule>::NAME
     }
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::ExitTime]
@@ -419,56 +509,153 @@ impl PreferenceRule for TemporalCost {
     }
 }
 
-/// LAVA's host preference (paper 000 s4.3): recycling hosts of a class above the VM's, the closest
-/// first; then open hosts of the VM's class; then any other non-empty host; then empty hosts.
-/// With `c` the top class: scores `0..c` for recycling hosts `1..=c` classes above, `c` for an open
-/// host of the same class, `c + 1` for other non-empty hosts, `c + 2` for empty ones.
-#[derive(Debug)]
-pub struct LavaPreference {
-    pub top_class: ClassIndex,
+impl RegisteredRule for HostAvailable {
+    const NAME: &'static str = "host-available";
+    type Params = NoParams;
+    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
+        Ok(BuiltRule::Validator(Box::new(HostAvailable)))
+    }
 }
 
-impl LavaPreference {
-    /// Host codes: a recycling host of class `c` is `c`, an open one `OPEN + c`, an empty host
-    /// `EMPTY`, any other non-empty host `OTHER`.
-    const OPEN: u32 = 1 << 8;
-    const OTHER: u32 = 1 << 9;
-    const EMPTY: u32 = 1 << 10;
+/// `hardware-compatible` reads the allocator's `compatibility` table unless given its own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompatibilityParams {
+    pub allowed: Option<HashMap<String, Vec<String>>>,
 }
 
-impl PreferenceRule for LavaPreference {
-    fn name(&self) -> &'static str {
-        "lava"
+impl RegisteredRule for HardwareCompatible {
+    const NAME: &'static str = "hardware-compatible";
+    type Params = CompatibilityParams;
+    fn build(params: CompatibilityParams, context: &RuleContext) -> Result<BuiltRule, String> {
+        let allowed = params.allowed.unwrap_or_else(|| context.compatibility.clone());
+        Ok(BuiltRule::Validator(Box::new(HardwareCompatible { allowed })))
     }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::LifetimeClass]
+}
+
+impl RegisteredRule for FitsResources {
+    const NAME: &'static str = "fits-resources";
+    type Params = NoParams;
+    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
+        Ok(BuiltRule::Validator(Box::new(FitsResources)))
     }
-    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
-        self.score_of_code(self.host_code(host), request)
+}
+
+impl RegisteredRule for TenantSpreadRule {
+    const NAME: &'static str = "tenant-spread";
+    type Params = NoParams;
+    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
+        Ok(BuiltRule::Validator(Box::new(TenantSpreadRule)))
     }
-    fn is_host_coded(&self) -> bool {
-        true
+}
+
+impl RegisteredRule for PreferNonEmpty {
+    const NAME: &'static str = "prefer-non-empty";
+    type Params = NoParams;
+    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
+        Ok(BuiltRule::Preference(Box::new(PreferNonEmpty), None))
     }
-    fn host_code(&self, host: &HostView) -> u32 {
-        let lava = host.lifetime.lava;
-        match lava.state {
-            _ if host.record.is_empty() => Self::EMPTY,
-            LavaState::Recycling => u32::from(lava.class),
-            LavaState::Open => Self::OPEN + u32::from(lava.class),
-            LavaState::Empty => Self::OTHER,
+}
+
+/// `best-fit` and `dynamic-best-fit` default to the policy's buckets and weights.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FitParams {
+    pub buckets: Option<Buckets>,
+    pub long_buckets: Option<Buckets>,
+    pub short_buckets: Option<Buckets>,
+    pub weights: Option<FitWeights>,
+}
+
+fn checked_weights(weights: FitWeights) -> Result<FitWeights, String> {
+    let all = [weights.cores, weights.memory_gib, weights.ssd_gib];
+    if all.iter().any(|w| !w.is_finite() || *w < 0.0) || all.iter().all(|w| *w == 0.0) {
+        return Err("weights: at least one weight must be positive, and none negative or non-finite".to_owned());
+    }
+    Ok(weights)
+}
+
+impl RegisteredRule for BestFit {
+    const NAME: &'static str = "best-fit";
+    type Params = FitParams;
+    fn build(params: FitParams, context: &RuleContext) -> Result<BuiltRule, String> {
+        if params.long_buckets.is_some() || params.short_buckets.is_some() {
+            return Err("long_buckets and short_buckets belong to `dynamic-best-fit`".to_owned());
         }
+        let weights = checked_weights(params.weights.unwrap_or(context.policy.weights))?;
+        let buckets = params.buckets.unwrap_or(context.policy.buckets);
+        Ok(BuiltRule::Preference(Box::new(BestFit { buckets, weights }), None))
     }
-    /// Recycling hosts of a class above the VM's, closest first; then open hosts of the VM's
-    /// class; then any other non-empty host; then empty hosts.
-    fn score_of_code(&self, code: u32, request: &RuleRequest) -> u32 {
-        let top = u32::from(self.top_class);
-        let vm_class = u32::from(request.lifetime_class.min(self.top_class));
-        match code {
-            Self::EMPTY => top + 2,
-            class if class < Self::OPEN && class > vm_class => class - vm_class - 1,
-            open if open == Self::OPEN + vm_class => top,
-            _ => top + 1,
+}
+
+impl RegisteredRule for DynamicBestFit {
+    const NAME: &'static str = "dynamic-best-fit";
+    type Params = FitParams;
+    fn build(params: FitParams, context: &RuleContext) -> Result<BuiltRule, String> {
+        if params.buckets.is_some() {
+            return Err("`dynamic-best-fit` takes long_buckets and short_buckets, not buckets".to_owned());
         }
+        let rule = DynamicBestFit {
+            long: params.long_buckets.unwrap_or(context.policy.long_buckets),
+            short: params.short_buckets.unwrap_or(context.policy.short_buckets),
+            weights: checked_weights(params.weights.unwrap_or(context.policy.weights))?,
+        };
+        Ok(BuiltRule::Preference(Box::new(rule), Some(context.binary_classes()?)))
+    }
+}
+
+/// Which lifetime classes `lifetime-alignment` aligns VMs by.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClassChoice {
+    /// Short and long, split at the policy's `long_threshold_s` (LA-binary).
+    #[default]
+    Binary,
+    /// The policy's `class_cutoffs_s`, the lifetime-interval model's classes (LA-multiclass).
+    Intervals,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlignmentParams {
+    #[serde(default)]
+    pub classes: ClassChoice,
+}
+
+impl RegisteredRule for LifetimeAlignment {
+    const NAME: &'static str = "lifetime-alignment";
+    type Params = AlignmentParams;
+    fn build(params: AlignmentParams, context: &RuleContext) -> Result<BuiltRule, String> {
+        let classes = match params.classes {
+            ClassChoice::Binary => context.binary_classes()?,
+            ClassChoice::Intervals => context.interval_classes()?,
+        };
+        Ok(BuiltRule::Preference(Box::new(LifetimeAlignment), Some(classes)))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemporalParams {
+    /// Bucket bounds in seconds (0 first, increasing); default the policy's `temporal_buckets_s`.
+    pub buckets_s: Option<Vec<f64>>,
+}
+
+impl RegisteredRule for TemporalCost {
+    const NAME: &'static str = "temporal-cost";
+    type Params = TemporalParams;
+    fn build(params: TemporalParams, context: &RuleContext) -> Result<BuiltRule, String> {
+        let (field, bounds) = match params.buckets_s {
+            Some(bounds) => ("buckets_s", Some(bounds)),
+            None => ("the policy's temporal_buckets_s", context.policy.temporal_buckets_s.clone()),
+        };
+        let rule = match bounds {
+            Some(bounds) => TemporalCost::with_bounds(bounds.clone()).ok_or_else(|| {
+                format!("{field}: must start at 0 and increase strictly, in finite seconds; got {bounds:?}")
+            })?,
+            None => TemporalCost::default(),
+        };
+        Ok(BuiltRule::Preference(Box::new(rule), None))
     }
 }
 

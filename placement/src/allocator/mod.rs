@@ -1,0 +1,527 @@
+//! The allocator: one policy over one live inventory, answering allocation requests.
+//!
+//! [`Allocator`] ties together the inventory ([`InventoryState`]), the policy's rules, the hosts'
+//! lifetime summaries, the policy's per-host state ([`crate::host_state`]) and the host selection
+//! engine (the incremental index, or the full scan for reference). It is the one piece of placement
+//! logic: the allocator service wraps it with durability and the simulator drives it directly. It
+//! never blocks and never does I/O; every change it makes is in its journal ([`crate::journal`]).
+//!
+//! Time is the caller's: every call takes `now_s` (Unix seconds in the service, trace time in the
+//! simulator). It only moves forward; an earlier `now_s` is taken as the latest one seen.
+//!
+//! This file holds placement and release; the rest of the allocator's methods live beside it by
+//! seam: [`timeline`] (host summaries, events in time, repredictions), [`drains`] (LARS), [`explain`]
+//! (dry runs) and [`stats`].
+
+mod drains;
+mod explain;
+mod stats;
+mod timeline;
+
+pub use drains::DrainError;
+pub use explain::{Explanation, HostVerdict, RankedHost, RuleScore};
+pub use stats::AllocatorStats;
+
+use crate::defrag::Drain;
+use crate::host_state::{self, HostStatePolicy};
+use crate::journal::Change;
+use crate::lifetime::{HostLifetime, OrderedTime, VmLifetime};
+use crate::policy::{Policy, PolicyConfig, PolicyError};
+use crate::reprediction::{RepredictionConfig, Repredictions};
+use crate::rules::{HostView, RuleRequest, TenantSpread};
+use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
+use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
+use domain::{
+    AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, Placement, Rejection,
+    RejectionCode, ResourceKind, RuleFilterStat, VmId, VmRequest,
+};
+use lifetime_model::RequestFeatures;
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+
+/// How hosts are chosen.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Cached evaluations per request class, updated only for changed hosts.
+    #[default]
+    Incremental,
+    /// Every rule on every host, every time: the reference.
+    FullScan,
+}
+
+impl Engine {
+    /// Every engine by its configuration name.
+    pub const NAMES: [&'static str; 2] = ["incremental", "full-scan"];
+}
+
+/// Placement settings of an allocator (the `[allocator]` and `[policy]` parts of its config).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AllocatorConfig {
+    pub policy: PolicyConfig,
+    pub tie_break: TieBreak,
+    /// Seed of the tie-breaking generator.
+    pub seed: u64,
+    pub engine: Engine,
+    pub index: IndexConfig,
+    /// VM type -> hardware generations it runs on; types not listed run on every generation.
+    pub compatibility: HashMap<String, Vec<String>>,
+    /// How hosts' exit times follow repredictions (NILAS, LAVA).
+    pub reprediction: RepredictionConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllocatorError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("inventory: {0}")]
+    Inventory(#[from] StateError),
+    #[error("the inventory has no host")]
+    NoHosts,
+    #[error("policy state `{0}` is not a registered stateful policy")]
+    UnknownHostState(&'static str),
+}
+
+/// A request that contradicts what is already placed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllocateError {
+    #[error("VM `{vm}` is already placed with a different {field}; VM ids must be unique")]
+    IdReused { vm: VmId, field: &'static str },
+    #[error(
+        "VM `{placed}` of this gang is already placed but `{missing}` is not; a gang is placed whole or not at all"
+    )]
+    PartialGang { placed: VmId, missing: VmId },
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Allocator {
+    policy: Policy,
+    state: InventoryState,
+    lifetimes: Vec<HostLifetime>,
+    /// Host events in time: a lifetime class dropping, an exit-time refresh, a LAVA deadline.
+    /// An entry is stale unless it equals the host's `next_due`.
+    due: BinaryHeap<Reverse<(OrderedTime, HostIndex)>>,
+    next_due: Vec<f64>,
+    /// When each host's exit time is next recomputed from repredictions.
+    next_refresh: Vec<f64>,
+    refresh_interval_s: Option<f64>,
+    /// The model, and every host's VMs as its exit time reads them (with their last exit times).
+    repredictions: Repredictions,
+    /// The policy's per-host state, when its rules read one (LAVA).
+    host_state: Option<Box<dyn HostStatePolicy>>,
+    /// The drain in progress (or the last one, finished), LARS.
+    drain: Option<Drain>,
+    /// Changes since [`Allocator::take_changes`] was last called, in order; the drain's record and
+    /// the hosts whose policy state changed are added when they are taken.
+    journal: Vec<Change>,
+    drain_changed: bool,
+    state_changed: BTreeSet<HostIndex>,
+    index: Option<IncrementalIndex>,
+    chooser: Chooser,
+    clock_s: f64,
+    rejections: HashMap<RejectionCode, u64>,
+}
+
+impl Allocator {
+    pub fn new(spec: &InventorySpec, config: &AllocatorConfig) -> Result<Self, AllocatorError> {
+        let policy = Policy::from_config(&config.policy, &config.compatibility)?;
+        let state = InventoryState::from_spec(spec)?;
+        if state.hosts().is_empty() {
+            return Err(AllocatorError::NoHosts);
+        }
+        let hosts = state.hosts().len();
+        let host_state = match policy.host_state() {
+            Some(name) => Some(host_state::create(name, hosts).ok_or(AllocatorError::UnknownHostState(name))?),
+            None => None,
+        };
+        Ok(Allocator {
+            policy,
+            state,
+            lifetimes: vec![HostLifetime::EMPTY; hosts],
+            due: BinaryHeap::new(),
+            next_due: vec![f64::INFINITY; hosts],
+            next_refresh: vec![f64::INFINITY; hosts],
+            refresh_interval_s: config.reprediction.interval_s(),
+            repredictions: Repredictions::new(hosts),
+            host_state,
+            drain: None,
+            journal: Vec::new(),
+            drain_changed: false,
+            state_changed: BTreeSet::new(),
+            index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
+            chooser: Chooser::new(config.tie_break, config.seed),
+            clock_s: f64::NEG_INFINITY,
+            rejections: HashMap::new(),
+        })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Switches the host selection engine; the state stays as it is (a new index starts empty and
+    /// builds each request class on first use).
+    pub fn set_engine(&mut self, engine: Engine, index: &IndexConfig) {
+        self.index =
+            (engine == Engine::Incremental).then(|| IncrementalIndex::new(index.clone(), self.state.hosts().len()));
+    }
+
+    pub fn state(&self) -> &InventoryState {
+        &self.state
+    }
+
+    pub fn host_lifetime(&self, host: HostIndex) -> &HostLifetime {
+        &self.lifetimes[host.get()]
+    }
+
+    /// Every host's lifetime summary, by host index.
+    pub fn lifetimes(&self) -> &[HostLifetime] {
+        &self.lifetimes
+    }
+
+    /// What the rules see of `vm` now: for checking a decision against [`crate::select::full_scan`].
+    pub fn rule_request<'a>(&'a self, vm: &'a VmRequest) -> RuleRequest<'a> {
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s())
+    }
+
+    /// The allocator's clock: the latest time it was given.
+    pub fn clock_s(&self) -> f64 {
+        self.clock_s
+    }
+
+    /// The policy's per-host state, if its rules read one (LAVA); `as_any().downcast_ref` gives the
+    /// concrete type.
+    pub fn host_state(&self) -> Option<&dyn HostStatePolicy> {
+        self.host_state.as_deref()
+    }
+
+    /// Every change since the last call, in order (the drain's record and the changed hosts' policy
+    /// state last): what the store writes and the simulator follows ([`crate::journal`]).
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        let mut changes = std::mem::take(&mut self.journal);
+        if std::mem::take(&mut self.drain_changed) {
+            changes.push(Change::Drain(self.drain.clone().map(Box::new)));
+        }
+        if let Some(policy) = &self.host_state {
+            for host in std::mem::take(&mut self.state_changed) {
+                changes.push(Change::PolicyHostState {
+                    host: self.state.hosts()[host.get()].id.clone(),
+                    policy: policy.name(),
+                    state: policy.snapshot(host),
+                });
+            }
+        }
+        changes
+    }
+
+    /// Puts back a host's policy state recorded by the store (after its VMs were restored). A row
+    /// of another stateful policy than this one's (the policy was changed) is ignored.
+    pub fn restore_host_state(&mut self, host: &HostId, policy: &str, snapshot: &str) -> Result<(), StateError> {
+        let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        let Some(state) = self.host_state.as_mut().filter(|s| s.name() == policy) else { return Ok(()) };
+        state.restore(index, Some(snapshot)).map_err(|e| StateError::HostPolicyState(e.to_string()))?;
+        self.refresh_lifetime(index);
+        self.host_changed(index);
+        // A timer that passed while the allocator was down fires now, at its own time.
+        self.advance_clock(self.clock_s);
+        Ok(())
+    }
+
+    /// The VM's predicted lifetime under this policy's classes.
+    pub fn vm_lifetime(&self, vm: &PlacedVm) -> VmLifetime {
+        self.policy.classes().vm_lifetime(vm.prediction.as_ref())
+    }
+
+    /// Where a placed VM is, as an allocation answer gives it.
+    pub fn placement(&self, vm: &VmId) -> Option<Placement> {
+        let placed = self.state.vm(vm)?;
+        let host = &self.state.hosts()[placed.host.get()];
+        Some(Placement {
+            vm_id: vm.clone(),
+            host_id: host.id.clone(),
+            rack_id: host.rack.clone(),
+            cluster_id: host.cluster.clone(),
+            prediction: placed.prediction.clone(),
+        })
+    }
+
+    /// Places a VM or a whole gang, or rejects it changing nothing. A request whose VMs are all
+    /// placed already gets their placements back (`replayed`), so retries are safe.
+    pub fn allocate(&mut self, request: &AllocationRequest, now_s: f64) -> Result<AllocationDecision, AllocateError> {
+        if let Some(replay) = self.replay(request)? {
+            return Ok(replay);
+        }
+        self.advance_clock(now_s);
+        let mut placements = Vec::with_capacity(request.vms().len());
+        // A gang that does not fit leaves no trace: its changes are cut from the journal and the
+        // policy states it touched put back.
+        let journal_mark = self.journal.len();
+        let gang = request.vms().len() > 1;
+        let mut states_before: Vec<(HostIndex, Option<String>)> = Vec::new();
+        let mut last_stats = Vec::new();
+        for (position, vm) in request.vms().iter().enumerate() {
+            let selection = self.select(vm, None);
+            last_stats = selection.stats.clone();
+            match selection.host {
+                Some(host) => {
+                    if let Some(state) = self.host_state.as_ref().filter(|_| gang) {
+                        states_before.push((host, state.snapshot(host)));
+                    }
+                    self.place_on(vm, host);
+                    placements.push(self.placement(&vm.vm_id).expect("just placed"));
+                }
+                None => {
+                    for placed in &placements {
+                        self.remove_vm(&placed.vm_id);
+                    }
+                    self.journal.truncate(journal_mark);
+                    for (host, snapshot) in states_before.into_iter().rev() {
+                        if let Some(state) = &mut self.host_state {
+                            if let Err(error) = state.restore(host, snapshot.as_deref()) {
+                                unreachable!("a snapshot taken a moment ago is readable: {error}");
+                            }
+                        }
+                        self.refresh_lifetime(host);
+                        self.host_changed(host);
+                    }
+                    // After the rollback: would this VM fit alone? Then it is the gang that does not.
+                    let alone = position > 0 && self.select(vm, Some(self.chooser.clone())).host.is_some();
+                    let code = if alone { RejectionCode::GangDoesNotFit } else { RejectionCode::NoFeasibleHost };
+                    *self.rejections.entry(code).or_insert(0) += 1;
+                    return Ok(AllocationDecision {
+                        outcome: AllocationOutcome::Rejected { rejection: rejection(code, vm, &selection, request) },
+                        rule_stats: last_stats,
+                        replayed: false,
+                    });
+                }
+            }
+        }
+        Ok(AllocationDecision {
+            outcome: AllocationOutcome::Placed { placements },
+            rule_stats: last_stats,
+            replayed: false,
+        })
+    }
+
+    /// The earlier answer when every VM of the request is placed already.
+    fn replay(&self, request: &AllocationRequest) -> Result<Option<AllocationDecision>, AllocateError> {
+        let mut placed = None;
+        let mut missing = None;
+        for vm in request.vms() {
+            match self.state.vm(&vm.vm_id) {
+                Some(existing) => {
+                    let field = if existing.tenant != vm.tenant_id {
+                        Some("tenant")
+                    } else if existing.demand != vm.demand {
+                        Some("demand")
+                    } else if existing.vm_type != vm.vm_type {
+                        Some("vm_type")
+                    } else {
+                        None
+                    };
+                    if let Some(field) = field {
+                        return Err(AllocateError::IdReused { vm: vm.vm_id.clone(), field });
+                    }
+                    placed.get_or_insert(&vm.vm_id);
+                }
+                None => {
+                    missing.get_or_insert(&vm.vm_id);
+                }
+            }
+        }
+        match (placed, missing) {
+            (Some(placed), Some(missing)) => {
+                Err(AllocateError::PartialGang { placed: placed.clone(), missing: missing.clone() })
+            }
+            (Some(_), None) => {
+                let placements = request.vms().iter().filter_map(|vm| self.placement(&vm.vm_id)).collect();
+                Ok(Some(AllocationDecision {
+                    outcome: AllocationOutcome::Placed { placements },
+                    rule_stats: Vec::new(),
+                    replayed: true,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Releases a VM; its host's capacity is free at once.
+    pub fn release(&mut self, vm: &VmId, now_s: f64) -> Result<PlacedVm, StateError> {
+        self.advance_clock(now_s);
+        if self.state.vm(vm).is_none() {
+            return Err(StateError::UnknownVm(vm.clone()));
+        }
+        Ok(self.remove_vm(vm))
+    }
+
+    /// Drains (unavailable), fails or restores a host; its VMs stay. Returns the previous state.
+    pub fn set_host_state(&mut self, host: &HostId, new_state: HostState) -> Result<HostState, StateError> {
+        let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        let previous = self.state.hosts()[index.get()].state;
+        self.state.set_host_state(index, new_state)?;
+        self.host_changed(index);
+        self.journal.push(Change::HostState { host: host.clone(), state: new_state });
+        Ok(previous)
+    }
+
+    /// Puts back a VM recorded as placed on `host` (recovery from the durable store).
+    pub fn restore(&mut self, vm: NewVm, host: &HostId, now_s: f64) -> Result<(), StateError> {
+        self.advance_clock(now_s);
+        let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
+        let features = self
+            .repredictions
+            .has_model()
+            .then(|| stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s));
+        let (id, placed_at_s) = (vm.id.clone(), vm.placed_at_s);
+        let lifetime_s = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+        // No policy-state transition: the store's record of the host's policy state follows.
+        self.state.restore(vm, index)?;
+        self.repredictions.add(index.get(), &id, placed_at_s, lifetime_s, features);
+        self.refresh_lifetime(index);
+        self.host_changed(index);
+        Ok(())
+    }
+
+    pub(super) fn view(&self, host: HostIndex) -> HostView<'_> {
+        HostView { index: host, record: &self.state.hosts()[host.get()], lifetime: &self.lifetimes[host.get()] }
+    }
+
+    /// Chooses a host for `vm` with the configured engine; `dry_run` draws ties with a copy of the
+    /// generator so that the real sequence is untouched.
+    pub(super) fn select(&mut self, vm: &VmRequest, dry_run: Option<Chooser>) -> Selection {
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        let mut dry = dry_run;
+        // Split borrows: the request reads the state while the index and chooser change.
+        let Allocator { policy, state, lifetimes, index, chooser, clock_s, .. } = self;
+        let chooser = dry.as_mut().unwrap_or(chooser);
+        let request = rule_request(state, vm, lifetime, *clock_s, policy.exit_floor_s());
+        match index {
+            Some(index) => index.select(policy, state, lifetimes, &request, chooser),
+            None => full_scan(policy, state, lifetimes, &request, chooser),
+        }
+    }
+
+    pub(super) fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
+        let new = NewVm {
+            id: vm.vm_id.clone(),
+            tenant: vm.tenant_id.clone(),
+            vm_type: vm.vm_type.clone(),
+            demand: vm.demand,
+            placed_at_s: self.clock_s,
+            prediction: vm.prediction.clone(),
+        };
+        self.journal.push(Change::Placed { vm: new.clone(), host: self.state.hosts()[host.get()].id.clone() });
+        // The selection checked every validator against this very state, so this cannot fail.
+        if let Err(error) = self.state.place(new, host) {
+            unreachable!("a selected host refused its VM: {error}");
+        }
+        let features = self.repredictions.has_model().then(|| RequestFeatures::from_request(vm, self.clock_s));
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        self.repredictions.add(host.get(), &vm.vm_id, self.clock_s, lifetime.lifetime_s, features);
+        if let Some(state) = &mut self.host_state {
+            state.on_place(host, &self.state.hosts()[host.get()], lifetime.class, self.clock_s);
+            self.state_changed.insert(host);
+        }
+        self.refresh_lifetime(host);
+        self.host_changed(host);
+    }
+
+    pub(super) fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
+        let migrating_to = self.state.migration_target(vm);
+        let placed = match self.state.release(vm) {
+            Ok(placed) => placed,
+            Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
+        };
+        self.repredictions.remove(placed.host.get(), vm);
+        self.journal.push(Change::Released { vm: vm.clone() });
+        if let Some(target) = migrating_to {
+            // Its reservation went with it.
+            self.journal.push(Change::MigrationCancelled { vm: vm.clone() });
+            self.refresh_lifetime(target);
+            self.host_changed(target);
+        }
+        let drained = self.drain.as_mut().is_some_and(|drain| drain.vm_exited(vm));
+        self.drain_changed |= drained;
+        if let Some(state) = &mut self.host_state {
+            state.on_release(placed.host, &self.state.hosts()[placed.host.get()], vm, self.clock_s);
+            self.state_changed.insert(placed.host);
+        }
+        self.refresh_lifetime(placed.host);
+        self.host_changed(placed.host);
+        if drained {
+            // A drained VM left: a migration slot may be free.
+            self.pump_drain();
+        }
+        placed
+    }
+
+    pub(super) fn host_changed(&mut self, host: HostIndex) {
+        if let Some(index) = &mut self.index {
+            index.host_changed(host);
+        }
+    }
+}
+
+/// What repredictions can know of a VM restored from the store: its identity, shape and placement
+/// time (the store does not keep the request's other features).
+fn stored_features(
+    tenant: &domain::TenantId,
+    vm_type: &str,
+    demand: &domain::Resources,
+    placed_at_s: f64,
+) -> RequestFeatures {
+    RequestFeatures {
+        tenant_id: tenant.to_string(),
+        vm_type: vm_type.to_owned(),
+        cores: demand.whole(ResourceKind::Cores),
+        memory_gib: demand.whole(ResourceKind::MemoryGib),
+        time_s: placed_at_s,
+        ..RequestFeatures::default()
+    }
+}
+
+/// What the rules see of `vm` at `now_s`; its exit is read as at least `exit_floor_s` from now.
+fn rule_request<'a>(
+    state: &'a InventoryState,
+    vm: &'a VmRequest,
+    lifetime: VmLifetime,
+    now_s: f64,
+    exit_floor_s: f64,
+) -> RuleRequest<'a> {
+    static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
+    RuleRequest {
+        demand: vm.demand,
+        lifetime_class: lifetime.class,
+        vm_type: &vm.vm_type,
+        exit_s: now_s + lifetime.lifetime_s.max(exit_floor_s),
+        spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
+            max_per_rack,
+            vms_per_rack: state.tenant_racks(&vm.tenant_id).unwrap_or(&NO_VMS),
+        }),
+    }
+}
+
+fn rejection(code: RejectionCode, vm: &VmRequest, selection: &Selection, request: &AllocationRequest) -> Rejection {
+    // With no valid host, only validators can have removed any.
+    let eliminated_by: Vec<RuleFilterStat> =
+        selection.stats.iter().filter(|s| s.hosts_kept < s.hosts_in).cloned().collect();
+    let blame = eliminated_by
+        .iter()
+        .map(|s| format!("{} eliminated {}", s.rule, s.hosts_in - s.hosts_kept))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let detail = match code {
+        RejectionCode::GangDoesNotFit => format!(
+            "the gang of {} VMs does not fit all together: VM `{}` ({}) finds no host once the others are placed",
+            request.vms().len(),
+            vm.vm_id,
+            vm.demand
+        ),
+        _ => format!("no host can take VM `{}` ({}): {blame}", vm.vm_id, vm.demand),
+    };
+    Rejection { code, detail, vm_id: Some(vm.vm_id.clone()), eliminated_by }
+}
