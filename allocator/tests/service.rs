@@ -405,3 +405,26 @@ async fn lava_state_and_a_lars_drain_over_http() {
     let (status, body) = send(client.post(server.url("/v1/migrations/v0/complete")).bearer_auth(TOKEN)).await;
     assert_eq!((status, body["type"].as_str()), (404, Some("urn:problem:not-migrating")));
 }
+
+/// A policy list the request path cannot serve is refused at start-up: the binary exits with a
+/// message naming the entry, before it listens.
+#[test]
+fn a_bad_policy_list_is_refused_at_start_up_naming_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[{rule = \"prefer-non-empty\"}, {rule = \"best-fitt\"}]", "policy.preferences[1]: `best-fitt`: unknown rule"),
+        ("[{rule = \"best-fit\", bukets = 3}]", "policy.preferences[0]: `best-fit`: unknown field `bukets`"),
+        ("[{rule = \"best-fit\"}, {rule = \"lava\"}, {rule = \"temporal-cost\"}]", "`lava` must come first"),
+    ];
+    for (i, (preferences, expected)) in cases.iter().enumerate() {
+        let store = dir.path().join(format!("bad-{i}.db"));
+        let extra = format!("[allocator.policy]\nkind = \"mine\"\npreferences = {preferences}\n");
+        let config = dir.path().join(format!("bad-{i}.toml"));
+        std::fs::write(&config, support::config_text(1, &store, 2, &extra)).unwrap();
+        let output =
+            std::process::Command::new(env!("CARGO_BIN_EXE_allocator")).arg("--config").arg(&config).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{preferences}: started anyway");
+        assert!(stderr.contains(expected), "{preferences}: {stderr}");
+    }
+}

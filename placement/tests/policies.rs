@@ -375,3 +375,67 @@ fn repredictions_reused_within_their_uptime_ranges_change_nothing() {
         assert!(made * 5 < all * 4, "{kind:?}: {made} evaluations instead of {all}");
     }
 }
+
+/// The worked example of ARCHITECTURE.md: a policy defined only in the allocator's TOML, using the
+/// `prefer-hardware` rule (one file in `placement/src/rules/` plus its registration line). New VMs
+/// go to the newest generation first and fill it before opening the older one; the unnamed
+/// generation comes last.
+#[test]
+fn a_policy_written_only_in_toml_uses_a_newly_registered_rule() {
+    let config: AllocatorConfig = toml::from_str(
+        r#"
+        tie_break = "lowest-index"
+        [policy]
+        kind = "newest-hardware-first"
+        preferences = [
+            { rule = "prefer-non-empty" },
+            { rule = "prefer-hardware", order = ["gen9", "gen8"] },
+            { rule = "best-fit", buckets = 3 },
+        ]
+        "#,
+    )
+    .unwrap();
+    // Three clusters of two 16-core hosts, declared oldest first: gen7, gen8, gen9.
+    let mut spec = InventorySpec::homogeneous("z", 2, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let template = spec.zones[0].clusters[0].clone();
+    spec.zones[0].clusters = ["gen7", "gen8", "gen9"]
+        .iter()
+        .enumerate()
+        .map(|(c, generation)| {
+            let mut cluster = template.clone();
+            cluster.id = domain::ClusterId(format!("z-c{c}"));
+            cluster.hardware = (*generation).to_owned();
+            cluster.racks[0].id = domain::RackId(format!("z-r{c}"));
+            for (h, host) in cluster.racks[0].hosts.iter_mut().enumerate() {
+                host.id = HostId(format!("{generation}-h{h}"));
+            }
+            cluster
+        })
+        .collect();
+    let mut a = Allocator::new(&spec, &config).unwrap();
+    assert_eq!(a.policy().name(), "newest-hardware-first");
+    let hosts: Vec<String> = (0..6).map(|i| place(&mut a, vm(&format!("v{i}"), 6.0, None), f64::from(i)).0).collect();
+    // 6-core VMs, two to a 16-core host: gen9's two hosts, then gen8's, then gen7's.
+    assert_eq!(hosts[..4], ["gen9-h0", "gen9-h0", "gen9-h1", "gen9-h1"]);
+    assert_eq!(hosts[4..], ["gen8-h0", "gen8-h0"]);
+    // The same list under PBFR fills the first declared (gen7) hosts first.
+    let mut pbfr =
+        Allocator::new(&spec, &AllocatorConfig { tie_break: TieBreak::LowestIndex, ..Default::default() }).unwrap();
+    assert_eq!(place(&mut pbfr, vm("p", 6.0, None), 0.0).0, "gen7-h0");
+}
+
+/// The names the library lists for command lines (the simulator's `--policy`, `--tie-break`,
+/// `--engine`) are the names its configuration reads.
+#[test]
+fn every_name_the_library_lists_is_one_it_reads() {
+    for name in placement::policy::preset_names() {
+        let policy = placement::Policy::from_config(&PolicyConfig::preset(name), &Default::default()).unwrap();
+        assert_eq!(policy.name(), name);
+    }
+    let tie_breaks: Vec<TieBreak> =
+        TieBreak::NAMES.iter().map(|n| serde_json::from_value(serde_json::Value::from(*n)).unwrap()).collect();
+    assert_eq!(tie_breaks, [TieBreak::Random, TieBreak::LowestIndex]);
+    let engines: Vec<Engine> =
+        Engine::NAMES.iter().map(|n| serde_json::from_value(serde_json::Value::from(*n)).unwrap()).collect();
+    assert_eq!(engines, [Engine::Incremental, Engine::FullScan]);
+}
