@@ -18,7 +18,7 @@
 # as <service>.log.1), <service>.pid, and the allocator's store allocator.db (+ -wal, -shm).
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
-# control-service/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
+# e2e/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
