@@ -206,7 +206,8 @@ cmd_up() {
     for svc in "${SERVICES[@]}"; do [ -x "$BIN_DIR/$svc" ] || missing+=("$svc"); done
     if [ "$BUILD" -eq 1 ] || [ "${#missing[@]}" -gt 0 ]; then
         [ "${#missing[@]}" -eq 0 ] || say "building (missing from $BIN_DIR: ${missing[*]})"
-        cargo build --release --bins -p inference-server -p allocator -p control-service
+        # -p replay: the trace replay client vmreplay, which drives the stack (README).
+        cargo build --release --bins -p inference-server -p allocator -p control-service -p replay
     fi
     for svc in "${SERVICES[@]}"; do [ -x "$BIN_DIR/$svc" ] || die "$BIN_DIR/$svc is missing after the build"; done
 

@@ -167,7 +167,7 @@ fn load_plan(cli: &Cli, settings: &Settings) -> Result<(Plan, String)> {
         let records = generate(&config);
         let from_s = match window.from_s {
             Some(from) => from,
-            None => records.iter().map(|r| r.start_s).reduce(f64::min).unwrap_or(0.0),
+            None => replay::first_start(records.iter().map(Ok))?,
         };
         let plan = replay::plan(records.into_iter().map(Ok), from_s, window, prefix)?;
         return Ok((plan, format!("synthetic trace ({days} days, seed {})", cli.seed)));
