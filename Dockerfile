@@ -1,5 +1,6 @@
 # One image with the service binaries (inference-server, allocator, control-service, and their
-# clients inference-client and vmreplay); docker-compose.yml picks the binary per service.
+# clients inference-client and vmreplay, the `replay` package's); docker-compose.yml picks the binary
+# per service.
 FROM rust:1-bookworm AS build
 WORKDIR /src
 # Prerequisites in a layer of their own, so that editing the sources does not reinstall them.
@@ -12,7 +13,7 @@ COPY . .
 # from exactly the checked-in Cargo.lock.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bins -p inference-server -p allocator -p control-service \
+    cargo build --release --locked --bins -p inference-server -p allocator -p control-service -p replay \
     && mkdir -p /out \
     && find target/release -maxdepth 1 -type f -executable -exec cp {} /out/ \;
 

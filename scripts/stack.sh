@@ -18,7 +18,7 @@
 # as <service>.log.1), <service>.pid, and the allocator's store allocator.db (+ -wal, -shm).
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
-# control-service/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
+# e2e/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -206,7 +206,8 @@ cmd_up() {
     for svc in "${SERVICES[@]}"; do [ -x "$BIN_DIR/$svc" ] || missing+=("$svc"); done
     if [ "$BUILD" -eq 1 ] || [ "${#missing[@]}" -gt 0 ]; then
         [ "${#missing[@]}" -eq 0 ] || say "building (missing from $BIN_DIR: ${missing[*]})"
-        cargo build --release --bins -p inference-server -p allocator -p control-service
+        # -p replay: the trace replay client vmreplay, which drives the stack (README).
+        cargo build --release --bins -p inference-server -p allocator -p control-service -p replay
     fi
     for svc in "${SERVICES[@]}"; do [ -x "$BIN_DIR/$svc" ] || die "$BIN_DIR/$svc is missing after the build"; done
 

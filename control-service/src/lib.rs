@@ -17,6 +17,5 @@ pub mod health;
 pub mod inference;
 pub mod predictions;
 pub mod rate_limit;
-pub mod replay;
 pub mod safeguard;
 pub mod upstream;

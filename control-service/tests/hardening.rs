@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{default_models, start_allocator, start_control, start_inference, vm};
+use support::{default_models, start_allocator, start_control, start_inference, vm, workspace_binary};
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
@@ -313,10 +313,11 @@ async fn one_slow_readiness_probe_does_not_take_a_server_out_of_rotation() {
     assert!(i > 20, "watched only {i} times");
 }
 
-/// `vmreplay` on a short synthetic trace against `control`, with `VMREPLAY_API_KEY` set to `key`.
-/// (The servers are other processes, so blocking this test's thread is fine.)
+/// `vmreplay` (the `replay` package's binary, built beside this package's) on a short synthetic
+/// trace against `control`, with `VMREPLAY_API_KEY` set to `key`. (The servers are other
+/// processes, so blocking this test's thread is fine.)
 fn vmreplay(control: &str, key: Option<&str>) -> (Option<i32>, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_vmreplay"));
+    let mut command = std::process::Command::new(workspace_binary("vmreplay"));
     command
         .args(["--synthetic-days", "0.1", "--max-vms", "5", "--speed", "100000", "--quiet", "--keep"])
         .args(["--control", control])

@@ -2,7 +2,7 @@
 //!
 //! [`Workload::load`] reads any trace source (the project's CSV, several CSV files as one timeline,
 //! the Azure packing-trace sqlite, the synthetic generator), keeps the VMs of a time window and
-//! sorts them by start. VMs still running at the trace's end are censored: the oracle gives them
+//! sorts them by start (`traces::window`, the replay client's very windowing). VMs still running at the trace's end are censored: the oracle gives them
 //! all one exit ([`Workload::censored_exit_s`]). Each VM keeps
 //! its allocation request (built once by [`VmRecord::to_request`], the replay client's very
 //! conversion), its true start and end, and the time the simulator places it: VMs already running
@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use traces::azure_sqlite::MachineType;
 use traces::synthetic::SyntheticConfig;
+use traces::window::{self, InvalidWindow, Warmup, WindowError, WindowField, WindowSpec};
 use traces::{TraceError, TraceSource, VmRecord};
 
 /// Zone name of the simulated inventory: hosts are `sim-h<i>`, racks `sim-r<i>` (the allocator
@@ -34,13 +35,9 @@ pub const CENSORED_LIFETIME_S: f64 = 14.0 * 86_400.0;
 pub enum WorkloadError {
     #[error("reading the trace: {0}")]
     Trace(#[from] TraceError),
-    #[error("the trace holds no VM")]
-    EmptyTrace,
-    #[error(
-        "no VM of the trace starts in the window {window}; the trace's VMs start between {first_start_s} s and \
-         {last_start_s} s: change the window's start or duration"
-    )]
-    EmptyWindow { window: String, first_start_s: f64, last_start_s: f64 },
+    /// No VM, or none in the window (`traces::window`).
+    #[error("{}{}", .0, window_hint(.0))]
+    Window(WindowError),
     #[error("VM id `{0}` appears twice in the trace; the simulator needs unique VM ids")]
     DuplicateVmId(String),
     #[error("{field}: {message}")]
@@ -51,6 +48,34 @@ pub enum WorkloadError {
 
 fn invalid(field: &'static str, message: impl Into<String>) -> WorkloadError {
     WorkloadError::Invalid { field, message: message.into() }
+}
+
+/// What to change when the window holds no VM.
+fn window_hint(error: &WindowError) -> &'static str {
+    match error {
+        WindowError::EmptyWindow { .. } => ": change the window's start or duration",
+        _ => "",
+    }
+}
+
+impl From<WindowError> for WorkloadError {
+    fn from(error: WindowError) -> Self {
+        match error {
+            WindowError::Invalid(invalid) => invalid_window(invalid),
+            WindowError::Trace(error) => WorkloadError::Trace(error),
+            other => WorkloadError::Window(other),
+        }
+    }
+}
+
+/// A window setting out of range, named by its key in the run configuration.
+fn invalid_window(error: InvalidWindow) -> WorkloadError {
+    let field = match error.field {
+        WindowField::FromS => "workload.from_s",
+        WindowField::DurationS => "workload.duration_s",
+        WindowField::MaxVms => "workload.max_vms",
+    };
+    WorkloadError::Invalid { field, message: error.message }
 }
 
 /// Where the VMs come from.
@@ -149,16 +174,13 @@ impl Default for WorkloadConfig {
 }
 
 impl WorkloadConfig {
+    /// The window of the trace to replay, as `traces::window` cuts it.
+    pub fn window(&self) -> WindowSpec {
+        WindowSpec { from_s: self.from_s, duration_s: self.duration_s, max_vms: self.max_vms }
+    }
+
     pub fn validate(&self) -> Result<(), WorkloadError> {
-        if self.from_s.is_some_and(|f| !f.is_finite()) {
-            return Err(invalid("workload.from_s", "must be a finite number of trace seconds"));
-        }
-        if self.duration_s.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
-            return Err(invalid("workload.duration_s", "must be > 0 trace seconds (leave it out for the whole trace)"));
-        }
-        if self.max_vms == Some(0) {
-            return Err(invalid("workload.max_vms", "must be at least 1 (leave it out for no cap)"));
-        }
+        self.window().validate().map_err(invalid_window)?;
         if let TraceSpec::Timeline { paths } = &self.trace {
             if paths.is_empty() {
                 return Err(invalid("workload.trace.paths", "a timeline needs at least one trace file"));
@@ -247,23 +269,12 @@ impl Workload {
         Ok(workload)
     }
 
-    /// Keeps the window of `records` (any order) that `config` describes; `config.trace` is not
-    /// read.
+    /// Keeps the window of `records` (any order) that `config` describes (`traces::window::select`
+    /// with the warm-up; the window starts by default at the first start, or at 0 when VMs run
+    /// before 0); `config.trace` is not read.
     pub fn from_records(records: Vec<VmRecord>, config: &WorkloadConfig) -> Result<Workload, WorkloadError> {
         config.validate()?;
-        let records_read = records.len() as u64;
-        if records.is_empty() {
-            return Err(WorkloadError::EmptyTrace);
-        }
-        let (mut first_start_s, mut last_start_s, mut trace_end_s) =
-            (f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY);
-        for r in &records {
-            first_start_s = first_start_s.min(r.start_s);
-            last_start_s = last_start_s.max(r.start_s);
-            trace_end_s = trace_end_s.max(r.start_s).max(r.end_s.unwrap_or(f64::NEG_INFINITY));
-        }
-        let from_s = config.from_s.unwrap_or(first_start_s.max(0.0));
-        let window_end = config.duration_s.map_or(f64::INFINITY, |d| from_s + d);
+        let first_start_s = window::first_start(records.iter().map(Ok))?;
         let mut seen = HashSet::with_capacity(records.len());
         for r in &records {
             if !seen.insert(r.vm_id.as_str()) {
@@ -271,38 +282,14 @@ impl Workload {
             }
         }
         drop(seen);
-        // Warm-up: running at the window start. In the window: starting in [from, end).
-        let mut warmup: Vec<VmRecord> = Vec::new();
-        let mut window: Vec<VmRecord> = Vec::new();
-        for r in records {
-            if r.start_s < from_s {
-                if r.end_s.is_none_or(|end| end > from_s) {
-                    warmup.push(r);
-                }
-            } else if r.start_s < window_end {
-                window.push(r);
-            }
-        }
-        // Stable: equal starts keep trace order.
-        warmup.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
-        window.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
-        let truncated = config.max_vms.is_some_and(|cap| window.len() > cap);
-        if let Some(cap) = config.max_vms {
-            window.truncate(cap);
-        }
-        let Some(last) = window.last() else {
-            let window = if window_end.is_finite() {
-                format!("[{from_s} s, {window_end} s)")
-            } else {
-                format!("from {from_s} s on")
-            };
-            return Err(WorkloadError::EmptyWindow { window, first_start_s, last_start_s });
-        };
-        let to_s = if window_end.is_finite() && !truncated { window_end } else { last.start_s };
-        let warmup_vms = warmup.len();
-        let vms = warmup
+        let window =
+            window::select(records.into_iter().map(Ok), &config.window(), first_start_s.max(0.0), Warmup::Keep)?;
+        let from_s = window.from_s;
+        let warmup_vms = window.warmup.len();
+        let vms = window
+            .warmup
             .into_iter()
-            .chain(window)
+            .chain(window.vms)
             .map(|r| {
                 Ok(WorkloadVm {
                     request: r.to_request("")?,
@@ -312,7 +299,15 @@ impl Workload {
                 })
             })
             .collect::<Result<Vec<_>, TraceError>>()?;
-        Ok(Workload { vms, from_s, to_s, warmup_vms, trace_end_s, records_read, records_skipped: 0 })
+        Ok(Workload {
+            vms,
+            from_s,
+            to_s: window.to_s,
+            warmup_vms,
+            trace_end_s: window.trace_end_s,
+            records_read: window.records_read,
+            records_skipped: 0,
+        })
     }
 
     /// A VM's lifetime from the moment the simulator places it: its end minus its arrival, or for a

@@ -7,7 +7,8 @@
 //! - [`synthetic`]: a seeded generator calibrated to the published statistics of the papers.
 //!
 //! [`TraceSource::open`] turns any of them into a [`TraceReader`], an iterator of [`VmRecord`]s that the
-//! trainer, the simulator and the replay client all consume. [`stats`] summarises any trace.
+//! trainer, the simulator and the replay client all consume. [`stats`] summarises any trace;
+//! [`window`] cuts it to the time window the simulator and the replay client both replay.
 
 pub mod azure_sqlite;
 pub mod csv_format;
@@ -16,6 +17,7 @@ pub mod record;
 pub mod source;
 pub mod stats;
 pub mod synthetic;
+pub mod window;
 
 pub use error::TraceError;
 pub use record::{ExtraColumns, VmRecord, NO_TENANT};

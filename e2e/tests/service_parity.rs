@@ -24,8 +24,10 @@
 //! NILAS and LAVA read exit times as numbers, which differ between the two clocks; they are not
 //! compared here.
 //!
-//! The binary must be built beside this test's (`cargo build --release -p allocator --bin
-//! allocator`, or `cargo test --release --workspace`).
+//! The binary must be built beside this test's (`cargo build --release --workspace`, or `cargo
+//! test --release --workspace`, which builds it first).
+
+mod support;
 
 use domain::{AllocationRequest, Priority};
 use placement::{PolicyConfig, TieBreak};
@@ -37,7 +39,7 @@ use simulator::predict::predict;
 use simulator::workload::{Inventory, TraceSpec, Workload, WorkloadConfig, SIM_ZONE};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use traces::{ExtraColumns, VmRecord};
@@ -86,19 +88,6 @@ fn config(kind: &str) -> SimConfig {
     }
 }
 
-/// The `allocator` binary built beside this test's binaries.
-fn allocator_binary() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_simulate")).parent().expect("the binary has a directory");
-    let path = dir.join("allocator");
-    assert!(
-        path.exists(),
-        "{} is missing: this test starts the real allocator service; build it with \
-         `cargo build --release -p allocator --bin allocator` (or run `cargo test --release --workspace`)",
-        path.display()
-    );
-    path
-}
-
 /// A running allocator, killed when dropped.
 struct Service {
     child: Child,
@@ -125,7 +114,7 @@ async fn start_service(dir: &Path, kind: &str) -> Service {
             store.display()
         );
         std::fs::write(&config, text).unwrap();
-        let child = Command::new(allocator_binary())
+        let child = Command::new(support::workspace_binary("allocator"))
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "warn")

@@ -1,18 +1,21 @@
 //! The trace replay client's logic, free of I/O and clocks: which VMs of a trace to request (the
-//! [`Plan`]), when to send each allocation and release ([`schedule`]: time compression plus a rate
-//! cap), how to read the control service's answers ([`classify_answer`]), and what the run amounted
-//! to ([`Tally`], [`percentile`], [`stats_delta`], [`series_point`], [`thin_indices`], the
-//! plain-text [`Summary`] and its SVG plot). The `vmreplay` binary does the HTTP and the waiting.
+//! [`Plan`], cut by `traces::window` like the simulator's workloads), when to send each allocation
+//! and release ([`schedule`]: time compression plus a rate cap), how to read the control service's
+//! answers ([`classify_answer`]), and what the run amounted to ([`Tally`], [`percentile`],
+//! [`stats_delta`], [`series_point`], [`thin_indices`], the plain-text [`Summary`] and its SVG
+//! plot). The `vmreplay` binary does the HTTP and the waiting.
 
 use domain::{AllocationOutcome, ControlDecision, ControlStats, Problem, VmRequest};
 use serde::Serialize;
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use traces::stats::format_duration;
+use traces::window::{self, InvalidWindow, Warmup, WindowError};
 use traces::{TraceError, VmRecord};
 
+/// The window flags (`--from-s`, `--duration-s`, `--max-vms`) and the default `--from-s`.
+pub use traces::window::{first_start, WindowSpec};
 /// Tenant sent for trace rows without one (the Huawei trace): the wire format requires a tenant.
 pub use traces::NO_TENANT;
 
@@ -29,49 +32,44 @@ pub enum ReplayError {
     InvalidFlag { flag: &'static str, message: String },
     #[error("reading the trace: {0}")]
     Trace(#[from] TraceError),
-    #[error("the trace holds no VM")]
-    EmptyTrace,
-    #[error(
-        "no VM of the trace starts in the window {window}; the trace's VMs start between {first_start_s} s \
-         and {last_start_s} s: change --from-s or --duration-s"
-    )]
-    EmptyWindow { window: String, first_start_s: f64, last_start_s: f64 },
+    /// No VM, or none in the window.
+    #[error("{}{}", .0, window_hint(.0))]
+    Window(WindowError),
     #[error("writing the plot {}: {message}", path.display())]
     Plot { path: PathBuf, message: String },
+}
+
+/// What to change when the window holds no VM.
+fn window_hint(error: &WindowError) -> &'static str {
+    match error {
+        WindowError::EmptyWindow { .. } => ": change --from-s or --duration-s",
+        _ => "",
+    }
+}
+
+impl From<InvalidWindow> for ReplayError {
+    fn from(error: InvalidWindow) -> Self {
+        invalid(error.field.flag(), error.message)
+    }
+}
+
+impl From<WindowError> for ReplayError {
+    fn from(error: WindowError) -> Self {
+        match error {
+            WindowError::Invalid(error) => error.into(),
+            WindowError::Trace(error) => ReplayError::Trace(error),
+            other => ReplayError::Window(other),
+        }
+    }
 }
 
 fn invalid(flag: &'static str, message: impl Into<String>) -> ReplayError {
     ReplayError::InvalidFlag { flag, message: message.into() }
 }
 
-/// Which part of the trace to replay.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct WindowSpec {
-    /// Trace time to start at; the earliest VM start when absent.
-    pub from_s: Option<f64>,
-    /// Trace seconds to replay; up to the last VM start when absent.
-    pub duration_s: Option<f64>,
-    /// At most this many VMs (the earliest ones of the window).
-    pub max_vms: Option<usize>,
-}
-
-impl WindowSpec {
-    pub fn validate(&self) -> Result<(), ReplayError> {
-        if let Some(from) = self.from_s {
-            if !from.is_finite() {
-                return Err(invalid("--from-s", format!("must be a finite number of trace seconds, got {from}")));
-            }
-        }
-        if let Some(duration) = self.duration_s {
-            if !(duration.is_finite() && duration > 0.0) {
-                return Err(invalid("--duration-s", format!("must be > 0 trace seconds, got {duration}")));
-            }
-        }
-        if self.max_vms == Some(0) {
-            return Err(invalid("--max-vms", "must be at least 1 (leave it out for no cap)"));
-        }
-        Ok(())
-    }
+/// Checks the window flags, naming the flag at fault.
+pub fn check_window(window: &WindowSpec) -> Result<(), ReplayError> {
+    Ok(window.validate()?)
 }
 
 /// One VM to request.
@@ -105,98 +103,26 @@ impl Plan {
     }
 }
 
-/// Earliest VM start of a trace, the default `--from-s`.
-pub fn first_start(records: impl IntoIterator<Item = Result<VmRecord, TraceError>>) -> Result<f64, ReplayError> {
-    let mut first: Option<f64> = None;
-    for record in records {
-        let start = record?.start_s;
-        first = Some(first.map_or(start, |f| f.min(start)));
-    }
-    first.ok_or(ReplayError::EmptyTrace)
-}
-
-/// A trace record waiting in the selection heap, ordered by (start, position in the trace) so that
-/// the heap's top is the latest one, the first to drop when `max_vms` is exceeded.
-struct Candidate {
-    start_s: f64,
-    seq: u64,
-    record: VmRecord,
-}
-
-impl PartialEq for Candidate {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Candidate {}
-
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Candidate {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.start_s.total_cmp(&other.start_s).then(self.seq.cmp(&other.seq))
-    }
-}
-
 /// Selects the VMs that start in `[from_s, from_s + duration)`, the earliest `max_vms` of them, in
-/// start order (ties in trace order), and builds their requests. One pass, and with a cap it keeps
-/// only `max_vms` records in memory, so a multi-million-row trace costs no more than its window.
+/// start order (ties in trace order), and builds their requests; `from_s` is the window's start
+/// when `window.from_s` gives none (the trace's [`first_start`]). One pass
+/// (`traces::window::select`, without warm-up), and with a cap it keeps only `max_vms` records in
+/// memory, so a multi-million-row trace costs no more than its window.
 pub fn plan(
     records: impl IntoIterator<Item = Result<VmRecord, TraceError>>,
     from_s: f64,
     window: &WindowSpec,
     vm_id_prefix: &str,
 ) -> Result<Plan, ReplayError> {
-    window.validate()?;
-    let window_end = window.duration_s.map_or(f64::INFINITY, |d| from_s + d);
-    let cap = window.max_vms.unwrap_or(usize::MAX);
-    let mut heap = BinaryHeap::new();
-    let mut truncated = false;
-    let mut records_read = 0u64;
-    let (mut first_start_s, mut last_start_s) = (f64::INFINITY, f64::NEG_INFINITY);
-    for record in records {
-        let record = record?;
-        records_read += 1;
-        first_start_s = first_start_s.min(record.start_s);
-        last_start_s = last_start_s.max(record.start_s);
-        if record.start_s < from_s || record.start_s >= window_end {
-            continue;
-        }
-        heap.push(Candidate { start_s: record.start_s, seq: records_read, record });
-        if heap.len() > cap {
-            heap.pop();
-            truncated = true;
-        }
-    }
-    if records_read == 0 {
-        return Err(ReplayError::EmptyTrace);
-    }
-    let selected = heap.into_sorted_vec();
-    let Some(last) = selected.last() else {
-        let window = if window_end.is_finite() {
-            format!("[{from_s} s, {window_end} s)")
-        } else {
-            format!("from {from_s} s on")
-        };
-        return Err(ReplayError::EmptyWindow { window, first_start_s, last_start_s });
-    };
-    let to_s = if window_end.is_finite() && !truncated { window_end } else { last.start_s };
+    let selected = window::select(records, window, from_s, Warmup::Skip)?;
     let vms = selected
+        .vms
         .into_iter()
-        .map(|c| {
-            Ok(PlannedVm {
-                request: c.record.to_request(vm_id_prefix)?,
-                start_s: c.record.start_s,
-                end_s: c.record.end_s,
-            })
+        .map(|record| {
+            Ok(PlannedVm { request: record.to_request(vm_id_prefix)?, start_s: record.start_s, end_s: record.end_s })
         })
         .collect::<Result<Vec<_>, ReplayError>>()?;
-    Ok(Plan { vms, from_s, to_s, records_read })
+    Ok(Plan { vms, from_s: selected.from_s, to_s: selected.to_s, records_read: selected.records_read })
 }
 
 /// How trace time maps onto real time.
@@ -987,7 +913,11 @@ mod tests {
         assert!(message.contains("from 1000 s on") && message.contains("between -20 s and 50 s"), "{message}");
         let err = plan(records(), 60.0, &window(None, Some(10.0), None), "p").unwrap_err();
         assert!(err.to_string().contains("window [60 s, 70 s)"), "{err}");
-        assert!(matches!(first_start(ok(Vec::new())), Err(ReplayError::EmptyTrace)));
+        assert!(err.to_string().ends_with(": change --from-s or --duration-s"), "{err}");
+        assert!(matches!(first_start(ok(Vec::new())), Err(WindowError::EmptyTrace)));
+        let err = plan(ok(Vec::new()), 0.0, &window(None, None, None), "p").unwrap_err();
+        assert!(matches!(err, ReplayError::Window(WindowError::EmptyTrace)), "{err:?}");
+        assert_eq!(err.to_string(), "the trace holds no VM");
     }
 
     #[test]
@@ -1016,9 +946,14 @@ mod tests {
     fn flags_are_checked_with_their_names() {
         assert!(Pacing::new(0.0, None).unwrap_err().to_string().starts_with("--speed must be > 0"));
         assert!(Pacing::new(1.0, Some(-1.0)).unwrap_err().to_string().starts_with("--max-rate must be > 0"));
-        assert!(window(None, Some(0.0), None).validate().unwrap_err().to_string().starts_with("--duration-s"));
-        assert!(window(None, None, Some(0)).validate().unwrap_err().to_string().starts_with("--max-vms"));
-        assert!(window(Some(f64::NAN), None, None).validate().unwrap_err().to_string().starts_with("--from-s"));
+        let flag_error = |window: WindowSpec| check_window(&window).unwrap_err().to_string();
+        assert!(flag_error(window(None, Some(0.0), None)).starts_with("--duration-s must be > 0"));
+        assert!(flag_error(window(None, None, Some(0))).starts_with("--max-vms must be at least 1"));
+        assert!(flag_error(window(Some(f64::NAN), None, None)).starts_with("--from-s must be a finite number"));
+        assert!(check_window(&window(Some(-3.0), Some(1.0), Some(1))).is_ok());
+        // plan checks them too, in the same terms.
+        let err = plan(ok(vec![record("a", 0.0, None)]), 0.0, &window(None, None, Some(0)), "p").unwrap_err();
+        assert!(err.to_string().starts_with("--max-vms must be at least 1"), "{err}");
     }
 
     fn plan_of(vms: &[(f64, Option<f64>)], from_s: f64, to_s: f64) -> Plan {

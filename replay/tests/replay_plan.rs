@@ -2,8 +2,8 @@
 //! the request bodies the control service will validate, the schedule), and the `vmreplay` binary's
 //! refusals (bad flags, an unreachable control service), which must name the flag and the fix.
 
-use control_service::replay::{self, EventKind, Pacing, WindowSpec};
 use domain::{AllocationRequest, ValidationLimits};
+use replay::{self, EventKind, Pacing, WindowSpec};
 use std::process::Command;
 use traces::TraceSource;
 

@@ -1,13 +1,13 @@
 //! `vmreplay`: drives a VM trace through the control service's public API in compressed time:
 //! `POST /allocate` at each VM's start, `DELETE /allocate/{vm_id}` at its end, `/v1/stats` sampled
 //! as it goes, and a report of what happened. Which VMs, when, and the statistics are
-//! `control_service::replay`'s pure logic; this file does the HTTP, the clock and the terminal.
+//! the `replay` library's pure logic; this file does the HTTP, the clock and the terminal.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{ArgGroup, Parser};
-use control_service::replay::{self, Answer, EventKind, Pacer, Pacing, Plan, SeriesPoint, Tally, WindowSpec};
 use domain::{AllocationRequest, ControlStats, VmId};
 use indicatif::{ProgressBar, ProgressStyle};
+use replay::{self, Answer, EventKind, Pacer, Pacing, Plan, SeriesPoint, Tally, WindowSpec};
 use reqwest::Url;
 use std::collections::HashSet;
 use std::io::IsTerminal;
@@ -115,7 +115,7 @@ struct Settings {
 
 fn check_flags(cli: &Cli) -> Result<Settings> {
     let window = WindowSpec { from_s: cli.from_s, duration_s: cli.duration_s, max_vms: cli.max_vms };
-    window.validate()?;
+    replay::check_window(&window)?;
     let pacing = Pacing::new(cli.speed, cli.max_rate)?;
     if !(1..=10_000).contains(&cli.concurrency) {
         bail!("--concurrency must be between 1 and 10000, got {}", cli.concurrency);
@@ -167,7 +167,7 @@ fn load_plan(cli: &Cli, settings: &Settings) -> Result<(Plan, String)> {
         let records = generate(&config);
         let from_s = match window.from_s {
             Some(from) => from,
-            None => records.iter().map(|r| r.start_s).reduce(f64::min).unwrap_or(0.0),
+            None => replay::first_start(records.iter().map(Ok))?,
         };
         let plan = replay::plan(records.into_iter().map(Ok), from_s, window, prefix)?;
         return Ok((plan, format!("synthetic trace ({days} days, seed {})", cli.seed)));

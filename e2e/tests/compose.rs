@@ -19,7 +19,7 @@ const COMPOSE_FILE: &str = "docker-compose.yml";
 const SERVICES: [&str; 3] = ["inference-server", "allocator", "control-service"];
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("control-service has a parent directory").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e has a parent directory").to_path_buf()
 }
 
 fn read(path: &Path) -> String {
