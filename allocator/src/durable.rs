@@ -440,7 +440,7 @@ impl DurableAllocator {
             .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.path))
             .collect();
         // Exactly what the batch changed, as the placement core recorded it.
-        let ops = live.allocator.take_changes();
+        let ops: Vec<_> = live.allocator.take_changes().collect();
         if ops.is_empty() {
             record_outcomes(&outcomes);
             return replies;

@@ -116,6 +116,8 @@ fn measure(
         let at = workload.rng.random_range(0..placed.len());
         let gone = placed.swap_remove(at);
         allocator.release(&gone, *now).expect("placed VM");
+        // What the service writes and the simulator follows: taken after every operation (untimed).
+        allocator.take_changes();
         let vm = workload.vm();
         let id = vm.vm_id.clone();
         let request = AllocationRequest::Vm(vm);
@@ -130,6 +132,7 @@ fn measure(
         if decision.is_placed() {
             placed.push(id);
         }
+        allocator.take_changes();
     }
     let total = allocator.repredictions_made() - before;
     Measured {
@@ -267,6 +270,7 @@ fn main() {
                     if allocator.allocate(&AllocationRequest::Vm(vm), now).expect("fresh id").is_placed() {
                         placed.push(id);
                     }
+                    allocator.take_changes();
                 }
             }
             let vm_bytes = LIVE.load(Ordering::Relaxed) - after_inventory - allocator.index_heap_bytes();

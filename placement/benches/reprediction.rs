@@ -95,6 +95,7 @@ fn filled(hosts: usize, model: Option<&Arc<LifetimeModel>>) -> (Allocator, f64) 
     while allocator.state().totals().used.whole(ResourceKind::Cores) < target {
         now += 0.01;
         allocator.allocate(&AllocationRequest::Vm(workload.vm()), now).expect("fresh id");
+        allocator.take_changes();
     }
     (allocator, now)
 }

@@ -200,22 +200,22 @@ impl Allocator {
     }
 
     /// Every change since the last call, in order (the drain's record and the changed hosts' policy
-    /// state last): what the store writes and the simulator follows ([`crate::journal`]).
-    pub fn take_changes(&mut self) -> Vec<Change> {
-        let mut changes = std::mem::take(&mut self.journal);
+    /// state last): what the store writes and the simulator follows ([`crate::journal`]). Callers
+    /// take the changes after every operation; the journal keeps its capacity between takes.
+    pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
         if std::mem::take(&mut self.drain_changed) {
-            changes.push(Change::Drain(self.drain.clone().map(Box::new)));
+            self.journal.push(Change::Drain(self.drain.clone().map(Box::new)));
         }
         if let Some(policy) = &self.host_state {
             for host in std::mem::take(&mut self.state_changed) {
-                changes.push(Change::PolicyHostState {
+                self.journal.push(Change::PolicyHostState {
                     host: self.state.hosts()[host.get()].id.clone(),
                     policy: policy.name(),
                     state: policy.snapshot(host),
                 });
             }
         }
-        changes
+        self.journal.drain(..)
     }
 
     /// Puts back a host's policy state recorded by the store (after its VMs were restored). A row
