@@ -439,4 +439,25 @@ mod tests {
         assert_eq!(classes().count(), 5);
         assert_eq!(classes().class_of(2.0 * HOUR), 1);
     }
+
+    /// What the store keeps of a host is its snapshot: it restores to the very same state (deadlines
+    /// to the bit), the initial state has no row, and a row LAVA cannot read is refused by name.
+    #[test]
+    fn snapshots_restore_exactly_and_bad_rows_are_refused() {
+        let mut host = Host::new();
+        host.place("a", 9.5, 2, 1_795_461_663.832_133_5);
+        let mut lava = Lava { hosts: vec![host.lava.clone(), LavaHost::default()] };
+        let snapshot = lava.snapshot(HostIndex(0)).expect("not in the initial state");
+        assert_eq!(lava.snapshot(HostIndex(1)), None, "the initial state has no row");
+        let mut restored = Lava { hosts: vec![LavaHost::default(); 2] };
+        restored.restore(HostIndex(0), Some(&snapshot)).unwrap();
+        assert_eq!(restored, lava);
+        assert_eq!(restored.code(HostIndex(0)), u32::from(2u8), "a recycling host of class 2");
+        let stats = restored.stats();
+        assert_eq!((stats.by_state["recycling"], stats.by_state["empty"], stats.by_class["2"]), (1, 1, 1));
+        let err = lava.restore(HostIndex(1), Some(r#"{"state":"closed"}"#)).unwrap_err().to_string();
+        assert!(err.starts_with("lava state of host 1: unreadable"), "{err}");
+        let err = lava.restore(HostIndex(1), Some(r#"{"state":"open","class":9}"#)).unwrap_err().to_string();
+        assert!(err.contains("class 9 out of range"), "{err}");
+    }
 }
