@@ -41,7 +41,7 @@ impl TraceSource {
 
     pub fn open(&self) -> Result<TraceReader, TraceError> {
         Ok(match self {
-            TraceSource::Csv(path) => TraceReader::Csv(CsvTraceReader::open(path)?),
+            TraceSource::Csv(path) => TraceReader::Csv(Box::new(CsvTraceReader::open(path)?)),
             #[cfg(feature = "azure-sqlite")]
             TraceSource::AzureSqlite { path, machine } => {
                 TraceReader::AzureSqlite(AzureSqliteReader::open(path, machine)?)
@@ -55,7 +55,8 @@ impl TraceSource {
 
 /// An iterator of [`VmRecord`]s from any source.
 pub enum TraceReader {
-    Csv(CsvTraceReader),
+    // Boxed: the CSV reader is large next to the other variants (without the sqlite reader, by far).
+    Csv(Box<CsvTraceReader>),
     #[cfg(feature = "azure-sqlite")]
     AzureSqlite(AzureSqliteReader),
     Synthetic(std::vec::IntoIter<VmRecord>),
