@@ -129,17 +129,17 @@ impl Allocator {
         self.drain = Some(drain);
     }
 
-    pub(super) fn drain_hosts_empty(&self, drain: &Drain) -> bool {
+    fn drain_hosts_empty(&self, drain: &Drain) -> bool {
         drain.hosts.iter().filter_map(|id| self.state.host_index(id)).all(|h| self.state.hosts()[h.get()].is_empty())
     }
 
-    pub(super) fn drain_done(&self, drain: &Drain) -> bool {
+    fn drain_done(&self, drain: &Drain) -> bool {
         drain.queue.is_empty() && drain.in_flight.is_empty()
     }
 
     /// The `count` available non-empty hosts cheapest to empty: fewest VMs, then most free
     /// (weighted as best fit weighs them), then lowest index.
-    pub(super) fn drain_candidates(&self, count: usize) -> Vec<HostIndex> {
+    fn drain_candidates(&self, count: usize) -> Vec<HostIndex> {
         let mut hosts: Vec<(usize, u64, HostIndex)> = self
             .state
             .hosts()
@@ -153,7 +153,7 @@ impl Allocator {
     }
 
     /// A VM's predicted remaining lifetime now (repredicted when a model is loaded).
-    pub(super) fn remaining_s(&mut self, id: &VmId, vm: &PlacedVm) -> f64 {
+    fn remaining_s(&mut self, id: &VmId, vm: &PlacedVm) -> f64 {
         let initial = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
         self.repredictions.remaining_s(vm.host.get(), id, initial, self.clock_s - vm.placed_at_s)
     }
@@ -199,7 +199,7 @@ impl Allocator {
 
     /// The VM as the placement policy sees it when it migrates: its repredicted remaining lifetime
     /// as the prediction (paper 002 H: "with the current VM state").
-    pub(super) fn migration_request(&mut self, id: &VmId, vm: &PlacedVm) -> VmRequest {
+    fn migration_request(&mut self, id: &VmId, vm: &PlacedVm) -> VmRequest {
         let mut request = VmRequest::new(id.as_str(), vm.tenant.as_str(), &vm.vm_type, vm.demand);
         request.prediction = vm.prediction.clone().map(|mut prediction| {
             if !prediction.source.is_fallback() {

@@ -386,13 +386,13 @@ impl Allocator {
         Ok(())
     }
 
-    pub(super) fn view(&self, host: HostIndex) -> HostView<'_> {
+    fn view(&self, host: HostIndex) -> HostView<'_> {
         HostView { index: host, record: &self.state.hosts()[host.get()], lifetime: &self.lifetimes[host.get()] }
     }
 
     /// Chooses a host for `vm` with the configured engine; `dry_run` draws ties with a copy of the
     /// generator so that the real sequence is untouched.
-    pub(super) fn select(&mut self, vm: &VmRequest, dry_run: Option<Chooser>) -> Selection {
+    fn select(&mut self, vm: &VmRequest, dry_run: Option<Chooser>) -> Selection {
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
         let mut dry = dry_run;
         // Split borrows: the request reads the state while the index and chooser change.
@@ -405,7 +405,7 @@ impl Allocator {
         }
     }
 
-    pub(super) fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
+    fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
         let new = NewVm {
             id: vm.vm_id.clone(),
             tenant: vm.tenant_id.clone(),
@@ -430,7 +430,7 @@ impl Allocator {
         self.host_changed(host);
     }
 
-    pub(super) fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
+    fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
         let migrating_to = self.state.migration_target(vm);
         let placed = match self.state.release(vm) {
             Ok(placed) => placed,
@@ -459,7 +459,7 @@ impl Allocator {
         placed
     }
 
-    pub(super) fn host_changed(&mut self, host: HostIndex) {
+    fn host_changed(&mut self, host: HostIndex) {
         if let Some(index) = &mut self.index {
             index.host_changed(host);
         }

@@ -61,11 +61,11 @@ impl Allocator {
     }
 
     /// Repredicts the remaining lifetime of every VM on the host and recomputes its summary.
-    pub(super) fn repredict_host(&mut self, host: HostIndex) {
+    fn repredict_host(&mut self, host: HostIndex) {
         self.update_lifetime(host, true);
     }
 
-    pub(super) fn update_lifetime(&mut self, host: HostIndex, repredict: bool) {
+    fn update_lifetime(&mut self, host: HostIndex, repredict: bool) {
         let now = self.clock_s;
         let reads_exits = self.policy.reads_exit_times();
         let mode = match (reads_exits, repredict) {
@@ -94,7 +94,7 @@ impl Allocator {
     }
 
     /// Puts the host's next event (class drop, exit refresh, policy-state timer) in the heap.
-    pub(super) fn schedule(&mut self, host: HostIndex) {
+    fn schedule(&mut self, host: HostIndex) {
         let timer = self.host_state.as_ref().and_then(|state| state.timer_s(host)).unwrap_or(f64::INFINITY);
         let due = self.lifetimes[host.get()].next_change_s.min(self.next_refresh[host.get()]).min(timer);
         if due.is_finite() && due != self.next_due[host.get()] {
