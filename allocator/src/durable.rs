@@ -447,7 +447,8 @@ impl DurableAllocator {
         }
         metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
         let started = Instant::now();
-        let committed = live.store.apply(&ops);
+        let allocator = &live.allocator;
+        let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
         metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
         match committed {
             Ok(()) => {

@@ -398,8 +398,13 @@ impl Store {
     }
 
     /// Writes `changes` in order, in one transaction: after `Ok` all of them are durable, after
-    /// `Err` none of them is.
-    pub fn apply(&mut self, changes: &[Change]) -> Result<(), StoreError> {
+    /// `Err` none of them is. `policy_state` gives a host's policy-state snapshot as the changes were
+    /// taken ([`placement::Allocator::policy_host_snapshot`]; `None`: its initial state).
+    pub fn apply(
+        &mut self,
+        changes: &[Change],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<(), StoreError> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -498,15 +503,12 @@ impl Store {
                         }
                         .map_err(sql("recording the drain"))?;
                     }
-                    Change::PolicyHostState { host, state: None, .. } => {
-                        policy_host_initial
-                            .execute(params![host.as_str()])
-                            .map_err(sql("recording a policy host state"))?;
-                    }
-                    Change::PolicyHostState { host, policy, state: Some(state) } => {
-                        policy_host
-                            .execute(params![host.as_str(), policy, state])
-                            .map_err(sql("recording a policy host state"))?;
+                    Change::PolicyHostState { host, policy } => {
+                        match policy_state(host) {
+                            None => policy_host_initial.execute(params![host.as_str()]),
+                            Some(state) => policy_host.execute(params![host.as_str(), policy, state]),
+                        }
+                        .map_err(sql("recording a policy host state"))?;
                     }
                 }
             }
@@ -525,6 +527,12 @@ impl Store {
 mod tests {
     use super::*;
     use domain::{LifetimeClass, PredictionSource};
+    use std::sync::Arc;
+
+    /// Every host in its initial policy state.
+    fn initial(_: &HostId) -> Option<String> {
+        None
+    }
 
     fn vm(id: &str, cores: f64) -> NewVm {
         NewVm {
@@ -551,18 +559,24 @@ mod tests {
         let mut store = Store::open(&path).unwrap();
         let (a, b, c) = (vm("a", 1.5), vm("b", 2.0), NewVm { prediction: None, ..vm("c", 0.001) });
         store
-            .apply(&[
-                Change::Placed { vm: c.clone(), host: HostId::from("h1") },
-                Change::Placed { vm: a.clone(), host: HostId::from("h0") },
-                Change::HostState { host: HostId::from("h1"), state: HostState::Unavailable },
-            ])
+            .apply(
+                &[
+                    Change::Placed { vm: Arc::new(c.clone()), host: HostId::from("h1") },
+                    Change::Placed { vm: Arc::new(a.clone()), host: HostId::from("h0") },
+                    Change::HostState { host: HostId::from("h1"), state: HostState::Unavailable },
+                ],
+                &initial,
+            )
             .unwrap();
         store
-            .apply(&[
-                Change::Released { vm: VmId::from("c") },
-                Change::Placed { vm: b.clone(), host: HostId::from("h1") },
-                Change::HostState { host: HostId::from("h1"), state: HostState::Failed },
-            ])
+            .apply(
+                &[
+                    Change::Released { vm: VmId::from("c") },
+                    Change::Placed { vm: Arc::new(b.clone()), host: HostId::from("h1") },
+                    Change::HostState { host: HostId::from("h1"), state: HostState::Failed },
+                ],
+                &initial,
+            )
             .unwrap();
         drop(store);
         let loaded = Store::open(&path).unwrap().load().unwrap();
@@ -580,15 +594,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db");
         let mut store = Store::open(&path).unwrap();
-        let state = |host: &str, json: Option<&str>| Change::PolicyHostState {
-            host: HostId::from(host),
-            policy: "lava",
-            state: json.map(str::to_owned),
+        let changed = |host: &str| Change::PolicyHostState { host: HostId::from(host), policy: "lava" };
+        let snapshots = |host: &HostId| match host.as_str() {
+            "h0" => Some(r#"{"state":"recycling"}"#.to_owned()),
+            "h1" => Some(r#"{"state":"open"}"#.to_owned()),
+            _ => None,
         };
-        store
-            .apply(&[state("h0", Some(r#"{"state":"recycling"}"#)), state("h1", Some(r#"{"state":"open"}"#))])
-            .unwrap();
-        store.apply(&[state("h1", None)]).unwrap();
+        store.apply(&[changed("h0"), changed("h1")], &snapshots).unwrap();
+        // h1 is back in its initial state: its row goes.
+        store.apply(&[changed("h1")], &initial).unwrap();
         drop(store);
         let loaded = Store::open(&path).unwrap().load().unwrap();
         assert_eq!(
@@ -628,7 +642,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let mut store = Store::open(&path).unwrap();
-        store.apply(&[Change::Placed { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
+        store.apply(&[Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.vms.len(), 1);
         assert!(loaded.policy_hosts.is_empty());
@@ -639,20 +653,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.db");
         let mut store = Store::open(&path).unwrap();
-        store.apply(&[Change::Placed { vm: vm("a", 1.0), host: HostId::from("h0") }]).unwrap();
+        store.apply(&[Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
         // The second placement of `a` breaks the primary key: the whole batch is rolled back.
         let err = store
-            .apply(&[
-                Change::Placed { vm: vm("b", 1.0), host: HostId::from("h0") },
-                Change::Placed { vm: vm("a", 1.0), host: HostId::from("h0") },
-            ])
+            .apply(
+                &[
+                    Change::Placed { vm: Arc::new(vm("b", 1.0)), host: HostId::from("h0") },
+                    Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") },
+                ],
+                &initial,
+            )
             .unwrap_err();
         assert!(err.to_string().contains("b.db"), "{err}");
         assert_eq!(store.load().unwrap().vms.len(), 1);
-        store.apply(&[Change::Released { vm: VmId::from("a") }]).unwrap();
+        store.apply(&[Change::Released { vm: VmId::from("a") }], &initial).unwrap();
         drop(store);
         let mut store = Store::open(&path).unwrap();
-        store.apply(&[Change::Placed { vm: vm("d", 1.0), host: HostId::from("h0") }]).unwrap();
+        store.apply(&[Change::Placed { vm: Arc::new(vm("d", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
         assert_eq!(store.load().unwrap().vms[0].seq, 2, "the released VM's sequence number is not reused");
     }
 

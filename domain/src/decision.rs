@@ -4,12 +4,16 @@
 use crate::ids::{ClusterId, HostId, RackId, VmId};
 use crate::prediction::LifetimePrediction;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// How many hosts one rule of the rule engine saw and kept (its filtering factor).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleFilterStat {
-    pub rule: String,
+    /// The rule's registered name (borrowed from the rule as the allocator builds its answer, so a
+    /// decision allocates no name).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub rule: Cow<'static, str>,
     pub hosts_in: usize,
     pub hosts_kept: usize,
 }

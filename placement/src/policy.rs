@@ -533,11 +533,11 @@ impl Policy {
         let mut remaining = hosts;
         for (rule, &removed) in self.validators.iter().zip(eliminated) {
             let kept = remaining.saturating_sub(removed);
-            stats.push(RuleFilterStat { rule: rule.name().to_owned(), hosts_in: remaining, hosts_kept: kept });
+            stats.push(RuleFilterStat { rule: rule.name().into(), hosts_in: remaining, hosts_kept: kept });
             remaining = kept;
         }
         for (rule, &kept) in self.preferences.iter().zip(tied) {
-            stats.push(RuleFilterStat { rule: rule.name().to_owned(), hosts_in: remaining, hosts_kept: kept });
+            stats.push(RuleFilterStat { rule: rule.name().into(), hosts_in: remaining, hosts_kept: kept });
             remaining = kept;
         }
         stats

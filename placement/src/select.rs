@@ -730,7 +730,8 @@ impl IncrementalIndex {
                 self.classes.remove(&oldest);
             }
         }
-        let representative = Representative {
+        // Built only when a class is (re)built: most requests find their class cached.
+        let representative = || Representative {
             demand: request.demand,
             lifetime_class: request.lifetime_class,
             vm_type: request.vm_type.to_owned(),
@@ -738,7 +739,7 @@ impl IncrementalIndex {
         let cache = self
             .classes
             .entry(key)
-            .or_insert_with(|| ClassCache::build(policy, state, lifetimes, representative.clone(), revision, ordered));
+            .or_insert_with(|| ClassCache::build(policy, state, lifetimes, representative(), revision, ordered));
         match self.journal.since(cache.revision) {
             Some(changed) => {
                 for host in changed {
@@ -746,7 +747,7 @@ impl IncrementalIndex {
                 }
                 cache.revision = revision;
             }
-            None => *cache = ClassCache::build(policy, state, lifetimes, representative, revision, ordered),
+            None => *cache = ClassCache::build(policy, state, lifetimes, representative(), revision, ordered),
         }
         cache.last_used = self.tick;
         let selection = cache.choose(policy, state, lifetimes, request, chooser);

@@ -9,6 +9,7 @@
 
 use domain::{ClusterId, HostId, HostState, InventorySpec, LifetimePrediction, RackId, Resources, TenantId, VmId};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Dense index of a host in [`InventoryState::hosts`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,16 +54,20 @@ impl HostRecord {
     }
 }
 
-/// One placed VM.
+/// One placed VM: where it is, and its record (shared with the journal's [`crate::Change::Placed`],
+/// so that recording a placement copies nothing). Its fields read through to the record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlacedVm {
     pub host: HostIndex,
-    pub tenant: TenantId,
-    pub vm_type: String,
-    pub demand: Resources,
-    /// When it was placed, in the allocator's clock (seconds).
-    pub placed_at_s: f64,
-    pub prediction: Option<LifetimePrediction>,
+    pub record: Arc<NewVm>,
+}
+
+impl std::ops::Deref for PlacedVm {
+    type Target = NewVm;
+
+    fn deref(&self) -> &NewVm {
+        &self.record
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -257,32 +262,24 @@ impl InventoryState {
     }
 
     /// Places a VM on an available host with room for it; changes nothing on error.
-    pub fn place(&mut self, vm: NewVm, host: HostIndex) -> Result<(), StateError> {
-        self.place_checked(vm, host, true)
+    pub fn place(&mut self, vm: impl Into<Arc<NewVm>>, host: HostIndex) -> Result<(), StateError> {
+        self.place_checked(vm.into(), host, true)
     }
 
     /// Puts back a VM that the durable store says is on `host`, whatever the host's state (a
     /// drained host keeps its VMs). Capacity is still checked: a store that contradicts the
     /// inventory is an error, never an over-commit.
-    pub fn restore(&mut self, vm: NewVm, host: HostIndex) -> Result<(), StateError> {
-        self.place_checked(vm, host, false)
+    pub fn restore(&mut self, vm: impl Into<Arc<NewVm>>, host: HostIndex) -> Result<(), StateError> {
+        self.place_checked(vm.into(), host, false)
     }
 
-    fn place_checked(&mut self, vm: NewVm, host: HostIndex, require_available: bool) -> Result<(), StateError> {
+    fn place_checked(&mut self, vm: Arc<NewVm>, host: HostIndex, require_available: bool) -> Result<(), StateError> {
         if self.vms.contains_key(&vm.id) {
-            return Err(StateError::AlreadyPlaced(vm.id));
+            return Err(StateError::AlreadyPlaced(vm.id.clone()));
         }
         self.check_room(host, &vm.id, &vm.demand, require_available)?;
         self.book(host, &vm.id, &vm.tenant, &vm.demand, false);
-        let placed = PlacedVm {
-            host,
-            tenant: vm.tenant,
-            vm_type: vm.vm_type,
-            demand: vm.demand,
-            placed_at_s: vm.placed_at_s,
-            prediction: vm.prediction,
-        };
-        self.vms.insert(vm.id, placed);
+        self.vms.insert(vm.id.clone(), PlacedVm { host, record: vm });
         Ok(())
     }
 
@@ -330,12 +327,17 @@ impl InventoryState {
     /// Removes a VM and gives its resources back to its host (and to the host reserved for it, if
     /// it was migrating).
     pub fn release(&mut self, vm: &VmId) -> Result<PlacedVm, StateError> {
+        self.release_entry(vm).map(|(_, placed)| placed)
+    }
+
+    /// [`InventoryState::release`], handing the state's own copy of the id over as well.
+    pub fn release_entry(&mut self, vm: &VmId) -> Result<(VmId, PlacedVm), StateError> {
         if self.migrations.contains_key(vm) {
             self.cancel_migration(vm)?;
         }
-        let placed = self.vms.remove(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        let (id, placed) = self.vms.remove_entry(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
         self.unbook(placed.host, vm, &placed.tenant, &placed.demand, false);
-        Ok(placed)
+        Ok((id, placed))
     }
 
     /// Takes `demand` of `vm` off `host` (from its VMs, or from its incoming reservations).

@@ -493,7 +493,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                         if stats.len() > validators {
                             let preferences = &stats[validators..];
                             if rule_sums.is_empty() {
-                                rule_sums = preferences.iter().map(|s| (s.rule.clone(), 0.0)).collect();
+                                rule_sums = preferences.iter().map(|s| (s.rule.to_string(), 0.0)).collect();
                             }
                             for (sum, stat) in rule_sums.iter_mut().zip(preferences) {
                                 sum.1 += stat.hosts_in.saturating_sub(stat.hosts_kept) as f64 / hosts;

@@ -39,6 +39,7 @@ use lifetime_model::RequestFeatures;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
 
 /// How hosts are chosen.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,9 +200,9 @@ impl Allocator {
         self.host_state.as_deref()
     }
 
-    /// Every change since the last call, in order (the drain's record and the changed hosts' policy
-    /// state last): what the store writes and the simulator follows ([`crate::journal`]). Callers
-    /// take the changes after every operation; the journal keeps its capacity between takes.
+    /// Every change since the last call, in order (the drain's record and the hosts whose policy
+    /// state changed last): what the store writes and the simulator follows ([`crate::journal`]).
+    /// Callers take the changes after every operation; the journal keeps its capacity between takes.
     pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
         if std::mem::take(&mut self.drain_changed) {
             self.journal.push(Change::Drain(self.drain.clone().map(Box::new)));
@@ -211,11 +212,17 @@ impl Allocator {
                 self.journal.push(Change::PolicyHostState {
                     host: self.state.hosts()[host.get()].id.clone(),
                     policy: policy.name(),
-                    state: policy.snapshot(host),
                 });
             }
         }
         self.journal.drain(..)
+    }
+
+    /// A host's state under the stateful policy, as the store keeps it (`None`: its initial state,
+    /// or no stateful policy, or no such host): what a [`Change::PolicyHostState`] stands for.
+    pub fn policy_host_snapshot(&self, host: &HostId) -> Option<String> {
+        let index = self.state.host_index(host)?;
+        self.host_state.as_ref()?.snapshot(index)
     }
 
     /// Puts back a host's policy state recorded by the store (after its VMs were restored). A row
@@ -264,10 +271,10 @@ impl Allocator {
         let mut states_before: Vec<(HostIndex, Option<String>)> = Vec::new();
         let mut last_stats = Vec::new();
         for (position, vm) in request.vms().iter().enumerate() {
-            let selection = self.select(vm, None);
-            last_stats = selection.stats.clone();
+            let mut selection = self.select(vm, None);
             match selection.host {
                 Some(host) => {
+                    last_stats = std::mem::take(&mut selection.stats);
                     if let Some(state) = self.host_state.as_ref().filter(|_| gang) {
                         states_before.push((host, state.snapshot(host)));
                     }
@@ -294,7 +301,7 @@ impl Allocator {
                     *self.rejections.entry(code).or_insert(0) += 1;
                     return Ok(AllocationDecision {
                         outcome: AllocationOutcome::Rejected { rejection: rejection(code, vm, &selection, request) },
-                        rule_stats: last_stats,
+                        rule_stats: selection.stats,
                         replayed: false,
                     });
                 }
@@ -406,15 +413,15 @@ impl Allocator {
     }
 
     fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
-        let new = NewVm {
+        let new = Arc::new(NewVm {
             id: vm.vm_id.clone(),
             tenant: vm.tenant_id.clone(),
             vm_type: vm.vm_type.clone(),
             demand: vm.demand,
             placed_at_s: self.clock_s,
             prediction: vm.prediction.clone(),
-        };
-        self.journal.push(Change::Placed { vm: new.clone(), host: self.state.hosts()[host.get()].id.clone() });
+        });
+        self.journal.push(Change::Placed { vm: Arc::clone(&new), host: self.state.hosts()[host.get()].id.clone() });
         // The selection checked every validator against this very state, so this cannot fail.
         if let Err(error) = self.state.place(new, host) {
             unreachable!("a selected host refused its VM: {error}");
@@ -432,12 +439,12 @@ impl Allocator {
 
     fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
         let migrating_to = self.state.migration_target(vm);
-        let placed = match self.state.release(vm) {
-            Ok(placed) => placed,
+        let (id, placed) = match self.state.release_entry(vm) {
+            Ok(entry) => entry,
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
         self.repredictions.remove(placed.host.get(), vm);
-        self.journal.push(Change::Released { vm: vm.clone() });
+        self.journal.push(Change::Released { vm: id });
         if let Some(target) = migrating_to {
             // Its reservation went with it.
             self.journal.push(Change::MigrationCancelled { vm: vm.clone() });
