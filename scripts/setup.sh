@@ -2,7 +2,7 @@
 # Installs the build prerequisites that are missing, and nothing that is present:
 #   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
 #   (bindgen / LightGBM), the rustfmt + clippy components (CI lints), and schemathesis (the API
-#   fuzzer of control-service/tests/api_fuzz.rs).
+#   fuzzer of control-service/tests/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."   # so a rust-toolchain override in the repo applies
@@ -109,5 +109,20 @@ else
         die "schemathesis $SCHEMATHESIS_VERSION still not found on PATH (found: $(schemathesis_path || echo none)); pip put it in $script_dir"
     say "schemathesis $SCHEMATHESIS_VERSION installed ($(schemathesis_path))"
 fi
+
+# --- 6. PostgreSQL (the multi-agent placement store; its tests start throwaway clusters) ------
+# Debian's server package: initdb and pg_ctl under /usr/lib/postgresql/VERSION/bin, and the
+# unprivileged `postgres` user that a cluster started by root runs as. The package's own cluster
+# service is not needed (tests and stack.sh start their own), so it is left as the package sets it.
+pg_bin() { compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || (PATH=$NOSHIM_PATH; command -v pg_ctl) >/dev/null; }
+if pg_bin && id postgres >/dev/null 2>&1 && command -v psql >/dev/null; then
+    say "PostgreSQL present ($(psql --version))"
+else
+    say "PostgreSQL missing, installing Debian's postgresql"
+    apt_install postgresql postgresql-client
+    pg_bin || die "postgresql installed but pg_ctl not found under /usr/lib/postgresql/*/bin"
+    say "PostgreSQL installed ($(psql --version))"
+fi
+command -v runuser >/dev/null || [ "$(id -u)" -ne 0 ] || apt_install util-linux
 
 say "all prerequisites present"
