@@ -19,7 +19,7 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::store::{Store, StoreError, StoredVm};
+use crate::store::{self, PlacementStore, StoreError, StoreLocation, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
     LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
@@ -31,7 +31,6 @@ use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::reprediction::Repredictor;
 use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use utoipa::ToSchema;
@@ -43,10 +42,10 @@ pub enum DurableError {
     Store(#[from] StoreError),
     #[error("allocator: {0}")]
     Allocator(#[from] AllocatorError),
-    #[error("the store {path} contradicts the inventory: VM `{vm}` recorded on host `{host}`: {source}")]
-    Contradiction { path: PathBuf, vm: VmId, host: HostId, source: Box<StateError> },
-    #[error("the store {path} contradicts the inventory: recorded state of host `{host}`: {source}")]
-    HostState { path: PathBuf, host: HostId, source: Box<StateError> },
+    #[error("the store {store} contradicts the inventory: VM `{vm}` recorded on host `{host}`: {source}")]
+    Contradiction { store: String, vm: VmId, host: HostId, source: Box<StateError> },
+    #[error("the store {store} contradicts the inventory: recorded state of host `{host}`: {source}")]
+    HostState { store: String, host: HostId, source: Box<StateError> },
 }
 
 /// Which hosts `GET /v1/hosts` lists.
@@ -288,7 +287,7 @@ pub enum CommandError {
 #[derive(Debug)]
 struct Live {
     allocator: Allocator,
-    store: Store,
+    store: Box<dyn PlacementStore>,
 }
 
 /// See the module documentation.
@@ -296,7 +295,7 @@ struct Live {
 pub struct DurableAllocator {
     spec: InventorySpec,
     config: AllocatorConfig,
-    path: PathBuf,
+    location: StoreLocation,
     live: Option<Live>,
     /// Why the last rebuild failed, while `live` is `None`.
     broken: Option<String>,
@@ -309,18 +308,19 @@ pub struct DurableAllocator {
 fn recover(
     spec: &InventorySpec,
     config: &AllocatorConfig,
-    path: &Path,
+    location: &StoreLocation,
     now_s: f64,
     repredictor: Option<Arc<dyn Repredictor>>,
 ) -> Result<Live, DurableError> {
-    let store = Store::open(path)?;
+    let mut store = store::open(location)?;
     let stored = store.load()?;
+    let name = || location.to_string();
     let mut allocator = Allocator::new(spec, config)?;
     allocator.set_repredictor(repredictor);
     for StoredVm { host, vm, .. } in stored.vms {
         let id = vm.id.clone();
         allocator.restore(vm, &host, now_s).map_err(|source| DurableError::Contradiction {
-            path: path.to_owned(),
+            store: name(),
             vm: id,
             host: host.clone(),
             source: Box::new(source),
@@ -328,17 +328,17 @@ fn recover(
     }
     for (host, state) in stored.host_states {
         if let Err(source) = allocator.set_host_state(&host, state) {
-            return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
+            return Err(DurableError::HostState { store: name(), host, source: Box::new(source) });
         }
     }
     for (host, policy, state) in stored.policy_hosts {
         if let Err(source) = allocator.restore_host_state(&host, &policy, &state) {
-            return Err(DurableError::HostState { path: path.to_owned(), host, source: Box::new(source) });
+            return Err(DurableError::HostState { store: name(), host, source: Box::new(source) });
         }
     }
     for (vm, target) in stored.migrations {
         allocator.restore_migration(&vm, &target).map_err(|source| DurableError::Contradiction {
-            path: path.to_owned(),
+            store: name(),
             vm,
             host: target,
             source: Box::new(source),
@@ -359,14 +359,15 @@ impl DurableAllocator {
     pub fn open(
         spec: &InventorySpec,
         config: &AllocatorConfig,
-        db_path: &Path,
+        location: impl Into<StoreLocation>,
         now_s: f64,
     ) -> Result<Self, DurableError> {
-        let live = recover(spec, config, db_path, now_s, None)?;
+        let location = location.into();
+        let live = recover(spec, config, &location, now_s, None)?;
         Ok(DurableAllocator {
             spec: spec.clone(),
             config: config.clone(),
-            path: db_path.to_owned(),
+            location,
             live: Some(live),
             broken: None,
             repredictor: None,
@@ -387,15 +388,15 @@ impl DurableAllocator {
         self.live.as_ref().map(|live| &live.allocator)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
     }
 
     /// Throws the in-memory state away and rebuilds it from the store.
     pub fn rebuild(&mut self, now_s: f64) -> Result<(), DurableError> {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
-        match recover(&self.spec, &self.config, &self.path, now_s, self.repredictor.clone()) {
+        match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone()) {
             Ok(live) => {
                 self.live = Some(live);
                 self.broken = None;
@@ -437,7 +438,7 @@ impl DurableAllocator {
         let mut outcomes: Vec<&'static str> = Vec::new();
         let mut replies: Vec<Result<Reply, CommandError>> = commands
             .iter()
-            .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.path))
+            .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.location))
             .collect();
         // Exactly what the batch changed, as the placement core recorded it.
         let ops: Vec<_> = live.allocator.take_changes().collect();
@@ -469,7 +470,7 @@ impl DurableAllocator {
                         Err(CommandError::NotDurable(reason.clone()))
                     } else {
                         match &mut self.live {
-                            Some(live) => read(&mut live.allocator, command, now_s, &self.path),
+                            Some(live) => read(&mut live.allocator, command, now_s, &self.location),
                             None => Err(CommandError::Unavailable(reason.clone())),
                         }
                     };
@@ -493,7 +494,7 @@ fn apply(
     command: &Command,
     now_s: f64,
     outcomes: &mut Vec<&'static str>,
-    path: &Path,
+    location: &StoreLocation,
 ) -> Result<Reply, CommandError> {
     match command {
         Command::Allocate(request) => {
@@ -541,12 +542,17 @@ fn apply(
             outcomes.push("migrated");
             Ok(Reply::MigrationCompleted(Box::new(migration)))
         }
-        read_only => read(allocator, read_only, now_s, path),
+        read_only => read(allocator, read_only, now_s, location),
     }
 }
 
 /// Answers a read-only command.
-fn read(allocator: &mut Allocator, command: &Command, now_s: f64, path: &Path) -> Result<Reply, CommandError> {
+fn read(
+    allocator: &mut Allocator,
+    command: &Command,
+    now_s: f64,
+    location: &StoreLocation,
+) -> Result<Reply, CommandError> {
     match command {
         Command::GetAllocation(vm) => {
             vm_info(allocator, vm).map(Reply::Allocation).ok_or_else(|| CommandError::UnknownVm(vm.clone()))
@@ -565,7 +571,7 @@ fn read(allocator: &mut Allocator, command: &Command, now_s: f64, path: &Path) -
             Err(other) => Err(CommandError::Unavailable(other.to_string())),
         },
         Command::Status => Ok(Reply::Status(StoreStatus {
-            store: path.display().to_string(),
+            store: location.to_string(),
             hosts: allocator.state().hosts().len(),
             vms: allocator.state().vm_count(),
         })),
@@ -687,7 +693,7 @@ mod tests {
         assert!(matches!(&replies[3], Ok(Reply::Allocated(d)) if d.replayed));
         assert_eq!(replies[4], Err(CommandError::UnknownVm(VmId::from("nope"))));
         assert!(matches!(&replies[5], Ok(Reply::HostStateSet(c)) if c.previous == HostState::Available));
-        let stored = Store::open(&path).unwrap().load().unwrap();
+        let stored = crate::store::SqliteStore::open(&path).unwrap().load().unwrap();
         assert_eq!(stored.vms.len(), 1, "the rejection and the replay wrote nothing");
         assert_eq!(stored.host_states, [(HostId::from("z-h3"), HostState::Failed)]);
     }

@@ -16,4 +16,4 @@ pub mod store;
 pub mod worker;
 
 pub use durable::{Command, CommandError, DurableAllocator, DurableError, Reply};
-pub use store::{Store, StoreError};
+pub use store::{PlacementStore, SqliteStore, StoreError, StoreLocation};

@@ -1,5 +1,6 @@
-//! The allocator's durable state: an embedded SQLite database (WAL journal, `synchronous = FULL`,
-//! so that a committed transaction survives a crash of the process or of the machine).
+//! The embedded store: one SQLite database file (WAL journal, `synchronous = FULL`, so that a
+//! committed transaction survives a crash of the process or of the machine), for one allocator
+//! process. The default; PostgreSQL ([`super::postgres`]) is for several agents per zone.
 //!
 //! It records what the in-memory [`placement::Allocator`] cannot rebuild by itself: every placed VM
 //! (with a sequence number giving the placement order), every host state set by an operator or a
@@ -30,7 +31,8 @@
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
-use domain::{HostId, HostState, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use super::{parse_state, state_name, StoreError, StoredState, StoredVm};
+use domain::{HostId, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
 use placement::journal::Change;
 use placement::state::NewVm;
@@ -41,86 +43,28 @@ use std::time::Duration;
 /// Version of the schema this code writes and reads.
 pub const SCHEMA_VERSION: i64 = 4;
 
+/// What to do about a store of a newer schema version than this code.
+const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file away to start from an empty store";
+
 /// How long a write waits for a lock held by another connection (an operator's `sqlite3` shell, a
 /// backup) before failing. The allocator itself uses one connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("opening the allocator store {path}: {source}")]
-    Open { path: PathBuf, source: rusqlite::Error },
-    #[error(
-        "allocator store {path}: schema version {found} is newer than this allocator's ({SCHEMA_VERSION}); run the \
-         release that wrote it, or move the file away to start from an empty store"
-    )]
-    SchemaVersion { path: PathBuf, found: i64 },
-    #[error("allocator store {path}: {context}: {source}")]
-    Sql { path: PathBuf, context: &'static str, source: rusqlite::Error },
-    #[error("allocator store {path}: VM `{vm}`: {detail}")]
-    CorruptVm { path: PathBuf, vm: String, detail: String },
-    #[error("allocator store {path}: host `{host}`: unknown state `{state}`")]
-    CorruptHostState { path: PathBuf, host: String, state: String },
-    #[error("allocator store {path}: upgrading from schema version 3: LAVA state of host `{host}`: {detail}")]
-    CorruptLava { path: PathBuf, host: String, detail: String },
-    #[error("allocator store {path}: drain record: {detail}")]
-    CorruptDrain { path: PathBuf, detail: String },
-}
-
-/// One VM as the store recorded it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoredVm {
-    /// Position in placement order (increasing, never reused).
-    pub seq: i64,
-    pub host: HostId,
-    pub vm: NewVm,
-}
-
-/// Everything the store holds.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StoredState {
-    /// Placed VMs in placement order.
-    pub vms: Vec<StoredVm>,
-    /// Host states set by operators, by host id.
-    pub host_states: Vec<(HostId, HostState)>,
-    /// Per-host policy state (host, policy, its JSON) of hosts not in their initial state.
-    pub policy_hosts: Vec<(HostId, String, String)>,
-    /// Migrations in flight: VM -> target host.
-    pub migrations: Vec<(VmId, HostId)>,
-    /// The current (or last) drain.
-    pub drain: Option<Drain>,
-}
-
 /// See the module documentation.
 #[derive(Debug)]
-pub struct Store {
+pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     /// Sequence number of the next placed VM.
     next_seq: i64,
 }
 
-fn state_name(state: HostState) -> &'static str {
-    match state {
-        HostState::Available => "available",
-        HostState::Unavailable => "unavailable",
-        HostState::Failed => "failed",
-    }
-}
-
-fn parse_state(name: &str) -> Option<HostState> {
-    match name {
-        "available" => Some(HostState::Available),
-        "unavailable" => Some(HostState::Unavailable),
-        "failed" => Some(HostState::Failed),
-        _ => None,
-    }
-}
-
-impl Store {
+impl SqliteStore {
     /// Opens the store at `path`, creating the file and its schema if needed.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
-        let mut store = Store { conn, path: path.to_owned(), next_seq: 1 };
+        let conn = Connection::open(path)
+            .map_err(|source| StoreError::Open { store: path.display().to_string(), source: source.into() })?;
+        let mut store = SqliteStore { conn, path: path.to_owned(), next_seq: 1 };
         store.init()?;
         Ok(store)
     }
@@ -131,7 +75,7 @@ impl Store {
     }
 
     fn sql(&self, context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sql { path: self.path.clone(), context, source }
+        move |source| StoreError::Sql { store: self.path.display().to_string(), context, source: source.into() }
     }
 
     fn init(&mut self) -> Result<(), StoreError> {
@@ -142,9 +86,9 @@ impl Store {
             .map_err(self.sql("switching to the WAL journal"))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Sql {
-                path: self.path.clone(),
+                store: self.path.display().to_string(),
                 context: "switching to the WAL journal",
-                source: rusqlite::Error::InvalidParameterName(format!("journal mode stayed `{mode}`")),
+                source: format!("journal mode stayed `{mode}`").into(),
             });
         }
         self.conn.pragma_update(None, "synchronous", "FULL").map_err(self.sql("setting synchronous = FULL"))?;
@@ -186,7 +130,11 @@ impl Store {
     fn upgrade(&mut self) -> Result<(), StoreError> {
         let path = &self.path.clone();
         let sql = |context: &'static str| {
-            move |source: rusqlite::Error| StoreError::Sql { path: path.clone(), context, source }
+            move |source: rusqlite::Error| StoreError::Sql {
+                store: path.display().to_string(),
+                context,
+                source: source.into(),
+            }
         };
         let tx = self
             .conn
@@ -201,7 +149,12 @@ impl Store {
             .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |row| row.get(0))
             .map_err(sql("reading the schema version"))?;
         if found > SCHEMA_VERSION {
-            return Err(StoreError::SchemaVersion { path: path.clone(), found });
+            return Err(StoreError::SchemaVersion {
+                store: path.display().to_string(),
+                found,
+                ours: SCHEMA_VERSION,
+                fix: NEWER_SCHEMA_FIX,
+            });
         }
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS vms (
@@ -244,8 +197,11 @@ impl Store {
                 rows.collect::<Result<_, _>>().map_err(sql("reading the LAVA host states"))?
             };
             for (host, state, class, deadline_s, residual) in rows {
-                let corrupt =
-                    |detail: String| StoreError::CorruptLava { path: path.clone(), host: host.clone(), detail };
+                let corrupt = |detail: String| StoreError::CorruptLava {
+                    store: path.display().to_string(),
+                    host: host.clone(),
+                    detail,
+                };
                 let residual: serde_json::Value =
                     serde_json::from_str(&residual).map_err(|e| corrupt(format!("unreadable residual VMs: {e}")))?;
                 let mut json = serde_json::json!({"state": state, "class": class, "residual_vms": residual});
@@ -271,7 +227,12 @@ impl Store {
             .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |row| row.get(0))
             .map_err(self.sql("reading the schema version"))?;
         if version != SCHEMA_VERSION {
-            return Err(StoreError::SchemaVersion { path: self.path.clone(), found: version });
+            return Err(StoreError::SchemaVersion {
+                store: self.path.display().to_string(),
+                found: version,
+                ours: SCHEMA_VERSION,
+                fix: NEWER_SCHEMA_FIX,
+            });
         }
         let next: i64 = self
             .conn
@@ -314,7 +275,11 @@ impl Store {
         for row in rows {
             let (seq, vm_id, host_id, tenant_id, vm_type, base, placed_at_s, prediction) =
                 row.map_err(self.sql("reading the placed VMs"))?;
-            let corrupt = |detail: String| StoreError::CorruptVm { path: self.path.clone(), vm: vm_id.clone(), detail };
+            let corrupt = |detail: String| StoreError::CorruptVm {
+                store: self.path.display().to_string(),
+                vm: vm_id.clone(),
+                detail,
+            };
             let mut units = [0u64; RESOURCE_DIMS];
             for (slot, value) in units.iter_mut().zip(base) {
                 *slot = u64::try_from(value).map_err(|_| corrupt(format!("negative demand {value}")))?;
@@ -347,7 +312,7 @@ impl Store {
         for row in rows {
             let (host, state) = row.map_err(self.sql("reading the host states"))?;
             let parsed = parse_state(&state).ok_or_else(|| StoreError::CorruptHostState {
-                path: self.path.clone(),
+                store: self.path.display().to_string(),
                 host: host.clone(),
                 state,
             })?;
@@ -383,7 +348,7 @@ impl Store {
         record
             .map(|json| serde_json::from_str(&json))
             .transpose()
-            .map_err(|e| StoreError::CorruptDrain { path: self.path.clone(), detail: e.to_string() })
+            .map_err(|e| StoreError::CorruptDrain { store: self.path.display().to_string(), detail: e.to_string() })
     }
 
     fn load_policy_hosts(&self) -> Result<Vec<(HostId, String, String)>, StoreError> {
@@ -410,7 +375,11 @@ impl Store {
         }
         let path = &self.path;
         let sql = |context: &'static str| {
-            move |source: rusqlite::Error| StoreError::Sql { path: path.clone(), context, source }
+            move |source: rusqlite::Error| StoreError::Sql {
+                store: path.display().to_string(),
+                context,
+                source: source.into(),
+            }
         };
         let tx = self.conn.transaction().map_err(sql("starting a transaction"))?;
         let mut next_seq = self.next_seq;
@@ -447,7 +416,7 @@ impl Store {
                         let prediction =
                             vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
                                 StoreError::CorruptVm {
-                                    path: path.clone(),
+                                    store: path.display().to_string(),
                                     vm: vm.id.to_string(),
                                     detail: format!("prediction cannot be written: {e}"),
                                 }
@@ -490,11 +459,9 @@ impl Store {
                         migration_end.execute(params![vm.as_str()]).map_err(sql("recording a migration"))?;
                     }
                     Change::Drain(drain) => {
-                        let record = drain
-                            .as_ref()
-                            .map(serde_json::to_string)
-                            .transpose()
-                            .map_err(|e| StoreError::CorruptDrain { path: path.clone(), detail: e.to_string() })?;
+                        let record = drain.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
+                            StoreError::CorruptDrain { store: path.display().to_string(), detail: e.to_string() }
+                        })?;
                         match record {
                             Some(record) => {
                                 tx.execute("INSERT OR REPLACE INTO drain (id, record) VALUES (1, ?1)", params![record])
@@ -526,7 +493,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{LifetimeClass, PredictionSource};
+    use domain::{HostState, LifetimeClass, PredictionSource};
     use std::sync::Arc;
 
     /// Every host in its initial policy state.
@@ -556,7 +523,7 @@ mod tests {
     fn batches_round_trip_in_placement_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
-        let mut store = Store::open(&path).unwrap();
+        let mut store = SqliteStore::open(&path).unwrap();
         let (a, b, c) = (vm("a", 1.5), vm("b", 2.0), NewVm { prediction: None, ..vm("c", 0.001) });
         store
             .apply(
@@ -579,7 +546,7 @@ mod tests {
             )
             .unwrap();
         drop(store);
-        let loaded = Store::open(&path).unwrap().load().unwrap();
+        let loaded = SqliteStore::open(&path).unwrap().load().unwrap();
         let ids: Vec<_> = loaded.vms.iter().map(|v| v.vm.id.as_str().to_owned()).collect();
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(loaded.vms[0].vm, a);
@@ -593,7 +560,7 @@ mod tests {
     fn policy_host_states_round_trip_and_initial_states_are_forgotten() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db");
-        let mut store = Store::open(&path).unwrap();
+        let mut store = SqliteStore::open(&path).unwrap();
         let changed = |host: &str| Change::PolicyHostState { host: HostId::from(host), policy: "lava" };
         let snapshots = |host: &HostId| match host.as_str() {
             "h0" => Some(r#"{"state":"recycling"}"#.to_owned()),
@@ -604,7 +571,7 @@ mod tests {
         // h1 is back in its initial state: its row goes.
         store.apply(&[changed("h1")], &initial).unwrap();
         drop(store);
-        let loaded = Store::open(&path).unwrap().load().unwrap();
+        let loaded = SqliteStore::open(&path).unwrap().load().unwrap();
         assert_eq!(
             loaded.policy_hosts,
             [(HostId::from("h0"), "lava".to_owned(), r#"{"state":"recycling"}"#.to_owned())]
@@ -622,7 +589,7 @@ mod tests {
         )
         .unwrap();
         drop(conn);
-        let err = Store::open(&path).unwrap_err().to_string();
+        let err = SqliteStore::open(&path).unwrap_err().to_string();
         assert!(err.contains("schema version 9 is newer") && err.contains("move the file away"), "{err}");
     }
 
@@ -641,7 +608,7 @@ mod tests {
         )
         .unwrap();
         drop(conn);
-        let mut store = Store::open(&path).unwrap();
+        let mut store = SqliteStore::open(&path).unwrap();
         store.apply(&[Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.vms.len(), 1);
@@ -652,7 +619,7 @@ mod tests {
     fn a_failed_batch_writes_nothing_and_sequences_never_go_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.db");
-        let mut store = Store::open(&path).unwrap();
+        let mut store = SqliteStore::open(&path).unwrap();
         store.apply(&[Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
         // The second placement of `a` breaks the primary key: the whole batch is rolled back.
         let err = store
@@ -668,7 +635,7 @@ mod tests {
         assert_eq!(store.load().unwrap().vms.len(), 1);
         store.apply(&[Change::Released { vm: VmId::from("a") }], &initial).unwrap();
         drop(store);
-        let mut store = Store::open(&path).unwrap();
+        let mut store = SqliteStore::open(&path).unwrap();
         store.apply(&[Change::Placed { vm: Arc::new(vm("d", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
         assert_eq!(store.load().unwrap().vms[0].seq, 2, "the released VM's sequence number is not reused");
     }
@@ -677,7 +644,7 @@ mod tests {
     fn open_errors_name_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing-dir").join("x.db");
-        let err = Store::open(&path).unwrap_err();
+        let err = SqliteStore::open(&path).unwrap_err();
         assert!(err.to_string().contains("missing-dir"), "{err}");
     }
 }
