@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

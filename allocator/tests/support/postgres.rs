@@ -1,0 +1,178 @@
+//! A throwaway PostgreSQL cluster for one test: `initdb` into a temporary directory, `pg_ctl start`
+//! on a free loopback port (its socket in that directory too), and on drop an immediate stop and
+//! the directory removed. PostgreSQL refuses to run as root, so as root the cluster belongs to the
+//! unprivileged `postgres` user (created by Debian's package; `scripts/setup.sh` installs it).
+//!
+//! The binaries are looked up on `PATH`, then in `/usr/lib/postgresql/*/bin` (Debian keeps them
+//! there). A missing PostgreSQL fails the test with the fix: the tests never skip for want of it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A running cluster; stopped and removed when dropped.
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    pub port: u16,
+    /// `postgres://alloc@127.0.0.1:PORT/alloc`: the test database, trust authentication on loopback.
+    pub url: String,
+    stopped: bool,
+}
+
+fn bin_dir() -> PathBuf {
+    if let Ok(path) = which("pg_ctl") {
+        // A link on PATH (/usr/local/bin/pg_ctl) leads to the directory that has psql too.
+        let path = std::fs::canonicalize(&path).unwrap_or(path);
+        return path.parent().map(Path::to_path_buf).unwrap_or_default();
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin"))
+        .filter(|bin| bin.join("pg_ctl").exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL's pg_ctl and initdb are not installed: run scripts/setup.sh (it installs Debian's postgresql)"
+        )
+    })
+}
+
+fn which(name: &str) -> Result<PathBuf, ()> {
+    let path = std::env::var_os("PATH").ok_or(())?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()).ok_or(())
+}
+
+/// Whether this process runs as root: `/proc/self` belongs to the process's effective user.
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+/// Runs a PostgreSQL binary, as the `postgres` user when we are root.
+fn run(bin: &Path, args: &[&str]) -> Output {
+    let mut command = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    command.args(args).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Postgres {
+    /// Creates and starts a cluster with the database `alloc` owned by the role `alloc`.
+    pub fn start() -> Postgres {
+        let bin = bin_dir();
+        let dir = tempfile::Builder::new().prefix("pg-test-").tempdir().unwrap();
+        let data = dir.path().join("data");
+        if is_root() {
+            // The cluster's directory must belong to the unprivileged user that runs it.
+            let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
+            assert!(status.success(), "chown of the cluster directory to postgres failed");
+        }
+        let data_str = data.to_str().unwrap();
+        let out = run(&bin.join("initdb"), &["-D", data_str, "-A", "trust", "-U", "alloc", "--no-sync", "-E", "UTF8"]);
+        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        for _attempt in 0..5 {
+            let port = free_port();
+            let options = format!(
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=200",
+                dir.path().display()
+            );
+            let log = dir.path().join("postgres.log");
+            let out = run(
+                &bin.join("pg_ctl"),
+                &["-D", data_str, "-o", &options, "-l", log.to_str().unwrap(), "-w", "-t", "30", "start"],
+            );
+            if out.status.success() {
+                let mut pg = Postgres {
+                    dir,
+                    bin,
+                    port,
+                    url: format!("postgres://alloc@127.0.0.1:{port}/alloc"),
+                    stopped: false,
+                };
+                pg.create_database();
+                return pg;
+            }
+        }
+        panic!("PostgreSQL did not start (see {}/postgres.log)", dir.path().display());
+    }
+
+    fn create_database(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = Command::new(self.bin.join("psql"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "alloc", "-d", "postgres", "-c"])
+                .arg("CREATE DATABASE alloc")
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "CREATE DATABASE failed: {}", String::from_utf8_lossy(&out.stderr));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs SQL in the test database with psql (for tests that look at the store directly).
+    pub fn psql(&self, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "alloc", "-d", "alloc"])
+            .args(["-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "psql `{sql}` failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The cluster's directory (removed on drop).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    /// Stops the server at once (an outage); [`Postgres::restart`] brings it back on the same port.
+    pub fn stop(&mut self) {
+        let data = self.dir.path().join("data");
+        let out = run(&self.bin.join("pg_ctl"), &["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+        assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr));
+        self.stopped = true;
+    }
+
+    pub fn restart(&mut self) {
+        let data = self.dir.path().join("data");
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("postgres.log");
+        let out = run(
+            &self.bin.join("pg_ctl"),
+            &["-D", data.to_str().unwrap(), "-o", &options, "-l", log.to_str().unwrap(), "-w", "-t", "30", "start"],
+        );
+        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+        self.stopped = false;
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let data = self.dir.path().join("data");
+            let _ =
+                run(&self.bin.join("pg_ctl"), &["-D", data.to_str().unwrap_or_default(), "-m", "immediate", "stop"]);
+        }
+    }
+}
