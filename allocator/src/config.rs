@@ -1,5 +1,6 @@
 //! Configuration of the allocator service (TOML, unknown fields refused). See `docs/allocator.md`.
 
+use crate::store::StoreLocation;
 use domain::{InventorySpec, Resources, ValidationLimits};
 use placement::allocator::AllocatorConfig;
 use serde::{Deserialize, Serialize};
@@ -34,9 +35,10 @@ fn default_hosts_per_rack() -> usize {
 #[serde(default, deny_unknown_fields)]
 pub struct ServiceConfig {
     pub listen: SocketAddr,
-    /// The SQLite file of the durable state (created if missing). One store serves one allocator
-    /// process at a time.
-    pub store: PathBuf,
+    /// Where the durable state lives: the path of an SQLite file (created if missing; one allocator
+    /// process at a time), or a PostgreSQL URL `postgres://user:password@host:port/database` (the
+    /// schema is created if missing).
+    pub store: StoreLocation,
     /// Bearer token of the admin routes (drain, fail, restore); they are closed without one. The
     /// environment variable `ALLOCATOR_ADMIN_TOKEN` overrides it.
     pub admin_token: Option<String>,
@@ -75,7 +77,7 @@ impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8082)),
-            store: PathBuf::from("allocator.db"),
+            store: StoreLocation::Sqlite(PathBuf::from("allocator.db")),
             admin_token: None,
             max_batch: 256,
             queue: 4096,

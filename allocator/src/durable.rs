@@ -312,7 +312,7 @@ fn recover(
     now_s: f64,
     repredictor: Option<Arc<dyn Repredictor>>,
 ) -> Result<Live, DurableError> {
-    let mut store = store::open(location)?;
+    let mut store = store::open(location, spec)?;
     let stored = store.load()?;
     let name = || location.to_string();
     let mut allocator = Allocator::new(spec, config)?;

@@ -3,6 +3,7 @@
 use allocator::api::{router, AppState};
 use allocator::config::ServiceConfig;
 use allocator::durable::{Command, DurableAllocator, RepredictorHandle};
+use allocator::store::StoreLocation;
 use allocator::worker::{unix_now_s, Worker};
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -22,9 +23,9 @@ struct Cli {
     /// Address to listen on, e.g. 127.0.0.1:8082.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// SQLite file of the durable state.
+    /// Where the durable state lives: an SQLite file, or a PostgreSQL URL (postgres://...).
     #[arg(long)]
-    store: Option<PathBuf>,
+    store: Option<String>,
 }
 
 fn main() -> Result<()> {
@@ -38,7 +39,7 @@ fn main() -> Result<()> {
         config.listen = listen;
     }
     if let Some(store) = cli.store {
-        config.store = store;
+        config.store = StoreLocation::from(store);
     }
     if let Ok(token) = std::env::var("ALLOCATOR_ADMIN_TOKEN") {
         config.admin_token = Some(token);
@@ -46,11 +47,11 @@ fn main() -> Result<()> {
     let inventory = config.inventory()?;
     let zones: Arc<[ZoneId]> = inventory.zones.iter().map(|zone| zone.id.clone()).collect();
     let started = Instant::now();
-    let durable = DurableAllocator::open(&inventory, &config.allocator, &config.store, unix_now_s())
-        .with_context(|| format!("recovering the allocator state from {}", config.store.display()))?;
+    let durable = DurableAllocator::open(&inventory, &config.allocator, config.store.clone(), unix_now_s())
+        .with_context(|| format!("recovering the allocator state from `store` = {}", config.store))?;
     let (hosts, vms) = durable.allocator().map_or((0, 0), |a| (a.state().hosts().len(), a.state().vm_count()));
     tracing::info!(
-        store = %config.store.display(), hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
+        store = %config.store, hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
         recovery_ms = started.elapsed().as_millis() as u64, "state recovered"
     );
     let reads_exits = durable.allocator().is_some_and(|a| a.policy().reads_exit_times());

@@ -8,16 +8,21 @@
 //! (see [`crate::durable`]); [`PlacementStore::load`] reads it all back.
 //!
 //! - [`sqlite`]: one embedded SQLite file, the default (`store = "allocator.db"`), for one
-//!   allocator process. It versions its schema, upgrades an older one in place and refuses a newer
-//!   one naming the fix.
+//!   allocator process.
+//! - [`postgres`]: a PostgreSQL database (`store = "postgres://..."`), the store that several
+//!   agents of a zone can share; it refuses by itself (constraints, not only the agent's check) any
+//!   over-commit of a host and any second placement of a VM id.
 //!
-//! A PostgreSQL backend for several agents per zone (issue 17) comes behind the same trait.
+//! Both version their schema, create or upgrade it when opened, and refuse a newer one naming the
+//! fix.
 
+pub mod postgres;
 pub mod sqlite;
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
-use domain::{HostId, HostState, VmId};
+use domain::{HostId, HostState, InventorySpec, VmId};
 use placement::defrag::Drain;
 use placement::journal::Change;
 use placement::state::NewVm;
@@ -43,6 +48,10 @@ pub enum StoreError {
     CorruptLava { store: String, host: String, detail: String },
     #[error("allocator store {store}: drain record: {detail}")]
     CorruptDrain { store: String, detail: String },
+    /// The store refused the batch because it contradicts what the store holds (a host would be
+    /// over-committed, a VM id is placed already). Nothing of the batch was written.
+    #[error("allocator store {store}: refused: {detail}")]
+    Refused { store: String, detail: String },
 }
 
 /// One VM as the store recorded it.
@@ -69,18 +78,51 @@ pub struct StoredState {
     pub drain: Option<Drain>,
 }
 
-/// Where the durable state lives: the `store` setting of the allocator's configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where the durable state lives: the `store` setting of the allocator's configuration, either
+/// the path of an SQLite file or a PostgreSQL URL.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum StoreLocation {
     /// An SQLite file (created if missing).
     Sqlite(PathBuf),
+    /// A PostgreSQL connection URL (`postgres://user:password@host:port/database`).
+    Postgres(String),
 }
 
+impl From<String> for StoreLocation {
+    /// A `postgres://` or `postgresql://` URL is PostgreSQL; anything else is an SQLite file.
+    fn from(setting: String) -> Self {
+        if setting.starts_with("postgres://") || setting.starts_with("postgresql://") {
+            StoreLocation::Postgres(setting)
+        } else {
+            StoreLocation::Sqlite(PathBuf::from(setting))
+        }
+    }
+}
+
+impl From<StoreLocation> for String {
+    fn from(location: StoreLocation) -> String {
+        match location {
+            StoreLocation::Sqlite(path) => path.display().to_string(),
+            StoreLocation::Postgres(url) => url,
+        }
+    }
+}
+
+/// The setting, never with its password.
 impl fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreLocation::Sqlite(path) => write!(f, "{}", path.display()),
+            StoreLocation::Postgres(url) => f.write_str(&postgres::redact(url)),
         }
+    }
+}
+
+/// As [`fmt::Display`]: never the password.
+impl fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -115,10 +157,11 @@ pub trait PlacementStore: Send + fmt::Debug {
         -> Result<(), StoreError>;
 }
 
-/// Opens (creating or upgrading its schema) the store at `location`.
-pub fn open(location: &StoreLocation) -> Result<Box<dyn PlacementStore>, StoreError> {
+/// Opens (creating or upgrading its schema) the store at `location` for the zone `inventory`.
+pub fn open(location: &StoreLocation, inventory: &InventorySpec) -> Result<Box<dyn PlacementStore>, StoreError> {
     Ok(match location {
         StoreLocation::Sqlite(path) => Box::new(SqliteStore::open(path)?),
+        StoreLocation::Postgres(url) => Box::new(PostgresStore::open(url, inventory)?),
     })
 }
 
@@ -150,5 +193,19 @@ impl PlacementStore for SqliteStore {
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<(), StoreError> {
         SqliteStore::apply(self, changes, policy_state)
+    }
+}
+
+impl PlacementStore for PostgresStore {
+    fn load(&mut self) -> Result<StoredState, StoreError> {
+        PostgresStore::load(self)
+    }
+
+    fn apply(
+        &mut self,
+        changes: &[Change],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<(), StoreError> {
+        PostgresStore::apply(self, changes, policy_state)
     }
 }

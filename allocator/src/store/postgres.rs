@@ -1,0 +1,506 @@
+//! The PostgreSQL store (`store = "postgres://user@host:port/database"`): the placement store that
+//! several allocation agents of one zone can share (SPEC section 8, paper 001 s4-5).
+//!
+//! The database itself refuses what would break the inventory, whatever an agent believes: every
+//! host is a row with its capacity and what is used of it, under a `CHECK` that no dimension is
+//! ever over-committed, and a VM id is the primary key of `vms`, so a second placement of it fails.
+//! Such a refusal is [`StoreError::Refused`] and rolls the whole batch back. The hosts are seeded
+//! from the inventory when the store is opened; a host whose capacity shrank below what its VMs use
+//! is refused by the same check, naming the host.
+//!
+//! Only SQL that PostgreSQL-wire distributed databases also accept: no advisory locks, no
+//! `LISTEN`, no server-side functions.
+//!
+//! Schema (version 1, in `meta`), demands and capacities in base units ([`Resources::base_units`]):
+//!
+//! ```sql
+//! CREATE TABLE meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);          -- schema_version
+//! CREATE TABLE hosts (
+//!     host_id TEXT PRIMARY KEY,
+//!     cores_cap BIGINT NOT NULL, memory_cap BIGINT NOT NULL, ssd_cap BIGINT NOT NULL,
+//!     cores_used BIGINT NOT NULL DEFAULT 0, memory_used BIGINT NOT NULL DEFAULT 0,
+//!     ssd_used BIGINT NOT NULL DEFAULT 0,
+//!     state TEXT,                       -- set by an operator or a drain; NULL: the inventory's
+//!     policy TEXT, policy_state TEXT,   -- a stateful policy's own JSON; NULL: its initial state
+//!     CONSTRAINT hosts_never_over_committed CHECK (
+//!         cores_used BETWEEN 0 AND cores_cap AND memory_used BETWEEN 0 AND memory_cap
+//!         AND ssd_used BETWEEN 0 AND ssd_cap));
+//! CREATE SEQUENCE vm_seq;                                                  -- placement order
+//! CREATE TABLE vms (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL UNIQUE,
+//!     host_id TEXT NOT NULL REFERENCES hosts (host_id), tenant_id TEXT NOT NULL,
+//!     vm_type TEXT NOT NULL, cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL,
+//!     ssd_base BIGINT NOT NULL, placed_at_s DOUBLE PRECISION NOT NULL, prediction TEXT);
+//! CREATE TABLE migrations (vm_id TEXT PRIMARY KEY,                        -- in flight, with the
+//!     target_host_id TEXT NOT NULL REFERENCES hosts (host_id),             -- demand reserved on
+//!     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL); -- it
+//! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+//! ```
+
+use super::{parse_state, state_name, StoreError, StoredState, StoredVm};
+use domain::{HostId, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use placement::journal::Change;
+use placement::state::NewVm;
+use postgres::error::SqlState;
+use postgres::{Client, NoTls, Transaction};
+
+/// Version of the schema this code writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const NEWER_SCHEMA_FIX: &str =
+    "run the release that wrote it, or point `store` at a database of its own for this release";
+
+/// How many hosts one statement seeds.
+const SEED_CHUNK: usize = 500;
+
+/// See the module documentation.
+pub struct PostgresStore {
+    client: Client,
+    /// The URL with its password hidden, for messages.
+    name: String,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").field("store", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// `url` with the password (if any) replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let rest = &url[scheme_end..];
+    let Some(at) = rest.rfind('@') else { return url.to_owned() };
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+fn units(resources: &Resources) -> [i64; RESOURCE_DIMS] {
+    resources.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX))
+}
+
+impl PostgresStore {
+    /// Connects, creates or checks the schema, and seeds the inventory's hosts.
+    pub fn open(url: &str, inventory: &InventorySpec) -> Result<Self, StoreError> {
+        let name = redact(url);
+        let client = Client::connect(url, NoTls)
+            .map_err(|source| StoreError::Open { store: format!("`store` = {name}"), source: source.into() })?;
+        let mut store = PostgresStore { client, name };
+        // Agents starting together may race to create the schema: the loser's DDL fails, and its
+        // second try finds the schema there.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match store.init(inventory) {
+                Err(StoreError::Sql { .. }) if attempt < 3 => continue,
+                other => break other?,
+            }
+        }
+        Ok(store)
+    }
+
+    fn sql(&self, context: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
+        move |source| {
+            refusal(&self.name, &source).unwrap_or_else(|| StoreError::Sql {
+                store: self.name.clone(),
+                context,
+                source: source.into(),
+            })
+        }
+    }
+
+    fn init(&mut self, inventory: &InventorySpec) -> Result<(), StoreError> {
+        let name = self.name.clone();
+        let sql = |context: &'static str| {
+            let name = name.clone();
+            move |source: postgres::Error| StoreError::Sql { store: name, context, source: source.into() }
+        };
+        let mut tx = self.client.transaction().map_err(sql("starting the schema set-up"))?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)")
+            .map_err(sql("creating the schema"))?;
+        let found: Option<i64> = tx
+            .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+            .map_err(sql("reading the schema version"))?
+            .map(|row| row.get(0));
+        match found {
+            Some(version) if version > SCHEMA_VERSION => {
+                return Err(StoreError::SchemaVersion {
+                    store: name.clone(),
+                    found: version,
+                    ours: SCHEMA_VERSION,
+                    fix: NEWER_SCHEMA_FIX,
+                })
+            }
+            Some(SCHEMA_VERSION) => {}
+            _ => {
+                tx.batch_execute(
+                    "CREATE TABLE IF NOT EXISTS hosts (
+                         host_id TEXT PRIMARY KEY,
+                         cores_cap BIGINT NOT NULL, memory_cap BIGINT NOT NULL, ssd_cap BIGINT NOT NULL,
+                         cores_used BIGINT NOT NULL DEFAULT 0, memory_used BIGINT NOT NULL DEFAULT 0,
+                         ssd_used BIGINT NOT NULL DEFAULT 0,
+                         state TEXT,
+                         policy TEXT,
+                         policy_state TEXT,
+                         CONSTRAINT hosts_never_over_committed CHECK (
+                             cores_used BETWEEN 0 AND cores_cap AND memory_used BETWEEN 0 AND memory_cap
+                             AND ssd_used BETWEEN 0 AND ssd_cap)
+                     );
+                     CREATE SEQUENCE IF NOT EXISTS vm_seq;
+                     CREATE TABLE IF NOT EXISTS vms (
+                         vm_id TEXT PRIMARY KEY,
+                         seq BIGINT NOT NULL UNIQUE,
+                         host_id TEXT NOT NULL REFERENCES hosts (host_id),
+                         tenant_id TEXT NOT NULL,
+                         vm_type TEXT NOT NULL,
+                         cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL,
+                         placed_at_s DOUBLE PRECISION NOT NULL,
+                         prediction TEXT
+                     );
+                     CREATE TABLE IF NOT EXISTS migrations (
+                         vm_id TEXT PRIMARY KEY,
+                         target_host_id TEXT NOT NULL REFERENCES hosts (host_id),
+                         cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL
+                     );
+                     CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+                     INSERT INTO meta (key, value) VALUES ('schema_version', 1)
+                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
+                )
+                .map_err(sql("creating the schema"))?;
+            }
+        }
+        seed_hosts(&mut tx, inventory, &name)?;
+        tx.commit().map_err(sql("committing the schema set-up"))
+    }
+
+    /// See [`super::PlacementStore::load`].
+    pub fn load(&mut self) -> Result<StoredState, StoreError> {
+        let name = self.name.clone();
+        let rows = self
+            .client
+            .query(
+                "SELECT seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
+                        prediction
+                 FROM vms ORDER BY seq",
+                &[],
+            )
+            .map_err(self.sql("reading the placed VMs"))?;
+        let mut vms = Vec::with_capacity(rows.len());
+        for row in rows {
+            let vm_id: String = row.get(1);
+            let corrupt = |detail: String| StoreError::CorruptVm { store: name.clone(), vm: vm_id.clone(), detail };
+            let mut amounts = [0u64; RESOURCE_DIMS];
+            for (dim, slot) in amounts.iter_mut().enumerate() {
+                let value: i64 = row.get(5 + dim);
+                *slot = u64::try_from(value).map_err(|_| corrupt(format!("negative demand {value}")))?;
+            }
+            let prediction: Option<LifetimePrediction> = row
+                .get::<_, Option<String>>(9)
+                .map(|json| serde_json::from_str(&json))
+                .transpose()
+                .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
+            vms.push(StoredVm {
+                seq: row.get(0),
+                host: HostId(row.get(2)),
+                vm: NewVm {
+                    id: VmId(vm_id.clone()),
+                    tenant: TenantId(row.get(3)),
+                    vm_type: row.get(4),
+                    demand: Resources::from_base_units(amounts),
+                    placed_at_s: row.get(8),
+                    prediction,
+                },
+            });
+        }
+        let mut host_states = Vec::new();
+        let rows = self
+            .client
+            .query("SELECT host_id, state FROM hosts WHERE state IS NOT NULL ORDER BY host_id", &[])
+            .map_err(self.sql("reading the host states"))?;
+        for row in rows {
+            let (host, state): (String, String) = (row.get(0), row.get(1));
+            let parsed = parse_state(&state).ok_or_else(|| StoreError::CorruptHostState {
+                store: name.clone(),
+                host: host.clone(),
+                state,
+            })?;
+            host_states.push((HostId(host), parsed));
+        }
+        let policy_hosts = self
+            .client
+            .query(
+                "SELECT host_id, policy, policy_state FROM hosts WHERE policy_state IS NOT NULL ORDER BY host_id",
+                &[],
+            )
+            .map_err(self.sql("reading the policy host states"))?
+            .into_iter()
+            .map(|row| (HostId(row.get(0)), row.get::<_, Option<String>>(1).unwrap_or_default(), row.get(2)))
+            .collect();
+        let migrations = self
+            .client
+            .query("SELECT vm_id, target_host_id FROM migrations ORDER BY vm_id", &[])
+            .map_err(self.sql("reading the migrations"))?
+            .into_iter()
+            .map(|row| (VmId(row.get(0)), HostId(row.get(1))))
+            .collect();
+        let drain = self
+            .client
+            .query_opt("SELECT record FROM drain WHERE id = 1", &[])
+            .map_err(self.sql("reading the drain"))?
+            .map(|row| serde_json::from_str(row.get::<_, &str>(0)))
+            .transpose()
+            .map_err(|e| StoreError::CorruptDrain { store: name.clone(), detail: e.to_string() })?;
+        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain })
+    }
+
+    /// See [`super::PlacementStore::apply`].
+    pub fn apply(
+        &mut self,
+        changes: &[Change],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let name = self.name.clone();
+        let sql = |context: &'static str| {
+            let name = name.clone();
+            move |source: postgres::Error| {
+                refusal(&name, &source).unwrap_or(StoreError::Sql {
+                    store: name.clone(),
+                    context,
+                    source: source.into(),
+                })
+            }
+        };
+        let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
+        for change in changes {
+            match change {
+                Change::Placed { vm, host } => {
+                    let prediction = vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
+                        StoreError::CorruptVm {
+                            store: name.clone(),
+                            vm: vm.id.to_string(),
+                            detail: format!("prediction cannot be written: {e}"),
+                        }
+                    })?;
+                    let [cores, memory, ssd] = units(&vm.demand);
+                    tx.execute(
+                        "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
+                                          placed_at_s, prediction)
+                         VALUES ($1, nextval('vm_seq'), $2, $3, $4, $5, $6, $7, $8, $9)",
+                        &[
+                            &vm.id.as_str(),
+                            &host.as_str(),
+                            &vm.tenant.as_str(),
+                            &vm.vm_type,
+                            &cores,
+                            &memory,
+                            &ssd,
+                            &vm.placed_at_s,
+                            &prediction,
+                        ],
+                    )
+                    .map_err(sql("recording a placement"))?;
+                    use_on(&mut tx, host.as_str(), [cores, memory, ssd], &name)?;
+                }
+                Change::Released { vm } => {
+                    let row = tx
+                        .query_opt(
+                            "DELETE FROM vms WHERE vm_id = $1 RETURNING host_id, cores_base, memory_base, ssd_base",
+                            &[&vm.as_str()],
+                        )
+                        .map_err(sql("recording a release"))?;
+                    if let Some(row) = row {
+                        let host: String = row.get(0);
+                        use_on(
+                            &mut tx,
+                            &host,
+                            [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)],
+                            &name,
+                        )?;
+                    }
+                }
+                Change::HostState { host, state } => {
+                    tx.execute(
+                        "UPDATE hosts SET state = $2 WHERE host_id = $1",
+                        &[&host.as_str(), &state_name(*state)],
+                    )
+                    .map_err(sql("recording a host state"))?;
+                }
+                Change::MigrationStarted { vm, target } => {
+                    let row = tx
+                        .query_one(
+                            "SELECT cores_base, memory_base, ssd_base FROM vms WHERE vm_id = $1",
+                            &[&vm.as_str()],
+                        )
+                        .map_err(sql("recording a migration"))?;
+                    let demand = [row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2)];
+                    tx.execute(
+                        "INSERT INTO migrations (vm_id, target_host_id, cores_base, memory_base, ssd_base)
+                         VALUES ($1, $2, $3, $4, $5)",
+                        &[&vm.as_str(), &target.as_str(), &demand[0], &demand[1], &demand[2]],
+                    )
+                    .map_err(sql("recording a migration"))?;
+                    use_on(&mut tx, target.as_str(), demand, &name)?;
+                }
+                Change::MigrationCompleted { vm, target } => {
+                    // The target holds the reservation already: the source gives the demand back.
+                    let source: String = tx
+                        .query_one("SELECT host_id FROM vms WHERE vm_id = $1", &[&vm.as_str()])
+                        .map_err(sql("recording a migration"))?
+                        .get(0);
+                    let row = tx
+                        .query_one(
+                            "DELETE FROM migrations WHERE vm_id = $1 RETURNING cores_base, memory_base, ssd_base",
+                            &[&vm.as_str()],
+                        )
+                        .map_err(sql("recording a migration"))?;
+                    tx.execute("UPDATE vms SET host_id = $2 WHERE vm_id = $1", &[&vm.as_str(), &target.as_str()])
+                        .map_err(sql("recording a migration"))?;
+                    use_on(
+                        &mut tx,
+                        &source,
+                        [-row.get::<_, i64>(0), -row.get::<_, i64>(1), -row.get::<_, i64>(2)],
+                        &name,
+                    )?;
+                }
+                Change::MigrationCancelled { vm } => {
+                    let row = tx
+                        .query_opt(
+                            "DELETE FROM migrations WHERE vm_id = $1
+                             RETURNING target_host_id, cores_base, memory_base, ssd_base",
+                            &[&vm.as_str()],
+                        )
+                        .map_err(sql("recording a migration"))?;
+                    if let Some(row) = row {
+                        let target: String = row.get(0);
+                        use_on(
+                            &mut tx,
+                            &target,
+                            [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)],
+                            &name,
+                        )?;
+                    }
+                }
+                Change::Drain(drain) => {
+                    let record = drain
+                        .as_ref()
+                        .map(serde_json::to_string)
+                        .transpose()
+                        .map_err(|e| StoreError::CorruptDrain { store: name.clone(), detail: e.to_string() })?;
+                    match record {
+                        Some(record) => tx.execute(
+                            "INSERT INTO drain (id, record) VALUES (1, $1)
+                             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+                            &[&record],
+                        ),
+                        None => tx.execute("DELETE FROM drain", &[]),
+                    }
+                    .map_err(sql("recording the drain"))?;
+                }
+                Change::PolicyHostState { host, policy } => {
+                    let state = policy_state(host);
+                    let policy = state.as_ref().map(|_| *policy);
+                    tx.execute(
+                        "UPDATE hosts SET policy = $2, policy_state = $3 WHERE host_id = $1",
+                        &[&host.as_str(), &policy, &state],
+                    )
+                    .map_err(sql("recording a policy host state"))?;
+                }
+            }
+        }
+        tx.commit().map_err(sql("committing"))
+    }
+}
+
+/// Adds `delta` (base units, negative to give back) to what `host` uses; the table's check refuses
+/// an over-commit.
+fn use_on(tx: &mut Transaction<'_>, host: &str, delta: [i64; RESOURCE_DIMS], name: &str) -> Result<(), StoreError> {
+    let updated = tx
+        .execute(
+            "UPDATE hosts SET cores_used = cores_used + $2, memory_used = memory_used + $3, ssd_used = ssd_used + $4
+             WHERE host_id = $1",
+            &[&host, &delta[0], &delta[1], &delta[2]],
+        )
+        .map_err(|source| {
+            refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
+                store: name.to_owned(),
+                context: "recording what a host uses",
+                source: source.into(),
+            })
+        })?;
+    if updated == 0 {
+        return Err(StoreError::Refused {
+            store: name.to_owned(),
+            detail: format!("host `{host}` is not in the store"),
+        });
+    }
+    Ok(())
+}
+
+/// Adds the inventory's hosts that the store lacks, and brings every host's capacity to the
+/// inventory's. A capacity below what a host's VMs use is refused, naming the host.
+fn seed_hosts(tx: &mut Transaction<'_>, inventory: &InventorySpec, name: &str) -> Result<(), StoreError> {
+    let hosts: Vec<_> = inventory.hosts().collect();
+    for chunk in hosts.chunks(SEED_CHUNK) {
+        let mut statement = String::from("INSERT INTO hosts (host_id, cores_cap, memory_cap, ssd_cap) VALUES ");
+        let mut values: Vec<Box<dyn postgres::types::ToSql + Sync>> = Vec::with_capacity(chunk.len() * 4);
+        for (i, host) in chunk.iter().enumerate() {
+            if i > 0 {
+                statement.push(',');
+            }
+            statement.push_str(&format!("(${}, ${}, ${}, ${})", 4 * i + 1, 4 * i + 2, 4 * i + 3, 4 * i + 4));
+            let [cores, memory, ssd] = units(&host.capacity);
+            values.push(Box::new(host.host.as_str().to_owned()));
+            values.extend([Box::new(cores) as Box<dyn postgres::types::ToSql + Sync>, Box::new(memory), Box::new(ssd)]);
+        }
+        statement.push_str(
+            " ON CONFLICT (host_id) DO UPDATE SET cores_cap = EXCLUDED.cores_cap, memory_cap = EXCLUDED.memory_cap,
+                                                ssd_cap = EXCLUDED.ssd_cap",
+        );
+        let params: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v.as_ref()).collect();
+        if let Err(source) = tx.execute(statement.as_str(), &params) {
+            if source.code() == Some(&SqlState::CHECK_VIOLATION) {
+                return Err(StoreError::Refused {
+                    store: name.to_owned(),
+                    detail: "the inventory gives a host less capacity than its VMs in the store use; give it its \
+                             capacity back, or release those VMs first"
+                        .to_owned(),
+                });
+            }
+            return Err(StoreError::Sql {
+                store: name.to_owned(),
+                context: "seeding the hosts",
+                source: source.into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The store's own refusals: a second placement of a VM id, an over-committed host.
+fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
+    let db = error.as_db_error()?;
+    let detail = match *db.code() {
+        SqlState::UNIQUE_VIOLATION => format!("a VM id is placed already ({})", db.message()),
+        SqlState::CHECK_VIOLATION => format!("a host would be over-committed ({})", db.message()),
+        SqlState::FOREIGN_KEY_VIOLATION => format!("a host is not in the store ({})", db.message()),
+        _ => return None,
+    };
+    Some(StoreError::Refused { store: name.to_owned(), detail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_a_message() {
+        assert_eq!(redact("postgres://alloc:s3cret@db:5432/zone"), "postgres://alloc:***@db:5432/zone");
+        assert_eq!(redact("postgres://alloc@db/zone"), "postgres://alloc@db/zone");
+        assert_eq!(redact("postgresql://db/zone"), "postgresql://db/zone");
+        assert_eq!(redact("postgres://u:p@ss@db/z"), "postgres://u:***@db/z");
+    }
+}

@@ -1,0 +1,239 @@
+//! The PostgreSQL store against a real, throwaway PostgreSQL server: it records what the SQLite
+//! store records (the same workload leaves the same stored state in both, and a restart from either
+//! rebuilds the same allocator), it refuses over-commits and second placements by itself, bad
+//! settings are start-up errors that name the setting, and an outage is survived.
+
+mod support;
+
+use allocator::durable::{Command, CommandError, DurableAllocator, Reply};
+use allocator::store::{self, StoreError, StoreLocation, StoredState};
+use domain::{
+    AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource,
+    Resources, VmId, VmRequest,
+};
+use placement::allocator::AllocatorConfig;
+use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use placement::journal::Change;
+use placement::policy::PolicyConfig;
+use placement::state::NewVm;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use support::postgres::Postgres;
+
+fn spec() -> InventorySpec {
+    InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap())
+}
+
+fn lava() -> AllocatorConfig {
+    AllocatorConfig { policy: PolicyConfig::preset("lava"), ..Default::default() }
+}
+
+fn vm(id: &str, cores: f64, lifetime_s: f64) -> VmRequest {
+    let mut request = VmRequest::new(id, "t", "D", Resources::from_whole(cores, cores * 2.0, 0.0).unwrap());
+    request.prediction = Some(LifetimePrediction {
+        p_long: if lifetime_s >= 7200.0 { 0.9 } else { 0.1 },
+        class: if lifetime_s >= 7200.0 { LifetimeClass::Long } else { LifetimeClass::Short },
+        interval_class: None,
+        expected_lifetime_s: Some(lifetime_s),
+        model_version: Some("m-1".to_owned()),
+        source: PredictionSource::Model,
+    });
+    request
+}
+
+/// A seeded mix of allocations, releases, host states, a drain and its migrations, run the same on
+/// every store it is given.
+fn workload(durable: &mut DurableAllocator) {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut placed: Vec<VmId> = Vec::new();
+    let mut now = 1_000.0;
+    for step in 0..400 {
+        now += 10.0;
+        let command = if step == 200 {
+            Command::StartDrain(DrainRequest {
+                hosts: DrainHosts::Pick(2),
+                order: MigrationOrder::LongestRemainingFirst,
+                max_in_flight: 2,
+            })
+        } else {
+            match rng.random_range(0..10) {
+                0..=5 => {
+                    let id = format!("vm-{step}");
+                    let lifetime = [600.0, 20_000.0, 500_000.0][rng.random_range(0..3)];
+                    Command::Allocate(AllocationRequest::Vm(vm(&id, f64::from(rng.random_range(1..=4u8)), lifetime)))
+                }
+                6..=7 if !placed.is_empty() => Command::Release(placed.swap_remove(rng.random_range(0..placed.len()))),
+                8 if step % 50 == 8 => Command::SetHostState {
+                    host: HostId(format!("z-h{}", rng.random_range(0..8))),
+                    state: [HostState::Unavailable, HostState::Available][rng.random_range(0..2)],
+                },
+                _ => Command::DrainStatus,
+            }
+        };
+        match durable.execute_one(command, now) {
+            Ok(Reply::Allocated(decision)) if decision.is_placed() && !decision.replayed => {
+                placed.push(VmId(format!("vm-{step}")));
+            }
+            Ok(Reply::Drain(report)) => {
+                // Confirm every migration in flight, as the operator's migration tool would.
+                for migration in report.in_flight {
+                    let _ = durable.execute_one(Command::CompleteMigration(migration.vm_id), now + 1.0);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every host's state, use, VMs (in any order) and incoming migrations.
+type HostSummary = (HostId, HostState, Resources, BTreeSet<VmId>, BTreeSet<VmId>);
+
+fn hosts(state: &placement::state::InventoryState) -> Vec<HostSummary> {
+    state
+        .hosts()
+        .iter()
+        .map(|h| (h.id.clone(), h.state, h.used, h.vms.iter().cloned().collect(), h.incoming.iter().cloned().collect()))
+        .collect()
+}
+
+/// What a store holds, without the ordering details that may differ between backends.
+fn canonical(mut stored: StoredState) -> StoredState {
+    stored.host_states.sort_by(|a, b| a.0.cmp(&b.0));
+    stored.policy_hosts.sort_by(|a, b| a.0.cmp(&b.0));
+    stored.migrations.sort_by(|a, b| a.0.cmp(&b.0));
+    stored
+}
+
+#[test]
+fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_alike() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = StoreLocation::Sqlite(dir.path().join("s.db"));
+    let postgres = StoreLocation::from(pg.url.clone());
+    let mut stats = Vec::new();
+    let mut stored = Vec::new();
+    for location in [&sqlite, &postgres] {
+        let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 1_000.0).unwrap();
+        workload(&mut durable);
+        let live_hosts = hosts(durable.allocator().unwrap().state());
+        drop(durable);
+        // A restart rebuilds what was acknowledged.
+        let mut reopened = DurableAllocator::open(&spec(), &lava(), location.clone(), 6_000.0).unwrap();
+        assert!(
+            hosts(reopened.allocator().unwrap().state()) == live_hosts,
+            "{location}: the restart rebuilds the hosts"
+        );
+        let Ok(Reply::Stats(s)) = reopened.execute_one(Command::Stats, 6_000.0) else { panic!("no stats") };
+        stats.push(serde_json::to_value(&*s).unwrap());
+        stored.push(canonical(store::open(location, &spec()).unwrap().load().unwrap()));
+    }
+    assert!(stored[0].vms.len() > 50, "the workload placed VMs: {}", stored[0].vms.len());
+    assert!(!stored[0].policy_hosts.is_empty(), "LAVA state was recorded");
+    assert!(stored[0].drain.is_some(), "a drain was recorded");
+    assert_eq!(stored[1], stored[0], "PostgreSQL holds what SQLite holds");
+    assert_eq!(stats[1], stats[0]);
+    // What each host uses, as the database keeps it, is the sum of its VMs' demands.
+    let mismatched = pg.psql(
+        "SELECT count(*) FROM hosts h WHERE h.cores_used <> COALESCE((SELECT sum(cores_base) FROM vms v
+             WHERE v.host_id = h.host_id), 0) + COALESCE((SELECT sum(cores_base) FROM migrations m
+             WHERE m.target_host_id = h.host_id), 0)",
+    );
+    assert_eq!(mismatched, "0");
+}
+
+fn new_vm(id: &str, cores: f64) -> Arc<NewVm> {
+    Arc::new(NewVm {
+        id: VmId::from(id),
+        tenant: "t".into(),
+        vm_type: "D".to_owned(),
+        demand: Resources::from_whole(cores, 1.0, 0.0).unwrap(),
+        placed_at_s: 1.0,
+        prediction: None,
+    })
+}
+
+#[test]
+fn the_database_itself_refuses_an_over_commit_and_a_second_placement() {
+    let pg = Postgres::start();
+    let mut store = store::open(&StoreLocation::from(pg.url.clone()), &spec()).unwrap();
+    let none = |_: &HostId| None;
+    let host = HostId::from("z-h0");
+    store.apply(&[Change::Placed { vm: new_vm("a", 10.0), host: host.clone() }], &none).unwrap();
+    // 10 + 8 cores on a 16-core host, whatever the agent believed.
+    let err = store
+        .apply(
+            &[
+                Change::Placed { vm: new_vm("b", 2.0), host: HostId::from("z-h1") },
+                Change::Placed { vm: new_vm("c", 8.0), host: host.clone() },
+            ],
+            &none,
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }), "{err}");
+    assert!(err.to_string().contains("over-committed"), "{err}");
+    let err = store.apply(&[Change::Placed { vm: new_vm("a", 1.0), host: HostId::from("z-h2") }], &none).unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("placed already"), "{err}");
+    let stored = store.load().unwrap();
+    assert_eq!(stored.vms.iter().map(|v| v.vm.id.as_str()).collect::<Vec<_>>(), ["a"], "refused batches left nothing");
+    assert_eq!(pg.psql("SELECT cores_used FROM hosts WHERE host_id = 'z-h1'"), "0");
+}
+
+#[test]
+fn bad_settings_are_start_up_errors_that_name_the_setting_and_the_fix() {
+    let pg = Postgres::start();
+    // Nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let unreachable = format!("postgres://alloc:hunter2@127.0.0.1:{port}/alloc");
+    let err = DurableAllocator::open(&spec(), &lava(), StoreLocation::from(unreachable), 0.0).unwrap_err().to_string();
+    assert!(err.contains("`store`") && err.contains(&port.to_string()), "{err}");
+    assert!(!err.contains("hunter2"), "the password never shows: {err}");
+    // A role that does not exist.
+    let wrong_user = pg.url.replace("alloc@", "nobody@");
+    let err = DurableAllocator::open(&spec(), &lava(), StoreLocation::from(wrong_user), 0.0).unwrap_err().to_string();
+    assert!(err.contains("`store`") && err.contains("nobody"), "{err}");
+    // A schema written by a newer release.
+    DurableAllocator::open(&spec(), &lava(), StoreLocation::from(pg.url.clone()), 0.0).unwrap();
+    pg.psql("UPDATE meta SET value = 9 WHERE key = 'schema_version'");
+    let err =
+        DurableAllocator::open(&spec(), &lava(), StoreLocation::from(pg.url.clone()), 0.0).unwrap_err().to_string();
+    assert!(err.contains("schema version 9 is newer") && err.contains("point `store` at a database"), "{err}");
+}
+
+#[test]
+fn an_inventory_that_shrinks_a_host_below_its_vms_is_refused_naming_the_fix() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 0.0).unwrap();
+    for i in 0..8 {
+        durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm(&format!("v{i}"), 12.0, 600.0))), 1.0).unwrap();
+    }
+    drop(durable);
+    let smaller = InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(8.0, 64.0, 0.0).unwrap());
+    let err = DurableAllocator::open(&smaller, &lava(), location, 2.0).unwrap_err().to_string();
+    assert!(err.contains("less capacity than its VMs"), "{err}");
+}
+
+#[test]
+fn an_outage_answers_unavailable_writes_nothing_half_and_recovers_by_itself() {
+    let mut pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 0.0).unwrap();
+    let allocate = |id: &str| Command::Allocate(AllocationRequest::Vm(vm(id, 2.0, 600.0)));
+    assert!(matches!(durable.execute_one(allocate("before"), 1.0), Ok(Reply::Allocated(d)) if d.is_placed()));
+    pg.stop();
+    let during = durable.execute(&[allocate("during-1"), allocate("during-2")], 2.0);
+    for reply in &during {
+        assert!(
+            matches!(reply, Err(CommandError::NotDurable(_) | CommandError::Unavailable(_))),
+            "a write during the outage is refused: {reply:?}"
+        );
+    }
+    assert!(matches!(durable.execute_one(allocate("still-down"), 3.0), Err(CommandError::Unavailable(_))));
+    pg.restart();
+    assert!(matches!(durable.execute_one(allocate("after"), 4.0), Ok(Reply::Allocated(d)) if d.is_placed()));
+    let ids: Vec<_> =
+        store::open(&location, &spec()).unwrap().load().unwrap().vms.into_iter().map(|v| v.vm.id.0).collect();
+    assert_eq!(ids, ["before", "after"], "nothing of the refused writes was kept");
+}
