@@ -18,6 +18,7 @@
 use crate::defrag::Drain;
 use crate::state::NewVm;
 use domain::{HostId, HostState, VmId};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// One change to the placement state.
@@ -40,4 +41,68 @@ pub enum Change {
     /// A host's state under the stateful policy `policy` changed; its snapshot is
     /// [`crate::Allocator::policy_host_snapshot`] at the time of the take.
     PolicyHostState { host: HostId, policy: &'static str },
+}
+
+/// A [`Change`] as another allocator of the same zone reads it from a shared store's change log:
+/// self-contained (a policy-state change carries its snapshot) and serialisable.
+/// [`crate::Allocator::follow`] applies it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum LoggedChange {
+    Placed {
+        vm: NewVm,
+        host: HostId,
+    },
+    Released {
+        vm: VmId,
+    },
+    HostState {
+        host: HostId,
+        state: HostState,
+    },
+    MigrationStarted {
+        vm: VmId,
+        target: HostId,
+    },
+    MigrationCompleted {
+        vm: VmId,
+        target: HostId,
+    },
+    MigrationCancelled {
+        vm: VmId,
+    },
+    Drain {
+        drain: Option<Drain>,
+    },
+    /// `state`: the policy's snapshot of the host (`None`: its initial state).
+    PolicyHostState {
+        host: HostId,
+        policy: String,
+        state: Option<String>,
+    },
+}
+
+impl LoggedChange {
+    /// The change as the log keeps it; `policy_state` snapshots a host's policy state as the
+    /// change was taken ([`crate::Allocator::policy_host_snapshot`]).
+    pub fn of(change: &Change, policy_state: &dyn Fn(&HostId) -> Option<String>) -> LoggedChange {
+        match change {
+            Change::Placed { vm, host } => LoggedChange::Placed { vm: NewVm::clone(vm), host: host.clone() },
+            Change::Released { vm } => LoggedChange::Released { vm: vm.clone() },
+            Change::HostState { host, state } => LoggedChange::HostState { host: host.clone(), state: *state },
+            Change::MigrationStarted { vm, target } => {
+                LoggedChange::MigrationStarted { vm: vm.clone(), target: target.clone() }
+            }
+            Change::MigrationCompleted { vm, target } => {
+                LoggedChange::MigrationCompleted { vm: vm.clone(), target: target.clone() }
+            }
+            Change::MigrationCancelled { vm } => LoggedChange::MigrationCancelled { vm: vm.clone() },
+            Change::Drain(drain) => LoggedChange::Drain { drain: drain.as_deref().cloned() },
+            Change::PolicyHostState { host, policy } => LoggedChange::PolicyHostState {
+                host: host.clone(),
+                policy: (*policy).to_owned(),
+                state: policy_state(host),
+            },
+        }
+    }
 }

@@ -165,7 +165,7 @@ pub struct InventoryState {
 }
 
 /// A VM to put on a host.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NewVm {
     pub id: VmId,
     pub tenant: TenantId,

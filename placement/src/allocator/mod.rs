@@ -11,10 +11,11 @@
 //!
 //! This file holds placement and release; the rest of the allocator's methods live beside it by
 //! seam: [`timeline`] (host summaries, events in time, repredictions), [`drains`] (LARS), [`explain`]
-//! (dry runs) and [`stats`].
+//! (dry runs), [`stats`] and [`follow`] (another allocator's committed changes).
 
 mod drains;
 mod explain;
+mod follow;
 mod stats;
 mod timeline;
 
