@@ -19,7 +19,7 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::store::{self, PlacementStore, StoreError, StoreLocation, StoredVm};
+use crate::store::{self, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
     LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
@@ -426,60 +426,110 @@ impl DurableAllocator {
                 self.repredictor = model.clone();
             }
         }
+        let mut attempt = 1;
+        loop {
+            if let Some(replies) = self.catch_up(commands, now_s) {
+                return replies;
+            }
+            let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
+            let mut outcomes: Vec<&'static str> = Vec::new();
+            let mut replies: Vec<Result<Reply, CommandError>> = commands
+                .iter()
+                .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.location))
+                .collect();
+            // Exactly what the batch changed, as the placement core recorded it.
+            let ops: Vec<_> = live.allocator.take_changes().collect();
+            if ops.is_empty() {
+                record_outcomes(&outcomes);
+                return replies;
+            }
+            metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
+            let started = Instant::now();
+            let allocator = &live.allocator;
+            let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
+            metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
+            let error = match committed {
+                Ok(()) => {
+                    metrics::counter!("allocator_commits_total").increment(1);
+                    record_outcomes(&outcomes);
+                    return replies;
+                }
+                // Another agent committed first what makes this batch impossible (its view was
+                // stale): decide the batch again on the store's state.
+                Err(error @ StoreError::Refused { .. }) if attempt < MAX_ATTEMPTS => {
+                    metrics::counter!("allocator_commit_conflicts_total").increment(1);
+                    tracing::debug!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
+                    attempt += 1;
+                    if self.rebuild(now_s).is_ok() {
+                        metrics::counter!("allocator_commit_retries_total").increment(1);
+                        continue;
+                    }
+                    error
+                }
+                Err(error) => error,
+            };
+            metrics::counter!("allocator_commit_failures_total").increment(1);
+            tracing::error!(%error, writes = ops.len(), "commit failed; rebuilding from the store");
+            record_outcomes(&vec!["not_durable"; outcomes.len()]);
+            let reason = error.to_string();
+            let rebuilt = self.rebuild(now_s);
+            if let Err(error) = &rebuilt {
+                tracing::error!(%error, "rebuilding from the store failed; answering 503 until it works");
+            }
+            for (reply, command) in replies.iter_mut().zip(commands) {
+                *reply = if command.is_write() {
+                    Err(CommandError::NotDurable(reason.clone()))
+                } else {
+                    match &mut self.live {
+                        Some(live) => read(&mut live.allocator, command, now_s, &self.location),
+                        None => Err(CommandError::Unavailable(reason.clone())),
+                    }
+                };
+            }
+            return replies;
+        }
+    }
+
+    /// Brings the live state up to what the store holds before a batch: rebuilt if there is none,
+    /// then the changes other agents committed since, followed. Answers the whole batch (with
+    /// `Unavailable`) when the store cannot be used.
+    fn catch_up(&mut self, commands: &[Command], now_s: f64) -> Option<Vec<Result<Reply, CommandError>>> {
+        if let Some(live) = &mut self.live {
+            let followed = live.store.follow();
+            let in_step = match followed {
+                Ok(Followed::Changes(changes)) => {
+                    metrics::counter!("allocator_followed_changes_total").increment(changes.len() as u64);
+                    changes.iter().all(|change| live.allocator.follow(change).is_ok())
+                }
+                Ok(Followed::Gap) => false,
+                Err(error) => {
+                    tracing::error!(%error, "reading the change log failed; rebuilding from the store");
+                    false
+                }
+            };
+            // Followed changes are written already: nothing of them is this agent's to write.
+            live.allocator.take_changes().for_each(drop);
+            if !in_step {
+                metrics::counter!("allocator_follow_rebuilds_total").increment(1);
+                self.live = None;
+            }
+        }
         if self.live.is_none() {
             if let Err(error) = self.rebuild(now_s) {
                 tracing::error!(%error, "the allocator's store is still unusable");
             }
         }
-        let Some(live) = &mut self.live else {
-            let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
-            return commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect();
-        };
-        let mut outcomes: Vec<&'static str> = Vec::new();
-        let mut replies: Vec<Result<Reply, CommandError>> = commands
-            .iter()
-            .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.location))
-            .collect();
-        // Exactly what the batch changed, as the placement core recorded it.
-        let ops: Vec<_> = live.allocator.take_changes().collect();
-        if ops.is_empty() {
-            record_outcomes(&outcomes);
-            return replies;
+        if self.live.is_some() {
+            return None;
         }
-        metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
-        let started = Instant::now();
-        let allocator = &live.allocator;
-        let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
-        metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
-        match committed {
-            Ok(()) => {
-                record_outcomes(&outcomes);
-                replies
-            }
-            Err(error) => {
-                metrics::counter!("allocator_commit_failures_total").increment(1);
-                tracing::error!(%error, writes = ops.len(), "commit failed; rebuilding from the store");
-                record_outcomes(&vec!["not_durable"; outcomes.len()]);
-                let reason = error.to_string();
-                let rebuilt = self.rebuild(now_s);
-                if let Err(error) = &rebuilt {
-                    tracing::error!(%error, "rebuilding from the store failed; answering 503 until it works");
-                }
-                for (reply, command) in replies.iter_mut().zip(commands) {
-                    *reply = if command.is_write() {
-                        Err(CommandError::NotDurable(reason.clone()))
-                    } else {
-                        match &mut self.live {
-                            Some(live) => read(&mut live.allocator, command, now_s, &self.location),
-                            None => Err(CommandError::Unavailable(reason.clone())),
-                        }
-                    };
-                }
-                replies
-            }
-        }
+        let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
+        Some(commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect())
     }
 }
+
+/// How often a batch the store refused is decided again on fresh state before its writes are
+/// answered as not durable (retryable).
+const MAX_ATTEMPTS: u32 = 3;
 
 fn record_outcomes(outcomes: &[&'static str]) {
     for outcome in outcomes {

@@ -237,3 +237,103 @@ fn an_outage_answers_unavailable_writes_nothing_half_and_recovers_by_itself() {
         store::open(&location, &spec()).unwrap().load().unwrap().vms.into_iter().map(|v| v.vm.id.0).collect();
     assert_eq!(ids, ["before", "after"], "nothing of the refused writes was kept");
 }
+
+fn pbfr() -> AllocatorConfig {
+    AllocatorConfig { policy: PolicyConfig::preset("pbfr"), ..Default::default() }
+}
+
+fn allocate(id: &str, cores: f64) -> Command {
+    Command::Allocate(AllocationRequest::Vm(vm(id, cores, 600.0)))
+}
+
+fn host_of(reply: &Result<Reply, CommandError>) -> Option<HostId> {
+    match reply {
+        Ok(Reply::Allocated(decision)) => match &decision.outcome {
+            domain::AllocationOutcome::Placed { placements } => Some(placements[0].host_id.clone()),
+            domain::AllocationOutcome::Rejected { .. } => None,
+        },
+        _ => None,
+    }
+}
+
+#[test]
+fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let x = host_of(&a.execute_one(allocate("x", 4.0), 1.0)).expect("placed");
+    // B decides after following A: it sees x where A put it.
+    let y = host_of(&b.execute_one(allocate("y", 4.0), 2.0)).expect("placed");
+    assert_eq!(
+        b.allocator().unwrap().state().vm(&VmId::from("x")).map(|v| v.host),
+        a.allocator().unwrap().state().host_index(&x)
+    );
+    assert_eq!(x, y, "best fit puts y beside x, which B knows of");
+    // A client's retry of x sent to B gets A's answer.
+    let Ok(Reply::Allocated(retry)) = b.execute_one(allocate("x", 4.0), 3.0) else { panic!("retry refused") };
+    assert!(retry.replayed);
+    assert_eq!(host_of(&Ok(Reply::Allocated(retry))), Some(x));
+    // A release through B is seen by A.
+    b.execute_one(Command::Release(VmId::from("x")), 4.0).unwrap();
+    assert_eq!(
+        a.execute_one(Command::GetAllocation(VmId::from("x")), 5.0),
+        Err(CommandError::UnknownVm(VmId::from("x")))
+    );
+    // Host states too.
+    a.execute_one(Command::SetHostState { host: HostId::from("z-h5"), state: HostState::Failed }, 6.0).unwrap();
+    let Ok(Reply::Host(host)) = b.execute_one(Command::GetHost(HostId::from("z-h5")), 7.0) else { panic!("no host") };
+    assert_eq!(host.host.state, HostState::Failed);
+}
+
+#[test]
+fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let threads: Vec<_> = (0..3)
+        .map(|agent| {
+            let location = location.clone();
+            std::thread::spawn(move || {
+                let mut durable = DurableAllocator::open(&spec(), &pbfr(), location, 0.0).unwrap();
+                let mut rng = ChaCha8Rng::seed_from_u64(agent);
+                let mut live: Vec<VmId> = Vec::new();
+                let mut refused = 0;
+                for step in 0..300 {
+                    let now = 10.0 + step as f64;
+                    if !live.is_empty() && rng.random_range(0..3) == 0 {
+                        let id = live.swap_remove(rng.random_range(0..live.len()));
+                        durable.execute_one(Command::Release(id), now).expect("a release of an own VM");
+                    } else {
+                        let id = format!("a{agent}-{step}");
+                        match durable.execute_one(allocate(&id, f64::from(rng.random_range(1..=6u8))), now) {
+                            Ok(Reply::Allocated(d)) if d.is_placed() => live.push(VmId(id)),
+                            Ok(_) => {}
+                            Err(_) => refused += 1,
+                        }
+                    }
+                }
+                (live, refused)
+            })
+        })
+        .collect();
+    let mut acknowledged = BTreeSet::new();
+    for thread in threads {
+        let (live, _refused) = thread.join().unwrap();
+        acknowledged.extend(live);
+    }
+    let stored = store::open(&location, &spec()).unwrap().load().unwrap();
+    let in_store: BTreeSet<VmId> = stored.vms.iter().map(|v| v.vm.id.clone()).collect();
+    assert_eq!(in_store, acknowledged, "exactly the acknowledged, unreleased VMs are in the store");
+    assert_eq!(
+        pg.psql(
+            "SELECT count(*) FROM hosts h WHERE h.cores_used > h.cores_cap OR h.cores_used <> COALESCE((SELECT \
+             sum(cores_base) FROM vms v WHERE v.host_id = h.host_id), 0)"
+        ),
+        "0",
+        "no host over-committed, and each host's use is its VMs' demand"
+    );
+    // A new agent, and every agent after following, sees that state.
+    let mut late = DurableAllocator::open(&spec(), &pbfr(), location, 0.0).unwrap();
+    let Ok(Reply::Stats(stats)) = late.execute_one(Command::Stats, 400.0) else { panic!("no stats") };
+    assert_eq!(stats.vms, acknowledged.len());
+}

@@ -24,7 +24,7 @@ pub use sqlite::SqliteStore;
 
 use domain::{HostId, HostState, InventorySpec, VmId};
 use placement::defrag::Drain;
-use placement::journal::Change;
+use placement::journal::{Change, LoggedChange};
 use placement::state::NewVm;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -155,6 +155,21 @@ pub trait PlacementStore: Send + fmt::Debug {
     /// were taken ([`placement::Allocator::policy_host_snapshot`]; `None`: its initial state).
     fn apply(&mut self, changes: &[Change], policy_state: &dyn Fn(&HostId) -> Option<String>)
         -> Result<(), StoreError>;
+
+    /// The changes other agents committed since this one's last [`PlacementStore::load`] or
+    /// follow. A store that only this agent writes has none.
+    fn follow(&mut self) -> Result<Followed, StoreError> {
+        Ok(Followed::Changes(Vec::new()))
+    }
+}
+
+/// What other agents committed since this one last looked.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Followed {
+    /// Their changes, in commit order (none: nothing new, or a store no one else writes).
+    Changes(Vec<LoggedChange>),
+    /// The log no longer reaches back to this agent's position: reload the whole state.
+    Gap,
 }
 
 /// Opens (creating or upgrading its schema) the store at `location` for the zone `inventory`.
@@ -207,5 +222,9 @@ impl PlacementStore for PostgresStore {
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<(), StoreError> {
         PostgresStore::apply(self, changes, policy_state)
+    }
+
+    fn follow(&mut self) -> Result<Followed, StoreError> {
+        PostgresStore::follow(self)
     }
 }

@@ -34,11 +34,21 @@
 //!     target_host_id TEXT NOT NULL REFERENCES hosts (host_id),             -- demand reserved on
 //!     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL); -- it
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+//! CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
+//! CREATE TABLE changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
 //! ```
+//!
+//! **The change log.** Every committed batch is one row of `changes`: the agent that wrote it and
+//! its changes as [`LoggedChange`]s (JSON). Its number comes from `log_head`, taken as the last
+//! statement of the batch's transaction: the row lock serialises the commits' ends, so the log's
+//! order is the commit order and an agent that has read up to `seq` has missed nothing before it.
+//! Each agent follows the rows of the others before it decides ([`PostgresStore::follow`]); the
+//! state it loads comes with the log position it reflects. Rows are kept for [`LOG_KEPT`] batches;
+//! an agent further behind finds a gap and rebuilds from the tables.
 
-use super::{parse_state, state_name, StoreError, StoredState, StoredVm};
+use super::{parse_state, state_name, Followed, StoreError, StoredState, StoredVm};
 use domain::{HostId, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
-use placement::journal::Change;
+use placement::journal::{Change, LoggedChange};
 use placement::state::NewVm;
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Transaction};
@@ -52,11 +62,18 @@ const NEWER_SCHEMA_FIX: &str =
 /// How many hosts one statement seeds.
 const SEED_CHUNK: usize = 500;
 
+/// How many batches the change log keeps.
+pub const LOG_KEPT: i64 = 100_000;
+
 /// See the module documentation.
 pub struct PostgresStore {
     client: Client,
     /// The URL with its password hidden, for messages.
     name: String,
+    /// This agent's name in the change log (unique per process start).
+    agent: String,
+    /// The last change-log row this agent's view reflects.
+    followed: i64,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -86,7 +103,12 @@ impl PostgresStore {
         let name = redact(url);
         let client = Client::connect(url, NoTls)
             .map_err(|source| StoreError::Open { store: format!("`store` = {name}"), source: source.into() })?;
-        let mut store = PostgresStore { client, name };
+        let agent = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        );
+        let mut store = PostgresStore { client, name, agent, followed: 0 };
         // Agents starting together may race to create the schema: the loser's DDL fails, and its
         // second try finds the schema there.
         let mut attempt = 0;
@@ -164,6 +186,9 @@ impl PostgresStore {
                          cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL
                      );
                      CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+                     CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
+                     INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
+                     CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
                      INSERT INTO meta (key, value) VALUES ('schema_version', 1)
                          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
                 )
@@ -177,15 +202,28 @@ impl PostgresStore {
     /// See [`super::PlacementStore::load`].
     pub fn load(&mut self) -> Result<StoredState, StoreError> {
         let name = self.name.clone();
-        let rows = self
+        let sql = |context: &'static str| {
+            let name = name.clone();
+            move |source: postgres::Error| StoreError::Sql { store: name, context, source: source.into() }
+        };
+        // One snapshot: the tables as of the log position read with them.
+        let mut tx = self
             .client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(sql("starting to read the state"))?;
+        let followed: i64 =
+            tx.query_one("SELECT seq FROM log_head WHERE id = 1", &[]).map_err(sql("reading the change log"))?.get(0);
+        let rows = tx
             .query(
                 "SELECT seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
                         prediction
                  FROM vms ORDER BY seq",
                 &[],
             )
-            .map_err(self.sql("reading the placed VMs"))?;
+            .map_err(sql("reading the placed VMs"))?;
         let mut vms = Vec::with_capacity(rows.len());
         for row in rows {
             let vm_id: String = row.get(1);
@@ -214,10 +252,9 @@ impl PostgresStore {
             });
         }
         let mut host_states = Vec::new();
-        let rows = self
-            .client
+        let rows = tx
             .query("SELECT host_id, state FROM hosts WHERE state IS NOT NULL ORDER BY host_id", &[])
-            .map_err(self.sql("reading the host states"))?;
+            .map_err(sql("reading the host states"))?;
         for row in rows {
             let (host, state): (String, String) = (row.get(0), row.get(1));
             let parsed = parse_state(&state).ok_or_else(|| StoreError::CorruptHostState {
@@ -227,31 +264,57 @@ impl PostgresStore {
             })?;
             host_states.push((HostId(host), parsed));
         }
-        let policy_hosts = self
-            .client
+        let policy_hosts = tx
             .query(
                 "SELECT host_id, policy, policy_state FROM hosts WHERE policy_state IS NOT NULL ORDER BY host_id",
                 &[],
             )
-            .map_err(self.sql("reading the policy host states"))?
+            .map_err(sql("reading the policy host states"))?
             .into_iter()
             .map(|row| (HostId(row.get(0)), row.get::<_, Option<String>>(1).unwrap_or_default(), row.get(2)))
             .collect();
-        let migrations = self
-            .client
+        let migrations = tx
             .query("SELECT vm_id, target_host_id FROM migrations ORDER BY vm_id", &[])
-            .map_err(self.sql("reading the migrations"))?
+            .map_err(sql("reading the migrations"))?
             .into_iter()
             .map(|row| (VmId(row.get(0)), HostId(row.get(1))))
             .collect();
-        let drain = self
-            .client
+        let drain = tx
             .query_opt("SELECT record FROM drain WHERE id = 1", &[])
-            .map_err(self.sql("reading the drain"))?
+            .map_err(sql("reading the drain"))?
             .map(|row| serde_json::from_str(row.get::<_, &str>(0)))
             .transpose()
             .map_err(|e| StoreError::CorruptDrain { store: name.clone(), detail: e.to_string() })?;
+        tx.commit().map_err(sql("reading the state"))?;
+        self.followed = followed;
         Ok(StoredState { vms, host_states, policy_hosts, migrations, drain })
+    }
+
+    /// See [`super::PlacementStore::follow`].
+    pub fn follow(&mut self) -> Result<Followed, StoreError> {
+        let rows = self
+            .client
+            .query("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq", &[&self.followed])
+            .map_err(self.sql("reading the change log"))?;
+        let mut changes = Vec::new();
+        for row in rows {
+            let seq: i64 = row.get(0);
+            if seq != self.followed + 1 {
+                // Pruned past this agent, or a row it cannot see yet: only a reload is exact.
+                return Ok(Followed::Gap);
+            }
+            self.followed = seq;
+            if row.get::<_, &str>(1) == self.agent {
+                continue;
+            }
+            let batch: Vec<LoggedChange> = serde_json::from_str(row.get(2)).map_err(|e| StoreError::CorruptVm {
+                store: self.name.clone(),
+                vm: format!("change log row {seq}"),
+                detail: e.to_string(),
+            })?;
+            changes.extend(batch);
+        }
+        Ok(Followed::Changes(changes))
     }
 
     /// See [`super::PlacementStore::apply`].
@@ -410,6 +473,23 @@ impl PostgresStore {
                     .map_err(sql("recording a policy host state"))?;
                 }
             }
+        }
+        // Last, so that the head's row lock is held only while the commit itself runs.
+        let logged: Vec<LoggedChange> = changes.iter().map(|c| LoggedChange::of(c, policy_state)).collect();
+        let body = serde_json::to_string(&logged).map_err(|e| StoreError::CorruptVm {
+            store: name.clone(),
+            vm: "change log".to_owned(),
+            detail: e.to_string(),
+        })?;
+        let seq: i64 = tx
+            .query_one("UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq", &[])
+            .map_err(sql("appending to the change log"))?
+            .get(0);
+        tx.execute("INSERT INTO changes (seq, agent, body) VALUES ($1, $2, $3)", &[&seq, &self.agent, &body])
+            .map_err(sql("appending to the change log"))?;
+        if seq % 1000 == 0 {
+            tx.execute("DELETE FROM changes WHERE seq <= $1", &[&(seq - LOG_KEPT)])
+                .map_err(sql("trimming the change log"))?;
         }
         tx.commit().map_err(sql("committing"))
     }
