@@ -612,16 +612,17 @@ impl Control {
     /// The control service's counters and each zone's allocator statistics.
     pub async fn stats(&self, request_id: Option<&str>) -> ControlStats {
         let mut zones = std::collections::BTreeMap::new();
-        for (zone, upstream) in self.allocators.zones() {
-            let (stats, error) = match self.allocators.stats(zone, request_id).await {
+        for (zone, agents) in self.allocators.zones() {
+            let all = agents.iter().map(|a| a.base.as_str()).collect::<Vec<_>>().join(", ");
+            let (allocator, stats, error) = match self.allocators.stats(zone, request_id).await {
                 Ok(answer) if answer.status.is_success() => match serde_json::from_slice(&answer.body) {
-                    Ok(value) => (Some(value), None),
-                    Err(error) => (None, Some(format!("unreadable statistics: {error}"))),
+                    Ok(value) => (answer.agent, Some(value), None),
+                    Err(error) => (answer.agent, None, Some(format!("unreadable statistics: {error}"))),
                 },
-                Ok(answer) => (None, Some(format!("the allocator answered {}", answer.status))),
-                Err(error) => (None, Some(error.to_string())),
+                Ok(answer) => (answer.agent, None, Some(format!("the allocator answered {}", answer.status))),
+                Err(error) => (all, None, Some(error.to_string())),
             };
-            zones.insert(zone.to_string(), ZoneStats { allocator: upstream.base.clone(), stats, error });
+            zones.insert(zone.to_string(), ZoneStats { allocator, stats, error });
         }
         let clock_s = self.started.elapsed().as_secs_f64();
         ControlStats {
@@ -673,12 +674,15 @@ async fn healthz() -> &'static str {
     responses((status = 200, description = "Ready: `ready`.", body = String, content_type = "text/plain"),
               (status = 503, description = "An allocator did not answer its last readiness probe (`urn:problem:not-ready`).", body = domain::Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
+    // A zone is ready while one of its agents is.
     let down: Vec<String> = state
         .control
         .allocators
         .zones()
-        .filter(|(_, upstream)| !upstream.is_ready())
-        .map(|(zone, upstream)| format!("{zone} ({})", upstream.base))
+        .filter(|(_, agents)| !agents.iter().any(|agent| agent.is_ready()))
+        .map(|(zone, agents)| {
+            format!("{zone} ({})", agents.iter().map(|a| a.base.as_str()).collect::<Vec<_>>().join(", "))
+        })
         .collect();
     if down.is_empty() {
         "ready".into_response()

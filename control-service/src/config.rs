@@ -103,11 +103,29 @@ pub struct RequestTimeConfig {
     pub max_skew_s: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ZoneConfig {
     /// Base URL of the zone's allocator, e.g. `http://127.0.0.1:8082`.
-    pub allocator: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<String>,
+    /// Base URLs of the zone's allocation agents when several serve it from one shared store
+    /// (PostgreSQL): requests are spread over them in turn and fail over to the next agent when
+    /// one cannot be reached or answers 5xx. With `allocator`, that one comes first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocators: Vec<String>,
+}
+
+impl ZoneConfig {
+    /// A zone served by one allocator.
+    pub fn single(url: &str) -> ZoneConfig {
+        ZoneConfig { allocator: Some(url.to_owned()), allocators: Vec::new() }
+    }
+
+    /// Every allocator URL of the zone, in order.
+    pub fn urls(&self) -> Vec<String> {
+        self.allocator.iter().chain(&self.allocators).cloned().collect()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -197,10 +215,7 @@ impl Default for ControlConfig {
         ControlConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             default_zone: "zone-1".to_owned(),
-            zones: BTreeMap::from([(
-                "zone-1".to_owned(),
-                ZoneConfig { allocator: "http://127.0.0.1:8082".to_owned() },
-            )]),
+            zones: BTreeMap::from([("zone-1".to_owned(), ZoneConfig::single("http://127.0.0.1:8082"))]),
             inference: InferenceConfig::default(),
             cache: CacheConfig::default(),
             safeguard: SafeguardConfig::default(),
@@ -348,7 +363,18 @@ impl ControlConfig {
             ));
         }
         for (name, zone) in &self.zones {
-            check_url(format!("zones.{name}.allocator"), &zone.allocator)?;
+            if zone.urls().is_empty() {
+                return Err(invalid(
+                    format!("zones.{name}"),
+                    "needs `allocator = \"http://...\"` or `allocators = [\"http://...\", ...]`",
+                ));
+            }
+            if let Some(url) = &zone.allocator {
+                check_url(format!("zones.{name}.allocator"), url)?;
+            }
+            for (i, url) in zone.allocators.iter().enumerate() {
+                check_url(format!("zones.{name}.allocators[{i}]"), url)?;
+            }
         }
         for (i, server) in self.inference.servers.iter().enumerate() {
             check_url(format!("inference.servers[{i}]"), server)?;
@@ -451,6 +477,21 @@ mod tests {
             name: None,
         });
         assert!(config.check().unwrap_err().to_string().starts_with("auth.keys[0].sha256:"));
+    }
+
+    #[test]
+    fn a_zone_lists_its_agents_and_a_zone_without_one_is_refused_by_name() {
+        let config: ControlConfig = toml::from_str(
+            "default_zone = \"z\"\n[zones.z]\nallocators = [\"http://127.0.0.1:1\", \"http://127.0.0.1:2\"]",
+        )
+        .unwrap();
+        config.check().unwrap();
+        assert_eq!(config.zones["z"].urls(), ["http://127.0.0.1:1", "http://127.0.0.1:2"]);
+        let config: ControlConfig = toml::from_str("default_zone = \"z\"\n[zones.z]\n").unwrap();
+        assert!(config.check().unwrap_err().to_string().starts_with("zones.z:"));
+        let config: ControlConfig =
+            toml::from_str("default_zone = \"z\"\n[zones.z]\nallocators = [\"http://a:1\", \"a:2\"]").unwrap();
+        assert!(config.check().unwrap_err().to_string().starts_with("zones.z.allocators[1]:"));
     }
 
     #[test]

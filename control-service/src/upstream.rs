@@ -1,12 +1,20 @@
 //! The zones' allocators: forwarding placement, release and lookup calls to the allocator of a zone,
 //! with the request id carried along. Answers come back as status and body, for the API layer to
 //! pass on; only transport failures are errors here.
+//!
+//! A zone may have several allocation agents on one shared store: calls are spread over them in
+//! turn (agents marked down by the health checks last), and a call that cannot reach an agent, or
+//! that an agent answers 5xx, goes to the next one. That is safe because the agents share one
+//! state: an allocation is idempotent by VM id across agents (a retry gets the first answer), a
+//! release answered 404 was done already. A timeout does not fail over: the agent may be working
+//! on it, and sending the same work elsewhere would only add load; the client retries.
 
 use crate::health::{HealthPolicy, Upstream};
 use domain::{AllocationRequest, TenantId, ZoneId};
 use reqwest::StatusCode;
 use service_common::layers::REQUEST_ID_HEADER;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +35,8 @@ pub enum UpstreamError {
 /// An allocator's answer.
 #[derive(Debug)]
 pub struct Answer {
+    /// The base URL of the agent that answered.
+    pub agent: String,
     pub status: StatusCode,
     pub content_type: Option<String>,
     /// The allocator's `Retry-After` (on 503 and 429), passed on so the client backs off as asked.
@@ -36,23 +46,36 @@ pub struct Answer {
 
 pub struct Allocators {
     client: reqwest::Client,
-    zones: BTreeMap<ZoneId, Arc<Upstream>>,
+    zones: BTreeMap<ZoneId, Zone>,
     timeout: Duration,
+}
+
+/// One zone's agents, and where the next call starts.
+struct Zone {
+    agents: Vec<Arc<Upstream>>,
+    next: AtomicUsize,
 }
 
 impl Allocators {
     pub fn new(
         client: reqwest::Client,
-        zones: impl IntoIterator<Item = (ZoneId, String)>,
+        zones: impl IntoIterator<Item = (ZoneId, Vec<String>)>,
         timeout: Duration,
         health: HealthPolicy,
     ) -> Self {
-        let zones = zones.into_iter().map(|(zone, url)| (zone, Upstream::new(&url, health))).collect();
+        let zones = zones
+            .into_iter()
+            .map(|(zone, urls)| {
+                let agents = urls.iter().map(|url| Upstream::new(url, health)).collect();
+                (zone, Zone { agents, next: AtomicUsize::new(0) })
+            })
+            .collect();
         Allocators { client, zones, timeout }
     }
 
-    pub fn zones(&self) -> impl Iterator<Item = (&ZoneId, &Arc<Upstream>)> {
-        self.zones.iter()
+    /// Every zone with its agents.
+    pub fn zones(&self) -> impl Iterator<Item = (&ZoneId, &[Arc<Upstream>])> {
+        self.zones.iter().map(|(zone, z)| (zone, z.agents.as_slice()))
     }
 
     pub fn contains(&self, zone: &ZoneId) -> bool {
@@ -65,9 +88,7 @@ impl Allocators {
         request: &AllocationRequest,
         request_id: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
-        let upstream = self.upstream(zone)?;
-        let call = self.client.post(upstream.url("/v1/allocations")).json(request);
-        self.send(zone, call, request_id).await
+        self.send(zone, request_id, |client, agent| client.post(agent.url("/v1/allocations")).json(request)).await
     }
 
     /// Releases a VM; with an `owner`, only if that tenant placed it (the allocator checks and
@@ -79,9 +100,8 @@ impl Allocators {
         owner: Option<&TenantId>,
         request_id: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
-        let upstream = self.upstream(zone)?;
-        let call = self.client.delete(upstream.url(&vm_path(vm_id, owner)));
-        self.send(zone, call, request_id).await
+        let path = vm_path(vm_id, owner);
+        self.send(zone, request_id, |client, agent| client.delete(agent.url(&path))).await
     }
 
     /// Where a VM is; with an `owner`, 404 unless that tenant placed it.
@@ -92,51 +112,72 @@ impl Allocators {
         owner: Option<&TenantId>,
         request_id: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
-        let upstream = self.upstream(zone)?;
-        let call = self.client.get(upstream.url(&vm_path(vm_id, owner)));
-        self.send(zone, call, request_id).await
+        let path = vm_path(vm_id, owner);
+        self.send(zone, request_id, |client, agent| client.get(agent.url(&path))).await
     }
 
     pub async fn stats(&self, zone: &ZoneId, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
-        let upstream = self.upstream(zone)?;
-        let call = self.client.get(upstream.url("/v1/stats"));
-        self.send(zone, call, request_id).await
+        self.send(zone, request_id, |client, agent| client.get(agent.url("/v1/stats"))).await
     }
 
-    fn upstream(&self, zone: &ZoneId) -> Result<&Arc<Upstream>, UpstreamError> {
-        self.zones.get(zone).ok_or_else(|| UpstreamError::UnknownZone(zone.clone()))
+    /// The zone's agents in the order this call tries them: in turn from the zone's next one,
+    /// those marked down last.
+    fn order(&self, zone: &ZoneId) -> Result<Vec<Arc<Upstream>>, UpstreamError> {
+        let z = self.zones.get(zone).ok_or_else(|| UpstreamError::UnknownZone(zone.clone()))?;
+        let start = z.next.fetch_add(1, Ordering::Relaxed);
+        let n = z.agents.len();
+        let mut agents: Vec<Arc<Upstream>> = (0..n).map(|i| z.agents[(start + i) % n].clone()).collect();
+        // Stable: the turn order stays among the ready ones and among the others.
+        agents.sort_by_key(|agent| !agent.is_ready());
+        Ok(agents)
     }
 
     async fn send(
         &self,
         zone: &ZoneId,
-        mut call: reqwest::RequestBuilder,
         request_id: Option<&str>,
+        build: impl Fn(&reqwest::Client, &Upstream) -> reqwest::RequestBuilder,
     ) -> Result<Answer, UpstreamError> {
-        if let Some(id) = request_id {
-            call = call.header(REQUEST_ID_HEADER, id);
-        }
         let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        let failed = |error: reqwest::Error| {
-            if error.is_timeout() {
-                UpstreamError::Timeout { zone: zone.clone(), timeout_ms }
-            } else {
-                UpstreamError::Unreachable { zone: zone.clone(), message: error.to_string() }
+        let agents = self.order(zone)?;
+        let mut last_error = None;
+        for (i, agent) in agents.iter().enumerate() {
+            let is_last = i + 1 == agents.len();
+            let mut call = build(&self.client, agent).timeout(self.timeout);
+            if let Some(id) = request_id {
+                call = call.header(REQUEST_ID_HEADER, id);
             }
-        };
-        let upstream = self.upstream(zone)?;
-        let response = call.timeout(self.timeout).send().await.map_err(|error| {
-            if !error.is_timeout() {
-                upstream.record_failure();
+            let response = match call.send().await {
+                Ok(response) => response,
+                Err(error) if error.is_timeout() => {
+                    return Err(UpstreamError::Timeout { zone: zone.clone(), timeout_ms })
+                }
+                Err(error) => {
+                    agent.record_failure();
+                    metrics::counter!("control_allocator_failovers_total", "zone" => zone.to_string()).increment(1);
+                    last_error = Some(UpstreamError::Unreachable { zone: zone.clone(), message: error.to_string() });
+                    continue;
+                }
+            };
+            agent.record_success();
+            let status = response.status();
+            if status.is_server_error() && !is_last {
+                metrics::counter!("control_allocator_failovers_total", "zone" => zone.to_string()).increment(1);
+                continue;
             }
-            failed(error)
-        })?;
-        upstream.record_success();
-        let status = response.status();
-        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let (content_type, retry_after) = (header(reqwest::header::CONTENT_TYPE), header(reqwest::header::RETRY_AFTER));
-        let body = response.bytes().await.map_err(failed)?;
-        Ok(Answer { status, content_type, retry_after, body })
+            let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let (content_type, retry_after) =
+                (header(reqwest::header::CONTENT_TYPE), header(reqwest::header::RETRY_AFTER));
+            let body = response.bytes().await.map_err(|error| {
+                if error.is_timeout() {
+                    UpstreamError::Timeout { zone: zone.clone(), timeout_ms }
+                } else {
+                    UpstreamError::Unreachable { zone: zone.clone(), message: error.to_string() }
+                }
+            })?;
+            return Ok(Answer { agent: agent.base.clone(), status, content_type, retry_after, body });
+        }
+        Err(last_error.unwrap_or_else(|| UpstreamError::UnknownZone(zone.clone())))
     }
 }
 

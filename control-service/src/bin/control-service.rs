@@ -34,8 +34,9 @@ struct Cli {
     /// An inference server's base URL; repeat for round robin. Replaces the configured list.
     #[arg(long = "inference-server", value_name = "URL")]
     inference_servers: Vec<String>,
-    /// A zone's allocator, as NAME=URL; repeat for more zones. Sets or replaces that zone.
-    #[arg(long = "zone", value_name = "NAME=URL")]
+    /// A zone's allocator, as NAME=URL (NAME=URL,URL,... for several agents on one shared store);
+    /// repeat for more zones. Sets or replaces that zone.
+    #[arg(long = "zone", value_name = "NAME=URL[,URL...]")]
     zones: Vec<String>,
 }
 
@@ -54,9 +55,10 @@ fn main() -> Result<()> {
     }
     for zone in cli.zones {
         let Some((name, url)) = zone.split_once('=') else {
-            bail!("--zone `{zone}`: expected NAME=URL, e.g. --zone zone-1=http://127.0.0.1:8082");
+            bail!("--zone `{zone}`: expected NAME=URL[,URL...], e.g. --zone zone-1=http://127.0.0.1:8082");
         };
-        config.zones.insert(name.to_owned(), ZoneConfig { allocator: url.to_owned() });
+        let urls: Vec<String> = url.split(',').map(str::to_owned).collect();
+        config.zones.insert(name.to_owned(), ZoneConfig { allocator: None, allocators: urls });
     }
     config.check().context("invalid configuration")?;
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
@@ -96,13 +98,13 @@ async fn serve(config: ControlConfig) -> Result<()> {
     );
     let allocators = Allocators::new(
         allocator_http.clone(),
-        config.zones.iter().map(|(name, zone)| (ZoneId(name.clone()), zone.allocator.clone())),
+        config.zones.iter().map(|(name, zone)| (ZoneId(name.clone()), zone.urls())),
         Duration::from_millis(config.allocator.timeout_ms),
         config.allocator.health(),
     );
     spawn_probes(
         allocator_http,
-        allocators.zones().map(|(_, upstream)| upstream.clone()).collect(),
+        allocators.zones().flat_map(|(_, agents)| agents.iter().cloned()).collect(),
         Duration::from_millis(config.allocator.health_interval_ms),
     );
     let resolver = Resolver::new(

@@ -101,16 +101,31 @@ pub async fn start_allocator(dir: &Path, hosts: usize) -> Process {
 /// The control service in front of `inference` servers and the `zone-1` allocator, with `extra`
 /// TOML sections appended (`[cache]`, `[safeguard]`, ...).
 pub async fn start_control(dir: &Path, inference: &[&str], allocator: &str, timeout_ms: u64, extra: &str) -> Process {
+    start_control_agents(dir, inference, &[allocator], timeout_ms, extra).await
+}
+
+/// [`start_control`] with several allocation agents for `zone-1` (one shared store).
+pub async fn start_control_agents(
+    dir: &Path,
+    inference: &[&str],
+    agents: &[&str],
+    timeout_ms: u64,
+    extra: &str,
+) -> Process {
     let port = free_port();
     let config = dir.join(format!("control-{port}.toml"));
-    let servers: Vec<String> = inference.iter().map(|s| format!("\"{s}\"")).collect();
+    let quoted = |urls: &[&str]| urls.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
+    let zone = match agents {
+        [one] => format!("allocator = \"{one}\""),
+        many => format!("allocators = [{}]", quoted(many)),
+    };
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\ndefault_zone = \"zone-1\"\n[zones.zone-1]\nallocator = \"{allocator}\"\n\
+            "listen = \"127.0.0.1:{port}\"\ndefault_zone = \"zone-1\"\n[zones.zone-1]\n{zone}\n\
              [inference]\nservers = [{}]\ntimeout_ms = {timeout_ms}\nhealth_interval_ms = 100\n\
              [allocator]\nhealth_interval_ms = 100\n{extra}\n",
-            servers.join(", ")
+            quoted(inference)
         ),
     )
     .unwrap();
@@ -209,14 +224,19 @@ pub async fn start_inference_with(dir: &Path, models: &Path, extra: &str) -> Pro
 
 /// An allocator like [`start_allocator`], with `extra` top-level TOML (an `admin_token`, ...).
 pub async fn start_allocator_with(dir: &Path, hosts: usize, extra: &str) -> Process {
+    let store = dir.join(format!("allocator-{}.db", free_port())).display().to_string();
+    start_allocator_on(dir, hosts, &store, extra).await
+}
+
+/// An allocator like [`start_allocator`] on the store `store` (an SQLite path or a PostgreSQL URL).
+pub async fn start_allocator_on(dir: &Path, hosts: usize, store: &str, extra: &str) -> Process {
     let port = free_port();
     let config = dir.join(format!("allocator-{port}.toml"));
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n{extra}\n[generate]\nzone = \"zone-1\"\nhosts = {hosts}\n\
-             hosts_per_rack = 2\ncores = 16\nmemory_gib = 64\n[allocator.policy]\nkind = \"la-binary\"\n",
-            dir.join(format!("allocator-{port}.db")).display()
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{store}\"\n{extra}\n[generate]\nzone = \"zone-1\"\nhosts = {hosts}\n\
+             hosts_per_rack = 2\ncores = 16\nmemory_gib = 64\n[allocator.policy]\nkind = \"la-binary\"\n"
         ),
     )
     .unwrap();
