@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the three-service stack natively on loopback, with the checked-in configs:
 #
-#   scripts/stack.sh up [--fresh] [--build]   start inference-server and allocator, wait for their
+#   scripts/stack.sh up [--fresh] [--build] [--agents N]
+#                                             start inference-server and allocator, wait for their
 #                                             /readyz, then control-service and wait for its /readyz
 #   scripts/stack.sh down                     SIGTERM each (control service first), SIGKILL after a
 #                                             timeout; safe to repeat
@@ -10,12 +11,17 @@
 #
 # Options of `up`: --fresh (or STACK_FRESH=1) deletes the allocator's store first; --build runs
 # cargo even when the binaries exist (by default they are built only when missing, because the
-# README's main command has just built them).
+# README's main command has just built them); --agents N (N >= 2) runs the zone with N allocation
+# agents on one PostgreSQL database instead of one allocator on its SQLite file: a PostgreSQL
+# cluster of the stack's own in target/stack/postgres (port STACK_PG_PORT, default 5433; run as the
+# `postgres` user when root), agent 1 on the config's address, agent i on its port + i - 1, and the
+# control service spreading requests over them with failover (docs/allocator.md).
 # Environment: RUST_LOG (default info, into the log files), STACK_READY_TIMEOUT (seconds, default 60),
 # STACK_STOP_TIMEOUT (seconds, default 10), CARGO_TARGET_DIR (where the binaries are).
 #
 # Everything the stack writes is under target/stack/: <service>.log (the previous run's log is kept
-# as <service>.log.1), <service>.pid, and the allocator's store allocator.db (+ -wal, -shm).
+# as <service>.log.1), <service>.pid, and the allocator's store allocator.db (+ -wal, -shm); with
+# --agents, allocator-<i>.log/.pid for agents 2..N, postgres/ and postgres.log, and `agents`.
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
 # e2e/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
@@ -24,6 +30,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SERVICES=(inference-server allocator control-service)
 STATE_DIR=target/stack
+PG_DIR=$STATE_DIR/postgres
+PG_PORT="${STACK_PG_PORT:-5433}"
 BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
 READY_TIMEOUT="${STACK_READY_TIMEOUT:-60}"
 STOP_TIMEOUT="${STACK_STOP_TIMEOUT:-10}"
@@ -37,7 +45,8 @@ usage() {
     sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
 }
 
-config_of() { echo "configs/$1.toml"; }
+config_of() { echo "configs/${1%%-[0-9]*}.toml"; }
+binary_of() { echo "${1%%-[0-9]*}"; }
 pidfile_of() { echo "$STATE_DIR/$1.pid"; }
 log_of() { echo "$STATE_DIR/$1.log"; }
 
@@ -45,6 +54,11 @@ log_of() { echo "$STATE_DIR/$1.log"; }
 # so a `listen` inside a table cannot be mistaken for it).
 listen_of() {
     local config addr
+    if [[ "$1" =~ ^allocator-([0-9]+)$ ]]; then
+        addr=$(listen_of allocator)
+        echo "${addr%:*}:$((${addr##*:} + BASH_REMATCH[1] - 1))"
+        return
+    fi
     config=$(config_of "$1")
     [ -f "$config" ] || die "$config is missing"
     addr=$(awk '/^[[:space:]]*\[/ { exit } /^[[:space:]]*listen[[:space:]]*=/ {
@@ -77,7 +91,7 @@ running_pid() {
     pidfile=$(pidfile_of "$svc")
     [ -f "$pidfile" ] || return 0
     pid=$(<"$pidfile")
-    if pid_alive "$pid" "$svc"; then
+    if pid_alive "$pid" "$(binary_of "$svc")"; then
         echo "$pid"
     else
         rm -f "$pidfile"
@@ -111,12 +125,27 @@ start_one() {
     log=$(log_of "$svc")
     args=(--config "$(config_of "$svc")")
     # The allocator's store lives with the rest of the stack's state, not in the working directory
-    # (the config's relative "allocator.db").
-    [ "$svc" != allocator ] || args+=(--store "$STATE_DIR/allocator.db")
+    # (the config's relative "allocator.db"); agents share the stack's PostgreSQL database.
+    case "$svc" in
+        allocator | allocator-*)
+            if [ "$AGENTS" -gt 1 ]; then
+                args+=(--store "$(pg_url)" --listen "$(listen_of "$svc")")
+            else
+                args+=(--store "$STATE_DIR/allocator.db")
+            fi
+            ;;
+        control-service)
+            if [ "$AGENTS" -gt 1 ]; then
+                local urls=() i
+                for ((i = 1; i <= AGENTS; i++)); do urls+=("http://$(listen_of "$(agent_name "$i")")"); done
+                args+=(--zone "zone-1=$(IFS=,; echo "${urls[*]}")")
+            fi
+            ;;
+    esac
     [ ! -f "$log" ] || mv -f "$log" "$log.1"
     # nohup: the services outlive the terminal that ran `up`. NO_COLOR: the logs are files, and
     # tracing's ANSI colour codes would only clutter them.
-    NO_COLOR=1 nohup "$BIN_DIR/$svc" "${args[@]}" </dev/null >"$log" 2>&1 &
+    NO_COLOR=1 nohup "$BIN_DIR/$(binary_of "$svc")" "${args[@]}" </dev/null >"$log" 2>&1 &
     echo $! >"$(pidfile_of "$svc")"
     STARTED+=("$svc")
     say "$svc started (pid $!, $(listen_of "$svc"), log $log)"
@@ -165,13 +194,13 @@ stop_one() {
     fi
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
-        pid_alive "$pid" "$svc" || break
+        pid_alive "$pid" "$(binary_of "$svc")" || break
         sleep 0.1
     done
-    if pid_alive "$pid" "$svc"; then
+    if pid_alive "$pid" "$(binary_of "$svc")"; then
         warn "$svc (pid $pid) still running ${STOP_TIMEOUT} s after SIGTERM; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
-        while pid_alive "$pid" "$svc"; do sleep 0.1; done
+        while pid_alive "$pid" "$(binary_of "$svc")"; do sleep 0.1; done
     fi
     # Reap it if `up` started it in this very shell (rollback), so no zombie is left behind.
     proc_running "$pid" || wait "$pid" 2>/dev/null || true
@@ -186,18 +215,86 @@ rollback() {
     [ "${#STARTED[@]}" -gt 0 ] || return 0
     echo "stack: stopping what this run started" >&2
     for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop_one "${STARTED[i]}" >&2; done
+    [ "${PG_STARTED:-0}" -eq 0 ] || pg_down >&2
+}
+
+# How many agents the running (or last) stack has.
+recorded_agents() { local n; n=$(cat "$STATE_DIR/agents" 2>/dev/null || echo 1); [[ "$n" =~ ^[0-9]+$ ]] && echo "$n" || echo 1; }
+
+# Agent i's service name: `allocator` for the first, `allocator-<i>` for the others.
+agent_name() { if [ "$1" -eq 1 ]; then echo allocator; else echo "allocator-$1"; fi; }
+
+# The stack's services in start order (agents after the inference server).
+stack_services() {
+    local i
+    echo inference-server
+    for ((i = 1; i <= AGENTS; i++)); do agent_name "$i"; done
+    echo control-service
+}
+
+pg_url() { echo "postgres://alloc@127.0.0.1:$PG_PORT/allocator"; }
+
+pg_bin() {
+    local dir
+    dir=$(compgen -G '/usr/lib/postgresql/*/bin' | sort -V | tail -n 1)
+    [ -n "$dir" ] && [ -x "$dir/pg_ctl" ] || die "PostgreSQL is not installed (pg_ctl not under /usr/lib/postgresql/*/bin): run scripts/setup.sh"
+    echo "$dir"
+}
+
+# PostgreSQL refuses to run as root: as root, its commands run as the `postgres` user.
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+pg_running() { [ -f "$PG_DIR/postmaster.pid" ] && as_pg "$(pg_bin)/pg_ctl" -D "$PG_DIR" status >/dev/null 2>&1; }
+
+pg_up() {
+    local bin
+    bin=$(pg_bin)
+    if [ "$FRESH" -eq 1 ] && [ -d "$PG_DIR" ]; then
+        pg_running && as_pg "$bin/pg_ctl" -D "$PG_DIR" -m fast -w stop >/dev/null
+        rm -rf "$PG_DIR"
+        say "fresh start: deleted $PG_DIR"
+    fi
+    if [ ! -d "$PG_DIR" ]; then
+        mkdir -p "$PG_DIR"
+        [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$PG_DIR"
+        as_pg "$bin/initdb" -D "$PG_DIR" -A trust -U alloc -E UTF8 >"$STATE_DIR/postgres-init.log" 2>&1 ||
+            die "initdb failed (see $STATE_DIR/postgres-init.log)"
+    fi
+    if ! pg_running; then
+        ! port_in_use "127.0.0.1:$PG_PORT" ||
+            die "port $PG_PORT (PostgreSQL, STACK_PG_PORT) is already in use by another process"
+        touch "$STATE_DIR/postgres.log"
+        [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$STATE_DIR/postgres.log"
+        as_pg "$bin/pg_ctl" -D "$PG_DIR" -l "$STATE_DIR/postgres.log" -w -t "$READY_TIMEOUT" \
+            -o "-p $PG_PORT -k $(realpath "$PG_DIR") -c listen_addresses=127.0.0.1" start >/dev/null ||
+            die "PostgreSQL did not start (see $STATE_DIR/postgres.log)"
+        PG_STARTED=1
+    fi
+    "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U alloc -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'allocator'" |
+        grep -q 1 || "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U alloc -d postgres -qc "CREATE DATABASE allocator" ||
+        die "cannot create the database allocator"
+    say "PostgreSQL ready on 127.0.0.1:$PG_PORT ($(pg_url), data in $PG_DIR)"
+}
+
+pg_down() {
+    [ -d "$PG_DIR" ] || return 0
+    if pg_running; then
+        as_pg "$(pg_bin)/pg_ctl" -D "$PG_DIR" -m fast -w stop >/dev/null && say "PostgreSQL stopped"
+    fi
 }
 
 cmd_up() {
-    local svc pid addr running=() missing=()
+    local svc pid addr running=() missing=() services
     mkdir -p "$STATE_DIR"
-    for svc in "${SERVICES[@]}"; do
+    mapfile -t services < <(AGENTS=$(recorded_agents) stack_services)
+    for svc in "${services[@]}"; do
         pid=$(running_pid "$svc")
         [ -z "$pid" ] || running+=("$svc (pid $pid)")
     done
     [ "${#running[@]}" -eq 0 ] ||
         die "a stack is already running: ${running[*]}; stop it first with scripts/stack.sh down"
-    for svc in "${SERVICES[@]}"; do
+    mapfile -t services < <(stack_services)
+    for svc in "${services[@]}"; do
         addr=$(listen_of "$svc")
         ! port_in_use "$addr" ||
             die "port ${addr##*:} ($svc, listen = \"$addr\" in $(config_of "$svc")) is already in use by another process (see: ss -ltnp 'sport = :${addr##*:}')"
@@ -219,14 +316,21 @@ cmd_up() {
 
     STARTED=()
     UP_DONE=0
+    PG_STARTED=0
     trap rollback EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    # The control service's readiness depends on the other two, so they go first.
+    echo "$AGENTS" >"$STATE_DIR/agents"
+    [ "$AGENTS" -eq 1 ] || pg_up
+    # The control service's readiness depends on the others, so they go first.
     start_one inference-server
-    start_one allocator
+    for ((i = 1; i <= AGENTS; i++)); do
+        start_one "$(agent_name "$i")"
+        # One agent at a time on a new database: the first creates the schema.
+        [ "$i" -gt 1 ] || [ "$AGENTS" -eq 1 ] || wait_ready allocator
+    done
     wait_ready inference-server
-    wait_ready allocator
+    for ((i = 1; i <= AGENTS; i++)); do wait_ready "$(agent_name "$i")"; done
     start_one control-service
     wait_ready control-service
     UP_DONE=1
@@ -239,15 +343,20 @@ cmd_up() {
 }
 
 cmd_down() {
-    local svc
+    local svc services i
+    AGENTS=$(recorded_agents)
+    mapfile -t services < <(stack_services)
     # The front door first, so no new request reaches the backends while they stop.
-    for svc in control-service allocator inference-server; do stop_one "$svc"; done
+    for ((i = ${#services[@]} - 1; i >= 0; i--)); do stop_one "${services[i]}"; done
+    pg_down
 }
 
 cmd_status() {
-    local svc pid addr answer ready=0 state
+    local svc pid addr answer ready=0 state services
+    AGENTS=$(recorded_agents)
+    mapfile -t services < <(stack_services)
     printf '%-17s %-8s %-8s %-16s %s\n' SERVICE PID STATE ADDRESS READYZ
-    for svc in "${SERVICES[@]}"; do
+    for svc in "${services[@]}"; do
         addr=$(listen_of "$svc")
         pid=$(running_pid "$svc")
         if [ -z "$pid" ]; then
@@ -259,7 +368,7 @@ cmd_status() {
         [ "${answer%% *}" != 200 ] || ready=$((ready + 1))
         printf '%-17s %-8s %-8s %-16s %s\n' "$svc" "$pid" "$state" "$addr" "$answer"
     done
-    [ "$ready" -eq "${#SERVICES[@]}" ]
+    [ "$ready" -eq "${#services[@]}" ]
 }
 
 [ $# -ge 1 ] || { usage >&2; exit 2; }
@@ -268,13 +377,21 @@ shift
 FRESH="${STACK_FRESH:-0}"
 [ "$FRESH" = 1 ] || FRESH=0
 BUILD=0
-for arg in "$@"; do
-    case "$arg" in
+AGENTS=1
+while [ $# -gt 0 ]; do
+    case "$1" in
         --fresh) [ "$COMMAND" = up ] || die "--fresh only applies to up"; FRESH=1 ;;
         --build) [ "$COMMAND" = up ] || die "--build only applies to up"; BUILD=1 ;;
+        --agents)
+            [ "$COMMAND" = up ] || die "--agents only applies to up"
+            [[ "${2:-}" =~ ^[1-9][0-9]?$ ]] || die "--agents needs a number of agents from 1 to 99, e.g. --agents 2"
+            AGENTS=$2
+            shift
+            ;;
         -h | --help) usage; exit 0 ;;
-        *) die "unknown option '$arg' (see scripts/stack.sh --help)" ;;
+        *) die "unknown option '$1' (see scripts/stack.sh --help)" ;;
     esac
+    shift
 done
 case "$COMMAND" in
     up) cmd_up ;;
