@@ -52,6 +52,7 @@ use placement::journal::{Change, LoggedChange};
 use placement::state::NewVm;
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Transaction};
+use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -338,6 +339,16 @@ impl PostgresStore {
             }
         };
         let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
+        // What each host's use changes by, written once per host at the end, in host order: two
+        // agents' batches then lock hosts in the same order and cannot deadlock, and the check
+        // judges each host's net use.
+        let mut used: BTreeMap<String, [i64; RESOURCE_DIMS]> = BTreeMap::new();
+        let mut use_on = |host: &str, delta: [i64; RESOURCE_DIMS]| {
+            let entry = used.entry(host.to_owned()).or_insert([0; RESOURCE_DIMS]);
+            for (sum, d) in entry.iter_mut().zip(delta) {
+                *sum += d;
+            }
+        };
         for change in changes {
             match change {
                 Change::Placed { vm, host } => {
@@ -366,7 +377,7 @@ impl PostgresStore {
                         ],
                     )
                     .map_err(sql("recording a placement"))?;
-                    use_on(&mut tx, host.as_str(), [cores, memory, ssd], &name)?;
+                    use_on(host.as_str(), [cores, memory, ssd]);
                 }
                 Change::Released { vm } => {
                     let row = tx
@@ -377,12 +388,7 @@ impl PostgresStore {
                         .map_err(sql("recording a release"))?;
                     if let Some(row) = row {
                         let host: String = row.get(0);
-                        use_on(
-                            &mut tx,
-                            &host,
-                            [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)],
-                            &name,
-                        )?;
+                        use_on(&host, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
                     }
                 }
                 Change::HostState { host, state } => {
@@ -406,7 +412,7 @@ impl PostgresStore {
                         &[&vm.as_str(), &target.as_str(), &demand[0], &demand[1], &demand[2]],
                     )
                     .map_err(sql("recording a migration"))?;
-                    use_on(&mut tx, target.as_str(), demand, &name)?;
+                    use_on(target.as_str(), demand);
                 }
                 Change::MigrationCompleted { vm, target } => {
                     // The target holds the reservation already: the source gives the demand back.
@@ -422,12 +428,7 @@ impl PostgresStore {
                         .map_err(sql("recording a migration"))?;
                     tx.execute("UPDATE vms SET host_id = $2 WHERE vm_id = $1", &[&vm.as_str(), &target.as_str()])
                         .map_err(sql("recording a migration"))?;
-                    use_on(
-                        &mut tx,
-                        &source,
-                        [-row.get::<_, i64>(0), -row.get::<_, i64>(1), -row.get::<_, i64>(2)],
-                        &name,
-                    )?;
+                    use_on(&source, [-row.get::<_, i64>(0), -row.get::<_, i64>(1), -row.get::<_, i64>(2)]);
                 }
                 Change::MigrationCancelled { vm } => {
                     let row = tx
@@ -439,12 +440,7 @@ impl PostgresStore {
                         .map_err(sql("recording a migration"))?;
                     if let Some(row) = row {
                         let target: String = row.get(0);
-                        use_on(
-                            &mut tx,
-                            &target,
-                            [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)],
-                            &name,
-                        )?;
+                        use_on(&target, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
                     }
                 }
                 Change::Drain(drain) => {
@@ -474,6 +470,11 @@ impl PostgresStore {
                 }
             }
         }
+        for (host, delta) in &used {
+            if delta.iter().any(|d| *d != 0) {
+                add_use(&mut tx, host, *delta, &name)?;
+            }
+        }
         // Last, so that the head's row lock is held only while the commit itself runs.
         let logged: Vec<LoggedChange> = changes.iter().map(|c| LoggedChange::of(c, policy_state)).collect();
         let body = serde_json::to_string(&logged).map_err(|e| StoreError::CorruptVm {
@@ -497,7 +498,7 @@ impl PostgresStore {
 
 /// Adds `delta` (base units, negative to give back) to what `host` uses; the table's check refuses
 /// an over-commit.
-fn use_on(tx: &mut Transaction<'_>, host: &str, delta: [i64; RESOURCE_DIMS], name: &str) -> Result<(), StoreError> {
+fn add_use(tx: &mut Transaction<'_>, host: &str, delta: [i64; RESOURCE_DIMS], name: &str) -> Result<(), StoreError> {
     let updated = tx
         .execute(
             "UPDATE hosts SET cores_used = cores_used + $2, memory_used = memory_used + $3, ssd_used = ssd_used + $4
@@ -567,6 +568,10 @@ fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
         SqlState::UNIQUE_VIOLATION => format!("a VM id is placed already ({})", db.message()),
         SqlState::CHECK_VIOLATION => format!("a host would be over-committed ({})", db.message()),
         SqlState::FOREIGN_KEY_VIOLATION => format!("a host is not in the store ({})", db.message()),
+        // Concurrent batches the database could not order: as good as a conflict, decided again.
+        SqlState::T_R_DEADLOCK_DETECTED | SqlState::T_R_SERIALIZATION_FAILURE => {
+            format!("a concurrent batch got in the way ({})", db.message())
+        }
         _ => return None,
     };
     Some(StoreError::Refused { store: name.to_owned(), detail })

@@ -1,0 +1,213 @@
+//! Durable allocation throughput of several allocation agents on one PostgreSQL database, against
+//! one allocator on its SQLite file, all in one run (issue 17).
+//!
+//! `cargo bench -p allocator --bench agents_throughput [-- ALLOCATIONS]` (or `cargo test --release
+//! -p allocator --bench agents_throughput -- ALLOCATIONS`) starts a throwaway PostgreSQL cluster
+//! (as the tests do) and, for each row, the real `allocator` binaries: 1 agent on SQLite, then 1, 2
+//! and 4 agents on one fresh PostgreSQL database. 16 concurrent clients on loopback (one kept-alive
+//! connection each, client c talking to agent c mod N, as the control service spreads requests)
+//! share a fixed number of allocations (default 2,000 after 200 of warm-up); each allocates a new
+//! VM, releases it, and goes on (a request answered 503 is sent again after 5 ms, as a client
+//! would). Reported: allocations per second (each with its release: two durable writes), p50/p99
+//! latency of the allocation requests until placed, and, summed over the agents from their
+//! `/metrics`, commits, conflicts (batches the store refused) and retries per 100 commits, and the
+//! 503 answers per 100 requests (allocations and releases).
+
+#[path = "../tests/support/postgres.rs"]
+mod postgres;
+
+use serde_json::json;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CLIENTS: usize = 16;
+const WARMUP: usize = 200;
+const HOSTS: usize = 200;
+
+struct Agent {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start(dir: &Path, name: &str, store: &str) -> Agent {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n"
+        ),
+    )
+    .expect("config written");
+    let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("allocator started");
+    let agent = Agent { child, base: format!("http://127.0.0.1:{port}") };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !client.get(format!("{}/readyz", agent.base)).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "the allocator did not become ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agent
+}
+
+/// A counter's value summed over the agents.
+async fn counter(agents: &[Agent], name: &str) -> f64 {
+    let mut sum = 0.0;
+    for agent in agents {
+        let text = reqwest::get(format!("{}/metrics", agent.base)).await.expect("metrics").text().await.expect("text");
+        sum += text
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    sum
+}
+
+struct Figures {
+    allocations_per_s: f64,
+    p50: Duration,
+    p99: Duration,
+    /// Allocations and releases answered 503 and sent again.
+    unavailable: usize,
+}
+
+async fn drive(agents: &[Agent], allocations: usize, prefix: &str) -> Figures {
+    let next = Arc::new(AtomicUsize::new(0));
+    let unavailable = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (next, base, prefix) = (Arc::clone(&next), agents[c % agents.len()].base.clone(), prefix.to_owned());
+            let unavailable = Arc::clone(&unavailable);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut latencies = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= allocations {
+                        break latencies;
+                    }
+                    let id = format!("{prefix}-{i}");
+                    let body = json!({"vm": {"vm_id": id, "tenant_id": format!("t{c}"), "vm_type": "D4",
+                        "demand": {"cores": 1 + i % 8, "memory_gib": 4 * (1 + i % 8)},
+                        "prediction": {"p_long": 0.5, "class": if i % 3 == 0 { "long" } else { "short" }, "source": "model"}}});
+                    let sent = Instant::now();
+                    // A 503 (the store refused the batch MAX_ATTEMPTS times) is retried, as a client
+                    // does; the latency counts until the VM is placed.
+                    loop {
+                        let response =
+                            client.post(format!("{base}/v1/allocations")).json(&body).send().await.expect("allocate");
+                        match response.status().as_u16() {
+                            201 => break,
+                            503 => {
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            status => panic!("allocation {id}: {status}"),
+                        }
+                    }
+                    latencies.push(sent.elapsed());
+                    // A release in a refused batch is answered 503 too, and sent again; 404 after a
+                    // 503 means the first one was done after all.
+                    let mut retried = false;
+                    loop {
+                        let response =
+                            client.delete(format!("{base}/v1/allocations/{id}")).send().await.expect("release");
+                        match response.status().as_u16() {
+                            204 => break,
+                            404 if retried => break,
+                            503 => {
+                                retried = true;
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            status => panic!("release {id}: {status}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(allocations);
+    for task in tasks {
+        latencies.extend(task.await.expect("client"));
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Figures {
+        allocations_per_s: allocations as f64 / elapsed.as_secs_f64(),
+        p50: latencies[latencies.len() / 2],
+        p99: latencies[latencies.len() * 99 / 100],
+        unavailable: unavailable.load(Ordering::Relaxed),
+    }
+}
+
+fn main() {
+    let allocations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(2_000).max(100);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    // A real disk under target/: the point is what a durable commit costs.
+    let dir =
+        tempfile::Builder::new().prefix("agents-bench-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let pg = postgres::Postgres::start();
+    println!(
+        "durable allocation throughput: {allocations} allocations (+ as many releases) per row, {CLIENTS} clients, {HOSTS} hosts, la-binary"
+    );
+    println!(
+        "| store | agents | allocations/s | p50 | p99 | commits | conflicts / 100 commits | retries / 100 commits | 503s / 100 requests |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let rows: [(&str, usize); 4] = [("sqlite", 1), ("postgres", 1), ("postgres", 2), ("postgres", 4)];
+    for (row, (kind, n)) in rows.into_iter().enumerate() {
+        runtime.block_on(async {
+            let store = match kind {
+                "sqlite" => dir.path().join("bench.db").display().to_string(),
+                _ => {
+                    let db = format!("bench{row}");
+                    pg.psql(&format!("CREATE DATABASE {db}"));
+                    format!("{}/{db}", pg.url.trim_end_matches("/alloc"))
+                }
+            };
+            let mut agents = Vec::new();
+            for i in 0..n {
+                agents.push(start(dir.path(), &format!("{kind}-{row}-{i}"), &store).await);
+            }
+            drive(&agents, WARMUP, &format!("warm{row}")).await;
+            let (commits0, conflicts0, retries0) = (
+                counter(&agents, "allocator_commits_total").await,
+                counter(&agents, "allocator_commit_conflicts_total").await,
+                counter(&agents, "allocator_commit_retries_total").await,
+            );
+            let figures = drive(&agents, allocations, &format!("r{row}")).await;
+            let commits = counter(&agents, "allocator_commits_total").await - commits0;
+            let conflicts = counter(&agents, "allocator_commit_conflicts_total").await - conflicts0;
+            let retries = counter(&agents, "allocator_commit_retries_total").await - retries0;
+            println!(
+                "| {kind} | {n} | {:.0} | {:.2} ms | {:.2} ms | {commits:.0} | {:.2} | {:.2} | {:.2} |",
+                figures.allocations_per_s,
+                figures.p50.as_secs_f64() * 1e3,
+                figures.p99.as_secs_f64() * 1e3,
+                100.0 * conflicts / commits.max(1.0),
+                100.0 * retries / commits.max(1.0),
+                100.0 * figures.unavailable as f64 / (2 * allocations) as f64,
+            );
+        });
+    }
+}
