@@ -15,68 +15,31 @@
 
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
+mod support;
 
 use serde_json::json;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{metric, Server};
 
 const CLIENTS: usize = 16;
 const WARMUP: usize = 200;
 const HOSTS: usize = 200;
 
-struct Agent {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start(dir: &Path, name: &str, store: &str) -> Agent {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n"
-        ),
-    )
-    .expect("config written");
-    let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("allocator started");
-    let agent = Agent { child, base: format!("http://127.0.0.1:{port}") };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !client.get(format!("{}/readyz", agent.base)).send().await.is_ok_and(|r| r.status().is_success()) {
-        assert!(Instant::now() < deadline, "the allocator did not become ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    agent
+async fn start(dir: &Path, name: &str, store: &str) -> Server {
+    let config = format!(
+        "store = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n"
+    );
+    support::start(dir, name, &config).await
 }
 
 /// A counter's value summed over the agents.
-async fn counter(agents: &[Agent], name: &str) -> f64 {
+async fn counter(agents: &[Server], name: &str) -> f64 {
     let mut sum = 0.0;
     for agent in agents {
-        let text = reqwest::get(format!("{}/metrics", agent.base)).await.expect("metrics").text().await.expect("text");
-        sum += text
-            .lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+        sum += metric(&agent.base, name).await;
     }
     sum
 }
@@ -89,7 +52,7 @@ struct Figures {
     unavailable: usize,
 }
 
-async fn drive(agents: &[Agent], allocations: usize, prefix: &str) -> Figures {
+async fn drive(agents: &[Server], allocations: usize, prefix: &str) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
     let unavailable = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();

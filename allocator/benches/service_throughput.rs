@@ -11,66 +11,26 @@
 //! second (each with its release: two durable writes), p50/p99 latency of the allocation requests,
 //! and how many writes each commit carried on average (from `/metrics`).
 
+mod support;
+
 use serde_json::json;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{metric, Server};
 
 const CLIENTS: [usize; 3] = [1, 4, 16];
 const WARMUP: usize = 200;
 const HOSTS: usize = 200;
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn start(dir: &Path, max_batch: usize) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let store = dir.join(format!("bench-{max_batch}.db"));
-    let config = dir.join(format!("bench-{max_batch}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\nmax_batch = {max_batch}\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n",
-            store.display()
-        ),
-    )
-    .expect("config written");
-    let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("allocator started");
-    let server = Server { child, base: format!("http://127.0.0.1:{port}") };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !client.get(format!("{}/readyz", server.base)).send().await.is_ok_and(|r| r.status().is_success()) {
-        assert!(Instant::now() < deadline, "the allocator did not become ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    server
-}
-
-/// The `_count` of a Prometheus histogram.
-async fn metric_count(base: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{base}/metrics")).await.expect("metrics").text().await.expect("text");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name}_count ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    let config = format!(
+        "store = \"{}\"\nmax_batch = {max_batch}\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n",
+        store.display()
+    );
+    support::start(dir, &format!("bench-{max_batch}"), &config).await
 }
 
 struct Figures {
@@ -83,7 +43,7 @@ struct Figures {
 /// `clients` clients share `allocations` allocate+release pairs; `prefix` keeps VM ids unique.
 async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
-    let commits_before = metric_count(base, "allocator_commit_duration_seconds").await;
+    let commits_before = metric(base, "allocator_commit_duration_seconds_count").await;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
@@ -118,7 +78,7 @@ async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> 
         latencies.extend(task.await.expect("client"));
     }
     let elapsed = started.elapsed();
-    let commits = metric_count(base, "allocator_commit_duration_seconds").await - commits_before;
+    let commits = metric(base, "allocator_commit_duration_seconds_count").await - commits_before;
     latencies.sort();
     Figures {
         allocations_per_s: allocations as f64 / elapsed.as_secs_f64(),

@@ -22,7 +22,7 @@ pub mod sqlite;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
-use domain::{HostId, HostState, InventorySpec, VmId};
+use domain::{HostId, HostState, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
 use placement::journal::{Change, LoggedChange};
 use placement::state::NewVm;
@@ -177,6 +177,58 @@ pub fn open(location: &StoreLocation, inventory: &InventorySpec) -> Result<Box<d
     Ok(match location {
         StoreLocation::Sqlite(path) => Box::new(SqliteStore::open(path)?),
         StoreLocation::Postgres(url) => Box::new(PostgresStore::open(url, inventory)?),
+    })
+}
+
+/// The columns of one placed VM, as both stores keep them (demands in base units, the prediction
+/// as JSON).
+pub(crate) struct VmColumns {
+    pub seq: i64,
+    pub vm_id: String,
+    pub host_id: String,
+    pub tenant_id: String,
+    pub vm_type: String,
+    pub base: [i64; RESOURCE_DIMS],
+    pub placed_at_s: f64,
+    pub prediction: Option<String>,
+}
+
+impl VmColumns {
+    /// The stored VM, refusing a negative demand or an unreadable prediction by the VM's name.
+    pub(crate) fn decode(self, store: &str) -> Result<StoredVm, StoreError> {
+        let corrupt =
+            |detail: String| StoreError::CorruptVm { store: store.to_owned(), vm: self.vm_id.clone(), detail };
+        let mut units = [0u64; RESOURCE_DIMS];
+        for (slot, value) in units.iter_mut().zip(self.base) {
+            *slot = u64::try_from(value).map_err(|_| corrupt(format!("negative demand {value}")))?;
+        }
+        let prediction: Option<LifetimePrediction> = self
+            .prediction
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
+        Ok(StoredVm {
+            seq: self.seq,
+            host: HostId(self.host_id),
+            vm: NewVm {
+                id: VmId(self.vm_id),
+                tenant: TenantId(self.tenant_id),
+                vm_type: self.vm_type,
+                demand: Resources::from_base_units(units),
+                placed_at_s: self.placed_at_s,
+                prediction,
+            },
+        })
+    }
+}
+
+/// A VM's prediction as both stores keep it: JSON, or none.
+pub(crate) fn prediction_json(vm: &NewVm, store: &str) -> Result<Option<String>, StoreError> {
+    vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| StoreError::CorruptVm {
+        store: store.to_owned(),
+        vm: vm.id.to_string(),
+        detail: format!("prediction cannot be written: {e}"),
     })
 }
 

@@ -46,10 +46,9 @@
 //! state it loads comes with the log position it reflects. Rows are kept for [`LOG_KEPT`] batches;
 //! an agent further behind finds a gap and rebuilds from the tables.
 
-use super::{parse_state, state_name, Followed, StoreError, StoredState, StoredVm};
-use domain::{HostId, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use super::{parse_state, prediction_json, state_name, Followed, StoreError, StoredState, VmColumns};
+use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
-use placement::state::NewVm;
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Transaction};
 use std::collections::BTreeMap;
@@ -227,30 +226,17 @@ impl PostgresStore {
             .map_err(sql("reading the placed VMs"))?;
         let mut vms = Vec::with_capacity(rows.len());
         for row in rows {
-            let vm_id: String = row.get(1);
-            let corrupt = |detail: String| StoreError::CorruptVm { store: name.clone(), vm: vm_id.clone(), detail };
-            let mut amounts = [0u64; RESOURCE_DIMS];
-            for (dim, slot) in amounts.iter_mut().enumerate() {
-                let value: i64 = row.get(5 + dim);
-                *slot = u64::try_from(value).map_err(|_| corrupt(format!("negative demand {value}")))?;
-            }
-            let prediction: Option<LifetimePrediction> = row
-                .get::<_, Option<String>>(9)
-                .map(|json| serde_json::from_str(&json))
-                .transpose()
-                .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
-            vms.push(StoredVm {
+            let columns = VmColumns {
                 seq: row.get(0),
-                host: HostId(row.get(2)),
-                vm: NewVm {
-                    id: VmId(vm_id.clone()),
-                    tenant: TenantId(row.get(3)),
-                    vm_type: row.get(4),
-                    demand: Resources::from_base_units(amounts),
-                    placed_at_s: row.get(8),
-                    prediction,
-                },
-            });
+                vm_id: row.get(1),
+                host_id: row.get(2),
+                tenant_id: row.get(3),
+                vm_type: row.get(4),
+                base: [row.get(5), row.get(6), row.get(7)],
+                placed_at_s: row.get(8),
+                prediction: row.get(9),
+            };
+            vms.push(columns.decode(&name)?);
         }
         let mut host_states = Vec::new();
         let rows = tx
@@ -352,13 +338,7 @@ impl PostgresStore {
         for change in changes {
             match change {
                 Change::Placed { vm, host } => {
-                    let prediction = vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
-                        StoreError::CorruptVm {
-                            store: name.clone(),
-                            vm: vm.id.to_string(),
-                            detail: format!("prediction cannot be written: {e}"),
-                        }
-                    })?;
+                    let prediction = prediction_json(vm, &name)?;
                     let [cores, memory, ssd] = units(&vm.demand);
                     tx.execute(
                         "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,

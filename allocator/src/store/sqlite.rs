@@ -31,11 +31,10 @@
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
-use super::{parse_state, state_name, StoreError, StoredState, StoredVm};
-use domain::{HostId, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use super::{parse_state, prediction_json, state_name, StoreError, StoredState, VmColumns};
+use domain::{HostId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
 use placement::journal::Change;
-use placement::state::NewVm;
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -275,31 +274,8 @@ impl SqliteStore {
         for row in rows {
             let (seq, vm_id, host_id, tenant_id, vm_type, base, placed_at_s, prediction) =
                 row.map_err(self.sql("reading the placed VMs"))?;
-            let corrupt = |detail: String| StoreError::CorruptVm {
-                store: self.path.display().to_string(),
-                vm: vm_id.clone(),
-                detail,
-            };
-            let mut units = [0u64; RESOURCE_DIMS];
-            for (slot, value) in units.iter_mut().zip(base) {
-                *slot = u64::try_from(value).map_err(|_| corrupt(format!("negative demand {value}")))?;
-            }
-            let prediction: Option<LifetimePrediction> = prediction
-                .map(|json| serde_json::from_str(&json))
-                .transpose()
-                .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
-            vms.push(StoredVm {
-                seq,
-                host: HostId(host_id),
-                vm: NewVm {
-                    id: VmId(vm_id.clone()),
-                    tenant: TenantId(tenant_id),
-                    vm_type,
-                    demand: Resources::from_base_units(units),
-                    placed_at_s,
-                    prediction,
-                },
-            });
+            let columns = VmColumns { seq, vm_id, host_id, tenant_id, vm_type, base, placed_at_s, prediction };
+            vms.push(columns.decode(&self.path.display().to_string())?);
         }
         let mut statement = self
             .conn
@@ -413,14 +389,7 @@ impl SqliteStore {
             for change in changes {
                 match change {
                     Change::Placed { vm, host } => {
-                        let prediction =
-                            vm.prediction.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
-                                StoreError::CorruptVm {
-                                    store: path.display().to_string(),
-                                    vm: vm.id.to_string(),
-                                    detail: format!("prediction cannot be written: {e}"),
-                                }
-                            })?;
+                        let prediction = prediction_json(vm, &path.display().to_string())?;
                         let units = vm.demand.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX));
                         place
                             .execute(params![
@@ -493,7 +462,8 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{HostState, LifetimeClass, PredictionSource};
+    use domain::{HostState, LifetimeClass, LifetimePrediction, PredictionSource, Resources, TenantId};
+    use placement::state::NewVm;
     use std::sync::Arc;
 
     /// Every host in its initial policy state.

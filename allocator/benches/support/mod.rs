@@ -1,0 +1,52 @@
+//! What the allocator's service benches share: starting the real binary on a free loopback port
+//! and reading its `/metrics`.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `allocator`; killed when dropped.
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the binary with `config` (TOML after the `listen` line) written to `dir/<name>.toml`,
+/// and waits until `/readyz` answers.
+pub async fn start(dir: &Path, name: &str, config: &str) -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).expect("config written");
+    let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("allocator started");
+    let server = Server { child, base: format!("http://127.0.0.1:{port}") };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !client.get(format!("{}/readyz", server.base)).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "the allocator did not become ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server
+}
+
+/// The value of the metric line `name ...` (a counter, or a histogram's `_count`), 0 if absent.
+pub async fn metric(base: &str, name: &str) -> f64 {
+    let text = reqwest::get(format!("{base}/metrics")).await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
