@@ -10,9 +10,12 @@
 //!   bound, as time series and time averages.
 //! - [`engine`]: the event loop: arrivals, exits, LARS migrations, metric samples.
 //! - [`plot`]: the SVG plots of the evaluation.
+//! - [`agents`]: several allocation agents of one zone on one shared store, with lagging views:
+//!   conflicts, retries and the packing density lost against one agent (issue 17).
 //! - [`compare`]: experiments: a matrix of policies by predictions run in parallel, with tables and
 //!   plots.
 
+pub mod agents;
 pub mod compare;
 pub mod engine;
 pub mod metrics;

@@ -6,6 +6,8 @@
 //! - [`bars_svg`]: one bar per label, e.g. the gain of each policy over a baseline (negative values
 //!   go below the zero line).
 //! - [`sweep_svg`]: a metric against a swept parameter (e.g. prediction accuracy), lines with points.
+//! - [`panels_log2_svg`]: panels side by side sharing a doubling x axis (1, 2, 4, ... agents),
+//!   lines with points and whiskers (the range over seeds).
 //!
 //! Points that are not finite are left out rather than failing the plot; an empty plot still gets
 //! its axes, so a run with nothing to show still writes a valid file.
@@ -59,6 +61,30 @@ pub fn time_series_svg(path: &Path, title: &str, y_label: &str, series: &[Series
 /// Lines with a marker at each point, for sweeps over a parameter.
 pub fn sweep_svg(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<(), PlotError> {
     draw_lines(path, title, x_label, y_label, series, true).map_err(|e| draw_error(path, e))
+}
+
+/// A point of a [`RangedSeries`]: x, y, and the range of y (over seeds), drawn as a whisker.
+pub type RangedPoint = (f64, f64, Option<(f64, f64)>);
+
+/// One line of a [`Panel`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangedSeries {
+    pub name: String,
+    pub points: Vec<RangedPoint>,
+}
+
+/// One panel of [`panels_log2_svg`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Panel {
+    pub caption: String,
+    pub y_label: String,
+    pub series: Vec<RangedSeries>,
+}
+
+/// Panels side by side, each with its own y axis, over one x axis in powers of two (x > 0; the
+/// ticks read 1, 2, 4, ...).
+pub fn panels_log2_svg(path: &Path, title: &str, x_label: &str, panels: &[Panel]) -> Result<(), PlotError> {
+    draw_panels(path, title, x_label, panels).map_err(|e| draw_error(path, e))
 }
 
 /// One bar of [`bars_svg`]: a value, and optionally the range it comes from (drawn as a whisker;
@@ -141,6 +167,84 @@ fn draw_lines(
     }
     if !series.is_empty() {
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn draw_panels(path: &Path, title: &str, x_label: &str, panels: &[Panel]) -> Result<(), Box<dyn std::error::Error>> {
+    let log2 = |x: f64| if x > 0.0 { x.log2() } else { f64::NAN };
+    let root = SVGBackend::new(path, (SIZE.0 * panels.len().max(1) as u32 * 3 / 4, SIZE.1)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 20))?;
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    let xs = || panels.iter().flat_map(|p| p.series.iter()).flat_map(|s| s.points.iter().map(|p| log2(p.0)));
+    let x_range = padded(xs().filter(|x| x.is_finite()));
+    for (panel, area) in panels.iter().zip(&areas) {
+        let points = || panel.series.iter().flat_map(|s| s.points.iter()).filter(|p| log2(p.0).is_finite());
+        let y_range = padded(
+            points()
+                .flat_map(|&(_, y, range)| {
+                    let (lo, hi) = range.unwrap_or((y, y));
+                    [y, lo, hi]
+                })
+                .filter(|v| v.is_finite())
+                .chain([0.0]),
+        );
+        let mut chart = ChartBuilder::on(area)
+            .caption(panel.caption.as_str(), ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x_range.clone(), y_range)?;
+        // Ticks at the whole powers of two only.
+        let ticks = (x_range.end.floor() - x_range.start.ceil()).max(0.0) as usize + 1;
+        chart
+            .configure_mesh()
+            .x_labels(ticks)
+            .x_label_formatter(&|x: &f64| {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{}", 2f64.powf(x.round()))
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc(x_label)
+            .y_desc(panel.y_label.as_str())
+            .draw()?;
+        for (i, s) in panel.series.iter().enumerate() {
+            let color = color(i);
+            let line: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|&(x, y, _)| (log2(x), y))
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            for &(x, _, range) in &s.points {
+                let Some((lo, hi)) = range.filter(|(lo, hi)| lo.is_finite() && hi.is_finite() && hi > lo) else {
+                    continue;
+                };
+                if log2(x).is_finite() {
+                    chart.draw_series(std::iter::once(PathElement::new(
+                        vec![(log2(x), lo), (log2(x), hi)],
+                        color.stroke_width(1),
+                    )))?;
+                }
+            }
+        }
+        if !panel.series.is_empty() {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()?;
+        }
     }
     root.present()?;
     Ok(())
@@ -252,6 +356,30 @@ mod tests {
         sweep_svg(&path, "Empty hosts gain by accuracy", "accuracy", "pp", &series).unwrap();
         let svg = read(&path);
         assert!(svg.contains("NILAS") && svg.contains("LAVA") && svg.contains("<circle"), "{svg}");
+    }
+
+    #[test]
+    fn panels_share_a_doubling_axis_and_draw_their_whiskers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("panels.svg");
+        let line = |name: &str| RangedSeries {
+            name: name.to_owned(),
+            points: vec![
+                (1.0, 0.0, None),
+                (2.0, 0.5, Some((0.4, 0.6))),
+                (64.0, 3.0, Some((2.5, 3.5))),
+                (0.0, 1.0, None),
+            ],
+        };
+        let panels = [
+            Panel { caption: "conflicts".into(), y_label: "%".into(), series: vec![line("lag 1"), line("lag 8")] },
+            Panel { caption: "loss".into(), y_label: "pp".into(), series: vec![line("lag 1")] },
+        ];
+        panels_log2_svg(&path, "Agents", "agents", &panels).unwrap();
+        let svg = read(&path);
+        for text in ["Agents", "conflicts", "loss", "lag 8", ">64<", ">2<"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
     }
 
     #[test]

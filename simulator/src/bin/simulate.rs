@@ -7,6 +7,8 @@
 //! simulate run --config run.toml --seed 7          # flags override the file
 //! simulate run --synthetic --print-config > run.toml
 //! simulate compare configs/experiments/perfect.toml --trace trace.csv.gz --hosts 5000 --out-dir eval/perfect
+//! simulate agents --synthetic --auto-hosts --policy nilas --prediction oracle --agents 1,2,4,8 --lags 1,8,n-1 \
+//!     --seeds 1,2,3 --out-dir eval/agents
 //! ```
 //!
 //! Every run's JSON result carries its full configuration (`config`), so it can be re-run with
@@ -19,6 +21,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use placement::defrag::MigrationOrder;
 use placement::rules::Buckets;
 use placement::{Engine, TieBreak};
+use simulator::agents::sweep::{self, SweepSpec};
+use simulator::agents::{Assignment, Lag, OnFailure};
 use simulator::compare::{self, Comparison, Experiment};
 use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
 use simulator::plot::{self, Series};
@@ -41,6 +45,49 @@ enum Command {
     /// Run an experiment (configs/experiments/*.toml): its policies by its predictions, in
     /// parallel, on one workload; write results.json, summary.md and SVG plots.
     Compare(Box<CompareArgs>),
+    /// Replay one trace through N allocation agents of one zone sharing one store, whose views of
+    /// it lag behind: conflicts, retries, failed allocations and the packing density lost against
+    /// one agent, for every number of agents by lag by seed; writes results.json, summary.md and
+    /// agents.svg with --out-dir.
+    Agents(Box<AgentsArgs>),
+}
+
+#[derive(Args)]
+struct AgentsArgs {
+    /// Numbers of agents (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+    agents: Vec<usize>,
+    /// How far each agent's view lags when it decides (comma-separated): a number of the store's
+    /// latest commits it has not seen (`8`), seconds of trace time (`30s`), or `n-1` (N - 1
+    /// commits: every other agent commits once while one decides, a saturated zone).
+    #[arg(long, value_delimiter = ',', default_value = "n-1")]
+    lags: Vec<String>,
+    /// Seeds (comma-separated; default: --seed): tie-breaking, and the draw of agents with
+    /// --assign random.
+    #[arg(long, value_delimiter = ',')]
+    seeds: Vec<u64>,
+    /// Which agent an arrival goes to: in turn, or drawn with the seed.
+    #[arg(long, value_parser = PossibleValuesParser::new(Assignment::NAMES), default_value = "round-robin")]
+    assign: String,
+    /// Attempts of one VM at one agent before it answers 503 (the allocator's 3).
+    #[arg(long, default_value_t = 3)]
+    attempts: u32,
+    /// After a 503: `resubmit` (to the next agent, one lag later, as the control service fails
+    /// over) or `drop` (the VM never runs).
+    #[arg(long, value_parser = PossibleValuesParser::new(OnFailure::NAMES), default_value = "resubmit")]
+    on_failure: String,
+    /// Runs at a time (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Where results.json, summary.md and agents.svg go (default: the table on stdout only).
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+    /// The plot's and table's title.
+    #[arg(long)]
+    title: Option<String>,
+    /// The workload, inventory, policy and predictions of every run.
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -204,7 +251,52 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
         Command::Compare(args) => compare(*args),
+        Command::Agents(args) => agents(*args),
     }
+}
+
+fn agents(args: AgentsArgs) -> Result<()> {
+    let run = &args.run;
+    if run.out.is_some() || run.plot.is_some() || run.record_placements || run.print_config {
+        bail!("--out, --plot, --record-placements and --print-config belong to `simulate run`; `simulate agents` writes into --out-dir");
+    }
+    let base = build_config(run)?;
+    if base.drains.is_some() {
+        bail!("--drains: drains are not simulated with several agents");
+    }
+    let lags = args
+        .lags
+        .iter()
+        .map(|text| text.parse::<Lag>().map_err(|e| anyhow!("--lags: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let spec = SweepSpec {
+        agents: args.agents.clone(),
+        lags,
+        seeds: if args.seeds.is_empty() { vec![base.seed] } else { args.seeds.clone() },
+        assignment: by_name(&args.assign).with_context(|| format!("--assign {}", args.assign))?,
+        max_attempts: args.attempts,
+        on_failure: by_name(&args.on_failure).with_context(|| format!("--on-failure {}", args.on_failure))?,
+    };
+    spec.validate().map_err(|e| anyhow!("{e}"))?;
+    let workload = Workload::load(&base.workload).context("loading the workload")?;
+    let plan = spec.plan();
+    let per_run = (workload.vms.len() + workload.exits_in_window()) as u64;
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let title = args.title.clone().unwrap_or_else(|| {
+        format!("Allocation agents on one store: {} / {}", base.policy.kind, base.prediction.label())
+    });
+    eprintln!("{title}: {} runs, {} at a time, {} VMs each", plan.len(), jobs, workload.vms.len());
+    let bar = progress_bar(run.quiet, per_run * plan.len() as u64);
+    let result = sweep::run_sweep(&title, &workload, &base, &spec, jobs, &|events| bar.inc(events))
+        .context("running the agents")?;
+    bar.finish_and_clear();
+    print!("{}", sweep::markdown(&result));
+    if let Some(dir) = &args.out_dir {
+        for path in sweep::write_outputs(&result, dir).map_err(|e| anyhow!("writing the outputs: {e}"))? {
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(())
 }
 
 fn compare(args: CompareArgs) -> Result<()> {
