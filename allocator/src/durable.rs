@@ -19,7 +19,7 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::store::{self, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
+use crate::store::{self, Committed, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
     LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
@@ -28,6 +28,7 @@ use placement::allocator::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation,
 };
 use placement::defrag::{DrainReport, DrainRequest, Migration};
+use placement::journal::{Change, LoggedChange};
 use placement::reprediction::Repredictor;
 use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,8 @@ pub enum DurableError {
     Contradiction { store: String, vm: VmId, host: HostId, source: Box<StateError> },
     #[error("the store {store} contradicts the inventory: recorded state of host `{host}`: {source}")]
     HostState { store: String, host: HostId, source: Box<StateError> },
+    #[error("a refused batch could not be taken back in memory: {0}")]
+    Undo(String),
 }
 
 /// Which hosts `GET /v1/hosts` lists.
@@ -290,6 +293,38 @@ struct Live {
     store: Box<dyn PlacementStore>,
 }
 
+impl Live {
+    /// Takes back in memory a batch of this agent's: one the store refused (it wrote nothing of
+    /// it; `refused`), whose policy states are then read back from the store, or one it committed
+    /// after other agents' batches, which following the log applies again (with its policy
+    /// states). The changes other agents committed are followed next. An error means the batch
+    /// could not be taken back: rebuild.
+    fn take_back(&mut self, ops: &[Change], refused: bool) -> Result<(), DurableError> {
+        let policy_hosts = self.allocator.undo(ops).map_err(|e| DurableError::Undo(e.to_string()))?;
+        let policy = self.allocator.host_state().map(|p| p.name()).filter(|_| refused && !policy_hosts.is_empty());
+        if let Some(policy) = policy {
+            let mut recorded: std::collections::HashMap<HostId, (String, String)> = self
+                .store
+                .policy_states(&policy_hosts)?
+                .into_iter()
+                .map(|(host, policy, state)| (host, (policy, state)))
+                .collect();
+            for host in policy_hosts {
+                // A host the store does not list is in its initial state.
+                let (policy, state) = match recorded.remove(&host) {
+                    Some((policy, state)) => (policy, Some(state)),
+                    None => (policy.to_owned(), None),
+                };
+                self.allocator
+                    .follow(&LoggedChange::PolicyHostState { host, policy, state })
+                    .map_err(|e| DurableError::Undo(e.to_string()))?;
+            }
+        }
+        self.allocator.take_changes().for_each(drop);
+        Ok(())
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct DurableAllocator {
@@ -315,7 +350,16 @@ fn recover(
     let mut store = store::open(location, spec)?;
     let stored = store.load()?;
     let name = || location.to_string();
-    let mut allocator = Allocator::new(spec, config)?;
+    let mut allocator = match store.agent() {
+        // Agents sharing a zone draw their ties independently: with one sequence, agents with the
+        // same view would pick the same host, and all but one commit would be refused.
+        Some(agent) => {
+            let salt =
+                agent.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+            Allocator::new(spec, &AllocatorConfig { seed: config.seed ^ salt, ..config.clone() })?
+        }
+        None => Allocator::new(spec, config)?,
+    };
     allocator.set_repredictor(repredictor);
     for StoredVm { host, vm, .. } in stored.vms {
         let id = vm.id.clone();
@@ -396,6 +440,7 @@ impl DurableAllocator {
     pub fn rebuild(&mut self, now_s: f64) -> Result<(), DurableError> {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
+        metrics::counter!("allocator_reloads_total").increment(1);
         match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone()) {
             Ok(live) => {
                 self.live = Some(live);
@@ -449,18 +494,32 @@ impl DurableAllocator {
             let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
             let error = match committed {
-                Ok(()) => {
+                Ok(order) => {
                     metrics::counter!("allocator_commits_total").increment(1);
                     record_outcomes(&outcomes);
+                    if order == Committed::AfterOthers {
+                        // Apply the batch again in the store's order, after the others' batches.
+                        let taken_back = live.take_back(&ops, false).inspect_err(|error| {
+                            tracing::warn!(%error, "a batch committed after others could not be taken back; reloading");
+                        });
+                        if taken_back.is_err() {
+                            self.live = None;
+                        }
+                        self.follow_store();
+                    }
                     return replies;
                 }
                 // Another agent committed first what makes this batch impossible (its view was
-                // stale): decide the batch again on the store's state.
+                // stale): take the batch back, follow the store, and decide the batch again. Only
+                // a batch that cannot be taken back in memory costs a rebuild.
                 Err(error @ StoreError::Refused { .. }) if attempt < MAX_ATTEMPTS => {
                     metrics::counter!("allocator_commit_conflicts_total").increment(1);
-                    tracing::debug!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
+                    tracing::warn!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
                     attempt += 1;
-                    if self.rebuild(now_s).is_ok() {
+                    let taken_back = live.take_back(&ops, true).inspect_err(|error| {
+                        tracing::warn!(%error, "the refused batch could not be taken back; reloading");
+                    });
+                    if taken_back.is_ok() || self.rebuild(now_s).is_ok() {
                         metrics::counter!("allocator_commit_retries_total").increment(1);
                         continue;
                     }
@@ -494,14 +553,40 @@ impl DurableAllocator {
     /// then the changes other agents committed since, followed. Answers the whole batch (with
     /// `Unavailable`) when the store cannot be used.
     fn catch_up(&mut self, commands: &[Command], now_s: f64) -> Option<Vec<Result<Reply, CommandError>>> {
+        self.follow_store();
+        if self.live.is_none() {
+            if let Err(error) = self.rebuild(now_s) {
+                tracing::error!(%error, "the allocator's store is still unusable");
+            }
+        }
+        if self.live.is_some() {
+            return None;
+        }
+        let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
+        Some(commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect())
+    }
+
+    /// Applies the changes committed to the store that the live view lacks; drops the live view
+    /// (to be rebuilt) when they cannot be followed.
+    fn follow_store(&mut self) {
         if let Some(live) = &mut self.live {
             let followed = live.store.follow();
             let in_step = match followed {
-                Ok(Followed::Changes(changes)) => {
-                    metrics::counter!("allocator_followed_changes_total").increment(changes.len() as u64);
-                    changes.iter().all(|change| live.allocator.follow(change).is_ok())
+                Ok(Followed::Batches(batches)) => {
+                    let changes = batches.iter().map(Vec::len).sum::<usize>();
+                    metrics::counter!("allocator_followed_changes_total").increment(changes as u64);
+                    match batches.iter().try_for_each(|batch| live.allocator.follow_batch(batch)) {
+                        Ok(()) => true,
+                        Err(error) => {
+                            tracing::warn!(%error, "a followed change contradicts this agent's view; reloading");
+                            false
+                        }
+                    }
                 }
-                Ok(Followed::Gap) => false,
+                Ok(Followed::Gap) => {
+                    tracing::warn!("the change log has a gap at this agent's position; reloading");
+                    false
+                }
                 Err(error) => {
                     tracing::error!(%error, "reading the change log failed; rebuilding from the store");
                     false
@@ -514,16 +599,6 @@ impl DurableAllocator {
                 self.live = None;
             }
         }
-        if self.live.is_none() {
-            if let Err(error) = self.rebuild(now_s) {
-                tracing::error!(%error, "the allocator's store is still unusable");
-            }
-        }
-        if self.live.is_some() {
-            return None;
-        }
-        let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
-        Some(commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect())
     }
 }
 

@@ -16,6 +16,7 @@ use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
 use placement::journal::Change;
 use placement::policy::PolicyConfig;
 use placement::state::NewVm;
+use placement::TieBreak;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeSet;
@@ -26,8 +27,10 @@ fn spec() -> InventorySpec {
     InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap())
 }
 
+/// LAVA with lowest-index ties: agents on a shared store draw random ties from a sequence of their
+/// own, so only deterministic ties let a PostgreSQL run repeat an SQLite run decision by decision.
 fn lava() -> AllocatorConfig {
-    AllocatorConfig { policy: PolicyConfig::preset("lava"), ..Default::default() }
+    AllocatorConfig { policy: PolicyConfig::preset("lava"), tie_break: TieBreak::LowestIndex, ..Default::default() }
 }
 
 fn vm(id: &str, cores: f64, lifetime_s: f64) -> VmRequest {

@@ -16,7 +16,7 @@
 //! release hands over the inventory's own copy of the id.
 
 use crate::defrag::Drain;
-use crate::state::NewVm;
+use crate::state::{NewVm, PlacedVm};
 use domain::{HostId, HostState, VmId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -26,10 +26,12 @@ use std::sync::Arc;
 pub enum Change {
     /// A VM was placed on a host.
     Placed { vm: Arc<NewVm>, host: HostId },
-    /// A VM left its host (released or exited); a migration it was in is cancelled with it.
-    Released { vm: VmId },
-    /// An operator or a drain set a host's state.
-    HostState { host: HostId, state: HostState },
+    /// A VM left its host (released or exited); a migration it was in is cancelled with it. `was`
+    /// is where it was and its record (shared, not copied), so that the release can be taken back
+    /// ([`crate::Allocator::undo`]).
+    Released { vm: VmId, was: PlacedVm },
+    /// An operator or a drain set a host's state (`previous`: the state it had).
+    HostState { host: HostId, state: HostState, previous: HostState },
     /// A VM started migrating to `target` (its demand is reserved there).
     MigrationStarted { vm: VmId, target: HostId },
     /// A VM finished migrating: it is on `target` now.
@@ -88,8 +90,8 @@ impl LoggedChange {
     pub fn of(change: &Change, policy_state: &dyn Fn(&HostId) -> Option<String>) -> LoggedChange {
         match change {
             Change::Placed { vm, host } => LoggedChange::Placed { vm: NewVm::clone(vm), host: host.clone() },
-            Change::Released { vm } => LoggedChange::Released { vm: vm.clone() },
-            Change::HostState { host, state } => LoggedChange::HostState { host: host.clone(), state: *state },
+            Change::Released { vm, .. } => LoggedChange::Released { vm: vm.clone() },
+            Change::HostState { host, state, .. } => LoggedChange::HostState { host: host.clone(), state: *state },
             Change::MigrationStarted { vm, target } => {
                 LoggedChange::MigrationStarted { vm: vm.clone(), target: target.clone() }
             }

@@ -153,21 +153,48 @@ pub trait PlacementStore: Send + fmt::Debug {
     /// Writes `changes` in order, in one transaction: after `Ok` all of them are durable, after
     /// `Err` none of them is. `policy_state` gives a host's policy-state snapshot as the changes
     /// were taken ([`placement::Allocator::policy_host_snapshot`]; `None`: its initial state).
-    fn apply(&mut self, changes: &[Change], policy_state: &dyn Fn(&HostId) -> Option<String>)
-        -> Result<(), StoreError>;
+    fn apply(
+        &mut self,
+        changes: &[Change],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<Committed, StoreError>;
 
-    /// The changes other agents committed since this one's last [`PlacementStore::load`] or
-    /// follow. A store that only this agent writes has none.
-    fn follow(&mut self) -> Result<Followed, StoreError> {
-        Ok(Followed::Changes(Vec::new()))
+    /// This agent's name in a store that several agents share (`None`: only this one writes it).
+    fn agent(&self) -> Option<&str> {
+        None
     }
+
+    /// The recorded policy states (host, policy, its JSON) of `hosts`, as [`PlacementStore::load`]
+    /// gives them: a host not listed is in its initial state.
+    fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError>;
+
+    /// The changes committed since this agent's last [`PlacementStore::load`] or follow, or its
+    /// last batch committed [`Committed::InOrder`]: other agents' batches, and its own committed
+    /// [`Committed::AfterOthers`]. A store that only this agent writes has none.
+    fn follow(&mut self) -> Result<Followed, StoreError> {
+        Ok(Followed::Batches(Vec::new()))
+    }
+}
+
+/// Where a committed batch went in the store's order of commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Committed {
+    /// Right after what this agent last followed: its view is the store's.
+    InOrder,
+    /// After other agents' batches this agent has not followed yet. Its view applied the batch
+    /// before them, which the store did not: take the batch back in memory and follow the log,
+    /// which now includes it (applied in the store's order, no intermediate state over-commits a
+    /// host that the store never over-committed).
+    AfterOthers,
 }
 
 /// What other agents committed since this one last looked.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Followed {
-    /// Their changes, in commit order (none: nothing new, or a store no one else writes).
-    Changes(Vec<LoggedChange>),
+    /// The committed batches, in commit order, each with its changes in order (none: nothing
+    /// new, or a store no one else writes). Follow each as a whole
+    /// ([`placement::Allocator::follow_batch`]).
+    Batches(Vec<Vec<LoggedChange>>),
     /// The log no longer reaches back to this agent's position: reload the whole state.
     Gap,
 }
@@ -258,8 +285,13 @@ impl PlacementStore for SqliteStore {
         &mut self,
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<(), StoreError> {
-        SqliteStore::apply(self, changes, policy_state)
+    ) -> Result<Committed, StoreError> {
+        // No other agent writes an SQLite store.
+        SqliteStore::apply(self, changes, policy_state).map(|()| Committed::InOrder)
+    }
+
+    fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
+        SqliteStore::policy_states(self, hosts)
     }
 }
 
@@ -272,8 +304,16 @@ impl PlacementStore for PostgresStore {
         &mut self,
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Committed, StoreError> {
         PostgresStore::apply(self, changes, policy_state)
+    }
+
+    fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
+        PostgresStore::policy_states(self, hosts)
+    }
+
+    fn agent(&self) -> Option<&str> {
+        Some(&self.agent)
     }
 
     fn follow(&mut self) -> Result<Followed, StoreError> {

@@ -42,11 +42,14 @@
 //! its changes as [`LoggedChange`]s (JSON). Its number comes from `log_head`, taken as the last
 //! statement of the batch's transaction: the row lock serialises the commits' ends, so the log's
 //! order is the commit order and an agent that has read up to `seq` has missed nothing before it.
-//! Each agent follows the rows of the others before it decides ([`PostgresStore::follow`]); the
-//! state it loads comes with the log position it reflects. Rows are kept for [`LOG_KEPT`] batches;
-//! an agent further behind finds a gap and rebuilds from the tables.
+//! Each agent follows the rows it has not applied before it decides ([`PostgresStore::follow`]);
+//! the state it loads comes with the log position it reflects. Its own batch committed right after
+//! that position is applied already and skipped; one committed after other agents' rows it had not
+//! read is taken back in memory and applied again from the log, in the store's order
+//! ([`super::Committed`]). Rows are kept for [`LOG_KEPT`] batches; an agent further behind finds a
+//! gap and rebuilds from the tables.
 
-use super::{parse_state, prediction_json, state_name, Followed, StoreError, StoredState, VmColumns};
+use super::{parse_state, prediction_json, state_name, Committed, Followed, StoreError, StoredState, VmColumns};
 use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
 use postgres::error::SqlState;
@@ -71,7 +74,7 @@ pub struct PostgresStore {
     /// The URL with its password hidden, for messages.
     name: String,
     /// This agent's name in the change log (unique per process start).
-    agent: String,
+    pub(crate) agent: String,
     /// The last change-log row this agent's view reflects.
     followed: i64,
 }
@@ -277,13 +280,30 @@ impl PostgresStore {
         Ok(StoredState { vms, host_states, policy_hosts, migrations, drain })
     }
 
+    /// See [`super::PlacementStore::policy_states`].
+    pub fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
+        let ids: Vec<&str> = hosts.iter().map(HostId::as_str).collect();
+        let rows = self
+            .client
+            .query(
+                "SELECT host_id, policy, policy_state FROM hosts
+                 WHERE host_id = ANY($1) AND policy_state IS NOT NULL",
+                &[&ids],
+            )
+            .map_err(self.sql("reading the policy host states"))?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (HostId(row.get(0)), row.get::<_, Option<String>>(1).unwrap_or_default(), row.get(2)))
+            .collect())
+    }
+
     /// See [`super::PlacementStore::follow`].
     pub fn follow(&mut self) -> Result<Followed, StoreError> {
         let rows = self
             .client
-            .query("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq", &[&self.followed])
+            .query("SELECT seq, body FROM changes WHERE seq > $1 ORDER BY seq", &[&self.followed])
             .map_err(self.sql("reading the change log"))?;
-        let mut changes = Vec::new();
+        let mut batches = Vec::with_capacity(rows.len());
         for row in rows {
             let seq: i64 = row.get(0);
             if seq != self.followed + 1 {
@@ -291,17 +311,14 @@ impl PostgresStore {
                 return Ok(Followed::Gap);
             }
             self.followed = seq;
-            if row.get::<_, &str>(1) == self.agent {
-                continue;
-            }
-            let batch: Vec<LoggedChange> = serde_json::from_str(row.get(2)).map_err(|e| StoreError::CorruptVm {
+            let batch: Vec<LoggedChange> = serde_json::from_str(row.get(1)).map_err(|e| StoreError::CorruptVm {
                 store: self.name.clone(),
                 vm: format!("change log row {seq}"),
                 detail: e.to_string(),
             })?;
-            changes.extend(batch);
+            batches.push(batch);
         }
-        Ok(Followed::Changes(changes))
+        Ok(Followed::Batches(batches))
     }
 
     /// See [`super::PlacementStore::apply`].
@@ -309,9 +326,9 @@ impl PostgresStore {
         &mut self,
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Committed, StoreError> {
         if changes.is_empty() {
-            return Ok(());
+            return Ok(Committed::InOrder);
         }
         let name = self.name.clone();
         let sql = |context: &'static str| {
@@ -359,7 +376,7 @@ impl PostgresStore {
                     .map_err(sql("recording a placement"))?;
                     use_on(host.as_str(), [cores, memory, ssd]);
                 }
-                Change::Released { vm } => {
+                Change::Released { vm, .. } => {
                     let row = tx
                         .query_opt(
                             "DELETE FROM vms WHERE vm_id = $1 RETURNING host_id, cores_base, memory_base, ssd_base",
@@ -371,7 +388,7 @@ impl PostgresStore {
                         use_on(&host, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
                     }
                 }
-                Change::HostState { host, state } => {
+                Change::HostState { host, state, .. } => {
                     tx.execute(
                         "UPDATE hosts SET state = $2 WHERE host_id = $1",
                         &[&host.as_str(), &state_name(*state)],
@@ -462,17 +479,26 @@ impl PostgresStore {
             vm: "change log".to_owned(),
             detail: e.to_string(),
         })?;
+        // One round trip: the head moves and the batch's row goes in.
         let seq: i64 = tx
-            .query_one("UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq", &[])
+            .query_one(
+                "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
+                 INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq",
+                &[&self.agent, &body],
+            )
             .map_err(sql("appending to the change log"))?
             .get(0);
-        tx.execute("INSERT INTO changes (seq, agent, body) VALUES ($1, $2, $3)", &[&seq, &self.agent, &body])
-            .map_err(sql("appending to the change log"))?;
         if seq % 1000 == 0 {
             tx.execute("DELETE FROM changes WHERE seq <= $1", &[&(seq - LOG_KEPT)])
                 .map_err(sql("trimming the change log"))?;
         }
-        tx.commit().map_err(sql("committing"))
+        tx.commit().map_err(sql("committing"))?;
+        if seq == self.followed + 1 {
+            self.followed = seq;
+            Ok(Committed::InOrder)
+        } else {
+            Ok(Committed::AfterOthers)
+        }
     }
 }
 
@@ -504,7 +530,20 @@ fn add_use(tx: &mut Transaction<'_>, host: &str, delta: [i64; RESOURCE_DIMS], na
 /// Adds the inventory's hosts that the store lacks, and brings every host's capacity to the
 /// inventory's. A capacity below what a host's VMs use is refused, naming the host.
 fn seed_hosts(tx: &mut Transaction<'_>, inventory: &InventorySpec, name: &str) -> Result<(), StoreError> {
-    let hosts: Vec<_> = inventory.hosts().collect();
+    // Only the hosts that are missing or differ are written: an agent that starts (or reloads)
+    // while others commit then takes no lock on their hosts' rows.
+    let stored: std::collections::HashMap<String, [i64; RESOURCE_DIMS]> = tx
+        .query("SELECT host_id, cores_cap, memory_cap, ssd_cap FROM hosts", &[])
+        .map_err(|source| StoreError::Sql {
+            store: name.to_owned(),
+            context: "reading the hosts",
+            source: source.into(),
+        })?
+        .into_iter()
+        .map(|row| (row.get(0), [row.get(1), row.get(2), row.get(3)]))
+        .collect();
+    let hosts: Vec<_> =
+        inventory.hosts().filter(|host| stored.get(host.host.as_str()) != Some(&units(&host.capacity))).collect();
     for chunk in hosts.chunks(SEED_CHUNK) {
         let mut statement = String::from("INSERT INTO hosts (host_id, cores_cap, memory_cap, ssd_cap) VALUES ");
         let mut values: Vec<Box<dyn postgres::types::ToSql + Sync>> = Vec::with_capacity(chunk.len() * 4);
@@ -546,11 +585,13 @@ fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
     let db = error.as_db_error()?;
     let detail = match *db.code() {
         SqlState::UNIQUE_VIOLATION => format!("a VM id is placed already ({})", db.message()),
-        SqlState::CHECK_VIOLATION => format!("a host would be over-committed ({})", db.message()),
+        SqlState::CHECK_VIOLATION => {
+            format!("a host would be over-committed ({}; {})", db.message(), db.detail().unwrap_or_default())
+        }
         SqlState::FOREIGN_KEY_VIOLATION => format!("a host is not in the store ({})", db.message()),
         // Concurrent batches the database could not order: as good as a conflict, decided again.
         SqlState::T_R_DEADLOCK_DETECTED | SqlState::T_R_SERIALIZATION_FAILURE => {
-            format!("a concurrent batch got in the way ({})", db.message())
+            format!("a concurrent batch got in the way ({}; {})", db.message(), db.detail().unwrap_or_default())
         }
         _ => return None,
     };

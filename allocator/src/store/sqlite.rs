@@ -35,7 +35,7 @@ use super::{parse_state, prediction_json, state_name, StoreError, StoredState, V
 use domain::{HostId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
 use placement::journal::Change;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -338,6 +338,25 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(self.sql("reading the policy host states"))
     }
 
+    /// See [`super::PlacementStore::policy_states`].
+    pub fn policy_states(&self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT policy, state FROM policy_hosts WHERE host_id = ?1")
+            .map_err(self.sql("reading the policy host states"))?;
+        let mut states = Vec::new();
+        for host in hosts {
+            let row = statement
+                .query_row([host.as_str()], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+                .optional()
+                .map_err(self.sql("reading the policy host states"))?;
+            if let Some((policy, state)) = row {
+                states.push((host.clone(), policy, state));
+            }
+        }
+        Ok(states)
+    }
+
     /// Writes `changes` in order, in one transaction: after `Ok` all of them are durable, after
     /// `Err` none of them is. `policy_state` gives a host's policy-state snapshot as the changes were
     /// taken ([`placement::Allocator::policy_host_snapshot`]; `None`: its initial state).
@@ -407,10 +426,10 @@ impl SqliteStore {
                             .map_err(sql("recording a placement"))?;
                         next_seq += 1;
                     }
-                    Change::Released { vm } => {
+                    Change::Released { vm, .. } => {
                         release.execute(params![vm.as_str()]).map_err(sql("recording a release"))?;
                     }
-                    Change::HostState { host, state } => {
+                    Change::HostState { host, state, .. } => {
                         host_state
                             .execute(params![host.as_str(), state_name(*state)])
                             .map_err(sql("recording a host state"))?;
@@ -489,6 +508,14 @@ mod tests {
         }
     }
 
+    /// The release of `id` (the stores read its id only).
+    fn released(id: &str) -> Change {
+        Change::Released {
+            vm: VmId::from(id),
+            was: placement::PlacedVm { host: placement::HostIndex(0), record: Arc::new(vm(id, 1.0)) },
+        }
+    }
+
     #[test]
     fn batches_round_trip_in_placement_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -500,7 +527,11 @@ mod tests {
                 &[
                     Change::Placed { vm: Arc::new(c.clone()), host: HostId::from("h1") },
                     Change::Placed { vm: Arc::new(a.clone()), host: HostId::from("h0") },
-                    Change::HostState { host: HostId::from("h1"), state: HostState::Unavailable },
+                    Change::HostState {
+                        host: HostId::from("h1"),
+                        state: HostState::Unavailable,
+                        previous: HostState::Available,
+                    },
                 ],
                 &initial,
             )
@@ -508,9 +539,13 @@ mod tests {
         store
             .apply(
                 &[
-                    Change::Released { vm: VmId::from("c") },
+                    released("c"),
                     Change::Placed { vm: Arc::new(b.clone()), host: HostId::from("h1") },
-                    Change::HostState { host: HostId::from("h1"), state: HostState::Failed },
+                    Change::HostState {
+                        host: HostId::from("h1"),
+                        state: HostState::Failed,
+                        previous: HostState::Unavailable,
+                    },
                 ],
                 &initial,
             )
@@ -603,7 +638,7 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("b.db"), "{err}");
         assert_eq!(store.load().unwrap().vms.len(), 1);
-        store.apply(&[Change::Released { vm: VmId::from("a") }], &initial).unwrap();
+        store.apply(&[released("a")], &initial).unwrap();
         drop(store);
         let mut store = SqliteStore::open(&path).unwrap();
         store.apply(&[Change::Placed { vm: Arc::new(vm("d", 1.0)), host: HostId::from("h0") }], &initial).unwrap();

@@ -46,12 +46,13 @@ impl Allocator {
         }
         let mut queue: Vec<(f64, VmId)> = Vec::new();
         for &host in &hosts {
+            let previous = self.state.hosts()[host.get()].state;
             if let Err(error) = self.state.set_host_state(host, HostState::Unavailable) {
                 unreachable!("an indexed host exists: {error}");
             }
             self.host_changed(host);
             let id = self.state.hosts()[host.get()].id.clone();
-            self.journal.push(Change::HostState { host: id, state: HostState::Unavailable });
+            self.journal.push(Change::HostState { host: id, state: HostState::Unavailable, previous });
             for id in self.state.hosts()[host.get()].vms.clone() {
                 if self.state.migration_target(&id).is_some() {
                     continue;

@@ -5,11 +5,24 @@
 //! lifetimes and repredictions, the index) and nowhere else: no policy hook runs (the other
 //! allocator's policy state for the host arrives as its own change), no drain moves on, and
 //! nothing enters this allocator's journal, because it is written already.
+//!
+//! The other direction lives here too: [`Allocator::undo`] takes back this allocator's own changes
+//! that the shared store refused, so that it can follow what the store holds and decide again
+//! without rebuilding its whole state.
 
 use super::Allocator;
-use crate::journal::LoggedChange;
+use crate::journal::{Change, LoggedChange};
 use crate::state::StateError;
 use domain::HostId;
+
+/// Why changes could not be taken back in memory: rebuild the allocator from the store instead.
+#[derive(Debug, thiserror::Error)]
+pub enum UndoError {
+    #[error("a drain or a migration cannot be taken back in memory")]
+    NotReversible,
+    #[error(transparent)]
+    State(#[from] StateError),
+}
 
 impl Allocator {
     /// Applies one change that another allocator committed. An error means this allocator's view
@@ -68,5 +81,74 @@ impl Allocator {
             }
         }
         Ok(())
+    }
+
+    /// Applies one batch that another allocator committed. The store judges a batch by its net
+    /// effect on each host, so the batch's own order can pass through a state the store never held:
+    /// a placement before a release on a host that another agent's batch, committed first, filled
+    /// meanwhile. So the releases of VMs placed before the batch go first (that only frees room);
+    /// the rest follows in order. The end state is the batch's.
+    pub fn follow_batch(&mut self, batch: &[LoggedChange]) -> Result<(), StateError> {
+        let mut released = std::collections::HashSet::new();
+        let early: Vec<bool> = batch
+            .iter()
+            .map(|change| match change {
+                LoggedChange::Released { vm } => self.state.vm(vm).is_some() && released.insert(vm),
+                _ => false,
+            })
+            .collect();
+        for pass in [true, false] {
+            for (change, _) in batch.iter().zip(&early).filter(|(_, early)| **early == pass) {
+                self.follow(change)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back, newest first, changes this allocator made (and took from its journal) that a
+    /// shared store refused to commit: placements are released, releases put back, host states set
+    /// back. Policy states are not in the journal (a change names the host only), so the hosts
+    /// whose policy state changed are returned: their state must be read back from the store (and
+    /// followed as [`LoggedChange::PolicyHostState`]). A batch with a drain or a migration in it is
+    /// left untouched ([`UndoError::NotReversible`]); any error means: rebuild from the store.
+    ///
+    /// What the changes did to the hosts' lifetimes and the index is derived, and follows.
+    pub fn undo(&mut self, changes: &[Change]) -> Result<Vec<HostId>, UndoError> {
+        let reversible = changes.iter().all(|change| {
+            matches!(
+                change,
+                Change::Placed { .. }
+                    | Change::Released { .. }
+                    | Change::HostState { .. }
+                    | Change::PolicyHostState { .. }
+            )
+        });
+        if !reversible {
+            return Err(UndoError::NotReversible);
+        }
+        let mut policy_hosts = Vec::new();
+        for change in changes.iter().rev() {
+            match change {
+                Change::Placed { vm, .. } => self.follow(&LoggedChange::Released { vm: vm.id.clone() })?,
+                Change::Released { was, .. } => {
+                    let host = self.state.hosts()[was.host.get()].id.clone();
+                    self.follow(&LoggedChange::Placed { vm: crate::state::NewVm::clone(&was.record), host })?
+                }
+                Change::HostState { host, previous, .. } => {
+                    self.follow(&LoggedChange::HostState { host: host.clone(), state: *previous })?
+                }
+                Change::PolicyHostState { host, .. } => policy_hosts.push(host.clone()),
+                Change::MigrationStarted { .. }
+                | Change::MigrationCompleted { .. }
+                | Change::MigrationCancelled { .. }
+                | Change::Drain(_) => return Err(UndoError::NotReversible),
+            }
+        }
+        // Nothing taken back is a change of this allocator's to write.
+        self.journal.clear();
+        self.state_changed.clear();
+        policy_hosts.sort_unstable();
+        policy_hosts.dedup();
+        Ok(policy_hosts)
     }
 }

@@ -21,6 +21,7 @@ mod timeline;
 
 pub use drains::DrainError;
 pub use explain::{Explanation, HostVerdict, RankedHost, RuleScore};
+pub use follow::UndoError;
 pub use stats::AllocatorStats;
 
 use crate::defrag::Drain;
@@ -372,7 +373,7 @@ impl Allocator {
         let previous = self.state.hosts()[index.get()].state;
         self.state.set_host_state(index, new_state)?;
         self.host_changed(index);
-        self.journal.push(Change::HostState { host: host.clone(), state: new_state });
+        self.journal.push(Change::HostState { host: host.clone(), state: new_state, previous });
         Ok(previous)
     }
 
@@ -445,7 +446,7 @@ impl Allocator {
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
         self.repredictions.remove(placed.host.get(), vm);
-        self.journal.push(Change::Released { vm: id });
+        self.journal.push(Change::Released { vm: id, was: placed.clone() });
         if let Some(target) = migrating_to {
             // Its reservation went with it.
             self.journal.push(Change::MigrationCancelled { vm: vm.clone() });
