@@ -5,7 +5,7 @@
 
 use placement::PolicyConfig;
 use simulator::agents::sweep::{self, SweepSpec};
-use simulator::agents::{Assignment, Lag, OnFailure};
+use simulator::agents::{Assignment, Lag, OnFailure, RetryMode};
 use simulator::engine::SimConfig;
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig};
@@ -42,6 +42,7 @@ fn the_agent_sweep_counts_conflicts_and_the_density_lost_against_one_agent() {
         assignment: Assignment::RoundRobin,
         max_attempts: 3,
         on_failure: OnFailure::Resubmit,
+        retry: RetryMode::Immediate,
     };
     // One agent once per seed, the others once per lag and seed.
     assert_eq!(spec.plan().len(), 2 + 2 * 3 * 2);
@@ -52,7 +53,8 @@ fn the_agent_sweep_counts_conflicts_and_the_density_lost_against_one_agent() {
         assert_eq!(c.views_out_of_step, 0, "{} agents, lag {}", run.agents, run.lag);
         assert_eq!(c.placed + c.rejected, c.arrivals, "every VM runs in the end");
         assert_eq!(c.arrivals as usize, workload.vms.len());
-        assert_eq!(c.dropped, 0);
+        assert_eq!((c.dropped, c.failed), (0, 0), "an immediate retry reads an up-to-date view");
+        assert_eq!(c.retries, c.conflicts);
     }
     // A row per lag and number of agents; one agent is every lag's reference.
     assert_eq!(result.rows.len(), 9);
@@ -97,6 +99,7 @@ fn the_sweep_is_reproducible_and_random_assignment_differs_from_round_robin() {
         assignment: Assignment::RoundRobin,
         max_attempts: 3,
         on_failure: OnFailure::Resubmit,
+        retry: RetryMode::AfterLag,
     };
     let a = sweep::run_sweep("a", &workload, &base, &spec, 1, &|_| {}).unwrap();
     let b = sweep::run_sweep("a", &workload, &base, &spec, 2, &|_| {}).unwrap();

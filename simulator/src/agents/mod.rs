@@ -21,14 +21,17 @@
 //!   `s` seconds of trace time (`Lag::Seconds`).
 //! - **Conflicts.** A refused batch is a conflict. The agent takes its decision back (the
 //!   placement is released in its view without policy hooks, the policy state of the hosts it
-//!   touched is read back from the store), and decides the VM again once one lag has passed (`d`
-//!   more commits, or `s` seconds), on a view that then holds everything committed up to the
-//!   refusal: the real agent reads the store afresh after a refusal, and while it decides again the
-//!   others go on committing. After `max_attempts` refused attempts (3, as the allocator) the
-//!   agent answers 503 (`failed`), and the request goes to the next agent one lag later (the
+//!   touched is read back from the store) and decides the VM again ([`RetryMode`]): at once, on a
+//!   view brought up to date (`Immediate`, the default: the real agent reads the store afresh
+//!   after a refusal; nothing commits in between in a replay, so that attempt succeeds), or once
+//!   one lag has passed (`AfterLag`: `d` more commits or `s` seconds), on the lagging view that
+//!   then holds the refusal's cause, so that the commits of the other agents' decisions in flight
+//!   meanwhile can refuse it again: cascades. After `max_attempts` refused attempts (3, as the
+//!   allocator) the agent answers 503 (`failed`), and the request goes to the next agent (the
 //!   control service's failover on a 5xx, or the client's retry; [`OnFailure::Resubmit`]), so
 //!   that every VM runs in the end and packing stays comparable with one agent; or it is dropped
-//!   ([`OnFailure::Drop`]).
+//!   ([`OnFailure::Drop`]). A VM placed later than its arrival runs its whole lifetime from its
+//!   placement.
 //! - **Contradictions.** A view that cannot apply a followed change (its own later commits came
 //!   first, and the other agent's placement no longer fits beside them) is rebuilt from the store,
 //!   as the real agent reloads its state. Counted as `follow_rebuilds`.
@@ -138,6 +141,28 @@ impl Assignment {
     pub const NAMES: [&'static str; 2] = ["round-robin", "random"];
 }
 
+/// When a VM whose commit the store refused is decided again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryMode {
+    /// At once, at the same trace time, on a view brought up to date: what the real agent does
+    /// after a refusal. Nothing commits in between in a replay, so this attempt succeeds; the
+    /// cost of conflicts shows as the retries, and as the first attempts that other agents'
+    /// retried placements refuse.
+    #[default]
+    Immediate,
+    /// Once one lag has passed (`d` more commits, or `s` seconds), on the lagging view that then
+    /// holds the refusal's cause: the other agents' commits in flight meanwhile can refuse it
+    /// again (cascades, 503s). The VM is placed that much later in trace time; at the trace's own
+    /// rate `d` commits take `d` times about half a second, far longer than at saturation, so the
+    /// packing figures of this mode carry that shift.
+    AfterLag,
+}
+
+impl RetryMode {
+    pub const NAMES: [&'static str; 2] = ["immediate", "after-lag"];
+}
+
 /// What becomes of a VM whose `max_attempts` attempts at one agent were all refused (the agent
 /// answered 503).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +190,7 @@ pub struct AgentsConfig {
     /// Attempts of one VM at one agent before it answers 503 (the allocator's `MAX_ATTEMPTS`).
     pub max_attempts: u32,
     pub on_failure: OnFailure,
+    pub retry: RetryMode,
     /// Keep every VM's host in the result.
     pub record_placements: bool,
 }
@@ -177,6 +203,7 @@ impl Default for AgentsConfig {
             assignment: Assignment::RoundRobin,
             max_attempts: 3,
             on_failure: OnFailure::Resubmit,
+            retry: RetryMode::Immediate,
             record_placements: false,
         }
     }
@@ -232,6 +259,10 @@ pub struct AgentCounters {
     pub follow_rebuilds: u64,
     /// VMs running at the end of the window.
     pub vms_at_end: u64,
+    /// Trace seconds between a VM's arrival and its placement, summed over the VMs placed (> 0
+    /// only for VMs decided again after a conflict), and the longest.
+    pub delay_s_sum: f64,
+    pub delay_s_max: f64,
     /// Agents whose view, brought up to date at the end, does not hold exactly the store's VMs on
     /// the same hosts (a self-check: always 0).
     pub views_out_of_step: u64,
@@ -259,6 +290,10 @@ pub struct AgentsResult {
     pub metrics: MetricsSummary,
     /// Wall-clock seconds of the event loop.
     pub wall_s: f64,
+    /// Of which rebuilding views from the store.
+    pub rebuild_wall_s: f64,
+    /// Of which following other agents' changes (rebuilds included).
+    pub follow_wall_s: f64,
     pub events: u64,
     /// Every VM's host in workload order, when `record_placements` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -444,6 +479,8 @@ pub struct Agent {
     /// The log position of this agent's latest committed policy-state row of each host: another
     /// agent's older row of the host, read later, is not the store's any more and is skipped.
     own_rows: HashMap<HostId, u64>,
+    /// Wall-clock seconds spent rebuilding the view.
+    pub rebuild_s: f64,
 }
 
 /// The allocator configuration of agent `agent` of a run: the run's, with a seed of its own
@@ -462,7 +499,7 @@ impl Agent {
     ) -> Result<Agent, SimError> {
         let mut allocator = Allocator::new(spec, &config)?;
         allocator.set_repredictor(repredictor.clone());
-        Ok(Agent { allocator, cursor: 0, config, repredictor, own_rows: HashMap::new() })
+        Ok(Agent { allocator, cursor: 0, config, repredictor, own_rows: HashMap::new(), rebuild_s: 0.0 })
     }
 
     /// Reads the store's log from the cursor while `visible` says a batch is in the view, following
@@ -508,6 +545,7 @@ impl Agent {
     /// Throws the view away and builds it again from the store: every VM in placement order, the
     /// host states, the policy-state rows.
     pub fn rebuild(&mut self, store: &Store, spec: &InventorySpec, now_s: f64) -> Result<(), SimError> {
+        let started = Instant::now();
         let mut allocator = Allocator::new(spec, &self.config)?;
         allocator.set_repredictor(self.repredictor.clone());
         let contradiction = |e: placement::StateError| invalid("agents", format!("rebuilding a view: {e}"));
@@ -535,6 +573,7 @@ impl Agent {
         self.allocator = allocator;
         self.cursor = store.head();
         self.own_rows.clear();
+        self.rebuild_s += started.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -646,6 +685,8 @@ struct Retry {
     vm: u32,
     agent: u32,
     attempt: u32,
+    /// Decided on a view brought up to date ([`RetryMode::Immediate`]).
+    fresh: bool,
 }
 
 /// How often the progress callback is called, in events.
@@ -666,19 +707,23 @@ struct Run<'a> {
     on_failure: OnFailure,
     /// At the end of the window, with no event left: every view is up to date (time passes).
     fresh: bool,
+    retry: RetryMode,
+    /// The decision being made reads an up-to-date view (an immediate retry).
+    fresh_decision: bool,
     /// The agent that placed each VM.
     owner: Vec<u32>,
     exits: BinaryHeap<Reverse<(Time, u32)>>,
     retries: VecDeque<Retry>,
     counters: AgentCounters,
     hosts: Option<Vec<Option<String>>>,
+    follow_s: f64,
 }
 
 impl Run<'_> {
     /// Whether batch `seq` of the log is in the view of an agent deciding at `now_s`.
     fn visible(&self, now_s: f64) -> impl Fn(u64, &Batch) -> bool {
         let head = self.store.head();
-        let lag = if self.fresh { Lag::Commits(0) } else { self.lag };
+        let lag = if self.fresh || self.fresh_decision { Lag::Commits(0) } else { self.lag };
         move |seq, batch| match lag {
             Lag::Commits(d) => seq < head.saturating_sub(d),
             Lag::Seconds(s) => batch.time_s <= now_s - s,
@@ -687,10 +732,12 @@ impl Run<'_> {
     }
 
     fn catch_up(&mut self, agent: usize, now_s: f64) -> Result<(), SimError> {
+        let started = Instant::now();
         let visible = self.visible(now_s);
         let (followed, rebuilt) = self.agents[agent].catch_up(agent, &self.store, &self.spec, now_s, visible)?;
         self.counters.followed_changes += followed;
         self.counters.follow_rebuilds += u64::from(rebuilt);
+        self.follow_s += started.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -702,8 +749,8 @@ impl Run<'_> {
         Ok(outcome)
     }
 
-    /// One attempt at placing VM `index` by `agent`.
-    fn decide(&mut self, index: usize, agent: usize, attempt: u32, now_s: f64) -> Result<(), SimError> {
+    /// One attempt at placing VM `index` by `agent` (`retried`: after a conflict).
+    fn decide(&mut self, index: usize, agent: usize, attempt: u32, retried: bool, now_s: f64) -> Result<(), SimError> {
         self.catch_up(agent, now_s)?;
         let workload = self.workload;
         let vm = &workload.vms[index];
@@ -721,12 +768,17 @@ impl Run<'_> {
             Ok(_) => match host {
                 Some(host) => {
                     self.counters.placed += 1;
-                    if attempt > 1 {
+                    if retried {
+                        let delay = (now_s - vm.arrival_s).max(0.0);
                         self.counters.placed_after_conflict += 1;
+                        self.counters.delay_s_sum += delay;
+                        self.counters.delay_s_max = self.counters.delay_s_max.max(delay);
                     }
                     self.owner[index] = agent as u32;
                     if let Some(end) = vm.end_s {
-                        self.exits.push(Reverse((Time(end.max(now_s)), index as u32)));
+                        // A VM placed late (after conflicts) runs its whole lifetime from then on.
+                        let exit = end + (now_s - vm.arrival_s).max(0.0);
+                        self.exits.push(Reverse((Time(exit.max(now_s)), index as u32)));
                     }
                     self.record(index, Some(host));
                 }
@@ -738,11 +790,14 @@ impl Run<'_> {
             Err(refused) => {
                 self.counters.conflicts += 1;
                 self.agents[agent].undo(&refused, &self.store, &self.spec, now_s)?;
-                // Decided again one lag later, from a view that then holds the refusal's cause.
-                let ready = match self.lag {
-                    Lag::Seconds(s) => now_s + s,
-                    Lag::Commits(d) => (self.store.head() + d) as f64,
-                    Lag::Saturated => self.store.head() as f64,
+                // Decided again at once on an up-to-date view, or one lag later on the lagging view
+                // that then holds the refusal's cause.
+                let fresh = self.retry == RetryMode::Immediate;
+                let ready = match (self.lag, fresh) {
+                    (Lag::Seconds(_), true) => now_s,
+                    (Lag::Seconds(s), false) => now_s + s,
+                    (Lag::Commits(d), false) => (self.store.head() + d) as f64,
+                    (_, _) => self.store.head() as f64,
                 };
                 let again = if attempt < self.max_attempts {
                     Some((agent, attempt + 1))
@@ -761,7 +816,7 @@ impl Run<'_> {
                 };
                 if let Some((agent, attempt)) = again {
                     self.counters.retries += 1;
-                    self.retries.push_back(Retry { ready, vm: index as u32, agent: agent as u32, attempt });
+                    self.retries.push_back(Retry { ready, vm: index as u32, agent: agent as u32, attempt, fresh });
                 }
             }
         }
@@ -831,11 +886,14 @@ pub fn run_agents(
         max_attempts: agents.max_attempts,
         on_failure: agents.on_failure,
         fresh: false,
+        retry: agents.retry,
+        fresh_decision: false,
         owner: vec![NO_AGENT; workload.vms.len()],
         exits: BinaryHeap::new(),
         retries: VecDeque::new(),
         counters: AgentCounters::default(),
         hosts: agents.record_placements.then(|| vec![None; workload.vms.len()]),
+        follow_s: 0.0,
     };
     // Arrivals to agents: in turn, or drawn.
     let mut draw = ChaCha8Rng::seed_from_u64(config.seed ^ 0xA6E7_5A55_1C0F_FEE5);
@@ -891,7 +949,9 @@ pub fn run_agents(
             }
             Kind::Retry => {
                 let Some(retry) = run.retries.pop_front() else { break };
-                run.decide(retry.vm as usize, retry.agent as usize, retry.attempt, now)?;
+                run.fresh_decision = retry.fresh;
+                run.decide(retry.vm as usize, retry.agent as usize, retry.attempt, true, now)?;
+                run.fresh_decision = false;
             }
             Kind::Arrival => {
                 let index = next_arrival;
@@ -901,7 +961,7 @@ pub fn run_agents(
                     Assignment::RoundRobin => index % n,
                     Assignment::Random => draw.random_range(0..n),
                 };
-                run.decide(index, agent, 1, now)?;
+                run.decide(index, agent, 1, false, now)?;
             }
             Kind::Sample => {
                 run.tick(now)?;
@@ -958,6 +1018,8 @@ pub fn run_agents(
         counters: run.counters,
         metrics: exact.summary(),
         wall_s: started.elapsed().as_secs_f64(),
+        rebuild_wall_s: run.agents.iter().map(|a| a.rebuild_s).sum(),
+        follow_wall_s: run.follow_s,
         events,
         placements,
     })

@@ -6,7 +6,7 @@
 //! One agent sees its own commits at once, whatever the lag, so `N = 1` runs once per seed and
 //! is every lag's reference.
 
-use super::{run_agents, AgentsConfig, AgentsResult, Assignment, Lag, OnFailure};
+use super::{run_agents, AgentsConfig, AgentsResult, Assignment, Lag, OnFailure, RetryMode};
 use crate::compare::Spread;
 use crate::engine::{SimConfig, SimError};
 use crate::plot::{self, Panel, RangedSeries};
@@ -26,6 +26,7 @@ pub struct SweepSpec {
     pub assignment: Assignment,
     pub max_attempts: u32,
     pub on_failure: OnFailure,
+    pub retry: RetryMode,
 }
 
 impl SweepSpec {
@@ -128,6 +129,7 @@ pub fn run_sweep(
                     assignment: spec.assignment,
                     max_attempts: spec.max_attempts,
                     on_failure: spec.on_failure,
+                    retry: spec.retry,
                     record_placements: false,
                 };
                 let mut reported = 0;
@@ -245,8 +247,8 @@ pub fn markdown(sweep: &Sweep) -> String {
     );
     let _ = writeln!(
         out,
-        "- arrivals to agents: {:?}; {} attempts per VM at one agent, then 503 and {:?}; seeds {:?}\n",
-        sweep.spec.assignment, sweep.spec.max_attempts, sweep.spec.on_failure, sweep.spec.seeds
+        "- arrivals to agents: {:?}; a refused VM decided again {:?}, {} attempts at one agent, then 503 and {:?}; seeds {:?}\n",
+        sweep.spec.assignment, sweep.spec.retry, sweep.spec.max_attempts, sweep.spec.on_failure, sweep.spec.seeds
     );
     let drop = sweep.spec.on_failure == OnFailure::Drop;
     out.push_str("| lag | agents | conflicts % | retries | 503s |");

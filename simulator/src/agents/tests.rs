@@ -101,7 +101,8 @@ fn agents_with_fresh_views_never_conflict_and_stale_ones_do_but_stay_in_step() {
         let stale = run_agents(&workload, &config, &agents(4, lag), |_| {}).unwrap();
         let c = &stale.counters;
         assert!(c.conflicts > 0, "lag {lag}: {c:?}");
-        assert_eq!(c.retries, c.conflicts, "resubmitted after every conflict");
+        assert_eq!(c.retries, c.conflicts, "decided again after every conflict");
+        assert_eq!((c.failed, c.delay_s_sum), (0, 0.0), "at once, on an up-to-date view");
         // Every VM runs in the end (503s are sent again), and every view agrees with the store.
         assert_eq!(c.placed + c.rejected, c.arrivals, "lag {lag}: {c:?}");
         assert_eq!((c.views_out_of_step, c.dropped), (0, 0), "lag {lag}");
@@ -121,12 +122,17 @@ fn a_stale_agent_that_goes_for_a_full_host_conflicts_and_decides_again() {
     let workload =
         Workload::from_records(vec![record("a", 3.0, 0.0, None), record("b", 2.0, 1.0, None)], &config.workload)
             .unwrap();
-    let stale = run_agents(&workload, &config, &agents(2, Lag::Commits(1)), |_| {}).unwrap();
-    assert_eq!(host_of(&stale, "a"), Some("sim-h0"));
-    assert_eq!(host_of(&stale, "b"), Some("sim-h1"));
-    let c = &stale.counters;
-    assert_eq!((c.placement_attempts, c.conflicts, c.retries, c.placed_after_conflict, c.failed), (3, 1, 1, 1, 0));
-    assert!((c.conflict_rate_pct() - 100.0 / 3.0).abs() < 1e-9);
+    for retry in [RetryMode::Immediate, RetryMode::AfterLag] {
+        let stale =
+            run_agents(&workload, &config, &AgentsConfig { retry, ..agents(2, Lag::Commits(1)) }, |_| {}).unwrap();
+        assert_eq!(host_of(&stale, "a"), Some("sim-h0"));
+        assert_eq!(host_of(&stale, "b"), Some("sim-h1"), "{retry:?}");
+        let c = &stale.counters;
+        assert_eq!((c.placement_attempts, c.conflicts, c.retries, c.placed_after_conflict, c.failed), (3, 1, 1, 1, 0));
+        assert!((c.conflict_rate_pct() - 100.0 / 3.0).abs() < 1e-9);
+        // At once, b is placed at its arrival; after the lag, at the end of the window (1 s).
+        assert_eq!(c.delay_s_sum, 0.0);
+    }
     // With views up to date, b goes to h1 at once.
     let fresh = run_agents(&workload, &config, &agents(2, Lag::Commits(0)), |_| {}).unwrap();
     assert_eq!(host_of(&fresh, "b"), Some("sim-h1"));
@@ -145,14 +151,20 @@ fn after_max_attempts_the_vm_fails_and_goes_to_the_next_agent() {
     let records = vec![record("a", 3.0, 0.0, Some(5.0)), record("b", 2.0, 1.0, None), record("c", 1.0, 9.0, None)];
     let workload = Workload::from_records(records, &config.workload).unwrap();
     // b: agent 1 misses a's commit and is refused; with one attempt per agent that is a 503 at
-    // once, and the request goes to agent 0.
-    let one_attempt = AgentsConfig { max_attempts: 1, ..agents(2, Lag::Commits(1)) };
+    // once, and the request goes to agent 0, one commit later.
+    let one_attempt = AgentsConfig { max_attempts: 1, retry: RetryMode::AfterLag, ..agents(2, Lag::Commits(1)) };
     let result = run_agents(&workload, &config, &one_attempt, |_| {}).unwrap();
     let c = &result.counters;
     assert_eq!((c.conflicts, c.failed, c.retries), (1, 1, 1), "{c:?}");
     // Agent 0 decides b again once one more commit came (a's exit at 5): h0 has room then.
     assert_eq!(host_of(&result, "b"), Some("sim-h0"));
     assert_eq!((c.placed, c.rejected, c.views_out_of_step), (3, 0, 0));
+    assert_eq!((c.placed_after_conflict, c.delay_s_sum, c.delay_s_max), (1, 4.0, 4.0));
+    // Decided again at once by agent 0, on an up-to-date view: h0 is full then, b is rejected.
+    let at_once = AgentsConfig { retry: RetryMode::Immediate, ..one_attempt.clone() };
+    let result = run_agents(&workload, &config, &at_once, |_| {}).unwrap();
+    assert_eq!(host_of(&result, "b"), None);
+    assert_eq!((result.counters.failed, result.counters.rejected, result.counters.placed), (1, 1, 2));
     let dropped =
         run_agents(&workload, &config, &AgentsConfig { on_failure: OnFailure::Drop, ..one_attempt }, |_| {}).unwrap();
     assert_eq!(host_of(&dropped, "b"), None);

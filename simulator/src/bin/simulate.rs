@@ -22,7 +22,7 @@ use placement::defrag::MigrationOrder;
 use placement::rules::Buckets;
 use placement::{Engine, TieBreak};
 use simulator::agents::sweep::{self, SweepSpec};
-use simulator::agents::{Assignment, Lag, OnFailure};
+use simulator::agents::{Assignment, Lag, OnFailure, RetryMode};
 use simulator::compare::{self, Comparison, Experiment};
 use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
 use simulator::plot::{self, Series};
@@ -72,6 +72,10 @@ struct AgentsArgs {
     /// Attempts of one VM at one agent before it answers 503 (the allocator's 3).
     #[arg(long, default_value_t = 3)]
     attempts: u32,
+    /// When a refused VM is decided again: `immediate` (at once, on an up-to-date view, as the
+    /// real agent does) or `after-lag` (one lag later, on the lagging view: cascades).
+    #[arg(long, value_parser = PossibleValuesParser::new(RetryMode::NAMES), default_value = "immediate")]
+    retry: String,
     /// After a 503: `resubmit` (to the next agent, one lag later, as the control service fails
     /// over) or `drop` (the VM never runs).
     #[arg(long, value_parser = PossibleValuesParser::new(OnFailure::NAMES), default_value = "resubmit")]
@@ -276,6 +280,7 @@ fn agents(args: AgentsArgs) -> Result<()> {
         assignment: by_name(&args.assign).with_context(|| format!("--assign {}", args.assign))?,
         max_attempts: args.attempts,
         on_failure: by_name(&args.on_failure).with_context(|| format!("--on-failure {}", args.on_failure))?,
+        retry: by_name(&args.retry).with_context(|| format!("--retry {}", args.retry))?,
     };
     spec.validate().map_err(|e| anyhow!("{e}"))?;
     let workload = Workload::load(&base.workload).context("loading the workload")?;
