@@ -514,13 +514,14 @@ impl DurableAllocator {
                 // a batch that cannot be taken back in memory costs a rebuild.
                 Err(error @ StoreError::Refused { .. }) if attempt < MAX_ATTEMPTS => {
                     metrics::counter!("allocator_commit_conflicts_total").increment(1);
-                    tracing::warn!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
+                    tracing::debug!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
                     attempt += 1;
                     let taken_back = live.take_back(&ops, true).inspect_err(|error| {
                         tracing::warn!(%error, "the refused batch could not be taken back; reloading");
                     });
                     if taken_back.is_ok() || self.rebuild(now_s).is_ok() {
                         metrics::counter!("allocator_commit_retries_total").increment(1);
+                        std::thread::sleep(retry_jitter(attempt));
                         continue;
                     }
                     error
@@ -604,7 +605,17 @@ impl DurableAllocator {
 
 /// How often a batch the store refused is decided again on fresh state before its writes are
 /// answered as not durable (retryable).
-const MAX_ATTEMPTS: u32 = 3;
+const MAX_ATTEMPTS: u32 = 5;
+
+/// A random pause before deciding a refused batch again, up to 0.5 ms doubled per attempt. Agents
+/// that lost a race for the same host (a dense-packing policy sends every agent to the one host
+/// with the right hole) would otherwise all come back at once and race again.
+fn retry_jitter(attempt: u32) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    // The clock's low bits are as good as random here; mixed so that they spread over the range.
+    let mixed = u64::from(nanos).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    std::time::Duration::from_micros(mixed % (500 << attempt.min(6)))
+}
 
 fn record_outcomes(outcomes: &[&'static str]) {
     for outcome in outcomes {

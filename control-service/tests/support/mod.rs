@@ -11,9 +11,20 @@ use std::time::{Duration, Instant};
 pub struct Process {
     child: Option<Child>,
     pub base: String,
+    /// The binary, its configuration and what it is, to start it again.
+    command: (PathBuf, PathBuf, String),
 }
 
 impl Process {
+    /// Starts the process again as it was started (same configuration, same port) and waits until
+    /// it is ready.
+    pub async fn restart(&mut self) {
+        self.kill();
+        let (binary, config, what) = self.command.clone();
+        self.child = Some(spawn(&binary, &config));
+        wait_ready(self, &what).await;
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -51,7 +62,11 @@ pub fn workspace_binary(name: &str) -> PathBuf {
 
 /// Starts `binary` with `--config config`, serving on `port`, and waits until it is ready.
 async fn start_binary(binary: &Path, config: &Path, port: u16, what: &str) -> Process {
-    let mut process = Process { child: Some(spawn(binary, config)), base: format!("http://127.0.0.1:{port}") };
+    let mut process = Process {
+        child: Some(spawn(binary, config)),
+        base: format!("http://127.0.0.1:{port}"),
+        command: (binary.to_owned(), config.to_owned(), what.to_owned()),
+    };
     wait_ready(&mut process, what).await;
     process
 }
@@ -177,7 +192,7 @@ pub async fn start_control_logged(dir: &Path, config: &str) -> LoggedProcess {
     // CONTROL_SERVICE_BIN runs the same test against another build (e.g. an older commit's).
     let binary = std::env::var_os("CONTROL_SERVICE_BIN")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_control-service")), PathBuf::from);
-    let mut child = Command::new(binary)
+    let mut child = Command::new(&binary)
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "info")
@@ -197,7 +212,9 @@ pub async fn start_control_logged(dir: &Path, config: &str) -> LoggedProcess {
             }
         }
     });
-    let mut process = Process { child: Some(child), base: format!("http://127.0.0.1:{port}") };
+    // A restart starts it again without capturing its log.
+    let command = (binary, path, "control-service".to_owned());
+    let mut process = Process { child: Some(child), base: format!("http://127.0.0.1:{port}"), command };
     wait_ready(&mut process, "control-service").await;
     LoggedProcess { process, log }
 }
