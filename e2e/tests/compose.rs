@@ -907,6 +907,104 @@ const ALL_CHECKS: [fn(&Stack, &mut Vec<String>); 7] = [
     check_depends_on,
 ];
 
+/// The two-agent option over the base file (`docker compose -f docker-compose.yml -f
+/// docker-compose.agents.yml`), which overrides services by name.
+const AGENTS_FILE: &str = "docker-compose.agents.yml";
+
+/// The option's checks: both agents on one PostgreSQL store of the `postgres` service, started once
+/// it is healthy, listening where configs/allocator.toml says; the control service routes zone-1 to
+/// both; the second agent is published on a port of its own and checked like the first.
+fn check_agents_option(base: &Stack, text: &str, problems: &mut Vec<String>) {
+    let mut value: Value =
+        serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{AGENTS_FILE}: not valid YAML: {e}"));
+    value.apply_merge().unwrap_or_else(|e| panic!("{AGENTS_FILE}: bad merge key (<<): {e}"));
+    let file: ComposeFile = serde_yaml_ng::from_value(value)
+        .unwrap_or_else(|e| panic!("{AGENTS_FILE}: not a compose file these checks can read: {e}"));
+    let healthy = Some("service_healthy".to_owned());
+    match file.services.get("postgres").and_then(|p| p.healthcheck.as_ref()).and_then(|h| h.test.as_ref()) {
+        Some(StringOrList::List(test)) if test.iter().any(|t| t == "pg_isready") => {}
+        _ => problems.push(format!("{AGENTS_FILE} services.postgres: no `pg_isready` health check")),
+    }
+    if !file.volumes.contains_key("postgres-state") {
+        problems.push(format!("{AGENTS_FILE} volumes: no `postgres-state` for the database"));
+    }
+    let Some(native) = base.native.get("allocator") else { return };
+    let port = native.listen.port();
+    let agents = ["allocator", "allocator-2"];
+    let mut stores = BTreeSet::new();
+    for name in agents {
+        let Some(raw) = file.services.get(name) else {
+            problems.push(format!("{AGENTS_FILE} services: no service '{name}'"));
+            continue;
+        };
+        let agent = normalize_service(name, raw, &base.root, problems);
+        match agent.flag("--store") {
+            Ok(url) if url.starts_with("postgres://") && url.contains("@postgres:5432/") => {
+                stores.insert(url.to_owned());
+            }
+            Ok(url) => {
+                problems.push(format!("{AGENTS_FILE} services.{name}: --store `{url}` is not the postgres service"))
+            }
+            Err(e) => problems.push(format!("{AGENTS_FILE}: {e}")),
+        }
+        if agent.flag("--listen").ok() != Some(format!("0.0.0.0:{port}").as_str()) {
+            problems.push(format!(
+                "{AGENTS_FILE} services.{name}: --listen must be 0.0.0.0:{port} ({})",
+                native.listen_field()
+            ));
+        }
+        if agent.depends_on.get("postgres") != Some(&healthy) {
+            problems.push(format!("{AGENTS_FILE} services.{name}: must wait for postgres to be healthy"));
+        }
+    }
+    if stores.len() > 1 {
+        problems.push(format!("{AGENTS_FILE}: the agents have different stores: {stores:?}"));
+    }
+    if let Some(raw) = file.services.get("allocator-2") {
+        let second = normalize_service("allocator-2", raw, &base.root, problems);
+        let taken: BTreeSet<u16> =
+            base.services.values().flat_map(|s| s.ports.iter().filter_map(|p| p.published)).collect();
+        match second.ports.as_slice() {
+            [mapping] if mapping.target == port && mapping.published.is_some_and(|p| !taken.contains(&p)) => {}
+            other => problems.push(format!(
+                "{AGENTS_FILE} services.allocator-2.ports: {other:?}: publish port {port} on a host port the base file does not use"
+            )),
+        }
+        let readyz = format!("http://127.0.0.1:{port}/readyz");
+        if !second.healthcheck.as_ref().is_some_and(|test| test.contains(&readyz)) {
+            problems.push(format!("{AGENTS_FILE} services.allocator-2.healthcheck: must ask {readyz}"));
+        }
+        if second.mount_of("/etc/lava/allocator.toml").is_none() {
+            problems.push(format!("{AGENTS_FILE} services.allocator-2.volumes: configs/ is not mounted at /etc/lava"));
+        }
+    }
+    let Some(raw) = file.services.get("control-service") else {
+        problems.push(format!("{AGENTS_FILE} services: no service 'control-service'"));
+        return;
+    };
+    let control = normalize_service("control-service", raw, &base.root, problems);
+    let expected = format!("zone-1={}", agents.map(|a| format!("http://{a}:{port}")).join(","));
+    if control.flag("--zone").ok() != Some(expected.as_str()) {
+        problems.push(format!("{AGENTS_FILE} services.control-service: --zone must be `{expected}`"));
+    }
+    if control.depends_on.get("allocator-2") != Some(&healthy) {
+        problems.push(format!("{AGENTS_FILE} services.control-service: must wait for allocator-2 to be healthy"));
+    }
+}
+
+#[test]
+fn the_two_agent_option_shares_one_postgres_store_and_the_control_service_routes_to_both() {
+    let base = Stack::load();
+    let mut problems = Vec::new();
+    check_agents_option(&base, &read(&repo_root().join(AGENTS_FILE)), &mut problems);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // And the check notices a second agent on a store of its own.
+    let broken = read(&repo_root().join(AGENTS_FILE)).replacen("@postgres:5432/lava", "@elsewhere:5432/lava", 1);
+    let mut problems = Vec::new();
+    check_agents_option(&base, &broken, &mut problems);
+    assert!(problems.iter().any(|p| p.contains("is not the postgres service")), "{problems:?}");
+}
+
 #[test]
 fn ports_and_listen_addresses_match_the_native_configs() {
     assert_consistent(check_ports);
