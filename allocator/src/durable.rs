@@ -571,11 +571,15 @@ impl DurableAllocator {
     /// (to be rebuilt) when they cannot be followed.
     fn follow_store(&mut self) {
         if let Some(live) = &mut self.live {
+            let started = Instant::now();
             let followed = live.store.follow();
+            metrics::histogram!("allocator_follow_duration_seconds").record(started.elapsed().as_secs_f64());
             let in_step = match followed {
                 Ok(Followed::Batches(batches)) => {
                     let changes = batches.iter().map(Vec::len).sum::<usize>();
                     metrics::counter!("allocator_followed_changes_total").increment(changes as u64);
+                    // How far behind the store this agent's view was: the change log's lag.
+                    metrics::histogram!("allocator_follow_lag_batches").record(batches.len() as f64);
                     match batches.iter().try_for_each(|batch| live.allocator.follow_batch(batch)) {
                         Ok(()) => true,
                         Err(error) => {
