@@ -25,7 +25,8 @@ use domain::{
     LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
 };
 use placement::allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Explanation,
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError,
+    Explanation,
 };
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::journal::{Change, LoggedChange};
@@ -336,6 +337,8 @@ pub struct DurableAllocator {
     broken: Option<String>,
     /// The repredicting model, set again on every rebuild.
     repredictor: Option<Arc<dyn Repredictor>>,
+    /// The last [`AVOIDANCE_WINDOW`] commit attempts on a shared store: refused or not.
+    attempts: std::collections::VecDeque<bool>,
 }
 
 /// Rebuilds the acknowledged state: the inventory, every stored VM in placement order, then the
@@ -415,6 +418,7 @@ impl DurableAllocator {
             live: Some(live),
             broken: None,
             repredictor: None,
+            attempts: std::collections::VecDeque::with_capacity(AVOIDANCE_WINDOW),
         })
     }
 
@@ -477,6 +481,13 @@ impl DurableAllocator {
                 return replies;
             }
             let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
+            if live.store.agent().is_some() {
+                // A batch decided again after a refusal draws from the top hosts; others do so as
+                // often as commits were refused lately.
+                let probability =
+                    if attempt > 1 { 1.0 } else { (AVOIDANCE_GAIN * refused_share(&self.attempts)).min(1.0) };
+                live.allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: AVOIDANCE_TOP, probability }));
+            }
             let mut outcomes: Vec<&'static str> = Vec::new();
             let mut replies: Vec<Result<Reply, CommandError>> = commands
                 .iter()
@@ -493,6 +504,10 @@ impl DurableAllocator {
             let allocator = &live.allocator;
             let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
+            if self.attempts.len() == AVOIDANCE_WINDOW {
+                self.attempts.pop_front();
+            }
+            self.attempts.push_back(matches!(committed, Err(StoreError::Refused { .. })));
             let error = match committed {
                 Ok(order) => {
                     metrics::counter!("allocator_commits_total").increment(1);
@@ -605,6 +620,24 @@ impl DurableAllocator {
             }
         }
     }
+}
+
+/// Conflict avoidance (Protean, paper 001 s5.3): an agent of a shared store draws a placement from
+/// the best `AVOIDANCE_TOP` valid hosts, instead of the best ones only, with a probability
+/// `AVOIDANCE_GAIN` times the share of its last `AVOIDANCE_WINDOW` commit attempts that were
+/// refused (always from 10% refused on, and always when deciding a refused batch again). Dense
+/// packing leaves very few hosts with the best score (2 at the median in the agents bench), and
+/// agents deciding at the same time would all go for them. Measured in docs/benchmarks.md.
+const AVOIDANCE_TOP: usize = 16;
+const AVOIDANCE_WINDOW: usize = 50;
+const AVOIDANCE_GAIN: f64 = 10.0;
+
+/// The share of `attempts` that were refused (0 with none).
+fn refused_share(attempts: &std::collections::VecDeque<bool>) -> f64 {
+    if attempts.is_empty() {
+        return 0.0;
+    }
+    attempts.iter().filter(|refused| **refused).count() as f64 / attempts.len() as f64
 }
 
 /// How often a batch the store refused is decided again on fresh state before its writes are

@@ -28,7 +28,8 @@ pub mod select;
 pub mod state;
 
 pub use allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, DrainError, Engine, Explanation,
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError, Engine,
+    Explanation,
 };
 pub use journal::Change;
 pub use policy::{Policy, PolicyConfig};

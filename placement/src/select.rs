@@ -57,8 +57,13 @@ impl Chooser {
     }
 
     /// A uniform position in `0..len` (random mode), the same draw [`Chooser::pick`] makes.
-    fn draw(&mut self, len: usize) -> Option<usize> {
+    pub(crate) fn draw(&mut self, len: usize) -> Option<usize> {
         (len > 0).then(|| self.rng.random_range(0..len))
+    }
+
+    /// True with probability `p` (a draw from the same sequence, whatever the mode).
+    pub(crate) fn coin(&mut self, p: f64) -> bool {
+        self.rng.random::<f64>() < p
     }
 
     /// One of `candidates` (not empty).

@@ -73,13 +73,7 @@ impl Allocator {
         let selection = self.select(vm, Some(self.chooser.clone()));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
         let request = rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s());
-        let validators = self.policy.validators().len();
-        let mut ranked: Vec<(ScoreKey, HostIndex)> = (0..self.state.hosts().len())
-            .map(|i| HostIndex(i as u32))
-            .filter(|h| self.policy.first_rejection(&self.view(*h), &request, 0..validators).is_none())
-            .map(|h| (self.policy.score(&self.view(h), &request), h))
-            .collect();
-        ranked.sort_unstable();
+        let ranked = self.rank(&request);
         let top = ranked.iter().take(top).map(|(key, h)| self.ranked(*h, key)).collect();
         let verdict = why_not.map(|host| self.verdict(host, &request, selection.score, selection.host));
         Ok(Explanation {
@@ -90,6 +84,19 @@ impl Allocator {
             rule_stats: selection.stats,
             why_not: verdict,
         })
+    }
+
+    /// Every valid host for `request`, best first (a full scan: for dry runs and conflict
+    /// avoidance, not the decision path).
+    pub(super) fn rank(&self, request: &RuleRequest) -> Vec<(ScoreKey, HostIndex)> {
+        let validators = self.policy.validators().len();
+        let mut ranked: Vec<(ScoreKey, HostIndex)> = (0..self.state.hosts().len())
+            .map(|i| HostIndex(i as u32))
+            .filter(|h| self.policy.first_rejection(&self.view(*h), request, 0..validators).is_none())
+            .map(|h| (self.policy.score(&self.view(h), request), h))
+            .collect();
+        ranked.sort_unstable();
+        ranked
     }
 
     fn ranked(&self, host: HostIndex, key: &ScoreKey) -> RankedHost {

@@ -98,6 +98,15 @@ pub enum AllocateError {
     PartialGang { placed: VmId, missing: VmId },
 }
 
+/// How an agent of a shared store avoids conflicts ([`Allocator::set_conflict_avoidance`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConflictAvoidance {
+    /// How many of the best valid hosts a placement draws from.
+    pub top: usize,
+    /// The probability that a placement draws from them (else: among the best hosts only).
+    pub probability: f64,
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Allocator {
@@ -124,6 +133,7 @@ pub struct Allocator {
     state_changed: BTreeSet<HostIndex>,
     index: Option<IncrementalIndex>,
     chooser: Chooser,
+    avoidance: Option<ConflictAvoidance>,
     clock_s: f64,
     rejections: HashMap<RejectionCode, u64>,
 }
@@ -156,6 +166,7 @@ impl Allocator {
             state_changed: BTreeSet::new(),
             index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
             chooser: Chooser::new(config.tie_break, config.seed),
+            avoidance: None,
             clock_s: f64::NEG_INFINITY,
             rejections: HashMap::new(),
         })
@@ -274,6 +285,11 @@ impl Allocator {
         let mut last_stats = Vec::new();
         for (position, vm) in request.vms().iter().enumerate() {
             let mut selection = self.select(vm, None);
+            if let (Some(best), Some(avoidance)) = (selection.host, self.avoidance) {
+                if avoidance.probability > 0.0 && self.chooser.coin(avoidance.probability) {
+                    selection.host = Some(self.among_top(vm, avoidance.top).unwrap_or(best));
+                }
+            }
             match selection.host {
                 Some(host) => {
                     last_stats = std::mem::take(&mut selection.stats);
@@ -314,6 +330,22 @@ impl Allocator {
             rule_stats: last_stats,
             replayed: false,
         })
+    }
+
+    /// Avoids conflicts with other agents of a shared store (Protean's conflict avoidance, paper 001
+    /// s5.3): with `avoidance`, each placement draws, with its probability, a host at random among
+    /// the `top` best valid hosts instead of among the best ones only. `None` (the default): never.
+    pub fn set_conflict_avoidance(&mut self, avoidance: Option<ConflictAvoidance>) {
+        self.avoidance = avoidance;
+    }
+
+    /// A host drawn at random among the `top` best valid hosts for `vm`.
+    fn among_top(&mut self, vm: &VmRequest, top: usize) -> Option<HostIndex> {
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        let request = rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s());
+        let ranked = self.rank(&request);
+        let pick = self.chooser.draw(ranked.len().min(top))?;
+        Some(ranked[pick].1)
     }
 
     /// The earlier answer when every VM of the request is placed already.

@@ -1,0 +1,64 @@
+//! Conflict avoidance (Protean, paper 001 s5.3): an agent that draws from the top N valid hosts
+//! spreads its placements over them; without it, or with probability 0, it decides exactly as
+//! before (the same hosts, the same random sequence).
+
+use domain::{AllocationOutcome, AllocationRequest, HostId, InventorySpec, Resources, VmId, VmRequest};
+use placement::rules::Buckets;
+use placement::{Allocator, AllocatorConfig, ConflictAvoidance, PolicyConfig, TieBreak};
+use std::collections::BTreeSet;
+
+/// 8 hosts of 16 cores, filled to 1..8 cores: best fit ranks them by fill.
+fn filled() -> Allocator {
+    let spec = InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    // Exact best fit: one host has the best score.
+    let policy = PolicyConfig { buckets: Buckets::Exact, ..PolicyConfig::preset("pbfr") };
+    let config = AllocatorConfig { policy, tie_break: TieBreak::Random, ..Default::default() };
+    let mut allocator = Allocator::new(&spec, &config).unwrap();
+    for h in 0..8u32 {
+        for others in 0..8u32 {
+            let state = if others == h { domain::HostState::Available } else { domain::HostState::Failed };
+            allocator.set_host_state(&HostId(format!("z-h{others}")), state).unwrap();
+        }
+        let vm =
+            VmRequest::new(&format!("fill{h}"), "t", "D", Resources::from_whole(f64::from(h + 1), 4.0, 0.0).unwrap());
+        assert!(allocator.allocate(&AllocationRequest::Vm(vm), 100.0).unwrap().is_placed());
+    }
+    for h in 0..8 {
+        allocator.set_host_state(&HostId(format!("z-h{h}")), domain::HostState::Available).unwrap();
+    }
+    allocator.take_changes().for_each(drop);
+    allocator
+}
+
+/// The hosts 40 one-core VMs land on, each released again right after.
+fn landings(allocator: &mut Allocator) -> Vec<HostId> {
+    (0..40)
+        .map(|i| {
+            let vm = VmRequest::new(&format!("v{i}"), "t", "D", Resources::from_whole(1.0, 1.0, 0.0).unwrap());
+            let decision = allocator.allocate(&AllocationRequest::Vm(vm), 200.0).unwrap();
+            let AllocationOutcome::Placed { placements } = decision.outcome else { panic!("rejected") };
+            allocator.release(&VmId(format!("v{i}")), 200.0).unwrap();
+            placements[0].host_id.clone()
+        })
+        .collect()
+}
+
+#[test]
+fn avoidance_draws_among_the_top_hosts_and_probability_zero_changes_nothing() {
+    let mut plain = filled();
+    let best = landings(&mut plain);
+    assert_eq!(best.iter().collect::<BTreeSet<_>>().len(), 1, "best fit: always the fullest host: {best:?}");
+
+    let mut zero = filled();
+    zero.set_conflict_avoidance(Some(ConflictAvoidance { top: 3, probability: 0.0 }));
+    assert_eq!(landings(&mut zero), best, "probability 0 decides as without avoidance");
+
+    let mut avoiding = filled();
+    let vm = VmRequest::new("probe", "t", "D", Resources::from_whole(1.0, 1.0, 0.0).unwrap());
+    let top3: BTreeSet<HostId> =
+        avoiding.explain(&vm, None, 3, 200.0).unwrap().top.into_iter().map(|ranked| ranked.host_id).collect();
+    avoiding.set_conflict_avoidance(Some(ConflictAvoidance { top: 3, probability: 1.0 }));
+    let spread: BTreeSet<HostId> = landings(&mut avoiding).into_iter().collect();
+    assert!(spread.is_subset(&top3), "{spread:?} outside the top 3 {top3:?}");
+    assert!(spread.len() > 1, "40 draws among 3 hosts used only {spread:?}");
+}
