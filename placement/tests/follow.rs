@@ -95,6 +95,43 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Runs `op` at step `step` on `allocator`; `placed` holds the VMs it may release. Drains and
+/// migrations only with `drains`.
+fn run_op(allocator: &mut Allocator, op: Op, step: usize, placed: &mut Vec<VmId>, drains: bool) {
+    let now = 1_000.0 + 60.0 * step as f64;
+    match op {
+        Op::Allocate(cores, lifetime) => {
+            let id = format!("v{step}");
+            let decision = allocator.allocate(&AllocationRequest::Vm(vm(&id, cores, lifetime)), now).unwrap();
+            if decision.is_placed() {
+                placed.push(VmId(id));
+            }
+        }
+        Op::Release(i) if !placed.is_empty() => {
+            let id = placed.swap_remove(i % placed.len());
+            allocator.release(&id, now).unwrap();
+        }
+        Op::HostState(h, available) => {
+            let state = if available { HostState::Available } else { HostState::Unavailable };
+            allocator.set_host_state(&HostId(format!("z-h{h}")), state).unwrap();
+        }
+        Op::Drain if drains => {
+            let request = DrainRequest {
+                hosts: DrainHosts::Pick(1),
+                order: MigrationOrder::LongestRemainingFirst,
+                max_in_flight: 2,
+            };
+            let _ = allocator.start_drain(&request, now);
+        }
+        Op::Complete if drains => {
+            if let Some(first) = allocator.drain_report().and_then(|r| r.in_flight.first().map(|m| m.vm_id.clone())) {
+                allocator.complete_migration(&first, now).unwrap();
+            }
+        }
+        Op::Release(_) | Op::Drain | Op::Complete => {}
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -106,38 +143,7 @@ proptest! {
         let (mut leader, mut follower) = (allocator(kind), allocator(kind));
         let mut placed: Vec<VmId> = Vec::new();
         for (step, op) in ops.into_iter().enumerate() {
-            let now = 1_000.0 + 60.0 * step as f64;
-            match op {
-                Op::Allocate(cores, lifetime) => {
-                    let id = format!("v{step}");
-                    let decision = leader.allocate(&AllocationRequest::Vm(vm(&id, cores, lifetime)), now).unwrap();
-                    if decision.is_placed() {
-                        placed.push(VmId(id));
-                    }
-                }
-                Op::Release(i) if !placed.is_empty() => {
-                    let id = placed.swap_remove(i % placed.len());
-                    leader.release(&id, now).unwrap();
-                }
-                Op::Release(_) => {}
-                Op::HostState(h, available) => {
-                    let state = if available { HostState::Available } else { HostState::Unavailable };
-                    leader.set_host_state(&HostId(format!("z-h{h}")), state).unwrap();
-                }
-                Op::Drain => {
-                    let request = DrainRequest {
-                        hosts: DrainHosts::Pick(1),
-                        order: MigrationOrder::LongestRemainingFirst,
-                        max_in_flight: 2,
-                    };
-                    let _ = leader.start_drain(&request, now);
-                }
-                Op::Complete => {
-                    if let Some(first) = leader.drain_report().and_then(|r| r.in_flight.first().map(|m| m.vm_id.clone())) {
-                        leader.complete_migration(&first, now).unwrap();
-                    }
-                }
-            }
+            run_op(&mut leader, op, step, &mut placed, true);
             // The follower's clock moves as the leader's (both read the time of the requests they
             // serve): the timers that fire on both are the follower's own changes, like the leader's.
             follower.advance_clock(leader.clock_s());
@@ -172,26 +178,8 @@ proptest! {
         let mut run = |agent: &mut Allocator, ops: Vec<Op>, placed: &mut Vec<VmId>, mut store: Option<&mut Allocator>| {
             for op in ops {
                 step += 1;
-                let now = 1_000.0 + 60.0 * step as f64;
-                match op {
-                    Op::Allocate(cores, lifetime) => {
-                        let id = format!("v{step}");
-                        let decision = agent.allocate(&AllocationRequest::Vm(vm(&id, cores, lifetime)), now).unwrap();
-                        if decision.is_placed() {
-                            placed.push(VmId(id));
-                        }
-                    }
-                    Op::Release(i) if !placed.is_empty() => {
-                        let id = placed.swap_remove(i % placed.len());
-                        agent.release(&id, now).unwrap();
-                    }
-                    Op::HostState(h, available) => {
-                        let state = if available { HostState::Available } else { HostState::Unavailable };
-                        agent.set_host_state(&HostId(format!("z-h{h}")), state).unwrap();
-                    }
-                    // Drains and migrations are not taken back in memory (the agent rebuilds).
-                    Op::Release(_) | Op::Drain | Op::Complete => {}
-                }
+                // Drains and migrations are not taken back in memory (the agent rebuilds).
+                run_op(agent, op, step, placed, false);
                 // Time passes for the store's other agents too: their timers fire as the agent's.
                 if let Some(store) = store.as_deref_mut() {
                     store.advance_clock(agent.clock_s());
