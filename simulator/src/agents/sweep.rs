@@ -203,6 +203,7 @@ pub fn rows(spec: &SweepSpec, runs: &[SweepRun]) -> Vec<SweepRow> {
 
 fn lag_label(lag: Lag) -> String {
     match lag {
+        Lag::Commits(1) => "1 commit".to_owned(),
         Lag::Commits(d) => format!("{d} commits"),
         Lag::Seconds(s) => format!("{s} s"),
         Lag::Saturated => "N-1 commits".to_owned(),
