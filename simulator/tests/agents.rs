@@ -5,7 +5,7 @@
 
 use placement::PolicyConfig;
 use simulator::agents::sweep::{self, SweepSpec};
-use simulator::agents::{Assignment, Lag, OnFailure, RetryMode};
+use simulator::agents::{Assignment, Avoidance, Lag, OnFailure, RetryMode};
 use simulator::engine::SimConfig;
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig};
@@ -40,7 +40,8 @@ fn the_agent_sweep_counts_conflicts_and_the_density_lost_against_one_agent() {
         lags: vec![Lag::Commits(0), Lag::Saturated, Lag::Seconds(60.0)],
         seeds: vec![1, 2],
         assignment: Assignment::RoundRobin,
-        max_attempts: 3,
+        max_attempts: 5,
+        avoidance: Some(Avoidance::default()),
         on_failure: OnFailure::Resubmit,
         retry: RetryMode::Immediate,
     };
@@ -97,7 +98,8 @@ fn the_sweep_is_reproducible_and_random_assignment_differs_from_round_robin() {
         lags: vec![Lag::Commits(4)],
         seeds: vec![7],
         assignment: Assignment::RoundRobin,
-        max_attempts: 3,
+        max_attempts: 5,
+        avoidance: Some(Avoidance::default()),
         on_failure: OnFailure::Resubmit,
         retry: RetryMode::AfterLag,
     };

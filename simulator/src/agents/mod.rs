@@ -26,15 +26,19 @@
 //!   after a refusal; nothing commits in between in a replay, so that attempt succeeds), or once
 //!   one lag has passed (`AfterLag`: `d` more commits or `s` seconds), on the lagging view that
 //!   then holds the refusal's cause, so that the commits of the other agents' decisions in flight
-//!   meanwhile can refuse it again: cascades. After `max_attempts` refused attempts (3, as the
+//!   meanwhile can refuse it again: cascades. After `max_attempts` refused attempts (5, as the
 //!   allocator) the agent answers 503 (`failed`), and the request goes to the next agent (the
 //!   control service's failover on a 5xx, or the client's retry; [`OnFailure::Resubmit`]), so
 //!   that every VM runs in the end and packing stays comparable with one agent; or it is dropped
 //!   ([`OnFailure::Drop`]). A VM placed later than its arrival runs its whole lifetime from its
 //!   placement.
+//! - **Conflict avoidance** ([`Avoidance`], on by default as in the service): an agent draws
+//!   among the top hosts with a probability that follows its recent refused share, and always
+//!   when it decides a refused VM again.
 //! - **Contradictions.** A view that cannot apply a followed change (its own later commits came
-//!   first, and the other agent's placement no longer fits beside them) is rebuilt from the store,
-//!   as the real agent reloads its state. Counted as `follow_rebuilds`.
+//!   first, and the other agent's placement no longer fits beside them) is rebuilt from the store.
+//!   Counted as `follow_rebuilds`. (The real agent avoids them: a batch committed after others it
+//!   had not seen is taken back and applied again in the store's order.)
 //!
 //! Packing density and empty hosts are the store's, integrated exactly over time as
 //! [`crate::engine::run`] does ([`MetricsRecorder`] after every event). With one agent the run is
@@ -50,7 +54,7 @@ use crate::workload::Workload;
 use domain::{AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimePrediction};
 use placement::journal::LoggedChange;
 use placement::reprediction::Repredictor;
-use placement::{Allocator, AllocatorConfig, Change, InventoryState, NewVm, PlacedVm};
+use placement::{Allocator, AllocatorConfig, Change, ConflictAvoidance, InventoryState, NewVm, PlacedVm};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -180,6 +184,25 @@ impl OnFailure {
     pub const NAMES: [&'static str; 2] = ["resubmit", "drop"];
 }
 
+/// Protean's conflict avoidance (paper 001 s5.3) as the allocator service runs it
+/// (`allocator/src/durable.rs`): each agent draws a host at random among the `top` best valid
+/// hosts instead of the best ones only ([`placement::ConflictAvoidance`]), with a probability
+/// `gain` times the share of its last `window` commit attempts that the store refused, and always
+/// when it decides a refused VM again. The defaults are the service's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Avoidance {
+    pub top: usize,
+    pub window: usize,
+    pub gain: f64,
+}
+
+impl Default for Avoidance {
+    fn default() -> Self {
+        Avoidance { top: 16, window: 50, gain: 10.0 }
+    }
+}
+
 /// The agents of one run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -189,6 +212,8 @@ pub struct AgentsConfig {
     pub assignment: Assignment,
     /// Attempts of one VM at one agent before it answers 503 (the allocator's `MAX_ATTEMPTS`).
     pub max_attempts: u32,
+    /// Conflict avoidance (`None`: off).
+    pub avoidance: Option<Avoidance>,
     pub on_failure: OnFailure,
     pub retry: RetryMode,
     /// Keep every VM's host in the result.
@@ -201,7 +226,8 @@ impl Default for AgentsConfig {
             agents: 1,
             lag: Lag::Commits(0),
             assignment: Assignment::RoundRobin,
-            max_attempts: 3,
+            max_attempts: 5,
+            avoidance: Some(Avoidance::default()),
             on_failure: OnFailure::Resubmit,
             retry: RetryMode::Immediate,
             record_placements: false,
@@ -216,6 +242,11 @@ impl AgentsConfig {
         }
         if self.max_attempts == 0 {
             return Err(invalid("max_attempts", "must be at least 1"));
+        }
+        if let Some(a) = self.avoidance {
+            if a.top == 0 || a.window == 0 || !(a.gain.is_finite() && a.gain >= 0.0) {
+                return Err(invalid("avoidance", "top and window must be at least 1, gain a number >= 0"));
+            }
         }
         if let Lag::Seconds(s) = self.lag {
             if !(s.is_finite() && s >= 0.0) {
@@ -481,6 +512,10 @@ pub struct Agent {
     own_rows: HashMap<HostId, u64>,
     /// Wall-clock seconds spent rebuilding the view.
     pub rebuild_s: f64,
+    /// Its latest commit attempts (refused or not), for conflict avoidance.
+    attempts: VecDeque<bool>,
+    /// How many of them it keeps.
+    window: usize,
 }
 
 /// The allocator configuration of agent `agent` of a run: the run's, with a seed of its own
@@ -499,7 +534,16 @@ impl Agent {
     ) -> Result<Agent, SimError> {
         let mut allocator = Allocator::new(spec, &config)?;
         allocator.set_repredictor(repredictor.clone());
-        Ok(Agent { allocator, cursor: 0, config, repredictor, own_rows: HashMap::new(), rebuild_s: 0.0 })
+        Ok(Agent {
+            allocator,
+            cursor: 0,
+            config,
+            repredictor,
+            own_rows: HashMap::new(),
+            rebuild_s: 0.0,
+            attempts: VecDeque::new(),
+            window: 50,
+        })
     }
 
     /// Reads the store's log from the cursor while `visible` says a batch is in the view, following
@@ -588,7 +632,12 @@ impl Agent {
         let allocator = &self.allocator;
         let logged = changes.iter().map(|c| LoggedChange::of(c, &|h| allocator.policy_host_snapshot(h))).collect();
         let seq = store.head();
-        Ok(match store.commit(me, now_s, logged)? {
+        let outcome = store.commit(me, now_s, logged)?;
+        if self.attempts.len() >= self.window {
+            self.attempts.pop_front();
+        }
+        self.attempts.push_back(outcome.is_err());
+        Ok(match outcome {
             Ok(()) => {
                 for change in &changes {
                     if let Change::PolicyHostState { host, .. } = change {
@@ -599,6 +648,24 @@ impl Agent {
             }
             Err(_) => Err(changes),
         })
+    }
+
+    /// The share of its latest commit attempts that the store refused (0 with none).
+    pub fn refused_share(&self) -> f64 {
+        if self.attempts.is_empty() {
+            0.0
+        } else {
+            self.attempts.iter().filter(|&&refused| refused).count() as f64 / self.attempts.len() as f64
+        }
+    }
+
+    /// Sets conflict avoidance for the next decision, as the allocator service does before each
+    /// batch: always when deciding a refused VM again, else `gain` times the refused share.
+    pub fn avoid_conflicts(&mut self, avoidance: Option<Avoidance>, again: bool) {
+        let Some(a) = avoidance else { return };
+        self.window = a.window;
+        let probability = if again { 1.0 } else { (a.gain * self.refused_share()).min(1.0) };
+        self.allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: a.top, probability }));
     }
 
     /// Takes back this agent's own `changes` that the store refused (taken from its journal): its
@@ -704,6 +771,7 @@ struct Run<'a> {
     store: Store,
     lag: Lag,
     max_attempts: u32,
+    avoidance: Option<Avoidance>,
     on_failure: OnFailure,
     /// At the end of the window, with no event left: every view is up to date (time passes).
     fresh: bool,
@@ -756,6 +824,7 @@ impl Run<'_> {
         let vm = &workload.vms[index];
         let mut request = vm.request.clone();
         request.prediction = self.per_vm[index].clone();
+        self.agents[agent].avoid_conflicts(self.avoidance, attempt > 1);
         let decision = self.agents[agent].allocator.allocate(&AllocationRequest::Vm(request), now_s)?;
         let host = match decision.outcome {
             AllocationOutcome::Placed { mut placements } => placements.pop().map(|p| p.host_id.0),
@@ -884,6 +953,7 @@ pub fn run_agents(
         agents: fleet,
         lag: agents.lag.resolved(agents.agents),
         max_attempts: agents.max_attempts,
+        avoidance: agents.avoidance,
         on_failure: agents.on_failure,
         fresh: false,
         retry: agents.retry,

@@ -6,7 +6,7 @@
 //! One agent sees its own commits at once, whatever the lag, so `N = 1` runs once per seed and
 //! is every lag's reference.
 
-use super::{run_agents, AgentsConfig, AgentsResult, Assignment, Lag, OnFailure, RetryMode};
+use super::{run_agents, AgentsConfig, AgentsResult, Assignment, Avoidance, Lag, OnFailure, RetryMode};
 use crate::compare::Spread;
 use crate::engine::{SimConfig, SimError};
 use crate::plot::{self, Panel, RangedSeries};
@@ -25,6 +25,7 @@ pub struct SweepSpec {
     pub seeds: Vec<u64>,
     pub assignment: Assignment,
     pub max_attempts: u32,
+    pub avoidance: Option<Avoidance>,
     pub on_failure: OnFailure,
     pub retry: RetryMode,
 }
@@ -128,6 +129,7 @@ pub fn run_sweep(
                     lag,
                     assignment: spec.assignment,
                     max_attempts: spec.max_attempts,
+                    avoidance: spec.avoidance,
                     on_failure: spec.on_failure,
                     retry: spec.retry,
                     record_placements: false,
@@ -246,6 +248,14 @@ pub fn markdown(sweep: &Sweep) -> String {
         base.prediction.label(),
         base.tie_break
     );
+    let _ = match sweep.spec.avoidance {
+        Some(a) => writeln!(
+            out,
+            "- conflict avoidance: among the top {} hosts, {} x the refused share of the last {} commit attempts",
+            a.top, a.gain, a.window
+        ),
+        None => writeln!(out, "- no conflict avoidance"),
+    };
     let _ = writeln!(
         out,
         "- arrivals to agents: {:?}; a refused VM decided again {:?}, {} attempts at one agent, then 503 and {:?}; seeds {:?}\n",

@@ -108,6 +108,12 @@ fn agents_with_fresh_views_never_conflict_and_stale_ones_do_but_stay_in_step() {
         assert_eq!((c.views_out_of_step, c.dropped), (0, 0), "lag {lag}");
         assert_eq!(c.vms_at_end, fresh.counters.vms_at_end + c.placed - fresh.counters.placed);
     }
+    // Conflict avoidance (on by default, as in the service) draws among the top hosts once
+    // commits are refused: fewer conflicts than without it.
+    let without = AgentsConfig { avoidance: None, ..agents(4, Lag::Saturated) };
+    let plain = run_agents(&workload, &config, &without, |_| {}).unwrap().counters;
+    let avoiding = run_agents(&workload, &config, &agents(4, Lag::Saturated), |_| {}).unwrap().counters;
+    assert!(avoiding.conflicts < plain.conflicts, "{avoiding:?} against {plain:?}");
     let dropping = AgentsConfig { on_failure: OnFailure::Drop, max_attempts: 1, ..agents(4, Lag::Commits(16)) };
     let c = run_agents(&workload, &config, &dropping, |_| {}).unwrap().counters;
     assert!(c.dropped > 0 && c.dropped == c.failed && c.failed == c.conflicts, "{c:?}");
@@ -297,4 +303,6 @@ fn lags_read_and_print_alike() {
     }
     assert!(AgentsConfig { agents: 0, ..AgentsConfig::default() }.validate().is_err());
     assert!(AgentsConfig { max_attempts: 0, ..AgentsConfig::default() }.validate().is_err());
+    let no_top = Avoidance { top: 0, ..Avoidance::default() };
+    assert!(AgentsConfig { avoidance: Some(no_top), ..AgentsConfig::default() }.validate().is_err());
 }

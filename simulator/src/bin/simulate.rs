@@ -22,7 +22,7 @@ use placement::defrag::MigrationOrder;
 use placement::rules::Buckets;
 use placement::{Engine, TieBreak};
 use simulator::agents::sweep::{self, SweepSpec};
-use simulator::agents::{Assignment, Lag, OnFailure, RetryMode};
+use simulator::agents::{Assignment, Avoidance, Lag, OnFailure, RetryMode};
 use simulator::compare::{self, Comparison, Experiment};
 use simulator::engine::{self, DrainPlan, SimConfig, SimResult};
 use simulator::plot::{self, Series};
@@ -69,9 +69,13 @@ struct AgentsArgs {
     /// Which agent an arrival goes to: in turn, or drawn with the seed.
     #[arg(long, value_parser = PossibleValuesParser::new(Assignment::NAMES), default_value = "round-robin")]
     assign: String,
-    /// Attempts of one VM at one agent before it answers 503 (the allocator's 3).
-    #[arg(long, default_value_t = 3)]
+    /// Attempts of one VM at one agent before it answers 503 (the allocator's 5).
+    #[arg(long, default_value_t = 5)]
     attempts: u32,
+    /// Conflict avoidance as the allocator runs it (Protean s5.3): `off`, or
+    /// `top=16,window=50,gain=10` (any of them; the rest are the allocator's).
+    #[arg(long, default_value = "top=16,window=50,gain=10")]
+    avoidance: String,
     /// When a refused VM is decided again: `immediate` (at once, on an up-to-date view, as the
     /// real agent does) or `after-lag` (one lag later, on the lagging view: cascades).
     #[arg(long, value_parser = PossibleValuesParser::new(RetryMode::NAMES), default_value = "immediate")]
@@ -279,6 +283,7 @@ fn agents(args: AgentsArgs) -> Result<()> {
         seeds: if args.seeds.is_empty() { vec![base.seed] } else { args.seeds.clone() },
         assignment: by_name(&args.assign).with_context(|| format!("--assign {}", args.assign))?,
         max_attempts: args.attempts,
+        avoidance: parse_avoidance(&args.avoidance)?,
         on_failure: by_name(&args.on_failure).with_context(|| format!("--on-failure {}", args.on_failure))?,
         retry: by_name(&args.retry).with_context(|| format!("--retry {}", args.retry))?,
     };
@@ -636,6 +641,38 @@ fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
             "--prediction `{text}` is not a source: use oracle, binned-oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8"
         ),
     })
+}
+
+/// `off`, or `top=N,window=N,gain=X` (any of them).
+fn parse_avoidance(text: &str) -> Result<Option<Avoidance>> {
+    if text.trim() == "off" {
+        return Ok(None);
+    }
+    let mut avoidance = Avoidance::default();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = part.split_once('=') else {
+            bail!("--avoidance: `{part}` is not KEY=VALUE (e.g. top=16,window=50,gain=10), or use `off`");
+        };
+        let whole = || -> Result<usize> {
+            value
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| anyhow!("--avoidance {key} must be a whole number >= 1"))
+        };
+        match key {
+            "top" => avoidance.top = whole()?,
+            "window" => avoidance.window = whole()?,
+            "gain" => {
+                avoidance.gain = non_negative(
+                    "--avoidance gain",
+                    value.parse().map_err(|_| anyhow!("--avoidance gain=`{value}` is not a number"))?,
+                )?
+            }
+            _ => bail!("--avoidance: unknown key `{key}` (top, window, gain)"),
+        }
+    }
+    Ok(Some(avoidance))
 }
 
 /// `off`, or `every=S[,hosts=N][,pick=fewest-vms|rolling][,order=lars|arrival][,in-flight=K][,migration-s=S][,first=S]`.
