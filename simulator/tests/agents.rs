@@ -87,6 +87,11 @@ fn the_agent_sweep_counts_conflicts_and_the_density_lost_against_one_agent() {
     assert!(svg.contains("lag N-1 commits") && svg.contains("conflicts"), "plot");
     let json: sweep::Sweep = serde_json::from_str(&std::fs::read_to_string(&written[0]).unwrap()).unwrap();
     assert_eq!(json.rows, result.rows);
+    // Several sweeps in one figure, their lines named by the sweeps' labels.
+    let both = dir.path().join("both.svg");
+    sweep::plot_many(&[("avoidance", &result), ("none", &json)], "both", &both).unwrap();
+    let svg = std::fs::read_to_string(&both).unwrap();
+    assert!(svg.contains("avoidance, lag N-1 commits") && svg.contains("none, lag 60 s"), "plot of both");
 }
 
 #[test]

@@ -302,12 +302,16 @@ pub fn markdown(sweep: &Sweep) -> String {
 /// The plot: conflict rate and packing density lost against the number of agents, one line per
 /// lag, whiskers over the seeds' range.
 pub fn plot(sweep: &Sweep, path: &Path) -> Result<(), plot::PlotError> {
+    plot_many(&[("", sweep)], &sweep.title, path)
+}
+
+/// [`plot`] of several sweeps in one figure (e.g. with and without conflict avoidance): one line
+/// per sweep and lag, named by the sweep's label and the lag.
+pub fn plot_many(sweeps: &[(&str, &Sweep)], title: &str, path: &Path) -> Result<(), plot::PlotError> {
     let lines = |f: &dyn Fn(&SweepRow) -> &Spread| -> Vec<RangedSeries> {
-        sweep
-            .spec
-            .lags
-            .iter()
-            .map(|&lag| {
+        let mut lines = Vec::new();
+        for (label, sweep) in sweeps {
+            for &lag in &sweep.spec.lags {
                 let points = sweep
                     .rows
                     .iter()
@@ -317,9 +321,15 @@ pub fn plot(sweep: &Sweep, path: &Path) -> Result<(), plot::PlotError> {
                         (r.agents as f64, s.mean, Some((s.min, s.max)))
                     })
                     .collect();
-                RangedSeries { name: format!("lag {}", lag_label(lag)), points }
-            })
-            .collect()
+                let name = if label.is_empty() {
+                    format!("lag {}", lag_label(lag))
+                } else {
+                    format!("{label}, lag {}", lag_label(lag))
+                };
+                lines.push(RangedSeries { name, points });
+            }
+        }
+        lines
     };
     let panels = [
         Panel {
@@ -333,7 +343,7 @@ pub fn plot(sweep: &Sweep, path: &Path) -> Result<(), plot::PlotError> {
             series: lines(&|r| &r.density_loss_pp),
         },
     ];
-    plot::panels_log2_svg(path, &sweep.title, "agents (N)", &panels)
+    plot::panels_log2_svg(path, title, "agents (N)", &panels)
 }
 
 /// Writes `results.json`, `summary.md` and `agents.svg` into `dir`.

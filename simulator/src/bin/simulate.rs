@@ -50,6 +50,20 @@ enum Command {
     /// one agent, for every number of agents by lag by seed; writes results.json, summary.md and
     /// agents.svg with --out-dir.
     Agents(Box<AgentsArgs>),
+    /// Plot several `simulate agents` results in one figure: `LABEL=DIR/results.json`...
+    AgentsPlot(AgentsPlotArgs),
+}
+
+#[derive(Args)]
+struct AgentsPlotArgs {
+    /// The sweeps, each as LABEL=PATH of its results.json.
+    #[arg(required = true)]
+    sweeps: Vec<String>,
+    /// The SVG to write.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = "Allocation agents on one store")]
+    title: String,
 }
 
 #[derive(Args)]
@@ -260,7 +274,25 @@ fn main() -> Result<()> {
         Command::Run(args) => run(*args),
         Command::Compare(args) => compare(*args),
         Command::Agents(args) => agents(*args),
+        Command::AgentsPlot(args) => agents_plot(args),
     }
+}
+
+fn agents_plot(args: AgentsPlotArgs) -> Result<()> {
+    let mut sweeps = Vec::new();
+    for item in &args.sweeps {
+        let Some((label, path)) = item.split_once('=') else {
+            bail!("`{item}` is not LABEL=PATH (e.g. avoidance=docs/evaluation/azure/agents/results.json)");
+        };
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+        let sweep: sweep::Sweep = serde_json::from_str(&text)
+            .with_context(|| format!("{path}: not the results.json of `simulate agents`"))?;
+        sweeps.push((label.to_owned(), sweep));
+    }
+    let named: Vec<(&str, &sweep::Sweep)> = sweeps.iter().map(|(label, sweep)| (label.as_str(), sweep)).collect();
+    sweep::plot_many(&named, &args.title, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("wrote {}", args.out.display());
+    Ok(())
 }
 
 fn agents(args: AgentsArgs) -> Result<()> {
