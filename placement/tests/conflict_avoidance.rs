@@ -62,3 +62,17 @@ fn avoidance_draws_among_the_top_hosts_and_probability_zero_changes_nothing() {
     assert!(spread.is_subset(&top3), "{spread:?} outside the top 3 {top3:?}");
     assert!(spread.len() > 1, "40 draws among 3 hosts used only {spread:?}");
 }
+
+/// Hosts tied with the last of the top N share its chances: the ranking orders ties by host
+/// index, and cutting there would send every agent to the same lowest-index hosts.
+#[test]
+fn hosts_tied_at_the_cut_share_the_draw() {
+    let spec = InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let config =
+        AllocatorConfig { policy: PolicyConfig::preset("pbfr"), tie_break: TieBreak::Random, ..Default::default() };
+    let mut allocator = Allocator::new(&spec, &config).unwrap();
+    // Every host is empty: all 8 tie.
+    allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: 2, probability: 1.0 }));
+    let spread: BTreeSet<HostId> = landings(&mut allocator).into_iter().collect();
+    assert!(spread.len() > 2, "40 draws over 8 tied hosts used only {spread:?}");
+}

@@ -339,13 +339,23 @@ impl Allocator {
         self.avoidance = avoidance;
     }
 
-    /// A host drawn at random among the `top` best valid hosts for `vm`.
+    /// A host drawn at random among the `top` best valid hosts for `vm`. Hosts that tie with the
+    /// last of them share its chances: the ranking orders ties by host index, and cutting there
+    /// would send every agent to the same lowest-index hosts.
     fn among_top(&mut self, vm: &VmRequest, top: usize) -> Option<HostIndex> {
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
         let request = rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s());
         let ranked = self.rank(&request);
-        let pick = self.chooser.draw(ranked.len().min(top))?;
-        Some(ranked[pick].1)
+        let n = ranked.len().min(top);
+        let pick = self.chooser.draw(n)?;
+        let boundary = &ranked[n - 1].0;
+        let tied_from = ranked.partition_point(|(key, _)| key < boundary);
+        if pick < tied_from {
+            return Some(ranked[pick].1);
+        }
+        let tied_to = ranked.partition_point(|(key, _)| key <= boundary);
+        let tied = self.chooser.draw(tied_to - tied_from)?;
+        Some(ranked[tied_from + tied].1)
     }
 
     /// The earlier answer when every VM of the request is placed already.
