@@ -20,7 +20,6 @@
 mod postgres;
 mod support;
 
-use serde_json::json;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,9 +87,7 @@ async fn drive(
                         break (latencies, mine);
                     }
                     let id = format!("{prefix}-{i}");
-                    let body = json!({"vm": {"vm_id": id, "tenant_id": format!("t{c}"), "vm_type": "D4",
-                        "demand": {"cores": 1 + i % 8, "memory_gib": 4 * (1 + i % 8)},
-                        "prediction": {"p_long": 0.5, "class": if i % 3 == 0 { "long" } else { "short" }, "source": "model"}}});
+                    let body = support::vm_body(&prefix, i, c);
                     let sent = Instant::now();
                     // A 503 (the store refused the batch MAX_ATTEMPTS times) is retried, as a client
                     // does; the latency counts until the VM is placed.

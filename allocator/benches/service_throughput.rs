@@ -13,7 +13,6 @@
 
 mod support;
 
-use serde_json::json;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -57,17 +56,14 @@ async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> 
                         break latencies;
                     }
                     let id = format!("{prefix}-{i}");
-                    let body = json!({"vm": {"vm_id": id, "tenant_id": format!("t{c}"), "vm_type": "D4",
-                        "demand": {"cores": 1 + i % 8, "memory_gib": 4 * (1 + i % 8)},
-                        "prediction": {"p_long": 0.5, "class": if i % 3 == 0 { "long" } else { "short" }, "source": "model"}}});
+                    let body = support::vm_body(&prefix, i, c);
                     let sent = Instant::now();
                     let response =
                         client.post(format!("{base}/v1/allocations")).json(&body).send().await.expect("allocate");
                     assert_eq!(response.status().as_u16(), 201, "allocation {id}");
                     response.bytes().await.expect("answer");
                     latencies.push(sent.elapsed());
-                    let response =
-                        client.delete(format!("{base}/v1/allocations/{id}")).send().await.expect("release");
+                    let response = client.delete(format!("{base}/v1/allocations/{id}")).send().await.expect("release");
                     assert_eq!(response.status().as_u16(), 204, "release {id}");
                 }
             })

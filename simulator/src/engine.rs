@@ -335,9 +335,9 @@ pub struct SimResult {
     pub placements: Option<Vec<VmPlacement>>,
 }
 
-/// A time with a total order, for the event heaps.
+/// A time with a total order, for the event heaps (also [`crate::agents`]').
 #[derive(Copy, Clone, Debug, PartialEq)]
-struct Time(f64);
+pub(crate) struct Time(pub(crate) f64);
 
 impl Eq for Time {}
 

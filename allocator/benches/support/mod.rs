@@ -50,3 +50,11 @@ pub async fn metric(base: &str, name: &str) -> f64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// The body of allocation `i` of client `c` in the service benches: VM `prefix-i` of 1 to 8 cores,
+/// a third of them predicted long-lived.
+pub fn vm_body(prefix: &str, i: usize, c: usize) -> serde_json::Value {
+    serde_json::json!({"vm": {"vm_id": format!("{prefix}-{i}"), "tenant_id": format!("t{c}"), "vm_type": "D4",
+        "demand": {"cores": 1 + i % 8, "memory_gib": 4 * (1 + i % 8)},
+        "prediction": {"p_long": 0.5, "class": if i % 3 == 0 { "long" } else { "short" }, "source": "model"}}})
+}

@@ -47,7 +47,7 @@
 
 pub mod sweep;
 
-use crate::engine::{SimConfig, SimError, VmPlacement, WorkloadSummary};
+use crate::engine::{SimConfig, SimError, Time, VmPlacement, WorkloadSummary};
 use crate::metrics::{self, MetricsRecorder, MetricsSummary};
 use crate::predict;
 use crate::workload::Workload;
@@ -58,7 +58,7 @@ use placement::{Allocator, AllocatorConfig, Change, ConflictAvoidance, Inventory
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
@@ -715,24 +715,6 @@ pub fn in_step(view: &InventoryState, store: &InventoryState) -> bool {
         && view.hosts().len() == store.hosts().len()
         && view.hosts().iter().zip(store.hosts()).all(|(a, b)| a.id == b.id && a.used == b.used && a.state == b.state)
         && store.vms().all(|(id, placed)| view.vm(id).is_some_and(|v| v.host == placed.host))
-}
-
-/// A time with a total order, for the event heaps.
-#[derive(Copy, Clone, Debug, PartialEq)]
-struct Time(f64);
-
-impl Eq for Time {}
-
-impl PartialOrd for Time {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Time {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
-    }
 }
 
 /// Kinds of events in the order they run at equal times (as in [`crate::engine`]).
