@@ -53,7 +53,7 @@ use super::{parse_state, prediction_json, state_name, Committed, Followed, Store
 use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
 use postgres::error::SqlState;
-use postgres::{Client, NoTls, Transaction};
+use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
@@ -77,6 +77,7 @@ pub struct PostgresStore {
     pub(crate) agent: String,
     /// The last change-log row this agent's view reflects.
     followed: i64,
+    statements: Statements,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -111,18 +112,23 @@ impl PostgresStore {
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         );
-        let mut store = PostgresStore { client, name, agent, followed: 0 };
+        let mut client = client;
         // Agents starting together may race to create the schema: the loser's DDL fails, and its
         // second try finds the schema there.
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match store.init(inventory) {
+            match init(&mut client, &name, inventory) {
                 Err(StoreError::Sql { .. }) if attempt < 3 => continue,
                 other => break other?,
             }
         }
-        Ok(store)
+        let statements = Statements::prepare(&mut client).map_err(|source| StoreError::Sql {
+            store: name.clone(),
+            context: "preparing the statements",
+            source: source.into(),
+        })?;
+        Ok(PostgresStore { client, name, agent, followed: 0, statements })
     }
 
     fn sql(&self, context: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
@@ -133,73 +139,6 @@ impl PostgresStore {
                 source: source.into(),
             })
         }
-    }
-
-    fn init(&mut self, inventory: &InventorySpec) -> Result<(), StoreError> {
-        let name = self.name.clone();
-        let sql = |context: &'static str| {
-            let name = name.clone();
-            move |source: postgres::Error| StoreError::Sql { store: name, context, source: source.into() }
-        };
-        let mut tx = self.client.transaction().map_err(sql("starting the schema set-up"))?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)")
-            .map_err(sql("creating the schema"))?;
-        let found: Option<i64> = tx
-            .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
-            .map_err(sql("reading the schema version"))?
-            .map(|row| row.get(0));
-        match found {
-            Some(version) if version > SCHEMA_VERSION => {
-                return Err(StoreError::SchemaVersion {
-                    store: name.clone(),
-                    found: version,
-                    ours: SCHEMA_VERSION,
-                    fix: NEWER_SCHEMA_FIX,
-                })
-            }
-            Some(SCHEMA_VERSION) => {}
-            _ => {
-                tx.batch_execute(
-                    "CREATE TABLE IF NOT EXISTS hosts (
-                         host_id TEXT PRIMARY KEY,
-                         cores_cap BIGINT NOT NULL, memory_cap BIGINT NOT NULL, ssd_cap BIGINT NOT NULL,
-                         cores_used BIGINT NOT NULL DEFAULT 0, memory_used BIGINT NOT NULL DEFAULT 0,
-                         ssd_used BIGINT NOT NULL DEFAULT 0,
-                         state TEXT,
-                         policy TEXT,
-                         policy_state TEXT,
-                         CONSTRAINT hosts_never_over_committed CHECK (
-                             cores_used BETWEEN 0 AND cores_cap AND memory_used BETWEEN 0 AND memory_cap
-                             AND ssd_used BETWEEN 0 AND ssd_cap)
-                     );
-                     CREATE SEQUENCE IF NOT EXISTS vm_seq;
-                     CREATE TABLE IF NOT EXISTS vms (
-                         vm_id TEXT PRIMARY KEY,
-                         seq BIGINT NOT NULL UNIQUE,
-                         host_id TEXT NOT NULL REFERENCES hosts (host_id),
-                         tenant_id TEXT NOT NULL,
-                         vm_type TEXT NOT NULL,
-                         cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL,
-                         placed_at_s DOUBLE PRECISION NOT NULL,
-                         prediction TEXT
-                     );
-                     CREATE TABLE IF NOT EXISTS migrations (
-                         vm_id TEXT PRIMARY KEY,
-                         target_host_id TEXT NOT NULL REFERENCES hosts (host_id),
-                         cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL
-                     );
-                     CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
-                     CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
-                     INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
-                     CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
-                     INSERT INTO meta (key, value) VALUES ('schema_version', 1)
-                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
-                )
-                .map_err(sql("creating the schema"))?;
-            }
-        }
-        seed_hosts(&mut tx, inventory, &name)?;
-        tx.commit().map_err(sql("committing the schema set-up"))
     }
 
     /// See [`super::PlacementStore::load`].
@@ -301,7 +240,7 @@ impl PostgresStore {
     pub fn follow(&mut self) -> Result<Followed, StoreError> {
         let rows = self
             .client
-            .query("SELECT seq, body FROM changes WHERE seq > $1 ORDER BY seq", &[&self.followed])
+            .query(&self.statements.follow, &[&self.followed])
             .map_err(self.sql("reading the change log"))?;
         let mut batches = Vec::with_capacity(rows.len());
         for row in rows {
@@ -342,135 +281,10 @@ impl PostgresStore {
             }
         };
         let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
-        // What each host's use changes by, written once per host at the end, in host order: two
-        // agents' batches then lock hosts in the same order and cannot deadlock, and the check
-        // judges each host's net use.
-        let mut used: BTreeMap<String, [i64; RESOURCE_DIMS]> = BTreeMap::new();
-        let mut use_on = |host: &str, delta: [i64; RESOURCE_DIMS]| {
-            let entry = used.entry(host.to_owned()).or_insert([0; RESOURCE_DIMS]);
-            for (sum, d) in entry.iter_mut().zip(delta) {
-                *sum += d;
-            }
-        };
-        for change in changes {
-            match change {
-                Change::Placed { vm, host } => {
-                    let prediction = prediction_json(vm, &name)?;
-                    let [cores, memory, ssd] = units(&vm.demand);
-                    tx.execute(
-                        "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
-                                          placed_at_s, prediction)
-                         VALUES ($1, nextval('vm_seq'), $2, $3, $4, $5, $6, $7, $8, $9)",
-                        &[
-                            &vm.id.as_str(),
-                            &host.as_str(),
-                            &vm.tenant.as_str(),
-                            &vm.vm_type,
-                            &cores,
-                            &memory,
-                            &ssd,
-                            &vm.placed_at_s,
-                            &prediction,
-                        ],
-                    )
-                    .map_err(sql("recording a placement"))?;
-                    use_on(host.as_str(), [cores, memory, ssd]);
-                }
-                Change::Released { vm, .. } => {
-                    let row = tx
-                        .query_opt(
-                            "DELETE FROM vms WHERE vm_id = $1 RETURNING host_id, cores_base, memory_base, ssd_base",
-                            &[&vm.as_str()],
-                        )
-                        .map_err(sql("recording a release"))?;
-                    if let Some(row) = row {
-                        let host: String = row.get(0);
-                        use_on(&host, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
-                    }
-                }
-                Change::HostState { host, state, .. } => {
-                    tx.execute(
-                        "UPDATE hosts SET state = $2 WHERE host_id = $1",
-                        &[&host.as_str(), &state_name(*state)],
-                    )
-                    .map_err(sql("recording a host state"))?;
-                }
-                Change::MigrationStarted { vm, target } => {
-                    let row = tx
-                        .query_one(
-                            "SELECT cores_base, memory_base, ssd_base FROM vms WHERE vm_id = $1",
-                            &[&vm.as_str()],
-                        )
-                        .map_err(sql("recording a migration"))?;
-                    let demand = [row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2)];
-                    tx.execute(
-                        "INSERT INTO migrations (vm_id, target_host_id, cores_base, memory_base, ssd_base)
-                         VALUES ($1, $2, $3, $4, $5)",
-                        &[&vm.as_str(), &target.as_str(), &demand[0], &demand[1], &demand[2]],
-                    )
-                    .map_err(sql("recording a migration"))?;
-                    use_on(target.as_str(), demand);
-                }
-                Change::MigrationCompleted { vm, target } => {
-                    // The target holds the reservation already: the source gives the demand back.
-                    let source: String = tx
-                        .query_one("SELECT host_id FROM vms WHERE vm_id = $1", &[&vm.as_str()])
-                        .map_err(sql("recording a migration"))?
-                        .get(0);
-                    let row = tx
-                        .query_one(
-                            "DELETE FROM migrations WHERE vm_id = $1 RETURNING cores_base, memory_base, ssd_base",
-                            &[&vm.as_str()],
-                        )
-                        .map_err(sql("recording a migration"))?;
-                    tx.execute("UPDATE vms SET host_id = $2 WHERE vm_id = $1", &[&vm.as_str(), &target.as_str()])
-                        .map_err(sql("recording a migration"))?;
-                    use_on(&source, [-row.get::<_, i64>(0), -row.get::<_, i64>(1), -row.get::<_, i64>(2)]);
-                }
-                Change::MigrationCancelled { vm } => {
-                    let row = tx
-                        .query_opt(
-                            "DELETE FROM migrations WHERE vm_id = $1
-                             RETURNING target_host_id, cores_base, memory_base, ssd_base",
-                            &[&vm.as_str()],
-                        )
-                        .map_err(sql("recording a migration"))?;
-                    if let Some(row) = row {
-                        let target: String = row.get(0);
-                        use_on(&target, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
-                    }
-                }
-                Change::Drain(drain) => {
-                    let record = drain
-                        .as_ref()
-                        .map(serde_json::to_string)
-                        .transpose()
-                        .map_err(|e| StoreError::CorruptDrain { store: name.clone(), detail: e.to_string() })?;
-                    match record {
-                        Some(record) => tx.execute(
-                            "INSERT INTO drain (id, record) VALUES (1, $1)
-                             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
-                            &[&record],
-                        ),
-                        None => tx.execute("DELETE FROM drain", &[]),
-                    }
-                    .map_err(sql("recording the drain"))?;
-                }
-                Change::PolicyHostState { host, policy } => {
-                    let state = policy_state(host);
-                    let policy = state.as_ref().map(|_| *policy);
-                    tx.execute(
-                        "UPDATE hosts SET policy = $2, policy_state = $3 WHERE host_id = $1",
-                        &[&host.as_str(), &policy, &state],
-                    )
-                    .map_err(sql("recording a policy host state"))?;
-                }
-            }
-        }
-        for (host, delta) in &used {
-            if delta.iter().any(|d| *d != 0) {
-                add_use(&mut tx, host, *delta, &name)?;
-            }
+        if set_based(changes) {
+            write_sets(&mut tx, &self.statements, changes, policy_state, &name)?;
+        } else {
+            write_each(&mut tx, changes, policy_state, &name)?;
         }
         // Last, so that the head's row lock is held only while the commit itself runs.
         let logged: Vec<LoggedChange> = changes.iter().map(|c| LoggedChange::of(c, policy_state)).collect();
@@ -481,11 +295,7 @@ impl PostgresStore {
         })?;
         // One round trip: the head moves and the batch's row goes in.
         let seq: i64 = tx
-            .query_one(
-                "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
-                 INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq",
-                &[&self.agent, &body],
-            )
+            .query_one(&self.statements.append_log, &[&self.agent, &body])
             .map_err(sql("appending to the change log"))?
             .get(0);
         if seq % 1000 == 0 {
@@ -500,6 +310,433 @@ impl PostgresStore {
             Ok(Committed::AfterOthers)
         }
     }
+}
+
+/// Creates the schema, or checks its version, and seeds the inventory's hosts, in one transaction.
+fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<(), StoreError> {
+    let sql = |context: &'static str| {
+        move |source: postgres::Error| StoreError::Sql { store: name.to_owned(), context, source: source.into() }
+    };
+    let mut tx = client.transaction().map_err(sql("starting the schema set-up"))?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)")
+        .map_err(sql("creating the schema"))?;
+    let found: Option<i64> = tx
+        .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+        .map_err(sql("reading the schema version"))?
+        .map(|row| row.get(0));
+    match found {
+        Some(version) if version > SCHEMA_VERSION => {
+            return Err(StoreError::SchemaVersion {
+                store: name.to_owned(),
+                found: version,
+                ours: SCHEMA_VERSION,
+                fix: NEWER_SCHEMA_FIX,
+            })
+        }
+        Some(SCHEMA_VERSION) => {}
+        _ => {
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS hosts (
+                     host_id TEXT PRIMARY KEY,
+                     cores_cap BIGINT NOT NULL, memory_cap BIGINT NOT NULL, ssd_cap BIGINT NOT NULL,
+                     cores_used BIGINT NOT NULL DEFAULT 0, memory_used BIGINT NOT NULL DEFAULT 0,
+                     ssd_used BIGINT NOT NULL DEFAULT 0,
+                     state TEXT,
+                     policy TEXT,
+                     policy_state TEXT,
+                     CONSTRAINT hosts_never_over_committed CHECK (
+                         cores_used BETWEEN 0 AND cores_cap AND memory_used BETWEEN 0 AND memory_cap
+                         AND ssd_used BETWEEN 0 AND ssd_cap)
+                 );
+                 CREATE SEQUENCE IF NOT EXISTS vm_seq;
+                 CREATE TABLE IF NOT EXISTS vms (
+                     vm_id TEXT PRIMARY KEY,
+                     seq BIGINT NOT NULL UNIQUE,
+                     host_id TEXT NOT NULL REFERENCES hosts (host_id),
+                     tenant_id TEXT NOT NULL,
+                     vm_type TEXT NOT NULL,
+                     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL,
+                     placed_at_s DOUBLE PRECISION NOT NULL,
+                     prediction TEXT
+                 );
+                 CREATE TABLE IF NOT EXISTS migrations (
+                     vm_id TEXT PRIMARY KEY,
+                     target_host_id TEXT NOT NULL REFERENCES hosts (host_id),
+                     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL
+                 );
+                 CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
+                 INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
+                 CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 1)
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
+            )
+            .map_err(sql("creating the schema"))?;
+        }
+    }
+    seed_hosts(&mut tx, inventory, &name)?;
+    tx.commit().map_err(sql("committing the schema set-up"))
+}
+
+/// Takes the row locks of `hosts` in one order for every agent (the database's order of host ids),
+/// so that two batches never wait on each other's hosts in a cycle; refuses a host not in the store.
+const LOCK_HOSTS: &str = "SELECT host_id FROM hosts WHERE host_id = ANY($1::text[]) ORDER BY host_id FOR NO KEY UPDATE";
+
+fn lock_hosts(tx: &mut Transaction<'_>, statement: &Statement, hosts: &[&str], name: &str) -> Result<(), StoreError> {
+    if hosts.is_empty() {
+        return Ok(());
+    }
+    let rows = tx.query(statement, &[&hosts]).map_err(|source| {
+        refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
+            store: name.to_owned(),
+            context: "locking hosts",
+            source: source.into(),
+        })
+    })?;
+    if rows.len() < hosts.len() {
+        let found: std::collections::HashSet<String> = rows.iter().map(|row| row.get(0)).collect();
+        let missing = hosts.iter().find(|host| !found.contains(**host)).copied().unwrap_or_default();
+        return Err(StoreError::Refused {
+            store: name.to_owned(),
+            detail: format!("host `{missing}` is not in the store"),
+        });
+    }
+    Ok(())
+}
+
+/// The statements of every batch, prepared once per connection: a statement sent as text is parsed
+/// and planned again each time, and the client prepares it first, in a round trip of its own.
+/// They write a batch by sets (arrays), not row by row: a batch of several requests costs a
+/// handful of round trips, and the time in which other agents can commit under it is short.
+struct Statements {
+    insert_vms: Statement,
+    delete_vms: Statement,
+    lock_hosts: Statement,
+    add_use: Statement,
+    set_policy: Statement,
+    append_log: Statement,
+    follow: Statement,
+}
+
+impl Statements {
+    fn prepare(client: &mut Client) -> Result<Self, postgres::Error> {
+        Ok(Statements {
+            insert_vms: client.prepare(
+                "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
+                                  placed_at_s, prediction)
+                 SELECT v.vm_id, nextval('vm_seq'), v.host_id, v.tenant_id, v.vm_type, v.cores, v.memory, v.ssd,
+                        v.placed_at_s, v.prediction
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
+                             $8::float8[], $9::text[])
+                      WITH ORDINALITY
+                      AS v(vm_id, host_id, tenant_id, vm_type, cores, memory, ssd, placed_at_s, prediction, position)
+                 ORDER BY v.position",
+            )?,
+            delete_vms: client.prepare(
+                "DELETE FROM vms WHERE vm_id = ANY($1::text[]) RETURNING host_id, cores_base, memory_base, ssd_base",
+            )?,
+            lock_hosts: client.prepare(LOCK_HOSTS)?,
+            add_use: client.prepare(
+                "UPDATE hosts SET cores_used = hosts.cores_used + d.cores, memory_used = hosts.memory_used + d.memory,
+                                  ssd_used = hosts.ssd_used + d.ssd
+                 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[]) AS d(host_id, cores, memory, ssd)
+                 WHERE hosts.host_id = d.host_id",
+            )?,
+            set_policy: client.prepare(
+                "UPDATE hosts SET policy = d.policy, policy_state = d.state
+                 FROM unnest($1::text[], $2::text[], $3::text[]) AS d(host_id, policy, state)
+                 WHERE hosts.host_id = d.host_id",
+            )?,
+            append_log: client.prepare(
+                "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
+                 INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq",
+            )?,
+            follow: client.prepare("SELECT seq, body FROM changes WHERE seq > $1 ORDER BY seq")?,
+        })
+    }
+}
+
+/// Whether [`write_sets`] can write `changes`: placements, releases, host and policy states, with
+/// no VM both placed and released (their order would matter).
+fn set_based(changes: &[Change]) -> bool {
+    let mut placed = std::collections::HashSet::new();
+    for change in changes {
+        match change {
+            Change::Placed { vm, .. } => {
+                placed.insert(vm.id.as_str());
+            }
+            Change::Released { .. } | Change::HostState { .. } | Change::PolicyHostState { .. } => {}
+            _ => return false,
+        }
+    }
+    !changes.iter().any(|change| matches!(change, Change::Released { vm, .. } if placed.contains(vm.as_str())))
+}
+
+/// Writes a batch of placements, releases, host and policy states as sets: one statement inserts
+/// the placed VMs, one deletes the released ones, one locks the touched hosts (in one order for
+/// every agent), one adds each host's net use (the check judges it), one writes the policy states.
+fn write_sets(
+    tx: &mut Transaction<'_>,
+    statements: &Statements,
+    changes: &[Change],
+    policy_state: &dyn Fn(&HostId) -> Option<String>,
+    name: &str,
+) -> Result<(), StoreError> {
+    let sql = |context: &'static str| {
+        move |source: postgres::Error| {
+            refusal(name, &source).unwrap_or(StoreError::Sql { store: name.to_owned(), context, source: source.into() })
+        }
+    };
+    let mut used: BTreeMap<String, [i64; RESOURCE_DIMS]> = BTreeMap::new();
+    let use_on = |used: &mut BTreeMap<String, [i64; RESOURCE_DIMS]>, host: &str, delta: [i64; RESOURCE_DIMS]| {
+        let entry = used.entry(host.to_owned()).or_insert([0; RESOURCE_DIMS]);
+        for (sum, d) in entry.iter_mut().zip(delta) {
+            *sum += d;
+        }
+    };
+    let placed: Vec<_> = changes
+        .iter()
+        .filter_map(|change| match change {
+            Change::Placed { vm, host } => Some((vm, host)),
+            _ => None,
+        })
+        .collect();
+    if !placed.is_empty() {
+        let mut columns = VmArrays::default();
+        for (vm, host) in &placed {
+            let [cores, memory, ssd] = units(&vm.demand);
+            columns.vm_id.push(vm.id.as_str());
+            columns.host_id.push(host.as_str());
+            columns.tenant_id.push(vm.tenant.as_str());
+            columns.vm_type.push(vm.vm_type.as_str());
+            columns.base[0].push(cores);
+            columns.base[1].push(memory);
+            columns.base[2].push(ssd);
+            columns.placed_at_s.push(vm.placed_at_s);
+            columns.prediction.push(prediction_json(vm, name)?);
+            use_on(&mut used, host.as_str(), [cores, memory, ssd]);
+        }
+        tx.execute(
+            &statements.insert_vms,
+            &[
+                &columns.vm_id,
+                &columns.host_id,
+                &columns.tenant_id,
+                &columns.vm_type,
+                &columns.base[0],
+                &columns.base[1],
+                &columns.base[2],
+                &columns.placed_at_s,
+                &columns.prediction,
+            ],
+        )
+        .map_err(sql("recording placements"))?;
+    }
+    let released: Vec<&str> = changes
+        .iter()
+        .filter_map(|change| match change {
+            Change::Released { vm, .. } => Some(vm.as_str()),
+            _ => None,
+        })
+        .collect();
+    let deleted = if released.is_empty() {
+        Vec::new()
+    } else {
+        tx.query(&statements.delete_vms, &[&released]).map_err(sql("recording releases"))?
+    };
+    for row in &deleted {
+        use_on(&mut used, row.get(0), [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
+    }
+    used.retain(|_, delta| delta.iter().any(|d| *d != 0));
+    // The policy states, one per host (the snapshot is taken now, so the last one wins anyway).
+    let mut policies: BTreeMap<&str, (&'static str, Option<String>)> = BTreeMap::new();
+    for change in changes {
+        if let Change::PolicyHostState { host, policy } = change {
+            policies.insert(host.as_str(), (*policy, policy_state(host)));
+        }
+    }
+    let mut hosts: Vec<&str> = used.keys().map(String::as_str).chain(policies.keys().copied()).collect();
+    for change in changes {
+        if let Change::HostState { host, .. } = change {
+            hosts.push(host.as_str());
+        }
+    }
+    hosts.sort_unstable();
+    hosts.dedup();
+    lock_hosts(tx, &statements.lock_hosts, &hosts, name)?;
+    if !used.is_empty() {
+        let ids: Vec<&str> = used.keys().map(String::as_str).collect();
+        let dims: [Vec<i64>; RESOURCE_DIMS] = std::array::from_fn(|d| used.values().map(|delta| delta[d]).collect());
+        tx.execute(&statements.add_use, &[&ids, &dims[0], &dims[1], &dims[2]])
+            .map_err(sql("recording what hosts use"))?;
+    }
+    if !policies.is_empty() {
+        let ids: Vec<&str> = policies.keys().copied().collect();
+        let (kinds, states): (Vec<Option<&str>>, Vec<Option<&str>>) =
+            policies.values().map(|(policy, state)| (state.as_ref().map(|_| *policy), state.as_deref())).unzip();
+        tx.execute(&statements.set_policy, &[&ids, &kinds, &states]).map_err(sql("recording policy host states"))?;
+    }
+    for change in changes {
+        if let Change::HostState { host, state, .. } = change {
+            tx.execute("UPDATE hosts SET state = $2 WHERE host_id = $1", &[&host.as_str(), &state_name(*state)])
+                .map_err(sql("recording a host state"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The placed VMs of a batch, column by column, for [`Statements::insert_vms`].
+#[derive(Default)]
+struct VmArrays<'a> {
+    vm_id: Vec<&'a str>,
+    host_id: Vec<&'a str>,
+    tenant_id: Vec<&'a str>,
+    vm_type: Vec<&'a str>,
+    base: [Vec<i64>; RESOURCE_DIMS],
+    placed_at_s: Vec<f64>,
+    prediction: Vec<Option<String>>,
+}
+
+/// Writes a batch change by change, in order: batches with drains or migrations, or that place and
+/// release the same VM. The set-based [`write_sets`] covers the rest.
+fn write_each(
+    tx: &mut Transaction<'_>,
+    changes: &[Change],
+    policy_state: &dyn Fn(&HostId) -> Option<String>,
+    name: &str,
+) -> Result<(), StoreError> {
+    let sql = |context: &'static str| {
+        move |source: postgres::Error| {
+            refusal(name, &source).unwrap_or(StoreError::Sql { store: name.to_owned(), context, source: source.into() })
+        }
+    };
+    // What each host's use changes by, written once per host at the end, in host order: two
+    // agents' batches then lock hosts in the same order and cannot deadlock, and the check
+    // judges each host's net use.
+    let mut used: BTreeMap<String, [i64; RESOURCE_DIMS]> = BTreeMap::new();
+    let mut use_on = |host: &str, delta: [i64; RESOURCE_DIMS]| {
+        let entry = used.entry(host.to_owned()).or_insert([0; RESOURCE_DIMS]);
+        for (sum, d) in entry.iter_mut().zip(delta) {
+            *sum += d;
+        }
+    };
+    for change in changes {
+        match change {
+            Change::Placed { vm, host } => {
+                let prediction = prediction_json(vm, name)?;
+                let [cores, memory, ssd] = units(&vm.demand);
+                tx.execute(
+                    "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
+                                          placed_at_s, prediction)
+                         VALUES ($1, nextval('vm_seq'), $2, $3, $4, $5, $6, $7, $8, $9)",
+                    &[
+                        &vm.id.as_str(),
+                        &host.as_str(),
+                        &vm.tenant.as_str(),
+                        &vm.vm_type,
+                        &cores,
+                        &memory,
+                        &ssd,
+                        &vm.placed_at_s,
+                        &prediction,
+                    ],
+                )
+                .map_err(sql("recording a placement"))?;
+                use_on(host.as_str(), [cores, memory, ssd]);
+            }
+            Change::Released { vm, .. } => {
+                let row = tx
+                    .query_opt(
+                        "DELETE FROM vms WHERE vm_id = $1 RETURNING host_id, cores_base, memory_base, ssd_base",
+                        &[&vm.as_str()],
+                    )
+                    .map_err(sql("recording a release"))?;
+                if let Some(row) = row {
+                    let host: String = row.get(0);
+                    use_on(&host, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
+                }
+            }
+            Change::HostState { host, state, .. } => {
+                tx.execute("UPDATE hosts SET state = $2 WHERE host_id = $1", &[&host.as_str(), &state_name(*state)])
+                    .map_err(sql("recording a host state"))?;
+            }
+            Change::MigrationStarted { vm, target } => {
+                let row = tx
+                    .query_one("SELECT cores_base, memory_base, ssd_base FROM vms WHERE vm_id = $1", &[&vm.as_str()])
+                    .map_err(sql("recording a migration"))?;
+                let demand = [row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2)];
+                tx.execute(
+                    "INSERT INTO migrations (vm_id, target_host_id, cores_base, memory_base, ssd_base)
+                         VALUES ($1, $2, $3, $4, $5)",
+                    &[&vm.as_str(), &target.as_str(), &demand[0], &demand[1], &demand[2]],
+                )
+                .map_err(sql("recording a migration"))?;
+                use_on(target.as_str(), demand);
+            }
+            Change::MigrationCompleted { vm, target } => {
+                // The target holds the reservation already: the source gives the demand back.
+                let source: String = tx
+                    .query_one("SELECT host_id FROM vms WHERE vm_id = $1", &[&vm.as_str()])
+                    .map_err(sql("recording a migration"))?
+                    .get(0);
+                let row = tx
+                    .query_one(
+                        "DELETE FROM migrations WHERE vm_id = $1 RETURNING cores_base, memory_base, ssd_base",
+                        &[&vm.as_str()],
+                    )
+                    .map_err(sql("recording a migration"))?;
+                tx.execute("UPDATE vms SET host_id = $2 WHERE vm_id = $1", &[&vm.as_str(), &target.as_str()])
+                    .map_err(sql("recording a migration"))?;
+                use_on(&source, [-row.get::<_, i64>(0), -row.get::<_, i64>(1), -row.get::<_, i64>(2)]);
+            }
+            Change::MigrationCancelled { vm } => {
+                let row = tx
+                    .query_opt(
+                        "DELETE FROM migrations WHERE vm_id = $1
+                             RETURNING target_host_id, cores_base, memory_base, ssd_base",
+                        &[&vm.as_str()],
+                    )
+                    .map_err(sql("recording a migration"))?;
+                if let Some(row) = row {
+                    let target: String = row.get(0);
+                    use_on(&target, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
+                }
+            }
+            Change::Drain(drain) => {
+                let record = drain
+                    .as_ref()
+                    .map(serde_json::to_string)
+                    .transpose()
+                    .map_err(|e| StoreError::CorruptDrain { store: name.to_owned(), detail: e.to_string() })?;
+                match record {
+                    Some(record) => tx.execute(
+                        "INSERT INTO drain (id, record) VALUES (1, $1)
+                             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+                        &[&record],
+                    ),
+                    None => tx.execute("DELETE FROM drain", &[]),
+                }
+                .map_err(sql("recording the drain"))?;
+            }
+            Change::PolicyHostState { host, policy } => {
+                let state = policy_state(host);
+                let policy = state.as_ref().map(|_| *policy);
+                tx.execute(
+                    "UPDATE hosts SET policy = $2, policy_state = $3 WHERE host_id = $1",
+                    &[&host.as_str(), &policy, &state],
+                )
+                .map_err(sql("recording a policy host state"))?;
+            }
+        }
+    }
+    used.retain(|_, delta| delta.iter().any(|d| *d != 0));
+    let hosts: Vec<&str> = used.keys().map(String::as_str).collect();
+    let statement = tx.prepare(LOCK_HOSTS).map_err(sql("locking hosts"))?;
+    lock_hosts(tx, &statement, &hosts, name)?;
+    for (host, delta) in &used {
+        add_use(tx, host, *delta, name)?;
+    }
+    Ok(())
 }
 
 /// Adds `delta` (base units, negative to give back) to what `host` uses; the table's check refuses
