@@ -374,7 +374,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
             .map_err(sql("creating the schema"))?;
         }
     }
-    seed_hosts(&mut tx, inventory, &name)?;
+    seed_hosts(&mut tx, inventory, name)?;
     tx.commit().map_err(sql("committing the schema set-up"))
 }
 
