@@ -26,7 +26,7 @@ use domain::{
 };
 use placement::allocator::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError,
-    Explanation,
+    Explanation, HostShare,
 };
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::journal::{Change, LoggedChange};
@@ -337,8 +337,8 @@ pub struct DurableAllocator {
     broken: Option<String>,
     /// The repredicting model, set again on every rebuild.
     repredictor: Option<Arc<dyn Repredictor>>,
-    /// The last [`AVOIDANCE_WINDOW`] commit attempts on a shared store: refused or not.
-    attempts: std::collections::VecDeque<bool>,
+    /// This agent's share of the hosts among the agents of a shared store, and those agents.
+    share: Option<(Vec<String>, Arc<HostShare>)>,
 }
 
 /// Rebuilds the acknowledged state: the inventory, every stored VM in placement order, then the
@@ -418,7 +418,7 @@ impl DurableAllocator {
             live: Some(live),
             broken: None,
             repredictor: None,
-            attempts: std::collections::VecDeque::with_capacity(AVOIDANCE_WINDOW),
+            share: None,
         })
     }
 
@@ -481,12 +481,27 @@ impl DurableAllocator {
                 return replies;
             }
             let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
-            if live.store.agent().is_some() {
-                // A batch decided again after a refusal draws from the top hosts; others do so as
-                // often as commits were refused lately.
-                let probability =
-                    if attempt > 1 { 1.0 } else { (AVOIDANCE_GAIN * refused_share(&self.attempts)).min(1.0) };
-                live.allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: AVOIDANCE_TOP, probability }));
+            if let Some(me) = live.store.agent() {
+                let agents = live.store.agents();
+                if self.share.as_ref().is_none_or(|(known, _)| *known != agents) {
+                    let share =
+                        HostShare::rendezvous(me, &agents, live.allocator.state().hosts().iter().map(|h| &h.id));
+                    tracing::info!(
+                        agents = agents.len(),
+                        "the agents of the store changed; taking a share of the hosts"
+                    );
+                    self.share = Some((agents.iter().map(|a| (*a).to_owned()).collect(), Arc::new(share)));
+                }
+                let share = self.share.as_ref().map(|(_, share)| Arc::clone(share));
+                // Alone, an agent takes the best hosts; with others, the best of its own share
+                // among the top ones; a batch decided again after a refusal, always.
+                let others = share.as_ref().is_some_and(|share| share.agents() > 1);
+                let probability = if others || attempt > 1 { 1.0 } else { 0.0 };
+                live.allocator.set_conflict_avoidance(Some(ConflictAvoidance {
+                    top: AVOIDANCE_TOP,
+                    probability,
+                    share,
+                }));
             }
             let mut outcomes: Vec<&'static str> = Vec::new();
             let mut replies: Vec<Result<Reply, CommandError>> = commands
@@ -504,10 +519,6 @@ impl DurableAllocator {
             let allocator = &live.allocator;
             let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
-            if self.attempts.len() == AVOIDANCE_WINDOW {
-                self.attempts.pop_front();
-            }
-            self.attempts.push_back(matches!(committed, Err(StoreError::Refused { .. })));
             let error = match committed {
                 Ok(order) => {
                     metrics::counter!("allocator_commits_total").increment(1);
@@ -622,23 +633,15 @@ impl DurableAllocator {
     }
 }
 
-/// Conflict avoidance (Protean, paper 001 s5.3): an agent of a shared store draws a placement from
-/// the best `AVOIDANCE_TOP` valid hosts, instead of the best ones only, with a probability
-/// `AVOIDANCE_GAIN` times the share of its last `AVOIDANCE_WINDOW` commit attempts that were
-/// refused (always from 10% refused on, and always when deciding a refused batch again). Dense
-/// packing leaves very few hosts with the best score (2 at the median in the agents bench), and
-/// agents deciding at the same time would all go for them. Measured in docs/benchmarks.md.
+/// Conflict avoidance (Protean, paper 001 s5.3, with shares): an agent of a shared store that
+/// knows other agents (those that wrote one of the change log's last 1,000 batches) takes the best
+/// of its own share of the hosts ([`HostShare`]) among the best `AVOIDANCE_TOP` valid hosts, and
+/// any of them when none is its own. Dense packing leaves very few hosts with the best score (2 at
+/// the median in the agents bench), and agents deciding at the same time would all go for them;
+/// with shares they go to different hosts. Protean draws at random among the top hosts, with a
+/// probability that follows the recent share of refused commits: measured against it in
+/// docs/benchmarks.md and docs/evaluation.md.
 const AVOIDANCE_TOP: usize = 16;
-const AVOIDANCE_WINDOW: usize = 50;
-const AVOIDANCE_GAIN: f64 = 10.0;
-
-/// The share of `attempts` that were refused (0 with none).
-fn refused_share(attempts: &std::collections::VecDeque<bool>) -> f64 {
-    if attempts.is_empty() {
-        return 0.0;
-    }
-    attempts.iter().filter(|refused| **refused).count() as f64 / attempts.len() as f64
-}
 
 /// How often a batch the store refused is decided again on fresh state before its writes are
 /// answered as not durable (retryable).

@@ -83,16 +83,20 @@ async fn storm_client(control: String, c: usize, done: std::sync::Arc<std::sync:
             .send()
             .await;
         match answer {
-            Ok(response) if response.status() == 201 => {
+            Ok(response) if response.status() == 201 || response.status() == 200 => {
+                let status = response.status();
                 let decision: Value = response.json().await.unwrap();
-                let host = decision["placements"][0]["host_id"].as_str().unwrap().to_owned();
-                seen.placed.insert(id.clone(), host);
-                live.push_back(id);
-            }
-            Ok(response) if response.status() == 200 => {
-                let decision: Value = response.json().await.unwrap();
-                assert_eq!(decision["status"], "rejected", "{decision}");
-                seen.rejected += 1;
+                if decision["status"] == "rejected" {
+                    assert_eq!(status, 200, "{decision}");
+                    seen.rejected += 1;
+                } else {
+                    // 200 and `replayed`: the control service sent the request again (its agent
+                    // died after committing), and another agent answered with the first placement.
+                    assert!(status == 201 || decision["replayed"] == true, "{status} {decision}");
+                    let host = decision["placements"][0]["host_id"].as_str().unwrap().to_owned();
+                    seen.placed.insert(id.clone(), host);
+                    live.push_back(id);
+                }
             }
             Ok(response) if response.status().is_client_error() => {
                 panic!("allocation {id}: {} {}", response.status(), response.text().await.unwrap())

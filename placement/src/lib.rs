@@ -29,7 +29,7 @@ pub mod state;
 
 pub use allocator::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError, Engine,
-    Explanation,
+    Explanation, HostShare,
 };
 pub use journal::Change;
 pub use policy::{Policy, PolicyConfig};

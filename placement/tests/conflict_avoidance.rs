@@ -4,8 +4,9 @@
 
 use domain::{AllocationOutcome, AllocationRequest, HostId, InventorySpec, Resources, VmId, VmRequest};
 use placement::rules::Buckets;
-use placement::{Allocator, AllocatorConfig, ConflictAvoidance, PolicyConfig, TieBreak};
+use placement::{Allocator, AllocatorConfig, ConflictAvoidance, HostIndex, HostShare, PolicyConfig, TieBreak};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// 8 hosts of 16 cores, filled to 1..8 cores: best fit ranks them by fill.
 fn filled() -> Allocator {
@@ -50,14 +51,14 @@ fn avoidance_draws_among_the_top_hosts_and_probability_zero_changes_nothing() {
     assert_eq!(best.iter().collect::<BTreeSet<_>>().len(), 1, "best fit: always the fullest host: {best:?}");
 
     let mut zero = filled();
-    zero.set_conflict_avoidance(Some(ConflictAvoidance { top: 3, probability: 0.0 }));
+    zero.set_conflict_avoidance(Some(ConflictAvoidance { top: 3, probability: 0.0, share: None }));
     assert_eq!(landings(&mut zero), best, "probability 0 decides as without avoidance");
 
     let mut avoiding = filled();
     let vm = VmRequest::new("probe", "t", "D", Resources::from_whole(1.0, 1.0, 0.0).unwrap());
     let top3: BTreeSet<HostId> =
         avoiding.explain(&vm, None, 3, 200.0).unwrap().top.into_iter().map(|ranked| ranked.host_id).collect();
-    avoiding.set_conflict_avoidance(Some(ConflictAvoidance { top: 3, probability: 1.0 }));
+    avoiding.set_conflict_avoidance(Some(ConflictAvoidance { top: 3, probability: 1.0, share: None }));
     let spread: BTreeSet<HostId> = landings(&mut avoiding).into_iter().collect();
     assert!(spread.is_subset(&top3), "{spread:?} outside the top 3 {top3:?}");
     assert!(spread.len() > 1, "40 draws among 3 hosts used only {spread:?}");
@@ -72,7 +73,30 @@ fn hosts_tied_at_the_cut_share_the_draw() {
         AllocatorConfig { policy: PolicyConfig::preset("pbfr"), tie_break: TieBreak::Random, ..Default::default() };
     let mut allocator = Allocator::new(&spec, &config).unwrap();
     // Every host is empty: all 8 tie.
-    allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: 2, probability: 1.0 }));
+    allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: 2, probability: 1.0, share: None }));
     let spread: BTreeSet<HostId> = landings(&mut allocator).into_iter().collect();
     assert!(spread.len() > 2, "40 draws over 8 tied hosts used only {spread:?}");
+}
+
+/// With a share of the hosts, each agent takes the best of its own hosts among the top ones:
+/// agents that know each other land on different hosts, each on its best own one.
+#[test]
+fn agents_with_shares_take_their_best_own_host_and_never_the_same() {
+    let mut landed = Vec::new();
+    for me in ["agent-a", "agent-b"] {
+        let mut allocator = filled();
+        let ids: Vec<HostId> = allocator.state().hosts().iter().map(|host| host.id.clone()).collect();
+        let share = HostShare::rendezvous(me, &["agent-a", "agent-b"], &ids);
+        // Best fit ranks the fuller hosts first: host 7 (8 cores used) is the best for everyone.
+        let best_own = (0..8u32).rev().find(|h| share.is_own(HostIndex(*h))).expect("an own host among 8");
+        allocator.set_conflict_avoidance(Some(ConflictAvoidance {
+            top: 8,
+            probability: 1.0,
+            share: Some(Arc::new(share)),
+        }));
+        let hosts: BTreeSet<HostId> = landings(&mut allocator).into_iter().collect();
+        assert_eq!(hosts, BTreeSet::from([HostId(format!("z-h{best_own}"))]), "{me}");
+        landed.push(hosts);
+    }
+    assert!(landed[0].is_disjoint(&landed[1]), "{landed:?}");
 }

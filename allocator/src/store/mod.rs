@@ -164,6 +164,12 @@ pub trait PlacementStore: Send + fmt::Debug {
         None
     }
 
+    /// The agents that write the store lately, this one included, by name (none: only this one
+    /// writes it). Each takes its own share of the hosts among them ([`placement::HostShare`]).
+    fn agents(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
     /// The recorded policy states (host, policy, its JSON) of `hosts`, as [`PlacementStore::load`]
     /// gives them: a host not listed is in its initial state.
     fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError>;
@@ -314,6 +320,10 @@ impl PlacementStore for PostgresStore {
 
     fn agent(&self) -> Option<&str> {
         Some(&self.agent)
+    }
+
+    fn agents(&self) -> Vec<&str> {
+        PostgresStore::agents(self)
     }
 
     fn follow(&mut self) -> Result<Followed, StoreError> {

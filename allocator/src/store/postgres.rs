@@ -65,6 +65,9 @@ const NEWER_SCHEMA_FIX: &str =
 /// How many hosts one statement seeds.
 const SEED_CHUNK: usize = 500;
 
+/// An agent counts as active while one of the last this many batches of the change log is its.
+const ACTIVE_BATCHES: i64 = 1000;
+
 /// How many batches the change log keeps.
 pub const LOG_KEPT: i64 = 100_000;
 
@@ -78,6 +81,8 @@ pub struct PostgresStore {
     /// The last change-log row this agent's view reflects.
     followed: i64,
     statements: Statements,
+    /// The agents whose batches this one followed, with the last row of each.
+    seen: std::collections::HashMap<String, i64>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -128,7 +133,7 @@ impl PostgresStore {
             context: "preparing the statements",
             source: source.into(),
         })?;
-        Ok(PostgresStore { client, name, agent, followed: 0, statements })
+        Ok(PostgresStore { client, name, agent, followed: 0, statements, seen: std::collections::HashMap::new() })
     }
 
     fn sql(&self, context: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
@@ -250,14 +255,35 @@ impl PostgresStore {
                 return Ok(Followed::Gap);
             }
             self.followed = seq;
-            let batch: Vec<LoggedChange> = serde_json::from_str(row.get(1)).map_err(|e| StoreError::CorruptVm {
+            let agent: &str = row.get(1);
+            match self.seen.get_mut(agent) {
+                Some(last) => *last = seq,
+                None => {
+                    self.seen.insert(agent.to_owned(), seq);
+                }
+            }
+            let batch: Vec<LoggedChange> = serde_json::from_str(row.get(2)).map_err(|e| StoreError::CorruptVm {
                 store: self.name.clone(),
                 vm: format!("change log row {seq}"),
                 detail: e.to_string(),
             })?;
             batches.push(batch);
         }
+        let since = self.followed - ACTIVE_BATCHES;
+        self.seen.retain(|_, last| *last > since);
         Ok(Followed::Batches(batches))
+    }
+
+    /// See [`super::PlacementStore::agents`]: this agent and those that wrote one of the last
+    /// [`ACTIVE_BATCHES`] batches it followed.
+    pub fn agents(&self) -> Vec<&str> {
+        let since = self.followed - ACTIVE_BATCHES;
+        let mut agents: Vec<&str> =
+            self.seen.iter().filter(|(_, last)| **last > since).map(|(agent, _)| agent.as_str()).collect();
+        agents.push(&self.agent);
+        agents.sort_unstable();
+        agents.dedup();
+        agents
     }
 
     /// See [`super::PlacementStore::apply`].
@@ -451,7 +477,7 @@ impl Statements {
                 "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
                  INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq",
             )?,
-            follow: client.prepare("SELECT seq, body FROM changes WHERE seq > $1 ORDER BY seq")?,
+            follow: client.prepare("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq")?,
         })
     }
 }

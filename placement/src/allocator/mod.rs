@@ -13,12 +13,14 @@
 //! seam: [`timeline`] (host summaries, events in time, repredictions), [`drains`] (LARS), [`explain`]
 //! (dry runs), [`stats`] and [`follow`] (another allocator's committed changes).
 
+mod avoidance;
 mod drains;
 mod explain;
 mod follow;
 mod stats;
 mod timeline;
 
+pub use avoidance::{ConflictAvoidance, HostShare};
 pub use drains::DrainError;
 pub use explain::{Explanation, HostVerdict, RankedHost, RuleScore};
 pub use follow::UndoError;
@@ -96,15 +98,6 @@ pub enum AllocateError {
         "VM `{placed}` of this gang is already placed but `{missing}` is not; a gang is placed whole or not at all"
     )]
     PartialGang { placed: VmId, missing: VmId },
-}
-
-/// How an agent of a shared store avoids conflicts ([`Allocator::set_conflict_avoidance`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ConflictAvoidance {
-    /// How many of the best valid hosts a placement draws from.
-    pub top: usize,
-    /// The probability that a placement draws from them (else: among the best hosts only).
-    pub probability: f64,
 }
 
 /// See the module documentation.
@@ -285,10 +278,8 @@ impl Allocator {
         let mut last_stats = Vec::new();
         for (position, vm) in request.vms().iter().enumerate() {
             let mut selection = self.select(vm, None);
-            if let (Some(best), Some(avoidance)) = (selection.host, self.avoidance) {
-                if avoidance.probability > 0.0 && self.chooser.coin(avoidance.probability) {
-                    selection.host = Some(self.among_top(vm, avoidance.top).unwrap_or(best));
-                }
+            if let Some(best) = selection.host {
+                selection.host = Some(self.avoiding(vm, best));
             }
             match selection.host {
                 Some(host) => {
@@ -330,32 +321,6 @@ impl Allocator {
             rule_stats: last_stats,
             replayed: false,
         })
-    }
-
-    /// Avoids conflicts with other agents of a shared store (Protean's conflict avoidance, paper 001
-    /// s5.3): with `avoidance`, each placement draws, with its probability, a host at random among
-    /// the `top` best valid hosts instead of among the best ones only. `None` (the default): never.
-    pub fn set_conflict_avoidance(&mut self, avoidance: Option<ConflictAvoidance>) {
-        self.avoidance = avoidance;
-    }
-
-    /// A host drawn at random among the `top` best valid hosts for `vm`. Hosts that tie with the
-    /// last of them share its chances: the ranking orders ties by host index, and cutting there
-    /// would send every agent to the same lowest-index hosts.
-    fn among_top(&mut self, vm: &VmRequest, top: usize) -> Option<HostIndex> {
-        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        let request = rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s());
-        let ranked = self.rank(&request);
-        let n = ranked.len().min(top);
-        let pick = self.chooser.draw(n)?;
-        let boundary = &ranked[n - 1].0;
-        let tied_from = ranked.partition_point(|(key, _)| key < boundary);
-        if pick < tied_from {
-            return Some(ranked[pick].1);
-        }
-        let tied_to = ranked.partition_point(|(key, _)| key <= boundary);
-        let tied = self.chooser.draw(tied_to - tied_from)?;
-        Some(ranked[tied_from + tied].1)
     }
 
     /// The earlier answer when every VM of the request is placed already.

@@ -32,9 +32,10 @@
 //!   that every VM runs in the end and packing stays comparable with one agent; or it is dropped
 //!   ([`OnFailure::Drop`]). A VM placed later than its arrival runs its whole lifetime from its
 //!   placement.
-//! - **Conflict avoidance** ([`Avoidance`], on by default as in the service): an agent draws
-//!   among the top hosts with a probability that follows its recent refused share, and always
-//!   when it decides a refused VM again.
+//! - **Conflict avoidance** ([`Avoidance`], on by default as in the service): with other agents,
+//!   an agent takes the best of its own share of the hosts among the top ones; or (`share` off,
+//!   Protean's scheme) it draws among the top hosts at random with a probability that follows its
+//!   recent refused share. Always when it decides a refused VM again.
 //! - **Contradictions.** A view that cannot apply a followed change (its own later commits came
 //!   first, and the other agent's placement no longer fits beside them) is rebuilt from the store.
 //!   Counted as `follow_rebuilds`. (The real agent avoids them: a batch committed after others it
@@ -54,7 +55,7 @@ use crate::workload::Workload;
 use domain::{AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimePrediction};
 use placement::journal::LoggedChange;
 use placement::reprediction::Repredictor;
-use placement::{Allocator, AllocatorConfig, Change, ConflictAvoidance, InventoryState, NewVm, PlacedVm};
+use placement::{Allocator, AllocatorConfig, Change, ConflictAvoidance, HostShare, InventoryState, NewVm, PlacedVm};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -184,22 +185,29 @@ impl OnFailure {
     pub const NAMES: [&'static str; 2] = ["resubmit", "drop"];
 }
 
-/// Protean's conflict avoidance (paper 001 s5.3) as the allocator service runs it
-/// (`allocator/src/durable.rs`): each agent draws a host at random among the `top` best valid
-/// hosts instead of the best ones only ([`placement::ConflictAvoidance`]), with a probability
-/// `gain` times the share of its last `window` commit attempts that the store refused, and always
-/// when it decides a refused VM again. The defaults are the service's.
+/// Conflict avoidance (paper 001 s5.3; [`placement::ConflictAvoidance`]). With `share` (the
+/// allocator service's way, `allocator/src/durable.rs`), each agent takes the best of its own share
+/// of the hosts among the `top` best valid hosts whenever there are other agents. Without it
+/// (Protean's), each agent draws a host at random among the `top` best valid hosts instead of the
+/// best ones only, with a probability `gain` times the share of its last `window` commit attempts
+/// that the store refused. Both always when an agent decides a refused VM again. The defaults are
+/// the service's.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Avoidance {
     pub top: usize,
     pub window: usize,
     pub gain: f64,
+    /// Each agent takes the best of its own share of the hosts among the top ones
+    /// ([`placement::HostShare`], every agent knowing all the others) instead of a random one,
+    /// and does so always when there are other agents (`gain` and `window` then play no part),
+    /// as the allocator service does.
+    pub share: bool,
 }
 
 impl Default for Avoidance {
     fn default() -> Self {
-        Avoidance { top: 16, window: 50, gain: 10.0 }
+        Avoidance { top: 16, window: 50, gain: 10.0, share: true }
     }
 }
 
@@ -516,6 +524,8 @@ pub struct Agent {
     attempts: VecDeque<bool>,
     /// How many of them it keeps.
     window: usize,
+    /// Its share of the hosts among all the run's agents ([`Agent::share_hosts`]).
+    share: Option<Arc<HostShare>>,
 }
 
 /// The allocator configuration of agent `agent` of a run: the run's, with a seed of its own
@@ -543,7 +553,16 @@ impl Agent {
             rebuild_s: 0.0,
             attempts: VecDeque::new(),
             window: 50,
+            share: None,
         })
+    }
+
+    /// Gives agent `me` of `agents` its share of the hosts, for conflict avoidance with shares.
+    pub fn share_hosts(&mut self, me: usize, agents: usize) {
+        let names: Vec<String> = (0..agents).map(|i| format!("agent-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let hosts: Vec<HostId> = self.allocator.state().hosts().iter().map(|host| host.id.clone()).collect();
+        self.share = Some(Arc::new(HostShare::rendezvous(names[me], &names, &hosts)));
     }
 
     /// Reads the store's log from the cursor while `visible` says a batch is in the view, following
@@ -664,8 +683,11 @@ impl Agent {
     pub fn avoid_conflicts(&mut self, avoidance: Option<Avoidance>, again: bool) {
         let Some(a) = avoidance else { return };
         self.window = a.window;
-        let probability = if again { 1.0 } else { (a.gain * self.refused_share()).min(1.0) };
-        self.allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: a.top, probability }));
+        let share = self.share.clone().filter(|_| a.share);
+        // With a share of the hosts among other agents, always (as the allocator service does).
+        let others = share.as_ref().is_some_and(|share| share.agents() > 1);
+        let probability = if again || others { 1.0 } else { (a.gain * self.refused_share()).min(1.0) };
+        self.allocator.set_conflict_avoidance(Some(ConflictAvoidance { top: a.top, probability, share }));
     }
 
     /// Takes back this agent's own `changes` that the store refused (taken from its journal): its
@@ -924,9 +946,14 @@ pub fn run_agents(
     }
     let inventory = config.inventory.size(workload)?;
     let predictions = predict::predict(workload, &config.prediction, &config.policy, config.seed)?;
-    let fleet = (0..agents.agents)
+    let mut fleet = (0..agents.agents)
         .map(|i| Agent::new(&inventory.spec, agent_config(config, i), predictions.repredictor.clone()))
         .collect::<Result<Vec<_>, _>>()?;
+    if agents.avoidance.is_some_and(|a| a.share) {
+        for (i, agent) in fleet.iter_mut().enumerate() {
+            agent.share_hosts(i, agents.agents);
+        }
+    }
     let mut run = Run {
         workload,
         store: Store::new(&inventory.spec)?,

@@ -251,8 +251,11 @@ pub fn markdown(sweep: &Sweep) -> String {
     let _ = match sweep.spec.avoidance {
         Some(a) => writeln!(
             out,
-            "- conflict avoidance: among the top {} hosts, {} x the refused share of the last {} commit attempts",
-            a.top, a.gain, a.window
+            "- conflict avoidance: among the top {} hosts{}, {} x the refused share of the last {} commit attempts",
+            a.top,
+            if a.share { " (the best of the agent's own share of them)" } else { "" },
+            a.gain,
+            a.window
         ),
         None => writeln!(out, "- no conflict avoidance"),
     };

@@ -86,9 +86,11 @@ struct AgentsArgs {
     /// Attempts of one VM at one agent before it answers 503 (the allocator's 5).
     #[arg(long, default_value_t = 5)]
     attempts: u32,
-    /// Conflict avoidance as the allocator runs it (Protean s5.3): `off`, or
-    /// `top=16,window=50,gain=10` (any of them; the rest are the allocator's).
-    #[arg(long, default_value = "top=16,window=50,gain=10")]
+    /// Conflict avoidance (Protean s5.3): `off`, or `top=16,share=on` (the allocator's: with other
+    /// agents, each takes the best of its own share of the hosts among the top 16), or
+    /// `top=16,share=off,window=50,gain=10` (Protean's: a random draw among the top hosts with
+    /// gain x the refused share of the last commit attempts as probability).
+    #[arg(long, default_value = "top=16,share=on")]
     avoidance: String,
     /// When a refused VM is decided again: `immediate` (at once, on an up-to-date view, as the
     /// real agent does) or `after-lag` (one lag later, on the lagging view: cascades).
@@ -675,7 +677,7 @@ fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
     })
 }
 
-/// `off`, or `top=N,window=N,gain=X` (any of them).
+/// `off`, or `top=N,window=N,gain=X,share=on|off` (any of them).
 fn parse_avoidance(text: &str) -> Result<Option<Avoidance>> {
     if text.trim() == "off" {
         return Ok(None);
@@ -701,7 +703,14 @@ fn parse_avoidance(text: &str) -> Result<Option<Avoidance>> {
                     value.parse().map_err(|_| anyhow!("--avoidance gain=`{value}` is not a number"))?,
                 )?
             }
-            _ => bail!("--avoidance: unknown key `{key}` (top, window, gain)"),
+            "share" => {
+                avoidance.share = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => bail!("--avoidance share=`{value}`: use on or off"),
+                }
+            }
+            _ => bail!("--avoidance: unknown key `{key}` (top, window, gain, share)"),
         }
     }
     Ok(Some(avoidance))
