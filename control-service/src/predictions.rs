@@ -185,7 +185,7 @@ impl<P: Predictor> Resolver<P> {
                     instance
                 })
                 .collect();
-            let request = PredictRequest { instances, interval_class: self.config.interval_class };
+            let request = PredictRequest { instances, interval_class: self.config.interval_class, history: Vec::new() };
             let asked = Instant::now();
             let answer = match tokio::time::timeout(self.config.budget, self.predictor.predict(request, request_id))
                 .await

@@ -80,6 +80,59 @@ pub struct PredictRequest {
     /// ten times the long-lived prediction, so it is off unless asked for.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interval_class: bool,
+    /// Events of the tenants' history to apply before predicting: the control service sends with
+    /// each request what this server has not had yet, so a prediction always sees every arrival
+    /// and exit the control service acknowledged before it. At most 10,000.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 10000))]
+    pub history: Vec<HistoryEvent>,
+}
+
+/// Something that happened to a VM, from which the inference servers keep their tenants' history
+/// current (issue 18). Times are on the model's clock: a VM's request time when it started, the
+/// release's time when it ended.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum HistoryEvent {
+    /// A VM of `tenant_id` started (was placed) at `at_s`.
+    Started {
+        #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
+        vm_id: String,
+        #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+        tenant_id: String,
+        at_s: f64,
+    },
+    /// A VM ended (was released) at `at_s`.
+    Ended {
+        #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
+        vm_id: String,
+        at_s: f64,
+    },
+}
+
+impl HistoryEvent {
+    pub fn vm_id(&self) -> &str {
+        match self {
+            HistoryEvent::Started { vm_id, .. } | HistoryEvent::Ended { vm_id, .. } => vm_id,
+        }
+    }
+
+    pub fn at_s(&self) -> f64 {
+        match self {
+            HistoryEvent::Started { at_s, .. } | HistoryEvent::Ended { at_s, .. } => *at_s,
+        }
+    }
+}
+
+/// `POST /v1/history`: events of the tenants' history, in the order they happened.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRequest {
+    /// 1 to 10,000 events.
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10000))]
+    pub events: Vec<HistoryEvent>,
 }
 
 /// One answer per instance, in order.

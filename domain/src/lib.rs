@@ -31,8 +31,8 @@ pub use control::{
 pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
 pub use inference::{
-    PredictInstance, PredictRequest, PredictResponse, RemainingInstance, RemainingPrediction, RemainingRequest,
-    RemainingResponse,
+    HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, PredictResponse, RemainingInstance,
+    RemainingPrediction, RemainingRequest, RemainingResponse,
 };
 pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};

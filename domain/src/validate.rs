@@ -10,7 +10,7 @@
 //! an id would be rewritten or cut by HTTP clients and servers on the way.
 
 use crate::ids::{TenantId, VmId};
-use crate::inference::{PredictInstance, PredictRequest, RemainingRequest};
+use crate::inference::{HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, RemainingRequest};
 use crate::prediction::LifetimePrediction;
 use crate::request::{AllocationRequest, FeatureValue, GangRequest, VmRequest};
 use crate::resources::ResourceKind;
@@ -349,7 +349,46 @@ impl Validate for PredictRequest {
         for (i, instance) in self.instances.iter().enumerate() {
             instance.validate(limits, &format!("{}[{i}]", child(path, "instances")))?;
         }
-        Ok(())
+        check_history(&self.history, limits, &child(path, "history"), 0)
+    }
+}
+
+/// Most history events in one request.
+pub const MAX_HISTORY_EVENTS: usize = 10_000;
+
+/// Checks `events` (at least `min` of them) at `path`: ids and tenants short and printable, times
+/// finite.
+fn check_history(
+    events: &[HistoryEvent],
+    limits: &ValidationLimits,
+    path: &str,
+    min: usize,
+) -> Result<(), ValidationError> {
+    if events.len() < min || events.len() > MAX_HISTORY_EVENTS {
+        return Err(ValidationError::invalid(
+            path,
+            format!("{min} to {MAX_HISTORY_EVENTS} events per request, got {}", events.len()),
+        ));
+    }
+    for (i, event) in events.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        check_text(event.vm_id(), limits, &at, "vm_id")?;
+        check_finite(event.at_s(), &at, "at_s")?;
+        if let HistoryEvent::Started { tenant_id, .. } = event {
+            if tenant_id.len() > limits.max_text_len || tenant_id.chars().any(char::is_control) {
+                return Err(ValidationError::invalid(
+                    child(&at, "tenant_id"),
+                    format!("must be at most {} bytes, without control characters", limits.max_text_len),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Validate for HistoryRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_history(&self.events, limits, &child(path, "events"), 1)
     }
 }
 

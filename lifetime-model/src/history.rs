@@ -11,6 +11,10 @@ use std::collections::{HashMap, VecDeque};
 /// and lifetime quantiles are over at most this many recent completions.
 pub const MAX_EVENTS_PER_TENANT: usize = 128;
 
+/// Most running VMs remembered per tenant (the oldest are forgotten first): what one tenant's
+/// history holds stays bounded however many VMs it runs. Training and serving forget alike.
+pub const MAX_RUNNING_PER_TENANT: usize = 4_096;
+
 /// What is known about one tenant's past.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TenantHistory {
@@ -64,6 +68,9 @@ impl TenantHistory {
             self.starts.pop_front();
         }
         self.starts.push_back(start_s);
+        if self.running.len() == MAX_RUNNING_PER_TENANT {
+            self.running.remove(0);
+        }
         let at = self.running.partition_point(|&s| s <= start_s);
         self.running.insert(at, start_s);
     }
@@ -111,7 +118,7 @@ impl TenantHistory {
     }
 
     /// Latest event time, to drop tenants idle for longer than the window from a snapshot.
-    fn last_activity(&self) -> f64 {
+    pub fn last_activity(&self) -> f64 {
         let last_start = self.starts.back().copied().unwrap_or(f64::NEG_INFINITY);
         let last_end = self.completed.back().map_or(f64::NEG_INFINITY, |&(end, _)| end);
         let running = if self.running.is_empty() { f64::NEG_INFINITY } else { f64::INFINITY };

@@ -3,6 +3,8 @@
 //!
 //! - [`features`] and [`history`]: the one encoding of a VM request (plus its tenant's past) into a
 //!   model row, for training and serving alike.
+//! - [`live`]: the feature store kept current with the arrivals and exits the control service
+//!   reports (live tenant history).
 //! - [`dataset`]: replaying a trace into rows and censoring-aware labels.
 //! - [`train`]: the three LightGBM models (long-lived, lifetime interval, remaining lifetime), the
 //!   time-split evaluation, and bundle writing.
@@ -18,6 +20,7 @@ pub mod dataset;
 pub mod features;
 pub mod gbdt;
 pub mod history;
+pub mod live;
 pub mod metrics;
 mod nan_json;
 pub mod registry;

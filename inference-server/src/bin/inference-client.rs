@@ -88,7 +88,11 @@ async fn main() -> Result<()> {
     let mut predictions = Vec::with_capacity(records.len());
     let started = std::time::Instant::now();
     for chunk in records.chunks(cli.batch) {
-        let request = PredictRequest { instances: chunk.iter().map(instance).collect(), interval_class: true };
+        let request = PredictRequest {
+            instances: chunk.iter().map(instance).collect(),
+            interval_class: true,
+            history: Vec::new(),
+        };
         let response = client
             .post(format!("{}/v1/predict", cli.server.trim_end_matches('/')))
             .json(&request)

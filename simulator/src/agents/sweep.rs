@@ -249,13 +249,15 @@ pub fn markdown(sweep: &Sweep) -> String {
         base.tie_break
     );
     let _ = match sweep.spec.avoidance {
+        Some(a) if a.share => writeln!(
+            out,
+            "- conflict avoidance with shares: with other agents, the best of the agent's own share of the hosts among the top {}",
+            a.top
+        ),
         Some(a) => writeln!(
             out,
-            "- conflict avoidance: among the top {} hosts{}, {} x the refused share of the last {} commit attempts",
-            a.top,
-            if a.share { " (the best of the agent's own share of them)" } else { "" },
-            a.gain,
-            a.window
+            "- conflict avoidance: a random draw among the top {} hosts, {} x the refused share of the last {} commit attempts",
+            a.top, a.gain, a.window
         ),
         None => writeln!(out, "- no conflict avoidance"),
     };

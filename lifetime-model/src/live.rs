@@ -1,0 +1,397 @@
+//! Live tenant history (issue 18): the serving bundle's feature store, kept current with every VM
+//! arrival and exit the control service reports ([`HistoryEvent`]).
+//!
+//! A bundle's feature store is the tenants' history as of its training cut-off (`as_of_s`). Frozen,
+//! every tenant that appears later is unknown to the model, and every known tenant's history goes
+//! stale. [`LiveHistory`] starts from that snapshot and applies the events after it, through the
+//! very [`TenantHistory`] calls the trainer's replay makes ([`crate::dataset::replay`]): the
+//! features served at an instant are those the trainer computes for the same VM from the same
+//! events.
+//!
+//! What it holds is bounded: per tenant by [`TenantHistory`]'s own limits, in total by
+//! [`LiveLimits`] (tenants, tracked running VMs, the journal), the least recently active tenants
+//! evicted first. Events it cannot use are counted, never fatal: a second start of a running VM
+//! (duplicate), the end of a VM it does not know, events from before the snapshot (the snapshot
+//! has them), an end before its start.
+//!
+//! A new bundle brings a new snapshot: [`LiveHistory::rebase`] starts from it and applies again
+//! the events of the journal that came after its cut-off.
+
+use crate::history::{FeatureStore, TenantHistory};
+use domain::HistoryEvent;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Bounds on what a live history holds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LiveLimits {
+    /// Tenants kept; beyond, the least recently active one is forgotten.
+    pub max_tenants: usize,
+    /// Running VMs whose start is remembered (to record their end); beyond, a start still counts
+    /// but its end will not be known.
+    pub max_running_vms: usize,
+    /// Events kept to apply again over a new bundle's snapshot.
+    pub max_journal: usize,
+}
+
+impl Default for LiveLimits {
+    fn default() -> Self {
+        LiveLimits { max_tenants: 200_000, max_running_vms: 500_000, max_journal: 1_000_000 }
+    }
+}
+
+/// What became of the events, since the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LiveCounters {
+    pub applied: u64,
+    /// A start of a VM already running, or a second end.
+    pub duplicates: u64,
+    /// The end of a VM whose start is not known (it started before the snapshot, or its tenant
+    /// was evicted, or it was never tracked).
+    pub unknown_vms: u64,
+    /// Events at or before the snapshot's instant: the snapshot has them.
+    pub before_snapshot: u64,
+    /// An end before its VM's start.
+    pub invalid: u64,
+    /// Events older than the latest one applied (applied all the same).
+    pub out_of_order: u64,
+    pub tenants_evicted: u64,
+    /// Starts whose VM could not be tracked (too many running VMs).
+    pub untracked: u64,
+    /// Events dropped from the journal (a rebase over an older snapshot misses them).
+    pub journal_dropped: u64,
+}
+
+/// What one event did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Applied,
+    Duplicate,
+    UnknownVm,
+    BeforeSnapshot,
+    Invalid,
+}
+
+/// A tenant's history and when it was last touched (for eviction).
+#[derive(Clone, Debug)]
+struct LiveTenant {
+    history: TenantHistory,
+    touched: u64,
+}
+
+/// A running VM whose end can be recorded.
+#[derive(Clone, Debug)]
+struct RunningVm {
+    tenant: String,
+    start_s: f64,
+}
+
+/// See the module documentation.
+#[derive(Clone, Debug)]
+pub struct LiveHistory {
+    limits: LiveLimits,
+    as_of_s: f64,
+    tenants: HashMap<String, LiveTenant>,
+    /// Tenants by when they were last touched: the first is the next to evict.
+    by_touch: BTreeMap<u64, String>,
+    clock: u64,
+    running: HashMap<String, RunningVm>,
+    journal: VecDeque<HistoryEvent>,
+    /// The latest instant of an event dropped from the journal.
+    journal_forgot_s: f64,
+    latest_s: f64,
+    counters: LiveCounters,
+}
+
+impl LiveHistory {
+    /// A live history that starts from `snapshot`.
+    pub fn new(snapshot: &FeatureStore, limits: LiveLimits) -> Self {
+        let mut live = LiveHistory {
+            limits,
+            as_of_s: snapshot.as_of_s,
+            tenants: HashMap::new(),
+            by_touch: BTreeMap::new(),
+            clock: 0,
+            running: HashMap::new(),
+            journal: VecDeque::new(),
+            journal_forgot_s: f64::NEG_INFINITY,
+            latest_s: f64::NEG_INFINITY,
+            counters: LiveCounters::default(),
+        };
+        live.load(snapshot);
+        live
+    }
+
+    fn load(&mut self, snapshot: &FeatureStore) {
+        self.as_of_s = snapshot.as_of_s;
+        self.tenants.clear();
+        self.by_touch.clear();
+        self.running.clear();
+        self.latest_s = snapshot.as_of_s;
+        // The least recently active tenants first, so that the limit keeps the most recent ones.
+        let mut tenants: Vec<(&String, &TenantHistory)> = snapshot.tenants.iter().collect();
+        tenants.sort_by(|a, b| a.1.last_activity().total_cmp(&b.1.last_activity()).then(a.0.cmp(b.0)));
+        for (tenant, history) in tenants {
+            self.insert_tenant(tenant, history.clone());
+        }
+    }
+
+    /// The instant of the snapshot this history started from.
+    pub fn as_of_s(&self) -> f64 {
+        self.as_of_s
+    }
+
+    pub fn history(&self, tenant_id: &str) -> Option<&TenantHistory> {
+        self.tenants.get(tenant_id).map(|tenant| &tenant.history)
+    }
+
+    pub fn counters(&self) -> LiveCounters {
+        self.counters
+    }
+
+    /// Tenants, tracked running VMs and journal events held now.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.tenants.len(), self.running.len(), self.journal.len())
+    }
+
+    /// Applies one event (see the module documentation for what is not used, and why).
+    pub fn apply(&mut self, event: &HistoryEvent) -> Applied {
+        let outcome = self.apply_inner(event);
+        if outcome == Applied::Applied {
+            if self.journal.len() == self.limits.max_journal {
+                if let Some(dropped) = self.journal.pop_front() {
+                    self.journal_forgot_s = self.journal_forgot_s.max(dropped.at_s());
+                    self.counters.journal_dropped += 1;
+                }
+            }
+            if self.limits.max_journal > 0 {
+                self.journal.push_back(event.clone());
+            }
+        }
+        outcome
+    }
+
+    fn apply_inner(&mut self, event: &HistoryEvent) -> Applied {
+        let at_s = event.at_s();
+        if at_s <= self.as_of_s {
+            self.counters.before_snapshot += 1;
+            return Applied::BeforeSnapshot;
+        }
+        match event {
+            HistoryEvent::Started { vm_id, tenant_id, .. } => {
+                if self.running.contains_key(vm_id) {
+                    self.counters.duplicates += 1;
+                    return Applied::Duplicate;
+                }
+                self.note_time(at_s);
+                // An empty tenant is no tenant (traces without one): nothing to learn.
+                if !tenant_id.is_empty() {
+                    self.touch(tenant_id).history.record_start(at_s);
+                    if self.running.len() < self.limits.max_running_vms {
+                        self.running.insert(vm_id.clone(), RunningVm { tenant: tenant_id.clone(), start_s: at_s });
+                    } else {
+                        self.counters.untracked += 1;
+                    }
+                }
+            }
+            HistoryEvent::Ended { vm_id, .. } => {
+                let Some(vm) = self.running.get(vm_id) else {
+                    self.counters.unknown_vms += 1;
+                    return Applied::UnknownVm;
+                };
+                if at_s < vm.start_s {
+                    self.counters.invalid += 1;
+                    return Applied::Invalid;
+                }
+                let Some(vm) = self.running.remove(vm_id) else { return Applied::UnknownVm };
+                self.note_time(at_s);
+                if self.tenants.contains_key(&vm.tenant) {
+                    self.touch(&vm.tenant).history.record_end(vm.start_s, at_s);
+                }
+            }
+        }
+        self.counters.applied += 1;
+        Applied::Applied
+    }
+
+    fn note_time(&mut self, at_s: f64) {
+        if at_s < self.latest_s {
+            self.counters.out_of_order += 1;
+        }
+        self.latest_s = self.latest_s.max(at_s);
+    }
+
+    /// The tenant's entry, created if need be, marked as the most recently active.
+    fn touch(&mut self, tenant: &str) -> &mut LiveTenant {
+        if !self.tenants.contains_key(tenant) {
+            self.insert_tenant(tenant, TenantHistory::default());
+        }
+        self.clock += 1;
+        let clock = self.clock;
+        let entry = self.tenants.get_mut(tenant).expect("inserted above");
+        self.by_touch.remove(&entry.touched);
+        entry.touched = clock;
+        self.by_touch.insert(clock, tenant.to_owned());
+        entry
+    }
+
+    fn insert_tenant(&mut self, tenant: &str, history: TenantHistory) {
+        while self.tenants.len() >= self.limits.max_tenants.max(1) {
+            let Some((_, oldest)) = self.by_touch.pop_first() else { break };
+            self.tenants.remove(&oldest);
+            self.counters.tenants_evicted += 1;
+        }
+        self.clock += 1;
+        self.by_touch.insert(self.clock, tenant.to_owned());
+        self.tenants.insert(tenant.to_owned(), LiveTenant { history, touched: self.clock });
+    }
+
+    /// Starts again from a new bundle's `snapshot` and applies the journal's events that came after
+    /// its cut-off. Returns how many were applied again, and whether events after the cut-off had
+    /// already left the journal (then the history misses them).
+    pub fn rebase(&mut self, snapshot: &FeatureStore) -> (usize, bool) {
+        let journal = std::mem::take(&mut self.journal);
+        let lost = self.journal_forgot_s > snapshot.as_of_s;
+        let counters = self.counters;
+        let still_running = std::mem::take(&mut self.running);
+        self.load(snapshot);
+        // The VMs running at the new cut-off, whose ends may come after it: the snapshot has their
+        // starts, and their ends must still be recorded.
+        let cut_off = snapshot.as_of_s;
+        for event in journal.iter().take_while(|event| event.at_s() <= cut_off) {
+            match event {
+                HistoryEvent::Started { vm_id, tenant_id, at_s }
+                    if self.running.len() < self.limits.max_running_vms =>
+                {
+                    self.running.insert(vm_id.clone(), RunningVm { tenant: tenant_id.clone(), start_s: *at_s });
+                }
+                HistoryEvent::Ended { vm_id, .. } => {
+                    self.running.remove(vm_id);
+                }
+                HistoryEvent::Started { .. } => {}
+            }
+        }
+        for (vm_id, vm) in still_running {
+            if vm.start_s <= cut_off && self.running.len() < self.limits.max_running_vms {
+                self.running.entry(vm_id).or_insert(vm);
+            }
+        }
+        let mut replayed = 0;
+        for event in &journal {
+            if event.at_s() > snapshot.as_of_s && self.apply_inner(event) == Applied::Applied {
+                replayed += 1;
+            }
+        }
+        // Counters count what arrived, not what was applied again.
+        self.counters = counters;
+        self.journal = journal;
+        (replayed, lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::TenantSummary;
+
+    const HOUR: f64 = 3_600.0;
+
+    fn started(vm: &str, tenant: &str, at_s: f64) -> HistoryEvent {
+        HistoryEvent::Started { vm_id: vm.to_owned(), tenant_id: tenant.to_owned(), at_s }
+    }
+
+    fn ended(vm: &str, at_s: f64) -> HistoryEvent {
+        HistoryEvent::Ended { vm_id: vm.to_owned(), at_s }
+    }
+
+    fn summary(live: &LiveHistory, tenant: &str, now_s: f64) -> TenantSummary {
+        live.history(tenant).map_or(TenantSummary::unknown(), |h| h.summary(now_s, 24.0 * HOUR, 2.0 * HOUR))
+    }
+
+    #[test]
+    fn events_after_the_snapshot_are_what_the_trainer_records() {
+        let mut snapshot_history = TenantHistory::default();
+        snapshot_history.record_start(50.0);
+        let snapshot = FeatureStore { as_of_s: 100.0, tenants: HashMap::from([("old".to_owned(), snapshot_history)]) };
+        let mut live = LiveHistory::new(&snapshot, LiveLimits::default());
+        // What the trainer's replay does with the same events.
+        let mut trainer = TenantHistory::default();
+        trainer.record_start(200.0);
+        trainer.record_start(300.0);
+        trainer.record_end(200.0, 200.0 + 3.0 * HOUR);
+        for event in [started("a", "new", 200.0), started("b", "new", 300.0), ended("a", 200.0 + 3.0 * HOUR)] {
+            assert_eq!(live.apply(&event), Applied::Applied);
+        }
+        assert_eq!(live.history("new"), Some(&trainer));
+        assert_eq!(summary(&live, "new", 5.0 * HOUR), trainer.summary(5.0 * HOUR, 24.0 * HOUR, 2.0 * HOUR));
+        assert!(live.history("old").is_some(), "the snapshot's tenants stay");
+    }
+
+    #[test]
+    fn unusable_events_are_counted_and_change_nothing() {
+        let snapshot = FeatureStore { as_of_s: 100.0, tenants: HashMap::new() };
+        let mut live = LiveHistory::new(&snapshot, LiveLimits::default());
+        assert_eq!(live.apply(&started("a", "t", 200.0)), Applied::Applied);
+        let before = live.history("t").cloned();
+        assert_eq!(live.apply(&started("a", "t", 250.0)), Applied::Duplicate);
+        assert_eq!(live.apply(&ended("ghost", 300.0)), Applied::UnknownVm);
+        assert_eq!(live.apply(&started("old", "t", 90.0)), Applied::BeforeSnapshot);
+        assert_eq!(live.apply(&ended("a", 150.0)), Applied::Invalid);
+        assert_eq!(live.history("t").cloned(), before);
+        assert_eq!(live.apply(&ended("a", 400.0)), Applied::Applied);
+        assert_eq!(live.apply(&ended("a", 500.0)), Applied::UnknownVm, "a second end");
+        let c = live.counters();
+        assert_eq!((c.applied, c.duplicates, c.unknown_vms, c.before_snapshot, c.invalid), (2, 1, 2, 1, 1));
+    }
+
+    #[test]
+    fn memory_stays_bounded_under_a_flood_of_new_tenants() {
+        let snapshot = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let limits = LiveLimits { max_tenants: 100, max_running_vms: 150, max_journal: 500 };
+        let mut live = LiveHistory::new(&snapshot, limits);
+        for i in 0..10_000 {
+            live.apply(&started(&format!("vm{i}"), &format!("t{i}"), 1.0 + f64::from(i)));
+        }
+        let (tenants, running, journal) = live.sizes();
+        assert_eq!((tenants, running, journal), (100, 150, 500));
+        let c = live.counters();
+        assert_eq!((c.tenants_evicted, c.untracked, c.journal_dropped), (9_900, 9_850, 9_500));
+        // The most recent tenants are the ones kept.
+        assert!(live.history("t9999").is_some() && live.history("t0").is_none());
+    }
+
+    #[test]
+    fn a_new_snapshot_keeps_what_happened_after_its_cut_off() {
+        let empty = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let mut live = LiveHistory::new(&empty, LiveLimits::default());
+        for event in [started("a", "t", 10.0), started("b", "t", 20.0), ended("a", 30.0), started("c", "t", 40.0)] {
+            live.apply(&event);
+        }
+        let expected = live.history("t").cloned();
+        // A bundle trained up to 25 s: it knows a and b started; the rest comes from the journal.
+        let mut known = TenantHistory::default();
+        known.record_start(10.0);
+        known.record_start(20.0);
+        let newer = FeatureStore { as_of_s: 25.0, tenants: HashMap::from([("t".to_owned(), known)]) };
+        assert_eq!(live.rebase(&newer), (2, false));
+        assert_eq!(live.history("t").cloned(), expected);
+        assert_eq!(live.as_of_s(), 25.0);
+        // b started before the new cut-off: its end is still recorded.
+        assert_eq!(live.apply(&ended("b", 50.0)), Applied::Applied);
+        let mut after = expected.expect("t");
+        after.record_end(20.0, 50.0);
+        assert_eq!(live.history("t"), Some(&after));
+    }
+
+    #[test]
+    fn a_rebase_over_events_the_journal_forgot_says_so() {
+        let empty = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let mut live = LiveHistory::new(&empty, LiveLimits { max_journal: 2, ..LiveLimits::default() });
+        for (i, at) in [10.0, 20.0, 30.0].into_iter().enumerate() {
+            live.apply(&started(&format!("v{i}"), "t", at));
+        }
+        let (replayed, lost) = live.rebase(&FeatureStore { as_of_s: 5.0, tenants: HashMap::new() });
+        assert_eq!((replayed, lost), (2, true));
+    }
+}
