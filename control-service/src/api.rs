@@ -25,8 +25,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use domain::problem::FieldProblem;
 use domain::{
-    AllocationDecision, AllocationRequest, ControlDecision, ControlStats, Problem, StageLatency, ValidationLimits,
-    VmPrediction, ZoneId, ZoneStats,
+    AllocationDecision, AllocationOutcome, AllocationRequest, ControlDecision, ControlStats, HistoryEvent, Problem,
+    StageLatency, ValidationLimits, VmPrediction, ZoneId, ZoneStats,
 };
 use serde::Deserialize;
 use service_common::layers::REQUEST_ID_HEADER;
@@ -445,6 +445,17 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
             );
         }
     };
+    if let AllocationOutcome::Placed { placements } = &decision.outcome {
+        if !decision.replayed {
+            for (vm, placement) in request.vms().iter().zip(placements) {
+                control.record_history(HistoryEvent::Started {
+                    vm_id: placement.vm_id.to_string(),
+                    tenant_id: vm.tenant_id.to_string(),
+                    at_s: vm.requested_at_s.unwrap_or(arrival_s),
+                });
+            }
+        }
+    }
     let (counter, outcome) = if decision.is_placed() {
         (&control.counters.placed, "placed")
     } else {
@@ -476,13 +487,13 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
 #[serde(deny_unknown_fields)]
 struct ZoneQuery {
     zone: Option<String>,
+    /// Releases only: when the VM ended, on the model's clock (the clock of `requested_at_s`);
+    /// the server's clock when absent. The tenants' history records it (issue 18).
+    ended_at_s: Option<f64>,
 }
 
 /// The zones to ask about a VM: the one named, or every zone in turn.
-fn zones_to_ask(control: &Control, query: Result<Query<ZoneQuery>, QueryRejection>) -> Result<Vec<ZoneId>, Response> {
-    let Query(query) = query.map_err(|rejection| {
-        problem(rejection.status(), "malformed-query", "Malformed query", rejection.body_text())
-    })?;
+fn zones_to_ask(control: &Control, query: ZoneQuery) -> Result<Vec<ZoneId>, Response> {
     match query.zone {
         Some(zone) => {
             let zone = ZoneId(zone);
@@ -541,6 +552,39 @@ async fn vm_call(
         Ok(caller) => caller,
         Err(response) => return response,
     };
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => {
+            return problem(rejection.status(), "malformed-query", "Malformed query", rejection.body_text())
+        }
+    };
+    let now_s = unix_now_s();
+    let ended_at_s = match (call, query.ended_at_s) {
+        (VmCall::Lookup, Some(_)) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "malformed-query",
+                "Malformed query",
+                "`ended_at_s` belongs to releases only",
+            )
+        }
+        (_, Some(at)) if !at.is_finite() => {
+            return invalid_field("ended_at_s".to_owned(), format!("must be a finite number, got {at}"))
+        }
+        // A tenant key's clock is the server's, as for `requested_at_s`.
+        (_, Some(at)) if caller.tenant().is_some() && (at - now_s).abs() > control.max_skew_s => {
+            return invalid_field(
+                "ended_at_s".to_owned(),
+                format!(
+                    "must be within {} s of the server's clock ({now_s:.0}), got {at}; leave it out to use the \
+                     server's clock",
+                    control.max_skew_s
+                ),
+            )
+        }
+        (_, Some(at)) if caller.tenant().is_none() => at,
+        _ => now_s,
+    };
     let (vm_id, zones) = match (path_param(vm_id), zones_to_ask(control, query)) {
         (Ok(vm_id), Ok(zones)) => (vm_id, zones),
         (Err(response), _) | (_, Err(response)) => return response,
@@ -552,20 +596,25 @@ async fn vm_call(
     let vm_id = vm_id.as_str();
     // A tenant key reaches only its own VMs; the allocator checks ownership where the VM lives.
     let owner = caller.tenant();
-    ask_zones(zones, |zone| async move {
+    let response = ask_zones(zones, |zone| async move {
         match call {
             VmCall::Release => control.allocators.release(&zone, vm_id, owner, request_id).await,
             VmCall::Lookup => control.allocators.lookup(&zone, vm_id, owner, request_id).await,
         }
     })
-    .await
+    .await;
+    if matches!(call, VmCall::Release) && response.status() == StatusCode::NO_CONTENT {
+        control.record_history(HistoryEvent::Ended { vm_id: vm_id.to_owned(), at_s: ended_at_s });
+    }
+    response
 }
 
 /// Releases a VM. Without `?zone=` every zone's allocator is asked in turn. 204, or 404 when no
 /// zone has it (or, for a tenant key, when it is another tenant's VM).
 #[utoipa::path(delete, path = "/allocate/{vm_id}",
     params(("vm_id" = String, Path, description = "The VM's id (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128),
-           ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent.")),
+           ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent."),
+           ("ended_at_s" = Option<f64>, Query, description = "When the VM ended, on the model's clock (that of `requested_at_s`; the server's clock when absent, and always for a tenant key beyond the allowed skew). The inference servers' tenant history records it.")),
     responses((status = 204, description = "Released."),
               (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
               (status = 401, description = "No valid API key.", body = domain::Problem),
@@ -609,6 +658,13 @@ async fn lookup(
 }
 
 impl Control {
+    /// Feeds an arrival or an exit to the inference servers' tenant history, if they are fed.
+    pub fn record_history(&self, event: HistoryEvent) {
+        if let Some(feed) = self.resolver.predictor().history() {
+            feed.record(event);
+        }
+    }
+
     /// The control service's counters and each zone's allocator statistics.
     pub async fn stats(&self, request_id: Option<&str>) -> ControlStats {
         let mut zones = std::collections::BTreeMap::new();

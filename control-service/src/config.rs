@@ -151,6 +151,14 @@ pub struct InferenceConfig {
     pub down_after_failures: u32,
     /// Consecutive successful probes before a down upstream is used again.
     pub up_after_successes: u32,
+    /// Feed every placement and release to the inference servers, which keep their tenants'
+    /// history current with them (issue 18); off, they predict from their bundles' frozen history.
+    pub history: bool,
+    /// History events kept per inference server while it cannot be reached; beyond, the oldest
+    /// are dropped (`control_history_events_dropped_total`).
+    pub history_max_pending: usize,
+    /// How often history events that no prediction took along are sent on their own.
+    pub history_flush_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -241,6 +249,9 @@ impl Default for InferenceConfig {
             probe_timeout_ms: DEFAULT_HEALTH.probe_timeout_ms,
             down_after_failures: DEFAULT_HEALTH.down_after_failures,
             up_after_successes: DEFAULT_HEALTH.up_after_successes,
+            history: true,
+            history_max_pending: 100_000,
+            history_flush_ms: 100,
         }
     }
 }

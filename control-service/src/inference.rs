@@ -5,8 +5,9 @@
 //! succeed again ([`crate::health`]).
 
 use crate::health::{HealthPolicy, Upstream};
+use crate::history::HistoryFeed;
 use crate::predictions::{PredictError, Predictor};
-use domain::{InferenceServerHealth, LifetimePrediction, PredictRequest, PredictResponse};
+use domain::{HistoryRequest, InferenceServerHealth, LifetimePrediction, PredictRequest, PredictResponse};
 use service_common::layers::REQUEST_ID_HEADER;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,14 +16,59 @@ pub struct InferenceClient {
     client: reqwest::Client,
     servers: Vec<Arc<Upstream>>,
     next: AtomicUsize,
+    /// The tenants' history events each server has not had yet (none: not fed).
+    history: Option<HistoryFeed>,
 }
 
 impl InferenceClient {
-    pub fn new(client: reqwest::Client, servers: &[String], health: HealthPolicy) -> Self {
+    /// A client of `servers`; with `history_max_pending`, it feeds them the tenants' history
+    /// ([`crate::history`]).
+    pub fn new(
+        client: reqwest::Client,
+        servers: &[String],
+        health: HealthPolicy,
+        history_max_pending: Option<usize>,
+    ) -> Self {
         InferenceClient {
             client,
             servers: servers.iter().map(|s| Upstream::new(s, health)).collect(),
             next: AtomicUsize::new(0),
+            history: history_max_pending.map(|max| HistoryFeed::new(servers.len(), max)),
+        }
+    }
+
+    /// The tenants' history feed, when the servers are fed one.
+    pub fn history(&self) -> Option<&HistoryFeed> {
+        self.history.as_ref()
+    }
+
+    /// Sends each server the history events that no prediction took to it; those that do not get
+    /// through wait for the next call.
+    pub async fn flush_history(&self) {
+        let Some(feed) = &self.history else { return };
+        for (index, server) in self.servers.iter().enumerate() {
+            let Some(_sending) = feed.sending(index).await else { continue };
+            let events = feed.take(index);
+            if events.is_empty() {
+                continue;
+            }
+            let sent = self
+                .client
+                .post(server.url("/v1/history"))
+                .json(&HistoryRequest { events: events.clone() })
+                .send()
+                .await;
+            match sent {
+                Ok(response) if response.status().is_success() => {}
+                Ok(response) if response.status().is_client_error() => {
+                    // Refused as invalid: sending them again would not help.
+                    tracing::warn!(server = %server.base, status = %response.status(), "an inference server refused history events");
+                }
+                other => {
+                    tracing::debug!(server = %server.base, answer = ?other.map(|r| r.status()), "history events not delivered; kept for later");
+                    feed.give_back(index, events);
+                }
+            }
         }
     }
 
@@ -35,6 +81,29 @@ impl InferenceClient {
     }
 
     async fn ask(
+        &self,
+        index: usize,
+        request: &PredictRequest,
+        request_id: Option<&str>,
+    ) -> Result<Vec<LifetimePrediction>, PredictError> {
+        let server = &self.servers[index];
+        // The events this server has not had yet go first, with the request.
+        let Some(feed) = &self.history else { return self.send(server, request, request_id).await };
+        let events = feed.take_after_sends(index).await;
+        if events.is_empty() {
+            return self.send(server, request, request_id).await;
+        }
+        let with_history = PredictRequest { history: events.clone(), ..request.clone() };
+        // Given back unless the server answered, also when the caller's budget drops this call.
+        let mut undelivered = Undelivered { feed, index, events: Some(events) };
+        let answer = self.send(server, &with_history, request_id).await;
+        if answer.is_ok() {
+            undelivered.events = None;
+        }
+        answer
+    }
+
+    async fn send(
         &self,
         server: &Upstream,
         request: &PredictRequest,
@@ -65,6 +134,21 @@ impl InferenceClient {
     }
 }
 
+/// History events on their way to a server: back to its queue when dropped undelivered.
+struct Undelivered<'a> {
+    feed: &'a HistoryFeed,
+    index: usize,
+    events: Option<Vec<domain::HistoryEvent>>,
+}
+
+impl Drop for Undelivered<'_> {
+    fn drop(&mut self) {
+        if let Some(events) = self.events.take() {
+            self.feed.give_back(self.index, events);
+        }
+    }
+}
+
 impl Predictor for InferenceClient {
     async fn predict(
         &self,
@@ -75,11 +159,11 @@ impl Predictor for InferenceClient {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let mut last_error = PredictError::Unavailable;
         for offset in 0..count {
-            let server = &self.servers[(start + offset) % count];
-            if !server.is_ready() {
+            let index = (start + offset) % count;
+            if !self.servers[index].is_ready() {
                 continue;
             }
-            match self.ask(server, &request, request_id).await {
+            match self.ask(index, &request, request_id).await {
                 Ok(answers) => return Ok(answers),
                 Err(error) => {
                     tracing::debug!(%error, "inference call failed; trying the next server");

@@ -5,7 +5,8 @@
 //!
 //! The decisions about predictions (keys, cache, safeguard, fallback) live in [`feature_key`],
 //! [`cache`], [`safeguard`] and [`predictions`], which know nothing of HTTP; [`auth`] (API keys) and
-//! [`rate_limit`] (per-tenant token buckets) decide who may call and how often; [`inference`] and
+//! [`rate_limit`] (per-tenant token buckets) decide who may call and how often; [`history`] feeds
+//! every arrival and exit to the inference servers' tenant history; [`inference`] and
 //! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer.
 
 pub mod api;
@@ -14,6 +15,7 @@ pub mod cache;
 pub mod config;
 pub mod feature_key;
 pub mod health;
+pub mod history;
 pub mod inference;
 pub mod predictions;
 pub mod rate_limit;

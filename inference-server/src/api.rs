@@ -1,6 +1,7 @@
 //! HTTP routes of the inference server: a thin layer over the registry and `lifetime-model`.
 
 use crate::config::ServerConfig;
+use crate::history::{HistoryStatus, ServerHistory};
 use crate::registry::{BundleStatus, CanarySpec, Deployment, Registry, Rollout};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -8,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use domain::{
-    LifetimePrediction, PredictRequest, PredictResponse, PredictionSource, RemainingPrediction, RemainingRequest,
-    RemainingResponse, ValidationLimits,
+    HistoryEvent, HistoryRequest, LifetimePrediction, PredictRequest, PredictResponse, PredictionSource,
+    RemainingPrediction, RemainingRequest, RemainingResponse, ValidationLimits,
 };
 use lifetime_model::RequestFeatures;
 use service_common::auth::require_bearer;
@@ -23,6 +24,7 @@ use utoipa::OpenApi;
 #[derive(Clone)]
 pub struct AppState {
     pub registry: Arc<Registry>,
+    pub history: Arc<ServerHistory>,
     pub limits: ValidationLimits,
     pub admin_token: Option<String>,
     pub blocking_batch_threshold: usize,
@@ -36,9 +38,15 @@ impl HasLimits for AppState {
 }
 
 impl AppState {
-    pub fn new(config: &ServerConfig, registry: Arc<Registry>, metrics: Option<PrometheusHandle>) -> Self {
+    pub fn new(
+        config: &ServerConfig,
+        registry: Arc<Registry>,
+        history: Arc<ServerHistory>,
+        metrics: Option<PrometheusHandle>,
+    ) -> Self {
         AppState {
             registry,
+            history,
             limits: ValidationLimits { max_batch: config.max_batch, ..ValidationLimits::default() },
             admin_token: config.admin_token.clone(),
             blocking_batch_threshold: config.blocking_batch_threshold,
@@ -58,6 +66,8 @@ impl AppState {
     paths(
         predict,
         remaining_lifetime,
+        record_history,
+        history_status,
         list_models,
         reload_models,
         set_canary,
@@ -72,6 +82,9 @@ impl AppState {
         PredictResponse,
         RemainingRequest,
         RemainingResponse,
+        HistoryRequest,
+        HistoryEvent,
+        HistoryStatus,
         BundleStatus,
         CanarySpec,
         domain::Problem
@@ -111,6 +124,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/remaining-lifetime", post(remaining_lifetime))
+        .route("/v1/history", post(record_history).get(history_status))
         .route("/v1/models", get(list_models))
         .route("/v1/models/reload", post(reload_models))
         .route("/v1/models/canary", post(set_canary))
@@ -131,41 +145,62 @@ fn now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn predict_batch(deployment: &Deployment, request: &PredictRequest) -> Vec<LifetimePrediction> {
+fn predict_batch(
+    deployment: &Deployment,
+    history: &ServerHistory,
+    request: &PredictRequest,
+) -> Vec<LifetimePrediction> {
     let now = now_s();
-    request
-        .instances
-        .iter()
-        .map(|instance| {
-            let model = deployment.route(&instance.routing_key());
-            let started = Instant::now();
-            let prediction = model.predict(&RequestFeatures::from_instance(instance, now), request.interval_class);
-            let version = model.version().to_owned();
-            metrics::histogram!("inference_prediction_duration_seconds", "model_version" => version.clone())
-                .record(started.elapsed().as_secs_f64());
-            metrics::counter!("inference_predictions_total", "model_version" => version).increment(1);
-            model.to_wire(&prediction, PredictionSource::Model)
-        })
-        .collect()
+    // The events the control service sent with the request come first: the prediction sees them.
+    history.apply(&deployment.stable, &request.history);
+    history.with_summaries(|summary| {
+        request
+            .instances
+            .iter()
+            .map(|instance| {
+                let key = instance.routing_key();
+                let model = deployment.route(&key);
+                let started = Instant::now();
+                let features = RequestFeatures::from_instance(instance, now);
+                let row = model.encode_with(&features, &summary(model, &features.tenant_id, features.time_s));
+                history.record_row(&key, model.version(), &row);
+                let prediction = model.predict_row(&row, request.interval_class);
+                let version = model.version().to_owned();
+                metrics::histogram!("inference_prediction_duration_seconds", "model_version" => version.clone())
+                    .record(started.elapsed().as_secs_f64());
+                metrics::counter!("inference_predictions_total", "model_version" => version).increment(1);
+                model.to_wire(&prediction, PredictionSource::Model)
+            })
+            .collect()
+    })
 }
 
-fn remaining_batch(deployment: &Deployment, request: &RemainingRequest) -> Vec<RemainingPrediction> {
+fn remaining_batch(
+    deployment: &Deployment,
+    history: &ServerHistory,
+    request: &RemainingRequest,
+) -> Vec<RemainingPrediction> {
     let now = now_s();
-    request
-        .instances
-        .iter()
-        .map(|instance| {
-            let model = deployment.route(&instance.vm.routing_key());
-            let started = Instant::now();
-            let remaining =
-                model.predict_remaining(&RequestFeatures::from_instance(&instance.vm, now), instance.uptime_s);
-            let version = model.version().to_owned();
-            metrics::histogram!("inference_remaining_duration_seconds", "model_version" => version.clone())
-                .record(started.elapsed().as_secs_f64());
-            metrics::counter!("inference_remaining_predictions_total", "model_version" => version.clone()).increment(1);
-            RemainingPrediction { remaining_lifetime_s: remaining, model_version: version }
-        })
-        .collect()
+    history.apply(&deployment.stable, &[]);
+    history.with_summaries(|summary| {
+        request
+            .instances
+            .iter()
+            .map(|instance| {
+                let model = deployment.route(&instance.vm.routing_key());
+                let started = Instant::now();
+                let features = RequestFeatures::from_instance(&instance.vm, now);
+                let tenant = summary(model, &features.tenant_id, features.time_s);
+                let remaining = model.predict_remaining_with(&features, &tenant, instance.uptime_s);
+                let version = model.version().to_owned();
+                metrics::histogram!("inference_remaining_duration_seconds", "model_version" => version.clone())
+                    .record(started.elapsed().as_secs_f64());
+                metrics::counter!("inference_remaining_predictions_total", "model_version" => version.clone())
+                    .increment(1);
+                RemainingPrediction { remaining_lifetime_s: remaining, model_version: version }
+            })
+            .collect()
+    })
 }
 
 /// Predicts lifetime class, interval and expected lifetime for a batch of VMs.
@@ -177,8 +212,9 @@ fn remaining_batch(deployment: &Deployment, request: &RemainingRequest) -> Vec<R
               (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`), or overloaded or timed out.", body = domain::Problem)))]
 async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<PredictRequest>) -> Response {
     let size = request.instances.len();
+    let history = Arc::clone(&state.history);
     answer(&state, "predict", size, move |deployment| PredictResponse {
-        predictions: predict_batch(deployment, &request),
+        predictions: predict_batch(deployment, &history, &request),
     })
     .await
 }
@@ -195,10 +231,42 @@ async fn remaining_lifetime(
     ValidJson(request): ValidJson<RemainingRequest>,
 ) -> Response {
     let size = request.instances.len();
+    let history = Arc::clone(&state.history);
     answer(&state, "remaining-lifetime", size, move |deployment| RemainingResponse {
-        predictions: remaining_batch(deployment, &request),
+        predictions: remaining_batch(deployment, &history, &request),
     })
     .await
+}
+
+/// Records events of the tenants' history (arrivals and exits, from the control service), in
+/// order; a prediction afterwards sees them. Events the history cannot use (a second start, the end
+/// of an unknown VM, events before the stable bundle's cut-off, an end before its start) are
+/// counted in the answer, never refused.
+#[utoipa::path(post, path = "/v1/history", request_body = HistoryRequest,
+    responses((status = 200, description = "The history after the events.", body = HistoryStatus),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
+              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`): the events are not recorded.", body = domain::Problem)))]
+async fn record_history(State(state): State<AppState>, ValidJson(request): ValidJson<HistoryRequest>) -> Response {
+    let Some(deployment) = state.registry.deployment() else { return no_model() };
+    let history = Arc::clone(&state.history);
+    let recorded = tokio::task::spawn_blocking(move || {
+        history.apply(&deployment.stable, &request.events);
+        history.status()
+    })
+    .await;
+    match recorded {
+        Ok(status) => Json(status).into_response(),
+        Err(error) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string()),
+    }
+}
+
+/// The tenants' history this server predicts from: its base bundle, its size and what became of
+/// the events it received.
+#[utoipa::path(get, path = "/v1/history", responses((status = 200, description = "The history.", body = HistoryStatus)))]
+async fn history_status(State(state): State<AppState>) -> Json<HistoryStatus> {
+    Json(state.history.status())
 }
 
 /// Runs a prediction endpoint's work on the current deployment (inline for small batches, on the

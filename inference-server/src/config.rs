@@ -1,5 +1,6 @@
 //! Configuration of the inference server (TOML; every field has a default).
 
+use crate::history::HistoryConfig;
 use crate::registry::RegistryOptions;
 use lifetime_model::bundle::LoadLimits;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,8 @@ pub struct ServerConfig {
     /// worker, which is the lowest latency on loopback (docs/benchmarks.md). Large batches still run
     /// on the blocking pool in parallel. More threads spread HTTP parsing of many busy connections.
     pub runtime_threads: usize,
+    /// The live tenant history (`[history]`).
+    pub history: HistoryConfig,
     pub http: LayerConfig,
 }
 
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             bundle_load_timeout_ms: 30_000,
             blocking_batch_threshold: 16,
             runtime_threads: 1,
+            history: HistoryConfig::default(),
             http: LayerConfig::default(),
         }
     }

@@ -18,7 +18,7 @@
 
 use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
 use crate::gbdt::{ConstantRange, TreeEnsemble};
-use crate::history::{FeatureStore, TenantSummary};
+use crate::history::{FeatureStore, TenantHistory, TenantSummary};
 use crate::report::EvaluationReport;
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use serde::{Deserialize, Serialize};
@@ -552,18 +552,34 @@ impl LifetimeModel {
 
     /// The tenant's past as of `now_s`, from the bundle's feature store.
     pub fn tenant_summary(&self, tenant_id: &str, now_s: f64) -> TenantSummary {
-        match self.store.history(tenant_id) {
-            Some(history) if !tenant_id.is_empty() => {
+        self.summary_of(self.store.history(tenant_id).filter(|_| !tenant_id.is_empty()), now_s)
+    }
+
+    /// A tenant's past as of `now_s` from `history` (the bundle's, or a live one), with this
+    /// bundle's look-back window and long-lived threshold.
+    pub fn summary_of(&self, history: Option<&TenantHistory>, now_s: f64) -> TenantSummary {
+        match history {
+            Some(history) => {
                 history.summary(now_s, self.manifest.schema.history_window_s, self.manifest.schema.long_threshold_s)
             }
-            _ => TenantSummary::unknown(),
+            None => TenantSummary::unknown(),
         }
+    }
+
+    /// The tenants' history as of the end of the training data.
+    pub fn feature_store(&self) -> &FeatureStore {
+        &self.store
     }
 
     /// The encoded base row of a request (what the long-lived and interval models take).
     pub fn encode(&self, request: &RequestFeatures) -> Vec<f64> {
         let tenant = self.tenant_summary(&request.tenant_id, request.time_s);
         self.encoder.encode(request, &tenant, None)
+    }
+
+    /// The encoded base row of a request whose tenant's past is `tenant`.
+    pub fn encode_with(&self, request: &RequestFeatures, tenant: &TenantSummary) -> Vec<f64> {
+        self.encoder.encode(request, tenant, None)
     }
 
     /// Predicts from an encoded base row; the interval only when `with_interval` is set.
@@ -592,7 +608,12 @@ impl LifetimeModel {
     /// Predicted remaining lifetime in seconds of a VM that has been running for `uptime_s`.
     pub fn predict_remaining(&self, request: &RequestFeatures, uptime_s: f64) -> f64 {
         let tenant = self.tenant_summary(&request.tenant_id, request.time_s);
-        let row = self.remaining_encoder.encode(request, &tenant, Some(uptime_s));
+        self.predict_remaining_with(request, &tenant, uptime_s)
+    }
+
+    /// [`LifetimeModel::predict_remaining`] for a tenant whose past is `tenant`.
+    pub fn predict_remaining_with(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: f64) -> f64 {
+        let row = self.remaining_encoder.encode(request, tenant, Some(uptime_s));
         self.remaining_from_log10(self.remaining.predict(&row))
     }
 

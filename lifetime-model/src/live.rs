@@ -42,7 +42,7 @@ impl Default for LiveLimits {
 }
 
 /// What became of the events, since the start.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LiveCounters {
     pub applied: u64,
     /// A start of a VM already running, or a second end.
@@ -61,7 +61,12 @@ pub struct LiveCounters {
     pub untracked: u64,
     /// Events dropped from the journal (a rebase over an older snapshot misses them).
     pub journal_dropped: u64,
+    /// Starts that came after their VM's end (counted in `unknown_vms` first), recorded with it.
+    pub reordered: u64,
 }
+
+/// Ends of unknown VMs kept to be matched by a start that comes late.
+const EARLY_ENDS: usize = 1_024;
 
 /// What one event did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +102,10 @@ pub struct LiveHistory {
     by_touch: BTreeMap<u64, String>,
     clock: u64,
     running: HashMap<String, RunningVm>,
+    /// Ends that came before their VM's start (events sent concurrently can arrive out of order),
+    /// oldest first: the start, when it comes, is recorded with its end.
+    early_ends: HashMap<String, f64>,
+    early_order: VecDeque<String>,
     journal: VecDeque<HistoryEvent>,
     /// The latest instant of an event dropped from the journal.
     journal_forgot_s: f64,
@@ -114,6 +123,8 @@ impl LiveHistory {
             by_touch: BTreeMap::new(),
             clock: 0,
             running: HashMap::new(),
+            early_ends: HashMap::new(),
+            early_order: VecDeque::new(),
             journal: VecDeque::new(),
             journal_forgot_s: f64::NEG_INFINITY,
             latest_s: f64::NEG_INFINITY,
@@ -188,15 +199,30 @@ impl LiveHistory {
                 // An empty tenant is no tenant (traces without one): nothing to learn.
                 if !tenant_id.is_empty() {
                     self.touch(tenant_id).history.record_start(at_s);
-                    if self.running.len() < self.limits.max_running_vms {
-                        self.running.insert(vm_id.clone(), RunningVm { tenant: tenant_id.clone(), start_s: at_s });
-                    } else {
-                        self.counters.untracked += 1;
+                    match self.early_ends.remove(vm_id) {
+                        Some(end_s) if end_s >= at_s => {
+                            self.touch(tenant_id).history.record_end(at_s, end_s);
+                            self.counters.reordered += 1;
+                        }
+                        _ if self.running.len() < self.limits.max_running_vms => {
+                            self.running.insert(vm_id.clone(), RunningVm { tenant: tenant_id.clone(), start_s: at_s });
+                        }
+                        _ => self.counters.untracked += 1,
                     }
                 }
             }
             HistoryEvent::Ended { vm_id, .. } => {
                 let Some(vm) = self.running.get(vm_id) else {
+                    // Perhaps its start is on its way: kept a while (bounded) to be matched.
+                    if !self.early_ends.contains_key(vm_id) {
+                        if self.early_order.len() == EARLY_ENDS {
+                            if let Some(oldest) = self.early_order.pop_front() {
+                                self.early_ends.remove(&oldest);
+                            }
+                        }
+                        self.early_order.push_back(vm_id.clone());
+                        self.early_ends.insert(vm_id.clone(), at_s);
+                    }
                     self.counters.unknown_vms += 1;
                     return Applied::UnknownVm;
                 };
@@ -343,6 +369,20 @@ mod tests {
         assert_eq!(live.apply(&ended("a", 500.0)), Applied::UnknownVm, "a second end");
         let c = live.counters();
         assert_eq!((c.applied, c.duplicates, c.unknown_vms, c.before_snapshot, c.invalid), (2, 1, 2, 1, 1));
+    }
+
+    #[test]
+    fn an_end_that_overtook_its_start_is_recorded_when_the_start_comes() {
+        let snapshot = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let mut live = LiveHistory::new(&snapshot, LiveLimits::default());
+        assert_eq!(live.apply(&ended("a", 3.0 * HOUR)), Applied::UnknownVm);
+        assert_eq!(live.apply(&started("a", "t", 10.0)), Applied::Applied);
+        let mut expected = TenantHistory::default();
+        expected.record_start(10.0);
+        expected.record_end(10.0, 3.0 * HOUR);
+        assert_eq!(live.history("t"), Some(&expected));
+        assert_eq!(live.counters().reordered, 1);
+        assert_eq!(live.sizes().1, 0, "not running");
     }
 
     #[test]

@@ -90,7 +90,12 @@ async fn serve(config: ControlConfig) -> Result<()> {
         let (tenants, operators) = keys.counts();
         tracing::info!(tenant_keys = tenants, operator_keys = operators, "API keys required");
     }
-    let inference = InferenceClient::new(inference_http.clone(), &config.inference.servers, config.inference.health());
+    let inference = InferenceClient::new(
+        inference_http.clone(),
+        &config.inference.servers,
+        config.inference.health(),
+        config.inference.history.then_some(config.inference.history_max_pending),
+    );
     spawn_probes(
         inference_http,
         inference.servers().to_vec(),
@@ -128,10 +133,21 @@ async fn serve(config: ControlConfig) -> Result<()> {
         rate_limiter: RateLimiter::new(config.rate_limit.clone()),
         max_skew_s: config.request_time.max_skew_s,
     };
-    let app = service_common::layers::apply(
-        router(AppState { control: Arc::new(control), metrics: Some(metrics) }),
-        &config.http,
-    );
+    let control = Arc::new(control);
+    if config.inference.history {
+        // History events that no prediction took along go on their own.
+        let flushing = Arc::clone(&control);
+        let every = Duration::from_millis(config.inference.history_flush_ms.max(10));
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                flushing.resolver.predictor().flush_history().await;
+            }
+        });
+    }
+    let app = service_common::layers::apply(router(AppState { control, metrics: Some(metrics) }), &config.http);
     let listener =
         service_common::server::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(

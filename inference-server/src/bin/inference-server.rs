@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use inference_server::api::{router, AppState};
 use inference_server::config::ServerConfig;
+use inference_server::history::ServerHistory;
 use inference_server::registry::Registry;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -91,7 +92,12 @@ async fn serve(config: ServerConfig) -> Result<()> {
         }
     });
 
-    let app = service_common::layers::apply(router(AppState::new(&config, registry, Some(metrics))), &config.http);
+    let history = Arc::new(
+        ServerHistory::new(config.history.clone())
+            .context("opening `history.served_rows` (check the path and its directory)")?,
+    );
+    let app =
+        service_common::layers::apply(router(AppState::new(&config, registry, history, Some(metrics))), &config.http);
     let listener =
         service_common::server::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, models_dir = %config.models_dir.display(), "inference server ready");

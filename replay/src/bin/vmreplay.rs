@@ -210,13 +210,15 @@ impl Endpoints {
         Ok(Endpoints { allocate: at(&["allocate"])?, stats: at(&["v1", "stats"])?, readyz: at(&["readyz"])? })
     }
 
-    /// `DELETE /allocate/{vm_id}`, the id percent-encoded as one path segment.
-    fn release(&self, vm_id: &VmId) -> Url {
+    /// `DELETE /allocate/{vm_id}?ended_at_s=...`, the id percent-encoded as one path segment, the
+    /// end in trace time (the clock of the requests' `requested_at_s`), for the tenants' history.
+    fn release(&self, vm_id: &VmId, ended_at_s: f64) -> Url {
         let mut url = self.allocate.clone();
         // `allocate` was built by pushing a segment, so it takes one more.
         if let Ok(mut segments) = url.path_segments_mut() {
             segments.push(vm_id.as_str());
         }
+        url.query_pairs_mut().append_pair("ended_at_s", &ended_at_s.to_string());
         url
     }
 }
@@ -381,7 +383,10 @@ async fn release(
         return;
     }
     shared.pace().await;
-    let url = shared.endpoints.release(&shared.plan.vms[vm].request.vm_id);
+    let planned = &shared.plan.vms[vm];
+    // A VM released at the end of the window (still running in the trace) ends there.
+    let ended_at_s = planned.end_s.filter(|_| !at_end).unwrap_or(shared.plan.to_s);
+    let url = shared.endpoints.release(&planned.request.vm_id, ended_at_s);
     let result = match shared.client.delete(url).send().await {
         Ok(response) => {
             let status = response.status().as_u16();
