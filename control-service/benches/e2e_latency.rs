@@ -7,7 +7,11 @@
 //! - allocator direct: `POST /v1/allocations` to the allocator with the prediction already filled
 //!   in, what the control service adds its work to;
 //! - cache hits: every VM has the same features, so after the first the prediction is cached;
-//! - cache misses: every VM is of a new tenant, so each request asks the inference server.
+//! - cache misses: every VM is of a new tenant, so each request asks the inference server;
+//! - cache misses, frozen history: the same through a second control service and inference server
+//!   with the learning loop's live tenant history off (`[inference] history = false`, `[history]
+//!   live = false`): the cost of the loop on the hot path is the difference of the two. The two
+//!   run one after the other, twice, in alternation.
 //!
 //! Every placed VM is released right after (not timed), so the zone never fills.
 //!
@@ -139,13 +143,27 @@ async fn main() {
         "[safeguard]\nenabled = false\n",
     )
     .await;
+    // The same stack with the live tenant history off, for the loop's cost on the hot path.
+    let frozen_inference =
+        support::start_inference_with(dir.path(), &support::default_models(dir.path()), "[history]\nlive = false")
+            .await;
+    let frozen = support::start_control(
+        dir.path(),
+        &[&frozen_inference.base],
+        &allocator.base,
+        20,
+        "[safeguard]\nenabled = false\n[inference]\nhistory = false\n",
+    )
+    .await;
     let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
-    // Warm the connection pools of the client and of the control service.
-    for i in 0..50 {
-        let _ = client.get(control.url("/healthz")).send().await;
-        let _ =
-            client.post(control.url("/allocate")).json(&body(1_000_000 + i, &format!("warm-{i}"), None)).send().await;
-        let _ = client.delete(control.url(&format!("/allocate/{}", vm_id(1_000_000 + i)))).send().await;
+    // Warm the connection pools of the client and of the control services.
+    for (k, front) in [&control, &frozen].into_iter().enumerate() {
+        for i in 0..50 {
+            let id = 1_000_000 + 100 * k + i;
+            let _ = client.get(front.url("/healthz")).send().await;
+            let _ = client.post(front.url("/allocate")).json(&body(id, &format!("warm-{id}"), None)).send().await;
+            let _ = client.delete(front.url(&format!("/allocate/{}", vm_id(id)))).send().await;
+        }
     }
 
     println!("{count} requests per scenario at {rate} requests/s; latencies in ms on the client, stage medians in us");
@@ -169,12 +187,23 @@ async fn main() {
     .await;
     report("control: cache hits", &hits, floor_p50);
 
-    let misses = run(&client, count, rate, Some(&control.url("/allocate")), |i| {
-        client.post(control.url("/allocate")).json(&body(4 * count + i, &format!("tenant-{i}"), None))
-    })
-    .await;
-    report("control: cache misses", &misses, floor_p50);
+    // Live history and frozen history in alternation, twice: ratios hold on a noisy machine.
+    for round in 0..2 {
+        for (name, front, at) in [
+            ("control: cache misses", &control, 4 + 4 * round),
+            ("control: cache misses, frozen history", &frozen, 6 + 4 * round),
+        ] {
+            let misses = run(&client, count, rate, Some(&front.url("/allocate")), |i| {
+                client.post(front.url("/allocate")).json(&body(at * count + i, &format!("tenant-{at}-{i}"), None))
+            })
+            .await;
+            report(name, &misses, floor_p50);
+        }
+    }
 
+    let history: Value = client.get(inference.url("/v1/history")).send().await.unwrap().json().await.unwrap();
+    println!();
+    println!("live history: {history}");
     let stats: Value = client.get(control.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
     println!();
     println!(

@@ -7,7 +7,9 @@
 use crate::health::{HealthPolicy, Upstream};
 use crate::history::HistoryFeed;
 use crate::predictions::{PredictError, Predictor};
-use domain::{HistoryRequest, InferenceServerHealth, LifetimePrediction, PredictRequest, PredictResponse};
+use domain::{
+    HistoryEvent, HistoryRequest, InferenceServerHealth, LifetimePrediction, PredictRequest, PredictResponse,
+};
 use service_common::layers::REQUEST_ID_HEADER;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -48,26 +50,38 @@ impl InferenceClient {
         let Some(feed) = &self.history else { return };
         for (index, server) in self.servers.iter().enumerate() {
             let Some(_sending) = feed.sending(index).await else { continue };
-            let events = feed.take(index);
-            if events.is_empty() {
-                continue;
+            // One request's worth at a time, until the queue is empty or a send fails.
+            loop {
+                let events = feed.take(index);
+                if events.is_empty() || !self.send_history(feed, index, server, events).await {
+                    break;
+                }
             }
-            let sent = self
-                .client
-                .post(server.url("/v1/history"))
-                .json(&HistoryRequest { events: events.clone() })
-                .send()
-                .await;
-            match sent {
-                Ok(response) if response.status().is_success() => {}
-                Ok(response) if response.status().is_client_error() => {
-                    // Refused as invalid: sending them again would not help.
-                    tracing::warn!(server = %server.base, status = %response.status(), "an inference server refused history events");
-                }
-                other => {
-                    tracing::debug!(server = %server.base, answer = ?other.map(|r| r.status()), "history events not delivered; kept for later");
-                    feed.give_back(index, events);
-                }
+        }
+    }
+
+    /// Sends `events` to server `index` on their own; false (and the events given back) when they
+    /// did not get through.
+    async fn send_history(
+        &self,
+        feed: &HistoryFeed,
+        index: usize,
+        server: &Upstream,
+        events: Vec<HistoryEvent>,
+    ) -> bool {
+        let request = HistoryRequest { events };
+        let sent = self.client.post(server.url("/v1/history")).json(&request).send().await;
+        match sent {
+            Ok(response) if response.status().is_success() => true,
+            Ok(response) if response.status().is_client_error() => {
+                // Refused as invalid: sending them again would not help.
+                tracing::warn!(server = %server.base, status = %response.status(), "an inference server refused history events");
+                true
+            }
+            other => {
+                tracing::debug!(server = %server.base, answer = ?other.map(|r| r.status()), "history events not delivered; kept for later");
+                feed.give_back(index, request.events);
+                false
             }
         }
     }
@@ -138,7 +152,7 @@ impl InferenceClient {
 struct Undelivered<'a> {
     feed: &'a HistoryFeed,
     index: usize,
-    events: Option<Vec<domain::HistoryEvent>>,
+    events: Option<Vec<HistoryEvent>>,
 }
 
 impl Drop for Undelivered<'_> {

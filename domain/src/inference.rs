@@ -82,9 +82,9 @@ pub struct PredictRequest {
     pub interval_class: bool,
     /// Events of the tenants' history to apply before predicting: the control service sends with
     /// each request what this server has not had yet, so a prediction always sees every arrival
-    /// and exit the control service acknowledged before it. At most 10,000.
+    /// and exit the control service acknowledged before it. At most 1,000.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "openapi", schema(max_items = 10000))]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1000))]
     pub history: Vec<HistoryEvent>,
 }
 
@@ -130,8 +130,8 @@ impl HistoryEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryRequest {
-    /// 1 to 10,000 events.
-    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10000))]
+    /// 1 to 1,000 events (a request of the most events with the longest ids stays under 1 MiB).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 1000))]
     pub events: Vec<HistoryEvent>,
 }
 

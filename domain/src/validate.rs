@@ -354,7 +354,7 @@ impl Validate for PredictRequest {
 }
 
 /// Most history events in one request.
-pub const MAX_HISTORY_EVENTS: usize = 10_000;
+pub const MAX_HISTORY_EVENTS: usize = 1_000;
 
 /// Checks `events` (at least `min` of them) at `path`: ids and tenants short and printable, times
 /// finite.

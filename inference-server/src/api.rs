@@ -115,6 +115,17 @@ impl utoipa::Modify for DocumentCompletion {
                     .into(),
             );
         }
+        // Each kind of history event is an object of its own fields only (serde refuses others).
+        if let Some(RefOr::T(Schema::OneOf(events))) =
+            openapi.components.as_mut().and_then(|components| components.schemas.get_mut("HistoryEvent"))
+        {
+            for kind in &mut events.items {
+                if let RefOr::T(Schema::Object(kind)) = kind {
+                    kind.additional_properties =
+                        Some(Box::new(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)));
+                }
+            }
+        }
         domain::openapi::complete(openapi);
     }
 }
