@@ -41,8 +41,8 @@ fn ms(us: u64) -> String {
 }
 
 /// Sends `count` requests made by `make` at `rate` per second (open loop: a slow answer does not
-/// delay the next send), then releases what was placed.
-async fn run<F>(client: &reqwest::Client, count: usize, rate: f64, release_base: Option<&str>, make: F) -> Sample
+/// delay the next send), then releases what was placed: request `i` placed VM `vm_id(first_id + i)`.
+async fn run<F>(client: &reqwest::Client, count: usize, rate: f64, release: Option<(&str, usize)>, make: F) -> Sample
 where
     F: Fn(usize) -> reqwest::RequestBuilder,
 {
@@ -76,8 +76,9 @@ where
                 stage("total_us"),
             ]);
         }
-        if let Some(base) = release_base {
-            let _ = client.delete(format!("{base}/{}", vm_id(i))).send().await;
+        if let Some((base, first_id)) = release {
+            let released = client.delete(format!("{base}/{}", vm_id(first_id + i))).send().await;
+            assert_eq!(released.map(|r| r.status().as_u16()).ok(), Some(204), "release of request {i}");
         }
     }
     sample.client_us.sort_unstable();
@@ -147,12 +148,13 @@ async fn main() {
     let frozen_inference =
         support::start_inference_with(dir.path(), &support::default_models(dir.path()), "[history]\nlive = false")
             .await;
-    let frozen = support::start_control(
+    let frozen = support::start_control_full(
         dir.path(),
         &[&frozen_inference.base],
-        &allocator.base,
+        &[&allocator.base],
         20,
-        "[safeguard]\nenabled = false\n[inference]\nhistory = false\n",
+        "history = false",
+        "[safeguard]\nenabled = false\n",
     )
     .await;
     let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
@@ -175,13 +177,13 @@ async fn main() {
     report("floor: GET /healthz", &floor, floor_p50);
 
     let prediction = json!({"p_long": 0.2, "class": "short", "source": "model"});
-    let direct = run(&client, count, rate, Some(&allocator.url("/v1/allocations")), |i| {
+    let direct = run(&client, count, rate, Some((&allocator.url("/v1/allocations"), 0)), |i| {
         client.post(allocator.url("/v1/allocations")).json(&body(i, "direct", Some(prediction.clone())))
     })
     .await;
     report("allocator direct", &direct, floor_p50);
 
-    let hits = run(&client, count, rate, Some(&control.url("/allocate")), |i| {
+    let hits = run(&client, count, rate, Some((&control.url("/allocate"), 2 * count)), |i| {
         client.post(control.url("/allocate")).json(&body(2 * count + i, "same-tenant", None))
     })
     .await;
@@ -193,7 +195,7 @@ async fn main() {
             ("control: cache misses", &control, 4 + 4 * round),
             ("control: cache misses, frozen history", &frozen, 6 + 4 * round),
         ] {
-            let misses = run(&client, count, rate, Some(&front.url("/allocate")), |i| {
+            let misses = run(&client, count, rate, Some((&front.url("/allocate"), at * count)), |i| {
                 client.post(front.url("/allocate")).json(&body(at * count + i, &format!("tenant-{at}-{i}"), None))
             })
             .await;

@@ -127,6 +127,19 @@ pub async fn start_control_agents(
     timeout_ms: u64,
     extra: &str,
 ) -> Process {
+    start_control_full(dir, inference, agents, timeout_ms, "", extra).await
+}
+
+/// [`start_control_agents`] with `inference_extra` lines in its `[inference]` section.
+#[allow(dead_code)]
+pub async fn start_control_full(
+    dir: &Path,
+    inference: &[&str],
+    agents: &[&str],
+    timeout_ms: u64,
+    inference_extra: &str,
+    extra: &str,
+) -> Process {
     let port = free_port();
     let config = dir.join(format!("control-{port}.toml"));
     let quoted = |urls: &[&str]| urls.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
@@ -138,7 +151,7 @@ pub async fn start_control_agents(
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndefault_zone = \"zone-1\"\n[zones.zone-1]\n{zone}\n\
-             [inference]\nservers = [{}]\ntimeout_ms = {timeout_ms}\nhealth_interval_ms = 100\n\
+             [inference]\nservers = [{}]\ntimeout_ms = {timeout_ms}\nhealth_interval_ms = 100\n{inference_extra}\n\
              [allocator]\nhealth_interval_ms = 100\n{extra}\n",
             quoted(inference)
         ),
