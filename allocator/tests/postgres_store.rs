@@ -8,14 +8,14 @@ mod support;
 use allocator::durable::{Command, CommandError, DurableAllocator, Reply};
 use allocator::store::{self, StoreError, StoreLocation, StoredState};
 use domain::{
-    AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource,
-    Resources, VmId, VmRequest,
+    AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
+    PredictionSource, Priority, Resources, VmId, VmRequest,
 };
 use placement::allocator::AllocatorConfig;
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
 use placement::journal::Change;
 use placement::policy::PolicyConfig;
-use placement::state::NewVm;
+use placement::state::{NewVm, RequestFacts};
 use placement::TieBreak;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,6 +46,38 @@ fn vm(id: &str, cores: f64, lifetime_s: f64) -> VmRequest {
     request
 }
 
+/// What the workload's request `vm-{step}` carried besides its demand: a request time on the trace's
+/// clock (not the allocator's), and on every third one a low priority, an OS and features.
+fn facts(step: u32) -> (Option<f64>, RequestFacts) {
+    let requested_at_s = Some(1_600_000_000.0 + 0.5 * f64::from(step));
+    if step % 3 != 0 {
+        return (requested_at_s, RequestFacts::default());
+    }
+    let features = [
+        ("batch_size".to_owned(), FeatureValue::Number(f64::from(step % 7))),
+        ("region".to_owned(), FeatureValue::Text(format!("r{}", step % 2))),
+    ];
+    (requested_at_s, RequestFacts { priority: Priority::Low, os: Some("linux".to_owned()), features: features.into() })
+}
+
+/// `request` with the facts of the workload's `step`.
+fn with_facts(mut request: VmRequest, step: u32) -> VmRequest {
+    let (requested_at_s, facts) = facts(step);
+    request.requested_at_s = requested_at_s;
+    request.priority = facts.priority;
+    request.os = facts.os;
+    request.features = facts.features;
+    request
+}
+
+/// Every stored VM of the workload carries what its request did.
+fn assert_workload_facts(stored: &StoredState, location: &StoreLocation) {
+    for vm in &stored.vms {
+        let step: u32 = vm.vm.id.as_str().trim_start_matches("vm-").parse().unwrap();
+        assert_eq!((vm.vm.requested_at_s, vm.vm.request.clone()), facts(step), "{location}: {}", vm.vm.id);
+    }
+}
+
 /// A seeded mix of allocations, releases, host states, a drain and its migrations, run the same on
 /// every store it is given.
 fn workload(durable: &mut DurableAllocator) {
@@ -65,7 +97,8 @@ fn workload(durable: &mut DurableAllocator) {
                 0..=5 => {
                     let id = format!("vm-{step}");
                     let lifetime = [600.0, 20_000.0, 500_000.0][rng.random_range(0..3)];
-                    Command::Allocate(AllocationRequest::Vm(vm(&id, f64::from(rng.random_range(1..=4u8)), lifetime)))
+                    let request = vm(&id, f64::from(rng.random_range(1..=4u8)), lifetime);
+                    Command::Allocate(AllocationRequest::Vm(with_facts(request, step)))
                 }
                 6..=7 if !placed.is_empty() => Command::Release(placed.swap_remove(rng.random_range(0..placed.len()))),
                 8 if step % 50 == 8 => Command::SetHostState {
@@ -101,6 +134,16 @@ fn hosts(state: &placement::state::InventoryState) -> Vec<HostSummary> {
         .collect()
 }
 
+/// Every placed VM's record, by id.
+fn records(state: &placement::state::InventoryState) -> std::collections::BTreeMap<VmId, NewVm> {
+    state
+        .hosts()
+        .iter()
+        .flat_map(|h| &h.vms)
+        .map(|id| (id.clone(), NewVm::clone(&state.vm(id).unwrap().record)))
+        .collect()
+}
+
 /// What a store holds, without the ordering details that may differ between backends.
 fn canonical(mut stored: StoredState) -> StoredState {
     stored.host_states.sort_by(|a, b| a.0.cmp(&b.0));
@@ -121,17 +164,22 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
         let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 1_000.0).unwrap();
         workload(&mut durable);
         let live_hosts = hosts(durable.allocator().unwrap().state());
+        let live_vms = records(durable.allocator().unwrap().state());
         drop(durable);
-        // A restart rebuilds what was acknowledged.
+        // A restart rebuilds what was acknowledged, each VM's record (its request's facts) included.
         let mut reopened = DurableAllocator::open(&spec(), &lava(), location.clone(), 6_000.0).unwrap();
         assert!(
             hosts(reopened.allocator().unwrap().state()) == live_hosts,
             "{location}: the restart rebuilds the hosts"
         );
+        assert!(records(reopened.allocator().unwrap().state()) == live_vms, "{location}: the restart rebuilds the VMs");
         let Ok(Reply::Stats(s)) = reopened.execute_one(Command::Stats, 6_000.0) else { panic!("no stats") };
         stats.push(serde_json::to_value(&*s).unwrap());
         stored.push(canonical(store::open(location, &spec()).unwrap().load().unwrap()));
+        assert_workload_facts(stored.last().unwrap(), location);
     }
+    let with_features = stored[0].vms.iter().filter(|v| !v.vm.request.features.is_empty()).count();
+    assert!(with_features > 10 && with_features < stored[0].vms.len(), "a mix of requests: {with_features}");
     assert!(stored[0].vms.len() > 50, "the workload placed VMs: {}", stored[0].vms.len());
     assert!(!stored[0].policy_hosts.is_empty(), "LAVA state was recorded");
     assert!(stored[0].drain.is_some(), "a drain was recorded");
@@ -154,7 +202,95 @@ fn new_vm(id: &str, cores: f64) -> Arc<NewVm> {
         demand: Resources::from_whole(cores, 1.0, 0.0).unwrap(),
         placed_at_s: 1.0,
         prediction: None,
+        requested_at_s: None,
+        request: RequestFacts::default(),
     })
+}
+
+/// `new_vm(id, cores)` with a request time and facts.
+fn new_vm_with_facts(id: &str, cores: f64, at: f64) -> Arc<NewVm> {
+    let (_, request) = facts(0);
+    Arc::new(NewVm { requested_at_s: Some(at), request, ..NewVm::clone(&new_vm(id, cores)) })
+}
+
+#[test]
+fn request_facts_round_trip_through_both_write_paths_a_reload_and_another_agents_follow() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut writer = store::open(&location, &spec()).unwrap();
+    let mut follower = store::open(&location, &spec()).unwrap();
+    follower.load().unwrap();
+    let none = |_: &HostId| None;
+    let host = |h: &str| HostId::from(h);
+    let (a, b) = (new_vm_with_facts("a", 1.0, 1_600_000_001.5), new_vm("b", 1.0));
+    let (c, d) = (new_vm_with_facts("c", 2.0, 1_600_000_002.5), new_vm("d", 1.0));
+    // Placements only: the set-based write.
+    let first =
+        [Change::Placed { vm: a.clone(), host: host("z-h0") }, Change::Placed { vm: b.clone(), host: host("z-h1") }];
+    // A VM placed and released in one batch: written change by change.
+    let second = [
+        Change::Placed { vm: c.clone(), host: host("z-h2") },
+        Change::Placed { vm: d.clone(), host: host("z-h3") },
+        Change::Released {
+            vm: d.id.clone(),
+            was: placement::PlacedVm { host: placement::HostIndex(3), record: d.clone() },
+        },
+    ];
+    writer.apply(&first, &none).unwrap();
+    writer.apply(&second, &none).unwrap();
+
+    let stored: Vec<NewVm> =
+        store::open(&location, &spec()).unwrap().load().unwrap().vms.into_iter().map(|v| v.vm).collect();
+    assert_eq!(stored, [NewVm::clone(&a), NewVm::clone(&b), NewVm::clone(&c)]);
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM vms WHERE request IS NULL AND requested_at_s IS NULL"),
+        "1",
+        "b's defaults cost nothing"
+    );
+
+    // The other agent follows both batches: the placed VMs carry the same facts.
+    let store::Followed::Batches(batches) = follower.follow().unwrap() else { panic!("a gap") };
+    let followed: Vec<NewVm> = batches
+        .iter()
+        .flatten()
+        .filter_map(|change| match change {
+            placement::journal::LoggedChange::Placed { vm, .. } => Some(vm.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(followed, [NewVm::clone(&a), NewVm::clone(&b), NewVm::clone(&c), NewVm::clone(&d)]);
+}
+
+#[test]
+fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_facts() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let none = |_: &HostId| None;
+    store::open(&location, &spec())
+        .unwrap()
+        .apply(&[Change::Placed { vm: new_vm("old", 2.0), host: HostId::from("z-h0") }], &none)
+        .unwrap();
+    // Version 1 is version 2 without the request's columns.
+    pg.psql(
+        "ALTER TABLE vms DROP COLUMN requested_at_s; ALTER TABLE vms DROP COLUMN request; \
+         UPDATE meta SET value = 1 WHERE key = 'schema_version'",
+    );
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM information_schema.columns WHERE table_name = 'vms' AND column_name = 'request'"),
+        "0"
+    );
+
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+    let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
+    assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
+    let request = with_facts(vm("new", 2.0, 600.0), 3);
+    assert!(host_of(&durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
+    drop(durable);
+    let stored = store::open(&location, &spec()).unwrap().load().unwrap();
+    let ids: Vec<_> = stored.vms.iter().map(|v| v.vm.id.as_str()).collect();
+    assert_eq!(ids, ["old", "new"]);
+    assert_eq!((stored.vms[1].vm.requested_at_s, stored.vms[1].vm.request.clone()), facts(3));
 }
 
 #[test]
@@ -265,13 +401,19 @@ fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
     let location = StoreLocation::from(pg.url.clone());
     let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
     let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
-    let x = host_of(&a.execute_one(allocate("x", 4.0), 1.0)).expect("placed");
-    // B decides after following A: it sees x where A put it.
+    let x_request = Command::Allocate(AllocationRequest::Vm(with_facts(vm("x", 4.0, 600.0), 3)));
+    let x = host_of(&a.execute_one(x_request, 1.0)).expect("placed");
+    // B decides after following A: it sees x where A put it, and what x's request carried.
     let y = host_of(&b.execute_one(allocate("y", 4.0), 2.0)).expect("placed");
     assert_eq!(
         b.allocator().unwrap().state().vm(&VmId::from("x")).map(|v| v.host),
         a.allocator().unwrap().state().host_index(&x)
     );
+    let record = |agent: &DurableAllocator, id: &str| {
+        agent.allocator().unwrap().state().vm(&VmId::from(id)).unwrap().record.clone()
+    };
+    assert_eq!(record(&b, "x"), record(&a, "x"));
+    assert_eq!((record(&b, "x").requested_at_s, record(&b, "x").request.clone()), facts(3));
     // A follows B's placement.
     let Ok(Reply::Allocation(seen)) = a.execute_one(Command::GetAllocation(VmId::from("y")), 2.5) else {
         panic!("A does not see y")

@@ -1,14 +1,18 @@
-//! A store written by the previous release (schema version 3: LAVA's state in a table of its own, a
-//! drain with a migration in flight, a failed host) opens under this release, is upgraded in place,
-//! and recovers to what the previous release answered about it.
+//! Stores written by earlier releases open under this release, are upgraded in place, and recover
+//! to what those releases held.
 //!
-//! The fixture (`fixtures/store-v3.sql`) is the previous release's own store, dumped after driving
-//! its `allocator` binary over HTTP; `fixtures/store-v3-answers.json` holds that binary's answers
-//! (`GET /v1/hosts/{id}` of every host and `GET /v1/drains`) at the end of the run.
+//! Schema version 3 (LAVA's state in a table of its own, a drain with a migration in flight, a
+//! failed host): the fixture (`fixtures/store-v3.sql`) is that release's own store, dumped after
+//! driving its `allocator` binary over HTTP; `fixtures/store-v3-answers.json` holds that binary's
+//! answers (`GET /v1/hosts/{id}` of every host and `GET /v1/drains`) at the end of the run.
+//!
+//! Schema version 4 (no request time or request facts per VM): `fixtures/store-v4.sql`, written by
+//! that release's `DurableAllocator` and dumped; its VMs come back with none of either.
 
 use allocator::durable::{Command, DurableAllocator, Reply};
-use domain::{HostId, InventorySpec, Resources};
-use placement::{AllocatorConfig, PolicyConfig, TieBreak};
+use allocator::store::SqliteStore;
+use domain::{AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, Priority, Resources, VmId, VmRequest};
+use placement::{AllocatorConfig, PolicyConfig, RequestFacts, TieBreak};
 use serde_json::Value;
 use std::path::Path;
 
@@ -52,7 +56,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     let mut durable = DurableAllocator::open(&spec, &config, &path, stopped_at).unwrap();
 
     let (version, tables) = schema(&path);
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     assert!(tables.contains(&"policy_hosts".to_owned()) && !tables.contains(&"lava_hosts".to_owned()), "{tables:?}");
 
     for before in answers["hosts"].as_array().unwrap() {
@@ -94,5 +98,62 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
         (again.vms, again.allocated_cores, again.host_states),
         (stats.vms, stats.allocated_cores, stats.host_states)
     );
+    assert_eq!(schema(&path).0, 5);
+}
+
+fn vm_columns(path: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn.prepare("SELECT name FROM pragma_table_info('vms')").unwrap();
+    let columns = statement.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+    columns
+}
+
+#[test]
+fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("allocator.db");
+    let dump = std::fs::read_to_string(fixture("store-v4.sql")).unwrap();
+    rusqlite::Connection::open(&path).unwrap().execute_batch(&dump).unwrap();
     assert_eq!(schema(&path).0, 4);
+    assert!(!vm_columns(&path).contains(&"request".to_owned()));
+
+    // The fixture's inventory and policy: 4 hosts of 16 cores and 64 GiB, two to a rack; PBFR.
+    let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let config = AllocatorConfig::default();
+    let now = 1_800_000_010.0;
+    let mut durable = DurableAllocator::open(&spec, &config, &path, now).unwrap();
+    assert_eq!(schema(&path).0, 5);
+    let columns = vm_columns(&path);
+    assert!(columns.contains(&"requested_at_s".to_owned()) && columns.contains(&"request".to_owned()), "{columns:?}");
+
+    // Every VM is where it was, with no request time and default facts.
+    let stored = SqliteStore::open(&path).unwrap().load().unwrap();
+    let placed: Vec<(&str, &str)> = stored.vms.iter().map(|v| (v.vm.id.as_str(), v.host.as_str())).collect();
+    assert_eq!(placed, [("vm-0", "z-h2"), ("vm-1", "z-h2"), ("vm-2", "z-h2"), ("vm-3", "z-h2"), ("vm-5", "z-h1")]);
+    for vm in &stored.vms {
+        assert_eq!((vm.vm.requested_at_s, &vm.vm.request), (None, &RequestFacts::default()), "{}", vm.vm.id);
+    }
+    assert_eq!(stored.vms[2].vm.prediction, None);
+    assert!(stored.vms[0].vm.prediction.is_some());
+    assert_eq!(stored.host_states, [(HostId::from("z-h3"), HostState::Unavailable)]);
+    let Ok(Reply::Stats(stats)) = durable.execute_one(Command::Stats, now) else { panic!("stats") };
+    assert_eq!((stats.vms, stats.allocated_cores), (5, 20.0));
+
+    // A placement under this release keeps its request's facts, next to the upgraded rows.
+    let mut request = VmRequest::new("vm-6", "tenant-a", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap());
+    request.requested_at_s = Some(1_600_000_360.0);
+    request.priority = Priority::Low;
+    request.os = Some("windows".to_owned());
+    request.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
+    durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), now + 1.0).unwrap();
+    drop(durable);
+    let reopened = DurableAllocator::open(&spec, &config, &path, now + 2.0).unwrap();
+    let vm6 = reopened.allocator().unwrap().state().vm(&VmId::from("vm-6")).unwrap().record.clone();
+    assert_eq!(vm6.requested_at_s, Some(1_600_000_360.0));
+    assert_eq!(vm6.request.priority, Priority::Low);
+    assert_eq!(vm6.request.os.as_deref(), Some("windows"));
+    assert_eq!(vm6.request.features["batch_size"], FeatureValue::Number(2.0));
+    assert_eq!(reopened.allocator().unwrap().stats().vms, 6);
+    drop(reopened);
+    assert_eq!(schema(&path).0, 5);
 }

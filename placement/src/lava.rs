@@ -352,6 +352,8 @@ mod tests {
                 demand: Resources::from_whole(cores, 1.0, 0.0).unwrap(),
                 placed_at_s: now_s,
                 prediction: None,
+                requested_at_s: None,
+                request: Default::default(),
             };
             self.state.place(vm, HostIndex(0)).unwrap();
             let record = self.state.hosts()[0].clone();

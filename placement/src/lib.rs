@@ -34,4 +34,4 @@ pub use allocator::{
 pub use journal::Change;
 pub use policy::{Policy, PolicyConfig};
 pub use select::{IndexConfig, TieBreak};
-pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, StateError};
+pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, RequestFacts, StateError};

@@ -7,8 +7,11 @@
 //! resources, non-empty hosts) and each tenant's VMs per rack (for spread constraints) are kept up to
 //! date by the same two calls, so reading them is O(1).
 
-use domain::{ClusterId, HostId, HostState, InventorySpec, LifetimePrediction, RackId, Resources, TenantId, VmId};
-use std::collections::HashMap;
+use domain::{
+    ClusterId, FeatureValue, HostId, HostState, InventorySpec, LifetimePrediction, Priority, RackId, Resources,
+    TenantId, VmId, VmRequest,
+};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Dense index of a host in [`InventoryState::hosts`].
@@ -165,14 +168,54 @@ pub struct InventoryState {
 }
 
 /// A VM to put on a host.
+///
+/// Serialised (a shared store's change log), the request's facts are left out when they are
+/// absent or defaults, and read back as such when missing (log rows of an older release).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NewVm {
     pub id: VmId,
     pub tenant: TenantId,
     pub vm_type: String,
     pub demand: Resources,
+    /// When the allocator placed it, on its own clock.
     pub placed_at_s: f64,
     pub prediction: Option<LifetimePrediction>,
+    /// The request's time on the model's clock ([`domain::VmRequest::requested_at_s`]: trace time in
+    /// a compressed replay, so not `placed_at_s`): a realized lifetime is its end minus this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at_s: Option<f64>,
+    /// What else the request carried, for a trace export of the placed VMs.
+    #[serde(default, skip_serializing_if = "RequestFacts::is_default")]
+    pub request: RequestFacts,
+}
+
+/// The request features of a placed VM that placement does not act on but a trace export needs
+/// ([`domain::VmRequest`]'s `priority`, `os` and `features`). The default (regular priority, no OS,
+/// no features) is the common case: it allocates nothing, and the stores keep it as nothing.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RequestFacts {
+    #[serde(default, skip_serializing_if = "is_regular")]
+    pub priority: Priority,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub features: BTreeMap<String, FeatureValue>,
+}
+
+impl RequestFacts {
+    /// The facts of `request` (its strings copied: nothing is allocated when it has none).
+    pub fn of(request: &VmRequest) -> Self {
+        RequestFacts { priority: request.priority, os: request.os.clone(), features: request.features.clone() }
+    }
+
+    /// Regular priority, no OS, no features.
+    pub fn is_default(&self) -> bool {
+        self.priority == Priority::Regular && self.os.is_none() && self.features.is_empty()
+    }
+}
+
+fn is_regular(priority: &Priority) -> bool {
+    *priority == Priority::Regular
 }
 
 impl InventoryState {
@@ -455,6 +498,8 @@ mod tests {
             demand,
             placed_at_s: 0.0,
             prediction: None,
+            requested_at_s: None,
+            request: Default::default(),
         }
     }
 

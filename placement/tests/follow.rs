@@ -3,12 +3,12 @@
 //! same next decision, without writing anything of its own.
 
 use domain::{
-    AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction, PredictionSource,
-    Resources, VmId, VmRequest,
+    AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
+    PredictionSource, Priority, Resources, VmId, VmRequest,
 };
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
 use placement::journal::LoggedChange;
-use placement::{Allocator, AllocatorConfig, PolicyConfig, TieBreak};
+use placement::{Allocator, AllocatorConfig, PolicyConfig, RequestFacts, TieBreak};
 use proptest::prelude::*;
 
 fn allocator(kind: &str) -> Allocator {
@@ -266,4 +266,41 @@ fn a_batch_follows_by_its_net_effect() {
     let mut vms = host.vms.clone();
     vms.sort();
     assert_eq!(vms, [VmId::from("a"), VmId::from("b"), VmId::from("filler")]);
+}
+
+#[test]
+fn a_placement_keeps_what_its_request_carried_and_the_log_carries_it_to_a_follower() {
+    let mut leader = allocator("pbfr");
+    let mut follower = allocator("pbfr");
+    let mut request = vm("x", 2, 600.0);
+    request.requested_at_s = Some(1_600_000_000.5);
+    request.priority = Priority::Low;
+    request.os = Some("linux".to_owned());
+    request.features.insert("batch_size".to_owned(), FeatureValue::Number(4.0));
+    request.features.insert("region".to_owned(), FeatureValue::Text("eu".to_owned()));
+    leader.allocate(&AllocationRequest::Vm(request.clone()), 1_000.0).unwrap();
+    leader.allocate(&AllocationRequest::Vm(vm("plain", 2, 600.0)), 1_001.0).unwrap();
+    let x = leader.state().vm(&VmId::from("x")).unwrap().record.clone();
+    assert_eq!((x.placed_at_s, x.requested_at_s), (1_000.0, Some(1_600_000_000.5)));
+    assert_eq!(x.request, RequestFacts::of(&request));
+    let plain = leader.state().vm(&VmId::from("plain")).unwrap().record.clone();
+    assert_eq!((plain.requested_at_s, plain.request.is_default()), (None, true));
+    // The log leaves defaults out, so a plain placement costs what it did.
+    let json = serde_json::to_string(&*plain).unwrap();
+    assert!(!json.contains("requested_at_s") && !json.contains("request"), "{json}");
+    ship(&mut leader, &mut follower);
+    for id in ["x", "plain"] {
+        let id = VmId::from(id);
+        assert_eq!(follower.state().vm(&id).unwrap().record, leader.state().vm(&id).unwrap().record);
+    }
+}
+
+#[test]
+fn a_logged_placement_of_an_older_release_reads_as_one_without_request_facts() {
+    let old = r#"{"change":"placed","host":"z-h0","vm":{"id":"v","tenant":"t","vm_type":"D",
+        "demand":{"cores":1,"memory_gib":2,"ssd_gib":0},"placed_at_s":5.0,"prediction":null}}"#;
+    let Ok(LoggedChange::Placed { vm, .. }) = serde_json::from_str::<LoggedChange>(old) else {
+        panic!("an older release's log row is readable")
+    };
+    assert_eq!((vm.requested_at_s, vm.request), (None, RequestFacts::default()));
 }

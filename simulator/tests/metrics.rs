@@ -56,6 +56,8 @@ fn place(state: &mut InventoryState, id: &str, host: u32, demand: Resources) {
         demand,
         placed_at_s: 0.0,
         prediction: None,
+        requested_at_s: None,
+        request: Default::default(),
     };
     state.place(vm, HostIndex(host)).unwrap();
 }
@@ -360,6 +362,8 @@ proptest! {
                 demand: res(f64::from(cores), f64::from(memory)),
                 placed_at_s: 0.0,
                 prediction: None,
+                requested_at_s: None,
+                request: Default::default(),
             };
             // What does not fit is simply not placed.
             let _ = state.place(vm, HostIndex(host));

@@ -1,7 +1,8 @@
 //! The allocator's durable state, behind one trait with two backends.
 //!
 //! A store records what the in-memory [`placement::Allocator`] cannot rebuild by itself: every
-//! placed VM (in placement order), every host state set by an operator or a drain, migrations in
+//! placed VM (in placement order, with what its request carried: its time on the model's clock and
+//! its [`RequestFacts`], for the learning loop), every host state set by an operator or a drain, migrations in
 //! flight and the drain, and the per-host state of a stateful policy (LAVA) as opaque rows. It
 //! writes exactly the placement core's journal ([`placement::Change`]): [`PlacementStore::apply`]
 //! writes a whole batch of changes in one transaction, which is what makes group commit possible
@@ -25,7 +26,7 @@ pub use sqlite::SqliteStore;
 use domain::{HostId, HostState, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
 use placement::journal::{Change, LoggedChange};
-use placement::state::NewVm;
+use placement::state::{NewVm, RequestFacts};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -214,7 +215,7 @@ pub fn open(location: &StoreLocation, inventory: &InventorySpec) -> Result<Box<d
 }
 
 /// The columns of one placed VM, as both stores keep them (demands in base units, the prediction
-/// as JSON).
+/// and the request's facts as JSON).
 pub(crate) struct VmColumns {
     pub seq: i64,
     pub vm_id: String,
@@ -224,10 +225,14 @@ pub(crate) struct VmColumns {
     pub base: [i64; RESOURCE_DIMS],
     pub placed_at_s: f64,
     pub prediction: Option<String>,
+    pub requested_at_s: Option<f64>,
+    /// [`RequestFacts`] as JSON; none: the defaults (and every VM a store of an older schema kept).
+    pub request: Option<String>,
 }
 
 impl VmColumns {
-    /// The stored VM, refusing a negative demand or an unreadable prediction by the VM's name.
+    /// The stored VM, refusing a negative demand, an unreadable prediction or unreadable request
+    /// facts by the VM's name.
     pub(crate) fn decode(self, store: &str) -> Result<StoredVm, StoreError> {
         let corrupt =
             |detail: String| StoreError::CorruptVm { store: store.to_owned(), vm: self.vm_id.clone(), detail };
@@ -241,6 +246,13 @@ impl VmColumns {
             .map(serde_json::from_str)
             .transpose()
             .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
+        let request: RequestFacts = self
+            .request
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| corrupt(format!("unreadable request facts: {e}")))?
+            .unwrap_or_default();
         Ok(StoredVm {
             seq: self.seq,
             host: HostId(self.host_id),
@@ -251,6 +263,8 @@ impl VmColumns {
                 demand: Resources::from_base_units(units),
                 placed_at_s: self.placed_at_s,
                 prediction,
+                requested_at_s: self.requested_at_s,
+                request,
             },
         })
     }
@@ -262,6 +276,19 @@ pub(crate) fn prediction_json(vm: &NewVm, store: &str) -> Result<Option<String>,
         store: store.to_owned(),
         vm: vm.id.to_string(),
         detail: format!("prediction cannot be written: {e}"),
+    })
+}
+
+/// A VM's request facts as both stores keep them: JSON, or none for the defaults (the common case,
+/// which then costs neither an allocation nor a byte).
+pub(crate) fn request_json(vm: &NewVm, store: &str) -> Result<Option<String>, StoreError> {
+    if vm.request.is_default() {
+        return Ok(None);
+    }
+    serde_json::to_string(&vm.request).map(Some).map_err(|e| StoreError::CorruptVm {
+        store: store.to_owned(),
+        vm: vm.id.to_string(),
+        detail: format!("request facts cannot be written: {e}"),
     })
 }
 

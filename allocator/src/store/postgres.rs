@@ -11,7 +11,10 @@
 //! Only SQL that PostgreSQL-wire distributed databases also accept: no advisory locks, no
 //! `LISTEN`, no server-side functions.
 //!
-//! Schema (version 1, in `meta`), demands and capacities in base units ([`Resources::base_units`]):
+//! Schema (version 2, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! A version 1 store is upgraded when opened, in the schema transaction: `vms` gains the request's
+//! columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows it holds (no request time,
+//! default request facts).
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);          -- schema_version
@@ -29,7 +32,10 @@
 //! CREATE TABLE vms (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL UNIQUE,
 //!     host_id TEXT NOT NULL REFERENCES hosts (host_id), tenant_id TEXT NOT NULL,
 //!     vm_type TEXT NOT NULL, cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL,
-//!     ssd_base BIGINT NOT NULL, placed_at_s DOUBLE PRECISION NOT NULL, prediction TEXT);
+//!     ssd_base BIGINT NOT NULL, placed_at_s DOUBLE PRECISION NOT NULL,     -- the allocator's clock
+//!     prediction TEXT,                                                     -- as JSON
+//!     requested_at_s DOUBLE PRECISION,                                     -- the request's, model clock
+//!     request TEXT);           -- {priority, os, features} as JSON; NULL: regular, no OS, no features
 //! CREATE TABLE migrations (vm_id TEXT PRIMARY KEY,                        -- in flight, with the
 //!     target_host_id TEXT NOT NULL REFERENCES hosts (host_id),             -- demand reserved on
 //!     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL); -- it
@@ -39,7 +45,8 @@
 //! ```
 //!
 //! **The change log.** Every committed batch is one row of `changes`: the agent that wrote it and
-//! its changes as [`LoggedChange`]s (JSON). Its number comes from `log_head`, taken as the last
+//! its changes as [`LoggedChange`]s (JSON; a placement carries the whole VM record, its request's
+//! time and facts included, so a following agent holds what the tables hold). Its number comes from `log_head`, taken as the last
 //! statement of the batch's transaction: the row lock serialises the commits' ends, so the log's
 //! order is the commit order and an agent that has read up to `seq` has missed nothing before it.
 //! Each agent follows the rows it has not applied before it decides ([`PostgresStore::follow`]);
@@ -49,7 +56,9 @@
 //! ([`super::Committed`]). Rows are kept for [`LOG_KEPT`] batches; an agent further behind finds a
 //! gap and rebuilds from the tables.
 
-use super::{parse_state, prediction_json, state_name, Committed, Followed, StoreError, StoredState, VmColumns};
+use super::{
+    parse_state, prediction_json, request_json, state_name, Committed, Followed, StoreError, StoredState, VmColumns,
+};
 use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
 use postgres::error::SqlState;
@@ -57,7 +66,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -166,7 +175,7 @@ impl PostgresStore {
         let rows = tx
             .query(
                 "SELECT seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
-                        prediction
+                        prediction, requested_at_s, request
                  FROM vms ORDER BY seq",
                 &[],
             )
@@ -182,6 +191,8 @@ impl PostgresStore {
                 base: [row.get(5), row.get(6), row.get(7)],
                 placed_at_s: row.get(8),
                 prediction: row.get(9),
+                requested_at_s: row.get(10),
+                request: row.get(11),
             };
             vms.push(columns.decode(&name)?);
         }
@@ -383,8 +394,12 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      vm_type TEXT NOT NULL,
                      cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL,
                      placed_at_s DOUBLE PRECISION NOT NULL,
-                     prediction TEXT
+                     prediction TEXT,
+                     requested_at_s DOUBLE PRECISION,
+                     request TEXT
                  );
+                 ALTER TABLE vms ADD COLUMN IF NOT EXISTS requested_at_s DOUBLE PRECISION;
+                 ALTER TABLE vms ADD COLUMN IF NOT EXISTS request TEXT;
                  CREATE TABLE IF NOT EXISTS migrations (
                      vm_id TEXT PRIMARY KEY,
                      target_host_id TEXT NOT NULL REFERENCES hosts (host_id),
@@ -394,7 +409,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
                  INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
                  CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 1)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 2)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -449,13 +464,14 @@ impl Statements {
         Ok(Statements {
             insert_vms: client.prepare(
                 "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
-                                  placed_at_s, prediction)
+                                  placed_at_s, prediction, requested_at_s, request)
                  SELECT v.vm_id, nextval('vm_seq'), v.host_id, v.tenant_id, v.vm_type, v.cores, v.memory, v.ssd,
-                        v.placed_at_s, v.prediction
+                        v.placed_at_s, v.prediction, v.requested_at_s, v.request
                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
-                             $8::float8[], $9::text[])
+                             $8::float8[], $9::text[], $10::float8[], $11::text[])
                       WITH ORDINALITY
-                      AS v(vm_id, host_id, tenant_id, vm_type, cores, memory, ssd, placed_at_s, prediction, position)
+                      AS v(vm_id, host_id, tenant_id, vm_type, cores, memory, ssd, placed_at_s, prediction,
+                           requested_at_s, request, position)
                  ORDER BY v.position",
             )?,
             delete_vms: client.prepare(
@@ -540,6 +556,8 @@ fn write_sets(
             columns.base[2].push(ssd);
             columns.placed_at_s.push(vm.placed_at_s);
             columns.prediction.push(prediction_json(vm, name)?);
+            columns.requested_at_s.push(vm.requested_at_s);
+            columns.request.push(request_json(vm, name)?);
             use_on(&mut used, host.as_str(), [cores, memory, ssd]);
         }
         tx.execute(
@@ -554,6 +572,8 @@ fn write_sets(
                 &columns.base[2],
                 &columns.placed_at_s,
                 &columns.prediction,
+                &columns.requested_at_s,
+                &columns.request,
             ],
         )
         .map_err(sql("recording placements"))?;
@@ -621,6 +641,8 @@ struct VmArrays<'a> {
     base: [Vec<i64>; RESOURCE_DIMS],
     placed_at_s: Vec<f64>,
     prediction: Vec<Option<String>>,
+    requested_at_s: Vec<Option<f64>>,
+    request: Vec<Option<String>>,
 }
 
 /// Writes a batch change by change, in order: batches with drains or migrations, or that place and
@@ -650,11 +672,12 @@ fn write_each(
         match change {
             Change::Placed { vm, host } => {
                 let prediction = prediction_json(vm, name)?;
+                let request = request_json(vm, name)?;
                 let [cores, memory, ssd] = units(&vm.demand);
                 tx.execute(
                     "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
-                                          placed_at_s, prediction)
-                         VALUES ($1, nextval('vm_seq'), $2, $3, $4, $5, $6, $7, $8, $9)",
+                                          placed_at_s, prediction, requested_at_s, request)
+                         VALUES ($1, nextval('vm_seq'), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                     &[
                         &vm.id.as_str(),
                         &host.as_str(),
@@ -665,6 +688,8 @@ fn write_each(
                         &ssd,
                         &vm.placed_at_s,
                         &prediction,
+                        &vm.requested_at_s,
+                        &request,
                     ],
                 )
                 .map_err(sql("recording a placement"))?;

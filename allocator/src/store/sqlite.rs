@@ -9,10 +9,12 @@
 //! [`Store::apply`] writes a whole batch of changes in one transaction, which is what makes group
 //! commit possible (see [`crate::durable`]); [`Store::load`] reads it all back.
 //!
-//! Schema (version 4). A store of an older version is upgraded in place when opened, in one
-//! transaction: versions 1 and 2 gain the tables they lack, and version 3's `lava_hosts` rows become
-//! `policy_hosts` rows of policy `lava` (the same state as JSON). A store of a newer version than
-//! this code is refused with a message naming the fix.
+//! Schema (version 5). A store of an older version is upgraded in place when opened, in one
+//! transaction: versions 1 and 2 gain the tables they lack, version 3's `lava_hosts` rows become
+//! `policy_hosts` rows of policy `lava` (the same state as JSON), and the `vms` of versions 1 to 4
+//! gain the request's columns (`ALTER TABLE ... ADD COLUMN`), NULL in the rows they hold: no request
+//! time, default request facts. A store of a newer version than this code is refused with a message
+//! naming the fix.
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
@@ -20,7 +22,10 @@
 //!     vm_id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, host_id TEXT NOT NULL,
 //!     tenant_id TEXT NOT NULL, vm_type TEXT NOT NULL,
 //!     cores_base INTEGER NOT NULL, memory_base INTEGER NOT NULL, ssd_base INTEGER NOT NULL,
-//!     placed_at_s REAL NOT NULL, prediction TEXT);                     -- prediction as JSON
+//!     placed_at_s REAL NOT NULL,                                       -- the allocator's clock
+//!     prediction TEXT,                                                 -- prediction as JSON
+//!     requested_at_s REAL,                                             -- the request's, model clock
+//!     request TEXT);        -- {priority, os, features} as JSON; NULL: regular, no OS, no features
 //! CREATE TABLE host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
 //! CREATE TABLE policy_hosts (host_id TEXT PRIMARY KEY, policy TEXT NOT NULL,
 //!     state TEXT NOT NULL);                                            -- the policy's own JSON
@@ -31,8 +36,8 @@
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
-use super::{parse_state, prediction_json, state_name, StoreError, StoredState, VmColumns};
-use domain::{HostId, VmId, RESOURCE_DIMS};
+use super::{parse_state, prediction_json, request_json, state_name, StoreError, StoredState, VmColumns};
+use domain::{HostId, VmId};
 use placement::defrag::Drain;
 use placement::journal::Change;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -40,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// What to do about a store of a newer schema version than this code.
 const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file away to start from an empty store";
@@ -141,7 +146,7 @@ impl SqliteStore {
             .map_err(sql("starting the schema upgrade"))?;
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-             INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 4), ('next_seq', 1);",
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 5), ('next_seq', 1);",
         )
         .map_err(sql("creating the schema"))?;
         let found: i64 = tx
@@ -166,7 +171,9 @@ impl SqliteStore {
                  memory_base INTEGER NOT NULL,
                  ssd_base INTEGER NOT NULL,
                  placed_at_s REAL NOT NULL,
-                 prediction TEXT
+                 prediction TEXT,
+                 requested_at_s REAL,
+                 request TEXT
              );
              CREATE TABLE IF NOT EXISTS host_states (host_id TEXT PRIMARY KEY, state TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS policy_hosts (
@@ -178,6 +185,20 @@ impl SqliteStore {
              CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);",
         )
         .map_err(sql("creating the schema"))?;
+        // Version 5: the request's time and facts. A `vms` table of an older version lacks them; its
+        // rows keep NULL (no request time, default facts).
+        let columns: Vec<String> = {
+            let mut statement =
+                tx.prepare("SELECT name FROM pragma_table_info('vms')").map_err(sql("reading the schema"))?;
+            let rows = statement.query_map([], |row| row.get(0)).map_err(sql("reading the schema"))?;
+            rows.collect::<Result<_, _>>().map_err(sql("reading the schema"))?
+        };
+        for (column, declaration) in [("requested_at_s", "requested_at_s REAL"), ("request", "request TEXT")] {
+            if !columns.iter().any(|name| name == column) {
+                tx.execute_batch(&format!("ALTER TABLE vms ADD COLUMN {declaration}"))
+                    .map_err(sql("adding the request's columns"))?;
+            }
+        }
         let has_lava: i64 = tx
             .query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lava_hosts'", [], |row| {
                 row.get(0)
@@ -251,30 +272,29 @@ impl SqliteStore {
             .conn
             .prepare(
                 "SELECT seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
-                        prediction
+                        prediction, requested_at_s, request
                  FROM vms ORDER BY seq",
             )
             .map_err(self.sql("reading the placed VMs"))?;
-        type Row = (i64, String, String, String, String, [i64; RESOURCE_DIMS], f64, Option<String>);
         let rows = statement
-            .query_map([], |row| -> rusqlite::Result<Row> {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    [row.get(5)?, row.get(6)?, row.get(7)?],
-                    row.get(8)?,
-                    row.get(9)?,
-                ))
+            .query_map([], |row| {
+                Ok(VmColumns {
+                    seq: row.get(0)?,
+                    vm_id: row.get(1)?,
+                    host_id: row.get(2)?,
+                    tenant_id: row.get(3)?,
+                    vm_type: row.get(4)?,
+                    base: [row.get(5)?, row.get(6)?, row.get(7)?],
+                    placed_at_s: row.get(8)?,
+                    prediction: row.get(9)?,
+                    requested_at_s: row.get(10)?,
+                    request: row.get(11)?,
+                })
             })
             .map_err(self.sql("reading the placed VMs"))?;
         let mut vms = Vec::new();
         for row in rows {
-            let (seq, vm_id, host_id, tenant_id, vm_type, base, placed_at_s, prediction) =
-                row.map_err(self.sql("reading the placed VMs"))?;
-            let columns = VmColumns { seq, vm_id, host_id, tenant_id, vm_type, base, placed_at_s, prediction };
+            let columns = row.map_err(self.sql("reading the placed VMs"))?;
             vms.push(columns.decode(&self.path.display().to_string())?);
         }
         let mut statement = self
@@ -376,14 +396,15 @@ impl SqliteStore {
                 source: source.into(),
             }
         };
+        let store = path.display().to_string();
         let tx = self.conn.transaction().map_err(sql("starting a transaction"))?;
         let mut next_seq = self.next_seq;
         {
             let mut place = tx
                 .prepare_cached(
                     "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
-                                      placed_at_s, prediction)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                      placed_at_s, prediction, requested_at_s, request)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 )
                 .map_err(sql("recording a placement"))?;
             let mut release =
@@ -408,7 +429,8 @@ impl SqliteStore {
             for change in changes {
                 match change {
                     Change::Placed { vm, host } => {
-                        let prediction = prediction_json(vm, &path.display().to_string())?;
+                        let prediction = prediction_json(vm, &store)?;
+                        let request = request_json(vm, &store)?;
                         let units = vm.demand.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX));
                         place
                             .execute(params![
@@ -422,6 +444,8 @@ impl SqliteStore {
                                 units[2],
                                 vm.placed_at_s,
                                 prediction,
+                                vm.requested_at_s,
+                                request,
                             ])
                             .map_err(sql("recording a placement"))?;
                         next_seq += 1;
@@ -481,8 +505,10 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{HostState, LifetimeClass, LifetimePrediction, PredictionSource, Resources, TenantId};
-    use placement::state::NewVm;
+    use domain::{
+        FeatureValue, HostState, LifetimeClass, LifetimePrediction, PredictionSource, Priority, Resources, TenantId,
+    };
+    use placement::state::{NewVm, RequestFacts};
     use std::sync::Arc;
 
     /// Every host in its initial policy state.
@@ -505,6 +531,26 @@ mod tests {
                 model_version: Some("m-1".to_owned()),
                 source: PredictionSource::Model,
             }),
+            requested_at_s: None,
+            request: RequestFacts::default(),
+        }
+    }
+
+    /// `vm(id, cores)` as a request of a trace replay left it: its own time, a low priority, an OS
+    /// and features.
+    fn vm_with_facts(id: &str, cores: f64) -> NewVm {
+        NewVm {
+            requested_at_s: Some(1_600_000_123.25),
+            request: RequestFacts {
+                priority: Priority::Low,
+                os: Some("linux".to_owned()),
+                features: [
+                    ("batch_size".to_owned(), FeatureValue::Number(3.0)),
+                    ("region".to_owned(), FeatureValue::Text("eu-west".to_owned())),
+                ]
+                .into(),
+            },
+            ..vm(id, cores)
         }
     }
 
@@ -521,7 +567,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
         let mut store = SqliteStore::open(&path).unwrap();
-        let (a, b, c) = (vm("a", 1.5), vm("b", 2.0), NewVm { prediction: None, ..vm("c", 0.001) });
+        let (a, b, c) = (vm_with_facts("a", 1.5), vm("b", 2.0), NewVm { prediction: None, ..vm("c", 0.001) });
         store
             .apply(
                 &[
@@ -559,6 +605,28 @@ mod tests {
         assert_eq!(loaded.vms[1].host, HostId::from("h1"));
         assert!(loaded.vms[0].seq < loaded.vms[1].seq);
         assert_eq!(loaded.host_states, [(HostId::from("h1"), HostState::Failed)]);
+        // A request with nothing but defaults costs no byte.
+        let conn = Connection::open(&path).unwrap();
+        let columns = |id: &str| -> (Option<f64>, Option<String>) {
+            conn.query_row("SELECT requested_at_s, request FROM vms WHERE vm_id = ?1", [id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap()
+        };
+        assert_eq!(columns("b"), (None, None));
+        assert_eq!(columns("a").0, Some(1_600_000_123.25));
+    }
+
+    #[test]
+    fn unreadable_request_facts_are_refused_naming_the_vm() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let mut store = SqliteStore::open(&path).unwrap();
+        store.apply(&[Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
+        store.conn.execute("UPDATE vms SET request = '{\"priority\": \"urgent\"}' WHERE vm_id = 'a'", []).unwrap();
+        let err = store.load().unwrap_err();
+        assert!(matches!(err, StoreError::CorruptVm { ref vm, .. } if vm == "a"), "{err}");
+        assert!(err.to_string().contains("request facts"), "{err}");
     }
 
     #[test]
@@ -614,9 +682,11 @@ mod tests {
         .unwrap();
         drop(conn);
         let mut store = SqliteStore::open(&path).unwrap();
-        store.apply(&[Change::Placed { vm: Arc::new(vm("a", 1.0)), host: HostId::from("h0") }], &initial).unwrap();
+        let a = vm_with_facts("a", 1.0);
+        store.apply(&[Change::Placed { vm: Arc::new(a.clone()), host: HostId::from("h0") }], &initial).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.vms.len(), 1);
+        assert_eq!(loaded.vms[0].vm, a, "the request's columns were added");
         assert!(loaded.policy_hosts.is_empty());
     }
 

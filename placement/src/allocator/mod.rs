@@ -34,7 +34,7 @@ use crate::policy::{Policy, PolicyConfig, PolicyError};
 use crate::reprediction::{RepredictionConfig, Repredictions};
 use crate::rules::{HostView, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
-use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
+use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, RequestFacts, StateError};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, Placement, Rejection,
     RejectionCode, ResourceKind, RuleFilterStat, VmId, VmRequest,
@@ -429,6 +429,8 @@ impl Allocator {
             demand: vm.demand,
             placed_at_s: self.clock_s,
             prediction: vm.prediction.clone(),
+            requested_at_s: vm.requested_at_s,
+            request: RequestFacts::of(vm),
         });
         self.journal.push(Change::Placed { vm: Arc::clone(&new), host: self.state.hosts()[host.get()].id.clone() });
         // The selection checked every validator against this very state, so this cannot fail.

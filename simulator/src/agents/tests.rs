@@ -196,6 +196,8 @@ fn new_vm(id: &str, cores: f64) -> NewVm {
         demand: Resources::from_whole(cores, 2.0 * cores, 0.0).unwrap(),
         placed_at_s: 0.0,
         prediction: None,
+        requested_at_s: None,
+        request: Default::default(),
     }
 }
 
