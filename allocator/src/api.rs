@@ -111,6 +111,7 @@ impl Validate for ExplainRequest {
         drain_status,
         complete_migration,
         stats,
+        quality,
         explain,
         healthz,
         readyz,
@@ -121,6 +122,11 @@ impl Validate for ExplainRequest {
         domain::AllocationDecision,
         domain::Resources,
         placement::AllocatorStats,
+        domain::QualityReport,
+        domain::VersionQuality,
+        domain::QualityTally,
+        domain::QualityFigures,
+        domain::quality::ScoreBin,
         placement::Explanation,
         VmInfo,
         HostInfo,
@@ -217,6 +223,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/drains", get(drain_status).post(start_drain))
         .route("/v1/migrations/{vm_id}/complete", post(complete_migration))
         .route("/v1/stats", get(stats))
+        .route("/v1/quality", get(quality))
         .route("/v1/explain", post(explain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -372,6 +379,14 @@ fn owner(query: Result<Query<OwnerQuery>, QueryRejection>) -> Result<Option<Tena
     }
 }
 
+/// `?tenant=` and `?ended_at_s=` of a release.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseQuery {
+    tenant: Option<String>,
+    ended_at_s: Option<f64>,
+}
+
 /// The VM of a `/v1/allocations/{vm_id}` path and the owner its `?tenant=` requires, if any.
 fn vm_and_owner(
     vm_id: Result<Path<String>, PathRejection>,
@@ -385,7 +400,8 @@ fn vm_and_owner(
 /// another tenant's VM answers 404 as if it did not exist (checked and released in one step).
 #[utoipa::path(delete, path = "/v1/allocations/{vm_id}",
     params(("vm_id" = String, Path, description = "The VM's id."),
-           ("tenant" = Option<String>, Query, description = "Release only a VM of this tenant (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")),
+           ("tenant" = Option<String>, Query, description = "Release only a VM of this tenant (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"),
+           ("ended_at_s" = Option<f64>, Query, description = "When the VM ended on the model's clock (that of `requested_at_s`), for its realized outcome; the latest request time seen when absent.")),
     responses((status = 204, description = "Released."),
               (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
               (status = 404, description = "Not placed (or another tenant's VM, with `tenant`).", body = domain::Problem),
@@ -394,17 +410,24 @@ fn vm_and_owner(
 async fn release(
     State(state): State<AppState>,
     vm_id: Result<Path<String>, PathRejection>,
-    query: Result<Query<OwnerQuery>, QueryRejection>,
+    query: Result<Query<ReleaseQuery>, QueryRejection>,
 ) -> Response {
-    let (vm_id, owner) = match vm_and_owner(vm_id, query) {
+    let (query, ended_at_s) = match query {
+        Ok(Query(ReleaseQuery { tenant, ended_at_s })) => (Ok(Query(OwnerQuery { tenant })), ended_at_s),
+        Err(rejection) => (Err(rejection), None),
+    };
+    if let Some(at) = ended_at_s.filter(|at| !at.is_finite()) {
+        return invalid_field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "ended_at_s",
+            format!("must be a finite number, got {at}"),
+        );
+    }
+    let (vm, owner) = match vm_and_owner(vm_id, query) {
         Ok(parsed) => parsed,
         Err(response) => return response,
     };
-    let command = match owner {
-        Some(owner) => Command::ReleaseOwned { vm: vm_id, owner },
-        None => Command::Release(vm_id),
-    };
-    match call(&state, "release", command).await {
+    match call(&state, "release", Command::Release { vm, owner, ended_at_s }).await {
         Ok(Reply::Released(_)) => StatusCode::NO_CONTENT.into_response(),
         Ok(other) => unexpected(&other),
         Err(error) => command_error(error),
@@ -711,6 +734,18 @@ async fn stats(State(state): State<AppState>) -> Response {
     }
 }
 
+/// The realized quality of the lifetime predictions VMs were placed with, per model version, over
+/// a sliding window of resolved outcomes: a VM resolves when it exits, or as long-lived once it
+/// outlives the threshold still running. The windows' tallies add up across zones.
+#[utoipa::path(get, path = "/v1/quality", responses((status = 200, description = "The realized quality.", body = domain::QualityReport)))]
+async fn quality(State(state): State<AppState>) -> Response {
+    match call(&state, "quality", Command::Quality).await {
+        Ok(Reply::Quality(report)) => Json(report).into_response(),
+        Ok(other) => unexpected(&other),
+        Err(error) => command_error(error),
+    }
+}
+
 /// A dry run: where the VM would go, the best hosts with their rule scores and, with `why_not`,
 /// why that host would not be picked. Changes nothing.
 #[utoipa::path(post, path = "/v1/explain", request_body = ExplainRequest,
@@ -755,8 +790,41 @@ async fn readyz(State(state): State<AppState>) -> Response {
               (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     match &state.metrics {
-        Some(handle) => service_common::telemetry::render_metrics(handle),
+        Some(handle) => {
+            if let Ok(Reply::Quality(report)) = call(&state, "quality", Command::Quality).await {
+                record_quality(&report);
+            }
+            service_common::telemetry::render_metrics(handle)
+        }
         None => problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics disabled", "no metrics recorder is installed"),
+    }
+}
+
+/// The realized quality as gauges, per model version: `allocator_prediction_quality{version, figure}`
+/// and the resolved and pending VMs.
+fn record_quality(report: &domain::QualityReport) {
+    for version in &report.versions {
+        let v = version.version.clone();
+        metrics::gauge!("allocator_prediction_outcomes_resolved", "version" => v.clone())
+            .set(version.resolved_total as f64);
+        metrics::gauge!("allocator_prediction_outcomes_pending", "version" => v.clone()).set(version.pending as f64);
+        let f = &version.figures;
+        let figures = [
+            ("window_resolved", Some(f.resolved as f64)),
+            ("precision", f.precision),
+            ("recall", f.recall),
+            ("roc_auc", f.roc_auc),
+            ("average_precision", f.average_precision),
+            ("realized_long_share", f.realized_long_share),
+            ("predicted_long_share", f.predicted_long_share),
+            ("mean_p_long", f.mean_p_long),
+            ("lifetime_log10_mae", f.lifetime_log10_mae),
+        ];
+        for (figure, value) in figures {
+            if let Some(value) = value {
+                metrics::gauge!("allocator_prediction_quality", "version" => v.clone(), "figure" => figure).set(value);
+            }
+        }
     }
 }
 

@@ -66,7 +66,46 @@ pub struct ServiceConfig {
     pub model_poll_s: f64,
     /// Request validation limits (gang size, text lengths, features).
     pub limits: ValidationLimits,
+    /// How the realized outcomes of predictions are resolved and kept (`GET /v1/quality`).
+    pub quality: QualityConfig,
     pub http: LayerConfig,
+}
+
+/// `[quality]`: realized prediction quality.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QualityConfig {
+    /// Lifetime at and above which a VM is long-lived: the model's threshold (2 h by default).
+    pub long_threshold_s: f64,
+    /// Most resolved outcomes kept per model version (the sliding window).
+    pub window: usize,
+    /// Most model versions kept (least recently seen dropped first).
+    pub max_versions: usize,
+    /// Most VMs awaiting their outcome; beyond it VMs are not tracked (bounded memory).
+    pub max_pending: usize,
+}
+
+impl Default for QualityConfig {
+    fn default() -> Self {
+        let defaults = placement::outcomes::OutcomeConfig::default();
+        QualityConfig {
+            long_threshold_s: defaults.long_threshold_s,
+            window: defaults.window,
+            max_versions: defaults.max_versions,
+            max_pending: defaults.max_pending,
+        }
+    }
+}
+
+impl QualityConfig {
+    pub fn outcome_config(&self) -> placement::outcomes::OutcomeConfig {
+        placement::outcomes::OutcomeConfig {
+            long_threshold_s: self.long_threshold_s,
+            window: self.window,
+            max_versions: self.max_versions,
+            max_pending: self.max_pending,
+        }
+    }
 }
 
 /// The allocator's default admission limit (`[http] max_concurrency`), when no `[http]` section
@@ -88,6 +127,7 @@ impl Default for ServiceConfig {
             models_dir: None,
             model_poll_s: 10.0,
             limits: ValidationLimits::default(),
+            quality: QualityConfig::default(),
             // More in flight than the control service's default: the group commit batches
             // whatever is in flight, and each control service in front bounds its own share.
             http: LayerConfig { max_concurrency: ALLOCATOR_MAX_CONCURRENCY, ..LayerConfig::default() },
@@ -109,6 +149,8 @@ pub enum ConfigError {
     Generate { field: &'static str, message: String },
     #[error("max_batch must be at least 1")]
     MaxBatch,
+    #[error("quality.{field}: {message}")]
+    Quality { field: &'static str, message: String },
 }
 
 impl ServiceConfig {
@@ -126,6 +168,16 @@ impl ServiceConfig {
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.max_batch == 0 {
             return Err(ConfigError::MaxBatch);
+        }
+        let q = &self.quality;
+        if !(q.long_threshold_s.is_finite() && q.long_threshold_s > 0.0) {
+            let message = format!("must be a positive number of seconds, got {}", q.long_threshold_s);
+            return Err(ConfigError::Quality { field: "long_threshold_s", message });
+        }
+        for (field, value) in [("window", q.window), ("max_versions", q.max_versions), ("max_pending", q.max_pending)] {
+            if value == 0 {
+                return Err(ConfigError::Quality { field, message: "must be at least 1".to_owned() });
+            }
         }
         match (&self.inventory_file, &self.generate) {
             (None, None) => Err(ConfigError::NoInventory),

@@ -22,7 +22,7 @@
 use crate::store::{self, Committed, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
-    LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
+    LifetimePrediction, QualityReport, RackId, Resources, TenantId, VmId, VmRequest,
 };
 use placement::allocator::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError,
@@ -30,7 +30,9 @@ use placement::allocator::{
 };
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::journal::{Change, LoggedChange};
+use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::reprediction::Repredictor;
+use placement::state::NewVm;
 use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -75,14 +77,15 @@ impl Default for HostFilter {
 pub enum Command {
     /// Place a VM or a gang (write).
     Allocate(AllocationRequest),
-    /// Release a VM (write).
-    Release(VmId),
-    /// Release a VM only if `owner` placed it (write): the ownership check and the release happen in
-    /// one step, so no other request can release and re-place the id in between. A VM of another
-    /// tenant answers as unknown, so its id does not leak.
-    ReleaseOwned {
+    /// Release a VM (write). With `owner`, only if that tenant placed it: the ownership check and
+    /// the release happen in one step, so no other request can release and re-place the id in
+    /// between; a VM of another tenant answers as unknown, so its id does not leak. `ended_at_s` is
+    /// the exit on the model's clock, for the VM's realized outcome (the latest request time when
+    /// absent).
+    Release {
         vm: VmId,
-        owner: TenantId,
+        owner: Option<TenantId>,
+        ended_at_s: Option<f64>,
     },
     /// Drain, fail or restore a host (write).
     SetHostState {
@@ -102,6 +105,8 @@ pub enum Command {
     },
     /// Whether the store is usable, with a few figures.
     Status,
+    /// The realized quality of the predictions VMs were placed with.
+    Quality,
     /// Start draining hosts (LARS) (write).
     StartDrain(DrainRequest),
     /// A migration finished: the VM moves to its target (write).
@@ -123,13 +128,17 @@ impl PartialEq for RepredictorHandle {
 }
 
 impl Command {
+    /// Release `vm`, whoever placed it, ending now.
+    pub fn release(vm: VmId) -> Self {
+        Command::Release { vm, owner: None, ended_at_s: None }
+    }
+
     /// True for commands that change the state.
     pub fn is_write(&self) -> bool {
         matches!(
             self,
             Command::Allocate(_)
-                | Command::Release(_)
-                | Command::ReleaseOwned { .. }
+                | Command::Release { .. }
                 | Command::SetHostState { .. }
                 | Command::StartDrain(_)
                 | Command::CompleteMigration(_)
@@ -261,6 +270,7 @@ pub enum Reply {
     Stats(Box<AllocatorStats>),
     Explained(Box<Explanation>),
     Status(StoreStatus),
+    Quality(Box<QualityReport>),
     Drain(Box<DrainReport>),
     MigrationCompleted(Box<Migration>),
     /// The repredicting model's version now, if any.
@@ -339,6 +349,58 @@ pub struct DurableAllocator {
     repredictor: Option<Arc<dyn Repredictor>>,
     /// This agent's share of the hosts among the agents of a shared store, and those agents.
     share: Option<(Vec<String>, Arc<HostShare>)>,
+    /// The realized outcomes of the predictions VMs were placed with: fed by every placement and
+    /// release the store records, this agent's own and those it follows.
+    outcomes: OutcomeTracker,
+}
+
+/// When a VM started on the model's clock: its request time, else its placement time.
+fn started_at(vm: &NewVm) -> f64 {
+    vm.requested_at_s.filter(|t| t.is_finite()).unwrap_or(vm.placed_at_s)
+}
+
+/// Feeds the outcome tracker with a batch this agent committed; `ends` are the exit times its
+/// releases named.
+fn observe_own(outcomes: &mut OutcomeTracker, ops: &[Change], commands: &[Command]) {
+    for op in ops {
+        match op {
+            Change::Placed { vm, .. } => outcomes.placed(&vm.id, vm.prediction.as_ref(), started_at(vm)),
+            Change::Released { vm, .. } => {
+                let ended_at_s = commands.iter().find_map(|command| match command {
+                    Command::Release { vm: released, ended_at_s, .. } if released == vm => *ended_at_s,
+                    _ => None,
+                });
+                outcomes.released(vm, ended_at_s);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Feeds the outcome tracker with batches other agents committed.
+fn observe_followed(outcomes: &mut OutcomeTracker, batches: &[Vec<LoggedChange>]) {
+    for change in batches.iter().flatten() {
+        match change {
+            LoggedChange::Placed { vm, .. } => outcomes.placed(&vm.id, vm.prediction.as_ref(), started_at(vm)),
+            LoggedChange::Released { vm } => outcomes.released(vm, None),
+            _ => {}
+        }
+    }
+}
+
+/// After a rebuild: the running VMs await their outcomes again, except those that outlived the
+/// threshold by the tracker's clock (resolved already).
+fn observe_rebuilt(outcomes: &mut OutcomeTracker, allocator: &Allocator) {
+    outcomes.forget_pending();
+    let threshold = outcomes.config().long_threshold_s;
+    let clock = outcomes.clock_s();
+    let mut running: Vec<&NewVm> = allocator.state().vms().map(|(_, placed)| &**placed).collect();
+    running.sort_by(|a, b| started_at(a).total_cmp(&started_at(b)));
+    for vm in running {
+        if started_at(vm) + threshold > clock {
+            outcomes.placed(&vm.id, vm.prediction.as_ref(), started_at(vm));
+        }
+    }
 }
 
 /// Rebuilds the acknowledged state: the inventory, every stored VM in placement order, then the
@@ -411,6 +473,8 @@ impl DurableAllocator {
     ) -> Result<Self, DurableError> {
         let location = location.into();
         let live = recover(spec, config, &location, now_s, None)?;
+        let mut outcomes = OutcomeTracker::new(OutcomeConfig::default());
+        observe_rebuilt(&mut outcomes, &live.allocator);
         Ok(DurableAllocator {
             spec: spec.clone(),
             config: config.clone(),
@@ -419,7 +483,21 @@ impl DurableAllocator {
             broken: None,
             repredictor: None,
             share: None,
+            outcomes,
         })
+    }
+
+    /// Resolves and keeps outcomes as `config` says from now on (the VMs awaiting theirs are kept).
+    pub fn set_outcome_config(&mut self, config: OutcomeConfig) {
+        self.outcomes = OutcomeTracker::new(config);
+        if let Some(live) = &self.live {
+            observe_rebuilt(&mut self.outcomes, &live.allocator);
+        }
+    }
+
+    /// The realized quality of the predictions VMs were placed with.
+    pub fn quality(&self) -> QualityReport {
+        self.outcomes.report()
     }
 
     /// Repredicts remaining lifetimes with `model` from now on (NILAS, LAVA), also after a rebuild.
@@ -447,6 +525,7 @@ impl DurableAllocator {
         metrics::counter!("allocator_reloads_total").increment(1);
         match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone()) {
             Ok(live) => {
+                observe_rebuilt(&mut self.outcomes, &live.allocator);
                 self.live = Some(live);
                 self.broken = None;
                 Ok(())
@@ -506,7 +585,9 @@ impl DurableAllocator {
             let mut outcomes: Vec<&'static str> = Vec::new();
             let mut replies: Vec<Result<Reply, CommandError>> = commands
                 .iter()
-                .map(|command| apply(&mut live.allocator, command, now_s, &mut outcomes, &self.location))
+                .map(|command| {
+                    apply(&mut live.allocator, command, now_s, &mut outcomes, &self.location, &self.outcomes)
+                })
                 .collect();
             // Exactly what the batch changed, as the placement core recorded it.
             let ops: Vec<_> = live.allocator.take_changes().collect();
@@ -523,7 +604,9 @@ impl DurableAllocator {
                 Ok(order) => {
                     metrics::counter!("allocator_commits_total").increment(1);
                     record_outcomes(&outcomes);
-                    if order == Committed::AfterOthers {
+                    if order != Committed::AfterOthers {
+                        observe_own(&mut self.outcomes, &ops, commands);
+                    } else {
                         // Apply the batch again in the store's order, after the others' batches.
                         let taken_back = live.take_back(&ops, false).inspect_err(|error| {
                             tracing::warn!(%error, "a batch committed after others could not be taken back; reloading");
@@ -567,7 +650,7 @@ impl DurableAllocator {
                     Err(CommandError::NotDurable(reason.clone()))
                 } else {
                     match &mut self.live {
-                        Some(live) => read(&mut live.allocator, command, now_s, &self.location),
+                        Some(live) => read(&mut live.allocator, command, now_s, &self.location, &self.outcomes),
                         None => Err(CommandError::Unavailable(reason.clone())),
                     }
                 };
@@ -606,6 +689,7 @@ impl DurableAllocator {
                     metrics::counter!("allocator_followed_changes_total").increment(changes as u64);
                     // How far behind the store this agent's view was: the change log's lag.
                     metrics::histogram!("allocator_follow_lag_batches").record(batches.len() as f64);
+                    observe_followed(&mut self.outcomes, &batches);
                     match batches.iter().try_for_each(|batch| live.allocator.follow_batch(batch)) {
                         Ok(()) => true,
                         Err(error) => {
@@ -671,6 +755,7 @@ fn apply(
     now_s: f64,
     outcomes: &mut Vec<&'static str>,
     location: &StoreLocation,
+    tracker: &OutcomeTracker,
 ) -> Result<Reply, CommandError> {
     match command {
         Command::Allocate(request) => {
@@ -691,15 +776,10 @@ fn apply(
             }
             Ok(Reply::Allocated(decision))
         }
-        Command::Release(vm) => {
+        Command::Release { vm, owner, .. } => {
             // Describe it while it is still there.
-            let info = vm_info(allocator, vm).ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
-            allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
-            Ok(Reply::Released(info))
-        }
-        Command::ReleaseOwned { vm, owner } => {
             let info = vm_info(allocator, vm)
-                .filter(|info| info.tenant_id == *owner)
+                .filter(|info| owner.as_ref().is_none_or(|owner| info.tenant_id == *owner))
                 .ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
             allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
             Ok(Reply::Released(info))
@@ -718,7 +798,7 @@ fn apply(
             outcomes.push("migrated");
             Ok(Reply::MigrationCompleted(Box::new(migration)))
         }
-        read_only => read(allocator, read_only, now_s, location),
+        read_only => read(allocator, read_only, now_s, location, tracker),
     }
 }
 
@@ -728,6 +808,7 @@ fn read(
     command: &Command,
     now_s: f64,
     location: &StoreLocation,
+    tracker: &OutcomeTracker,
 ) -> Result<Reply, CommandError> {
     match command {
         Command::GetAllocation(vm) => {
@@ -741,6 +822,7 @@ fn read(
             Ok(Reply::Host(HostDetail { host: host_info(allocator, index), vms }))
         }
         Command::Stats => Ok(Reply::Stats(Box::new(allocator.stats()))),
+        Command::Quality => Ok(Reply::Quality(Box::new(tracker.report()))),
         Command::Explain { vm, why_not, top } => match allocator.explain(vm, why_not.as_ref(), *top, now_s) {
             Ok(explanation) => Ok(Reply::Explained(Box::new(explanation))),
             Err(StateError::UnknownHostId(host)) => Err(CommandError::UnknownHost(host)),
@@ -759,8 +841,7 @@ fn read(
             allocator.drain_report().map(|r| Reply::Drain(Box::new(r))).ok_or(CommandError::Drain(DrainError::NoDrain))
         }
         Command::Allocate(_)
-        | Command::Release(_)
-        | Command::ReleaseOwned { .. }
+        | Command::Release { .. }
         | Command::SetHostState { .. }
         | Command::StartDrain(_)
         | Command::CompleteMigration(_) => {
@@ -858,7 +939,7 @@ mod tests {
                 Command::GetAllocation(VmId::from("a")),
                 allocate("b", 64.0),
                 allocate("a", 2.0),
-                Command::Release(VmId::from("nope")),
+                Command::release(VmId::from("nope")),
                 Command::SetHostState { host: HostId::from("z-h3"), state: HostState::Failed },
             ],
             101.0,

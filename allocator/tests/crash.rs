@@ -356,7 +356,7 @@ fn command(id: &mut usize, live: &mut Vec<VmId>, rng: &mut ChaCha8Rng) -> Comman
                 Command::Allocate(AllocationRequest::Vm(request(format!("vm-{id}"), rng)))
             }
         }
-        6..=8 if !live.is_empty() => Command::Release(live.swap_remove(rng.random_range(0..live.len()))),
+        6..=8 if !live.is_empty() => Command::release(live.swap_remove(rng.random_range(0..live.len()))),
         _ => Command::SetHostState {
             host: HostId(format!("z-h{}", rng.random_range(0..10))),
             state: [HostState::Available, HostState::Unavailable, HostState::Failed][rng.random_range(0..3)],
@@ -408,7 +408,7 @@ fn reopened_durable_allocator_equals_the_state_before() {
                             live.extend(request.vms().iter().map(|v| v.vm_id.clone()));
                         }
                     }
-                    Command::Release(vm) => {
+                    Command::Release { vm, .. } => {
                         assert_eq!(twin.release(vm, now).is_ok(), reply.is_ok(), "{reply:?}");
                     }
                     Command::SetHostState { host, state } => {

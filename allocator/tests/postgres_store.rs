@@ -100,7 +100,7 @@ fn workload(durable: &mut DurableAllocator) {
                     let request = vm(&id, f64::from(rng.random_range(1..=4u8)), lifetime);
                     Command::Allocate(AllocationRequest::Vm(with_facts(request, step)))
                 }
-                6..=7 if !placed.is_empty() => Command::Release(placed.swap_remove(rng.random_range(0..placed.len()))),
+                6..=7 if !placed.is_empty() => Command::release(placed.swap_remove(rng.random_range(0..placed.len()))),
                 8 if step % 50 == 8 => Command::SetHostState {
                     host: HostId(format!("z-h{}", rng.random_range(0..8))),
                     state: [HostState::Unavailable, HostState::Available][rng.random_range(0..2)],
@@ -424,7 +424,7 @@ fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
     assert!(retry.replayed);
     assert_eq!(host_of(&Ok(Reply::Allocated(retry))), Some(x));
     // A release through B is seen by A.
-    b.execute_one(Command::Release(VmId::from("x")), 4.0).unwrap();
+    b.execute_one(Command::release(VmId::from("x")), 4.0).unwrap();
     assert_eq!(
         a.execute_one(Command::GetAllocation(VmId::from("x")), 5.0),
         Err(CommandError::UnknownVm(VmId::from("x")))
@@ -451,7 +451,7 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
                     let now = 10.0 + step as f64;
                     if !live.is_empty() && rng.random_range(0..3) == 0 {
                         let id = live.swap_remove(rng.random_range(0..live.len()));
-                        durable.execute_one(Command::Release(id), now).expect("a release of an own VM");
+                        durable.execute_one(Command::release(id), now).expect("a release of an own VM");
                     } else {
                         let id = format!("a{agent}-{step}");
                         match durable.execute_one(allocate(&id, f64::from(rng.random_range(1..=6u8))), now) {

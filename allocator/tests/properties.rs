@@ -344,7 +344,7 @@ proptest! {
         for op in &ops {
             let command = match driver.step(op) {
                 Step::Allocate(request) => Command::Allocate(*request),
-                Step::Release(vm) => Command::Release(vm),
+                Step::Release(vm) => Command::release(vm),
                 Step::SetState(host, state) => Command::SetHostState { host, state },
                 Step::Wait => continue,
             };

@@ -89,7 +89,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
 
     // A migration and a release go on as before, and the upgraded store opens again as it is.
     durable.execute_one(Command::CompleteMigration("vm-1".into()), stopped_at + 1.0).unwrap();
-    durable.execute_one(Command::Release("vm-3".into()), stopped_at + 2.0).unwrap();
+    durable.execute_one(Command::release("vm-3".into()), stopped_at + 2.0).unwrap();
     let Ok(Reply::Stats(stats)) = durable.execute_one(Command::Stats, stopped_at + 2.0) else { panic!("stats") };
     drop(durable);
     let reopened = DurableAllocator::open(&spec, &config, &path, stopped_at + 2.0).unwrap();

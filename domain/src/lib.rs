@@ -19,6 +19,7 @@ pub mod inventory;
 pub mod openapi;
 pub mod prediction;
 pub mod problem;
+pub mod quality;
 pub mod request;
 pub mod resources;
 pub mod validate;
@@ -37,6 +38,7 @@ pub use inference::{
 pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};
 pub use problem::{Problem, PROBLEM_CONTENT_TYPE};
+pub use quality::{QualityFigures, QualityReport, QualityTally, ResolvedOutcome, VersionQuality};
 pub use request::{AllocationRequest, FeatureValue, GangRequest, Priority, VmRequest};
 pub use resources::{ResourceKind, Resources, RESOURCE_DIMS};
 pub use validate::{decode_json, Validate, ValidationError, ValidationLimits};

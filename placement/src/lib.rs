@@ -21,6 +21,7 @@ pub mod host_state;
 pub mod journal;
 pub mod lava;
 pub mod lifetime;
+pub mod outcomes;
 pub mod policy;
 pub mod reprediction;
 pub mod rules;

@@ -47,8 +47,9 @@ fn main() -> Result<()> {
     let inventory = config.inventory()?;
     let zones: Arc<[ZoneId]> = inventory.zones.iter().map(|zone| zone.id.clone()).collect();
     let started = Instant::now();
-    let durable = DurableAllocator::open(&inventory, &config.allocator, config.store.clone(), unix_now_s())
+    let mut durable = DurableAllocator::open(&inventory, &config.allocator, config.store.clone(), unix_now_s())
         .with_context(|| format!("recovering the allocator state from `store` = {}", config.store))?;
+    durable.set_outcome_config(config.quality.outcome_config());
     let (hosts, vms) = durable.allocator().map_or((0, 0), |a| (a.state().hosts().len(), a.state().vm_count()));
     tracing::info!(
         store = %config.store, hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
