@@ -598,7 +598,7 @@ async fn vm_call(
     let owner = caller.tenant();
     let response = ask_zones(zones, |zone| async move {
         match call {
-            VmCall::Release => control.allocators.release(&zone, vm_id, owner, request_id).await,
+            VmCall::Release => control.allocators.release(&zone, vm_id, owner, Some(ended_at_s), request_id).await,
             VmCall::Lookup => control.allocators.lookup(&zone, vm_id, owner, request_id).await,
         }
     })
@@ -692,6 +692,7 @@ impl Control {
             safeguard: self.resolver.safeguard().status(clock_s),
             inference_servers: self.resolver.predictor().health(),
             zones,
+            quality: self.resolver.quality().map(|watch| watch.status()).unwrap_or_default(),
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct ControlConfig {
     pub inference: InferenceConfig,
     pub cache: CacheConfig,
     pub safeguard: SafeguardConfig,
+    /// Realized prediction quality: the quality gate and canaries judged by evidence.
+    pub quality: QualityConfig,
     /// Calls to the allocators.
     pub allocator: AllocatorClientConfig,
     /// Request validation limits (gang size, text lengths, features).
@@ -175,6 +177,56 @@ pub struct CacheConfig {
     pub time_bucket_s: u64,
 }
 
+/// `[quality]`: what the control service does with the realized quality the allocators measure
+/// (`GET /v1/quality` of every zone, added up per model version).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QualityConfig {
+    /// Poll the zones' realized quality at all (the gate and auto canaries need it).
+    pub enabled: bool,
+    /// How often the zones and the inference servers' rollout are polled.
+    pub poll_ms: u64,
+    /// The quality gate: while the stable model's realized quality is below a floor, its VMs are
+    /// placed as short-lived (PBFR) and its answers kept in shadow; it opens again once every
+    /// floor is met by `hysteresis` more.
+    pub gate: bool,
+    /// Resolved VMs in the stable model's window before the gate judges it, and before a canary
+    /// and its stable model are compared (unless the rollout sets its own `min_resolved`).
+    pub min_resolved: u64,
+    /// Floors of the long-lived class's realized figures; an absent floor is not checked.
+    pub min_precision: Option<f64>,
+    pub min_average_precision: Option<f64>,
+    pub min_roc_auc: Option<f64>,
+    /// How far above every floor the figures must be for a closed gate to open again.
+    pub hysteresis: f64,
+    /// Bearer token of the inference servers' admin API, so that a canary with `auto = true` in
+    /// `rollout.toml` can be promoted or rolled back. The environment variable
+    /// `CONTROL_INFERENCE_ADMIN_TOKEN` overrides it.
+    pub inference_admin_token: Option<String>,
+}
+
+impl Default for QualityConfig {
+    fn default() -> Self {
+        QualityConfig {
+            enabled: true,
+            poll_ms: 2_000,
+            gate: true,
+            min_resolved: 200,
+            min_precision: Some(DEFAULT_MIN_PRECISION),
+            min_average_precision: Some(DEFAULT_MIN_AVERAGE_PRECISION),
+            min_roc_auc: None,
+            hysteresis: 0.02,
+            inference_admin_token: None,
+        }
+    }
+}
+
+/// Default floor of the realized precision of the long-lived class (docs/control-service.md, from
+/// the simulator's accuracy sweep in docs/evaluation.md).
+pub const DEFAULT_MIN_PRECISION: f64 = 0.5;
+/// Default floor of the realized average precision of the long-lived class.
+pub const DEFAULT_MIN_AVERAGE_PRECISION: f64 = 0.5;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafeguardConfig {
@@ -227,6 +279,7 @@ impl Default for ControlConfig {
             inference: InferenceConfig::default(),
             cache: CacheConfig::default(),
             safeguard: SafeguardConfig::default(),
+            quality: QualityConfig::default(),
             allocator: AllocatorClientConfig::default(),
             limits: ValidationLimits::default(),
             auth: AuthConfig::default(),
@@ -395,6 +448,25 @@ impl ControlConfig {
         }
         if self.allocator.timeout_ms == 0 {
             return Err(invalid("allocator.timeout_ms", "must be at least 1"));
+        }
+        let quality = &self.quality;
+        for (field, floor) in [
+            ("quality.min_precision", quality.min_precision),
+            ("quality.min_average_precision", quality.min_average_precision),
+            ("quality.min_roc_auc", quality.min_roc_auc),
+        ] {
+            if let Some(floor) = floor.filter(|f| !(0.0..=1.0).contains(f)) {
+                return Err(invalid(field, format!("must be in [0, 1], got {floor}")));
+            }
+        }
+        if !(0.0..=1.0).contains(&quality.hysteresis) {
+            return Err(invalid("quality.hysteresis", format!("must be in [0, 1], got {}", quality.hysteresis)));
+        }
+        if quality.enabled && quality.poll_ms == 0 {
+            return Err(invalid("quality.poll_ms", "must be at least 1"));
+        }
+        if quality.min_resolved == 0 {
+            return Err(invalid("quality.min_resolved", "must be at least 1"));
         }
         let safeguard = &self.safeguard;
         if !(0.0..=1.0).contains(&safeguard.threshold) {

@@ -6,7 +6,8 @@
 //! The decisions about predictions (keys, cache, safeguard, fallback) live in [`feature_key`],
 //! [`cache`], [`safeguard`] and [`predictions`], which know nothing of HTTP; [`auth`] (API keys) and
 //! [`rate_limit`] (per-tenant token buckets) decide who may call and how often; [`history`] feeds
-//! every arrival and exit to the inference servers' tenant history; [`inference`] and
+//! every arrival and exit to the inference servers' tenant history; [`quality`] gates a model whose
+//! realized quality falls below its floors and judges canaries by evidence; [`inference`] and
 //! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer.
 
 pub mod api;
@@ -18,6 +19,7 @@ pub mod health;
 pub mod history;
 pub mod inference;
 pub mod predictions;
+pub mod quality;
 pub mod rate_limit;
 pub mod safeguard;
 pub mod upstream;

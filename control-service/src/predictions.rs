@@ -4,11 +4,13 @@
 
 use crate::cache::PredictionCache;
 use crate::feature_key::FeatureKey;
+use crate::quality::QualityWatch;
 use crate::safeguard::Safeguard;
 use domain::{LifetimeClass, LifetimePrediction, PredictInstance, PredictRequest, PredictionSource, VmRequest};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Why the model gave no answer.
@@ -61,13 +63,14 @@ pub struct Resolved {
 }
 
 /// Every prediction source, for counting by source.
-const SOURCES: [PredictionSource; 8] = [
+const SOURCES: [PredictionSource; 9] = [
     PredictionSource::Model,
     PredictionSource::Cache,
     PredictionSource::FallbackTimeout,
     PredictionSource::FallbackError,
     PredictionSource::FallbackUnavailable,
     PredictionSource::Safeguard,
+    PredictionSource::QualityGate,
     PredictionSource::Oracle,
     PredictionSource::NoisyOracle,
 ];
@@ -81,18 +84,21 @@ pub fn source_name(source: PredictionSource) -> &'static str {
         PredictionSource::FallbackError => "fallback_error",
         PredictionSource::FallbackUnavailable => "fallback_unavailable",
         PredictionSource::Safeguard => "safeguard",
+        PredictionSource::QualityGate => "quality_gate",
         PredictionSource::Oracle => "oracle",
         PredictionSource::NoisyOracle => "noisy_oracle",
     }
 }
 
-/// The fallback reason of a source (`timeout`, `error`, `unavailable`, `safeguard`), if it is one.
+/// The fallback reason of a source (`timeout`, `error`, `unavailable`, `safeguard`, `quality_gate`),
+/// if it is one.
 pub fn fallback_reason(source: PredictionSource) -> Option<&'static str> {
     match source {
         PredictionSource::FallbackTimeout => Some("timeout"),
         PredictionSource::FallbackError => Some("error"),
         PredictionSource::FallbackUnavailable => Some("unavailable"),
         PredictionSource::Safeguard => Some("safeguard"),
+        PredictionSource::QualityGate => Some("quality_gate"),
         _ => None,
     }
 }
@@ -101,13 +107,24 @@ pub struct Resolver<P> {
     predictor: P,
     cache: PredictionCache,
     safeguard: Safeguard,
+    quality: Option<Arc<QualityWatch>>,
     config: ResolverConfig,
     by_source: [AtomicU64; SOURCES.len()],
 }
 
 impl<P: Predictor> Resolver<P> {
     pub fn new(predictor: P, cache: PredictionCache, safeguard: Safeguard, config: ResolverConfig) -> Self {
-        Resolver { predictor, cache, safeguard, config, by_source: Default::default() }
+        Resolver { predictor, cache, safeguard, quality: None, config, by_source: Default::default() }
+    }
+
+    /// Overrides the answers of a model the quality gate closed on (see [`crate::quality`]).
+    pub fn with_quality(mut self, watch: Arc<QualityWatch>) -> Self {
+        self.quality = Some(watch);
+        self
+    }
+
+    pub fn quality(&self) -> Option<&QualityWatch> {
+        self.quality.as_deref()
     }
 
     pub fn predictor(&self) -> &P {
@@ -218,10 +235,19 @@ impl<P: Predictor> Resolver<P> {
                 }
             }
         }
-        let predictions: Vec<LifetimePrediction> = predictions
+        let mut predictions: Vec<LifetimePrediction> = predictions
             .into_iter()
             .map(|p| p.unwrap_or_else(|| LifetimePrediction::fallback(PredictionSource::FallbackError)))
             .collect();
+        if let Some(watch) = &self.quality {
+            // The gated model's answers stay as they are (shadow, measured by the allocators), but
+            // place as short-lived.
+            for prediction in &mut predictions {
+                if !prediction.source.is_fallback() && watch.gates(prediction.model_version.as_deref()) {
+                    prediction.source = PredictionSource::QualityGate;
+                }
+            }
+        }
         let (long, total) = predictions
             .iter()
             .filter(|p| !p.source.is_fallback())

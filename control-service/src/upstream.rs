@@ -92,15 +92,21 @@ impl Allocators {
     }
 
     /// Releases a VM; with an `owner`, only if that tenant placed it (the allocator checks and
-    /// releases in one step, and answers 404 for another tenant's VM).
+    /// releases in one step, and answers 404 for another tenant's VM). `ended_at_s` (the model's
+    /// clock) resolves the VM's realized outcome.
     pub async fn release(
         &self,
         zone: &ZoneId,
         vm_id: &str,
         owner: Option<&TenantId>,
+        ended_at_s: Option<f64>,
         request_id: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
-        let path = vm_path(vm_id, owner);
+        let mut path = vm_path(vm_id, owner);
+        if let Some(at) = ended_at_s.filter(|at| at.is_finite()) {
+            path.push(if owner.is_some() { '&' } else { '?' });
+            path.push_str(&format!("ended_at_s={at}"));
+        }
         self.send(zone, request_id, |client, agent| client.delete(agent.url(&path))).await
     }
 
@@ -118,6 +124,11 @@ impl Allocators {
 
     pub async fn stats(&self, zone: &ZoneId, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
         self.send(zone, request_id, |client, agent| client.get(agent.url("/v1/stats"))).await
+    }
+
+    /// The zone's realized prediction quality (`GET /v1/quality`).
+    pub async fn quality(&self, zone: &ZoneId) -> Result<Answer, UpstreamError> {
+        self.send(zone, None, |client, agent| client.get(agent.url("/v1/quality"))).await
     }
 
     /// The zone's agents in the order this call tries them: in turn from the zone's next one,

@@ -113,6 +113,9 @@ pub struct ControlStats {
     pub safeguard: SafeguardStatus,
     pub inference_servers: Vec<InferenceServerHealth>,
     pub zones: BTreeMap<String, ZoneStats>,
+    /// The realized quality of the models, the quality gate and the last canary decision.
+    #[serde(default)]
+    pub quality: crate::quality::QualityStatus,
 }
 
 #[cfg(test)]

@@ -38,7 +38,9 @@ pub use inference::{
 pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};
 pub use problem::{Problem, PROBLEM_CONTENT_TYPE};
-pub use quality::{QualityFigures, QualityReport, QualityTally, ResolvedOutcome, VersionQuality};
+pub use quality::{
+    CanaryDecision, QualityFigures, QualityReport, QualityStatus, QualityTally, ResolvedOutcome, VersionQuality,
+};
 pub use request::{AllocationRequest, FeatureValue, GangRequest, Priority, VmRequest};
 pub use resources::{ResourceKind, Resources, RESOURCE_DIMS};
 pub use validate::{decode_json, Validate, ValidationError, ValidationLimits};

@@ -34,6 +34,10 @@ pub enum PredictionSource {
     FallbackUnavailable,
     /// The long-lived share tripped the safeguard; everything is short-lived for a cooldown.
     Safeguard,
+    /// The serving model's realized quality is below the quality gate's floors: the VM is placed as
+    /// short-lived, and the model's answer (`p_long`, `class`, `model_version`) is kept in shadow so
+    /// that its recovery is measured.
+    QualityGate,
     /// True lifetime, known only in simulation.
     Oracle,
     /// An oracle with injected noise, for accuracy sweeps in simulation.
@@ -49,6 +53,7 @@ impl PredictionSource {
                 | PredictionSource::FallbackError
                 | PredictionSource::FallbackUnavailable
                 | PredictionSource::Safeguard
+                | PredictionSource::QualityGate
         )
     }
 }

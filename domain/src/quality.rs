@@ -131,6 +131,53 @@ impl QualityReport {
     }
 }
 
+/// What the control service makes of the zones' realized quality (`GET /v1/stats`, `quality`):
+/// the quality gate and the last canary decision.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityStatus {
+    /// The gate acts (floors configured and `[quality] gate` on).
+    pub gate_enabled: bool,
+    /// True while the stable model's answers are overridden: its VMs are placed as short-lived
+    /// (`quality_gate`), its answers kept in shadow.
+    pub gated: bool,
+    /// Why the gate closed, with the figures; absent while open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub trips: u64,
+    pub recoveries: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_version: Option<String>,
+    /// Per model version, the windows of every zone added up.
+    pub versions: Vec<VersionQuality>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_canary_decision: Option<CanaryDecision>,
+}
+
+/// A canary judged by its realized average precision against the stable model's.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CanaryDecision {
+    /// `promote` or `rollback`.
+    pub verdict: String,
+    pub canary_version: String,
+    pub stable_version: String,
+    pub canary_average_precision: f64,
+    pub stable_average_precision: f64,
+    pub canary_resolved: u64,
+    pub stable_resolved: u64,
+    /// How much worse than stable's the canary's may be and still be promoted.
+    pub margin: f64,
+    /// Whether the inference servers carried it out, and what they said if not.
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
 /// The bin of a probability (clamped into [0, 1]; NaN counts as 0).
 pub fn score_bin(p_long: f64) -> u16 {
     let p = if p_long.is_nan() { 0.0 } else { p_long.clamp(0.0, 1.0) };

@@ -87,6 +87,7 @@ impl AppState {
         HistoryStatus,
         BundleStatus,
         CanarySpec,
+        crate::registry::AutoCanary,
         domain::Problem
     )),
     modifiers(&DocumentCompletion)

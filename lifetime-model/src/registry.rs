@@ -66,6 +66,56 @@ pub struct CanarySpec {
     pub bundle: String,
     /// Share of traffic in (0, 1], chosen by a stable hash of each instance's routing key.
     pub share: f64,
+    /// Let the control service promote or roll back the canary by its realized quality: promoted
+    /// when its realized average precision is no worse than the stable model's by more than
+    /// `margin` over at least `min_resolved` resolved VMs each, rolled back when it is worse.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto: bool,
+    /// Resolved VMs each side needs first (the control service's `[quality] min_resolved` when
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub min_resolved: Option<u64>,
+    /// In [0, 1]; 0.01 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
+    pub margin: Option<f64>,
+}
+
+/// Margin of an `auto` canary that names none.
+pub const DEFAULT_CANARY_MARGIN: f64 = 0.01;
+
+/// An `auto` canary's criteria, as `GET /v1/models` shows them on the canary.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AutoCanary {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_resolved: Option<u64>,
+    pub margin: f64,
+}
+
+impl CanarySpec {
+    /// Its share, margin and `min_resolved` are in range.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.share > 0.0 && self.share <= 1.0) {
+            return Err(format!("canary share must be in (0, 1], got {}", self.share));
+        }
+        if let Some(margin) = self.margin.filter(|m| !(0.0..=1.0).contains(m)) {
+            return Err(format!("canary margin must be in [0, 1], got {margin}"));
+        }
+        if self.min_resolved == Some(0) {
+            return Err("canary min_resolved must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Its criteria, when it is to be judged automatically.
+    pub fn auto(&self) -> Option<AutoCanary> {
+        self.auto.then(|| AutoCanary {
+            min_resolved: self.min_resolved,
+            margin: self.margin.unwrap_or(DEFAULT_CANARY_MARGIN),
+        })
+    }
 }
 
 /// The models serving right now.
@@ -113,6 +163,9 @@ pub struct BundleStatus {
     pub state: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary_share: Option<f64>,
+    /// The canary's criteria when the rollout lets the control service judge it (`auto = true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoCanary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_unix_s: Option<u64>,
     /// Why the bundle was rejected, or how long it has been loading.
@@ -387,7 +440,11 @@ impl Registry {
         let parsed = text
             .map_err(|error| error.to_string())
             .and_then(|bytes| String::from_utf8(bytes).map_err(|error| error.to_string()))
-            .and_then(|text| toml::from_str::<Rollout>(&text).map_err(|error| error.to_string()));
+            .and_then(|text| toml::from_str::<Rollout>(&text).map_err(|error| error.to_string()))
+            .and_then(|rollout| match &rollout.canary {
+                Some(canary) => canary.check().map(|()| rollout),
+                None => Ok(rollout),
+            });
         match parsed {
             Ok(rollout) => state.rollout = rollout,
             Err(error) => {
@@ -468,9 +525,7 @@ impl Registry {
             }
         }
         if let Some(canary) = &rollout.canary {
-            if !(canary.share > 0.0 && canary.share <= 1.0) {
-                return Err(RegistryError::Invalid(format!("canary share must be in (0, 1], got {}", canary.share)));
-            }
+            canary.check().map_err(RegistryError::Invalid)?;
         }
         let text = toml::to_string(rollout).map_err(|e| RegistryError::Invalid(e.to_string()))?;
         let path = self.dir.join(ROLLOUT_FILE);
@@ -496,6 +551,7 @@ impl Registry {
 
     fn compute_statuses(&self, state: &ScanState) -> Vec<BundleStatus> {
         let deployment = self.current.load_full();
+        let rollout = &state.rollout;
         let mut statuses: Vec<BundleStatus> = state
             .loaded
             .iter()
@@ -507,11 +563,17 @@ impl Registry {
                     }
                     _ => ("available", None),
                 };
+                let auto = rollout
+                    .canary
+                    .as_ref()
+                    .filter(|canary| state == "canary" && canary.bundle == *name)
+                    .and_then(CanarySpec::auto);
                 BundleStatus {
                     bundle: name.clone(),
                     version: Some(model.version().to_owned()),
                     state: state.to_owned(),
                     canary_share,
+                    auto,
                     created_unix_s: Some(model.manifest().created_unix_s),
                     reason: None,
                 }
@@ -522,6 +584,7 @@ impl Registry {
             version: None,
             state: "rejected".to_owned(),
             canary_share: None,
+            auto: None,
             created_unix_s: None,
             reason: Some(reason.clone()),
         }));
@@ -530,6 +593,7 @@ impl Registry {
             version: None,
             state: "loading".to_owned(),
             canary_share: None,
+            auto: None,
             created_unix_s: None,
             reason: Some(format!("loading for at least {:.0} s", pending.started.elapsed().as_secs_f64())),
         }));

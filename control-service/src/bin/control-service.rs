@@ -9,6 +9,7 @@ use control_service::config::{ControlConfig, ZoneConfig};
 use control_service::health::spawn_probes;
 use control_service::inference::InferenceClient;
 use control_service::predictions::{Resolver, ResolverConfig};
+use control_service::quality::QualityWatch;
 use control_service::rate_limit::RateLimiter;
 use control_service::safeguard::Safeguard;
 use control_service::upstream::Allocators;
@@ -74,10 +75,11 @@ fn http_client(max_idle: usize) -> Result<reqwest::Client> {
         .context("building the HTTP client")
 }
 
-async fn serve(config: ControlConfig) -> Result<()> {
+async fn serve(mut config: ControlConfig) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
     let inference_http = http_client(config.inference.max_idle_connections)?;
     let allocator_http = http_client(config.allocator.max_idle_connections)?;
+    let quality_http = http_client(2)?;
     let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
     if keys.is_open() {
         // Every start, so that an open front door is never a silent default in production.
@@ -112,7 +114,10 @@ async fn serve(config: ControlConfig) -> Result<()> {
         allocators.zones().flat_map(|(_, agents)| agents.iter().cloned()).collect(),
         Duration::from_millis(config.allocator.health_interval_ms),
     );
-    let resolver = Resolver::new(
+    if let Ok(token) = std::env::var("CONTROL_INFERENCE_ADMIN_TOKEN") {
+        config.quality.inference_admin_token = Some(token).filter(|t| !t.is_empty());
+    }
+    let mut resolver = Resolver::new(
         inference,
         PredictionCache::new(config.cache.max_entries, Duration::from_secs(config.cache.ttl_s)),
         Safeguard::new(config.safeguard.clone()),
@@ -122,6 +127,10 @@ async fn serve(config: ControlConfig) -> Result<()> {
             interval_class: config.inference.interval_class,
         },
     );
+    let watched = config.quality.enabled && !config.inference.servers.is_empty();
+    if watched {
+        resolver = resolver.with_quality(Arc::new(QualityWatch::new(config.quality.clone())));
+    }
     let control = Control {
         resolver,
         allocators,
@@ -144,6 +153,20 @@ async fn serve(config: ControlConfig) -> Result<()> {
             loop {
                 ticker.tick().await;
                 flushing.resolver.predictor().flush_history().await;
+            }
+        });
+    }
+    if watched {
+        // The zones' realized quality, the quality gate and auto canaries.
+        let watching = Arc::clone(&control);
+        let every = Duration::from_millis(config.quality.poll_ms);
+        let timeout = Duration::from_millis(config.allocator.timeout_ms.max(1_000));
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                control_service::quality::poll(&watching, &quality_http, timeout).await;
             }
         });
     }
