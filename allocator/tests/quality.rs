@@ -49,26 +49,33 @@ async fn outcomes_resolve_on_the_models_clock_per_version_and_survive_a_restart(
     assert_eq!(status, 422, "{problem}");
     assert_eq!(problem["errors"][0]["field"], "ended_at_s");
 
+    // Resolved, but their cohort (started at 1,000) completes only 2 h later.
     let (_, report) = send(client.get(server.url("/v1/quality"))).await;
     let stable = figures(&report, "stable");
-    assert_eq!(stable["resolved_total"], 2, "{report}");
-    assert_eq!(stable["pending"], 1);
-    assert_eq!(stable["figures"]["precision"], 0.0, "s-wrong lived 1,000 s: predicted long, was short");
+    assert_eq!((stable["resolved_total"].as_u64(), stable["pending"].as_u64()), (Some(0), Some(3)), "{report}");
+    // A request 2 h after the others: s-long outlived the threshold, the cohort is complete.
+    let late = predicted("late", "stable", 0.1, 8_300.0);
+    assert_eq!(send(place(late)).await.0, 201);
+    let (_, report) = send(client.get(server.url("/v1/quality"))).await;
+    let stable = figures(&report, "stable");
+    assert_eq!(stable["resolved_total"], 3, "{report}");
+    assert_eq!(stable["figures"]["precision"], 0.5, "s-wrong lived 1,000 s: predicted long, was short");
+    assert_eq!(stable["figures"]["recall"], 1.0);
 
-    // Restart: the allocator's store keeps the VMs' predictions and request times; a request
-    // 2 h after the others resolves the two still running as long-lived.
+    // Restart: the allocator's store keeps the running VMs' predictions and request times, so
+    // they await their outcomes again (the windows start empty).
     drop(server);
     let server = start(&store, 4, "").await;
     let client = reqwest::Client::new();
-    let late = predicted("late", "stable", 0.1, 8_300.0);
-    assert_eq!(send(client.post(server.url("/v1/allocations")).json(&json!({ "vm": late }))).await.0, 201);
+    let later = predicted("later", "stable", 0.1, 8_400.0);
+    assert_eq!(send(client.post(server.url("/v1/allocations")).json(&json!({ "vm": later }))).await.0, 201);
     let (_, report) = send(client.get(server.url("/v1/quality"))).await;
     let stable = figures(&report, "stable");
-    assert_eq!(stable["resolved_total"], 1, "s-long outlived the threshold: {report}");
+    assert_eq!(stable["resolved_total"], 1, "s-long, placed before the restart: {report}");
     assert_eq!(stable["figures"]["realized_long_share"], 1.0);
     let canary = figures(&report, "canary");
     assert_eq!((canary["resolved_total"].as_u64(), canary["figures"]["recall"].as_f64()), (Some(1), Some(0.0)));
-    assert_eq!(report["clock_s"], 8_300.0);
+    assert_eq!(report["clock_s"], 8_400.0);
 
     let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(

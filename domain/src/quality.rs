@@ -101,7 +101,8 @@ pub struct VersionQuality {
     pub version: String,
     /// Outcomes resolved since the allocator started, window or not.
     pub resolved_total: u64,
-    /// The VMs placed with its predictions that are still unresolved.
+    /// VMs placed with its predictions whose outcomes are not in the window yet: still running, or
+    /// resolved with their cohort (the VMs that started with them) not complete.
     pub pending: u64,
     /// The last outcomes (the sliding window).
     pub window: QualityTally,

@@ -81,6 +81,31 @@ impl ReplayedTrace {
     }
 }
 
+/// Deals the VMs' lifetimes out again at random (seeded): each VM keeps its features and arrival
+/// but gets another VM's lifetime (or its censoring), so the labels no longer follow the features.
+/// A lifetime that would end after the trace's last timestamp is censored there. For a
+/// deliberately bad bundle (`lifetime-train --shuffle-labels`), which the quality gate must catch.
+pub fn shuffle_lifetimes(records: &mut [VmRecord], seed: u64) {
+    let trace_end_s = records.iter().map(|r| r.end_s.unwrap_or(r.start_s).max(r.start_s)).fold(f64::MIN, f64::max);
+    let mut lifetimes: Vec<Option<f64>> = records.iter().map(VmRecord::lifetime_s).collect();
+    // Fisher-Yates over a splitmix64 sequence: no dependency for one shuffle.
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    for i in (1..lifetimes.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        lifetimes.swap(i, j);
+    }
+    for (record, lifetime) in records.iter_mut().zip(lifetimes) {
+        record.end_s = lifetime.map(|l| record.start_s + l).filter(|end| *end <= trace_end_s);
+    }
+}
+
 /// Replays `records` (any order) and encodes every VM. `cutoff_s` is where training data stops;
 /// `trace_end_s` where the trace's data stops. `stop_history_at_s` freezes the returned histories at
 /// that instant (the feature store must not know the evaluation period).
@@ -179,5 +204,32 @@ mod tests {
         assert_eq!(observed(1_000.0, false).interval_class(&cutoffs), Some(1));
         assert_eq!(observed(1_000.0, true).interval_class(&cutoffs), None);
         assert_eq!(observed(4_000.0, true).interval_class(&cutoffs), Some(3));
+    }
+
+    #[test]
+    fn shuffled_lifetimes_are_the_same_lifetimes_dealt_to_other_vms_within_the_trace() {
+        let mut records: Vec<VmRecord> = (0..200)
+            .map(|i| VmRecord {
+                vm_id: format!("v{i}"),
+                tenant_id: "t".into(),
+                vm_type: "D".into(),
+                cores: 1.0,
+                memory_gib: 1.0,
+                priority: domain::Priority::Regular,
+                start_s: f64::from(i) * 10.0,
+                end_s: (i % 7 != 0).then(|| f64::from(i) * 10.0 + f64::from(i % 13) * 100.0),
+                extra: Default::default(),
+            })
+            .collect();
+        let before: Vec<_> = records.iter().map(VmRecord::lifetime_s).collect();
+        let trace_end = records.iter().filter_map(|r| r.end_s).fold(0.0, f64::max).max(1_990.0);
+        shuffle_lifetimes(&mut records, 3);
+        let after: Vec<_> = records.iter().map(VmRecord::lifetime_s).collect();
+        assert_ne!(before, after, "the labels moved");
+        assert!(records.iter().all(|r| r.end_s.is_none_or(|end| end <= trace_end && end >= r.start_s)));
+        // Every kept lifetime is one of the originals.
+        let mut originals: Vec<f64> = before.iter().flatten().copied().collect();
+        originals.sort_by(f64::total_cmp);
+        assert!(after.iter().flatten().all(|l| originals.binary_search_by(|o| o.total_cmp(l)).is_ok()));
     }
 }

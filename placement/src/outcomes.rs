@@ -4,6 +4,12 @@
 //! (long-lived, as the trainer labels a censored VM that ran past it). Outcomes go to a sliding
 //! window per model version, so a stable model and its canary are judged apart.
 //!
+//! An outcome enters its window only once its cohort is complete: when every VM that started with
+//! it has resolved, that is `threshold` after its start. Short-lived VMs resolve within the
+//! threshold and long-lived ones only at it, so a window of whatever resolved so far would hold the
+//! short ones of the recent starts without their long ones, and a good model's precision would
+//! read low for the first threshold after every start of serving.
+//!
 //! Times are on the model's clock: the request times VMs carried and the exit times releases
 //! name, not the allocator's wall clock (a replay compresses time). The tracker's clock is the
 //! latest such time seen.
@@ -12,7 +18,7 @@ use domain::prediction::DEFAULT_LONG_THRESHOLD_S;
 use domain::quality::{QualityReport, QualityTally, ResolvedOutcome, VersionQuality};
 use domain::{LifetimeClass, LifetimePrediction, VmId};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// How outcomes are resolved and kept.
@@ -68,6 +74,9 @@ pub struct OutcomeTracker {
     /// (start + threshold, VM): when a still-running VM resolves as long-lived. Entries of VMs that
     /// resolved otherwise are skipped when they come up (their start no longer matches).
     deadlines: BinaryHeap<Reverse<(Deadline, VmId)>>,
+    /// Resolved outcomes by (start + threshold, order): each enters its window when the clock
+    /// reaches its key (its cohort complete).
+    maturing: BTreeMap<(Deadline, u64), (Arc<str>, ResolvedOutcome)>,
     versions: Vec<VersionWindow>,
     seen: u64,
     /// VMs not tracked because `max_pending` were awaiting their outcome.
@@ -99,6 +108,7 @@ impl OutcomeTracker {
             clock_s: f64::NEG_INFINITY,
             pending: HashMap::new(),
             deadlines: BinaryHeap::new(),
+            maturing: BTreeMap::new(),
             versions: Vec::new(),
             seen: 0,
             untracked: 0,
@@ -179,6 +189,7 @@ impl OutcomeTracker {
                 lifetime_log10_error,
             },
         );
+        self.mature();
     }
 
     /// Moves the clock to `now_s` (never back): VMs still running past the threshold resolve as
@@ -206,32 +217,47 @@ impl OutcomeTracker {
                 }
             }
         }
+        self.mature();
+    }
+
+    /// Moves the outcomes whose cohort is complete into their windows.
+    fn mature(&mut self) {
+        let capacity = self.config.window.max(1);
+        while let Some(entry) = self.maturing.first_entry() {
+            if entry.key().0 .0 > self.clock_s {
+                break;
+            }
+            let (version, outcome) = entry.remove();
+            let order = self.next_seen();
+            if let Some(window) = self.window_mut(&version) {
+                window.pending = window.pending.saturating_sub(1);
+                window.resolved_total += 1;
+                window.last_seen = order;
+                if window.outcomes.len() == capacity {
+                    window.outcomes.pop_front();
+                }
+                window.outcomes.push_back(outcome);
+            }
+        }
     }
 
     /// Forgets the VMs awaiting their outcome (the allocator rebuilds its state and places them
-    /// again); resolved windows stay.
+    /// again); resolved outcomes stay.
     pub fn forget_pending(&mut self) {
         self.pending.clear();
         self.deadlines.clear();
         for window in &mut self.versions {
-            window.pending = 0;
+            window.pending =
+                self.maturing.values().filter(|(version, _)| Arc::ptr_eq(version, &window.version)).count() as u64;
         }
     }
 
     fn resolve(&mut self, pending: Pending, mut outcome: ResolvedOutcome) {
         outcome.p_long = pending.p_long;
         outcome.predicted_long = pending.predicted_long;
-        let capacity = self.config.window.max(1);
         let order = self.next_seen();
-        if let Some(window) = self.window_mut(&pending.version) {
-            window.pending = window.pending.saturating_sub(1);
-            window.resolved_total += 1;
-            window.last_seen = order;
-            if window.outcomes.len() == capacity {
-                window.outcomes.pop_front();
-            }
-            window.outcomes.push_back(outcome);
-        }
+        let complete = Deadline(pending.start_s + self.config.long_threshold_s);
+        self.maturing.insert((complete, order), (pending.version, outcome));
     }
 
     fn next_seen(&mut self) -> u64 {
@@ -249,8 +275,9 @@ impl OutcomeTracker {
         if self.versions.len() >= self.config.max_versions.max(1) {
             if let Some(oldest) = self.versions.iter().enumerate().min_by_key(|(_, w)| w.last_seen).map(|(i, _)| i) {
                 let dropped = self.versions.swap_remove(oldest);
-                // Its pending VMs resolve into nothing.
+                // Its pending VMs and outcomes go with it.
                 self.pending.retain(|_, p| !Arc::ptr_eq(&p.version, &dropped.version));
+                self.maturing.retain(|_, (version, _)| !Arc::ptr_eq(version, &dropped.version));
             }
         }
         let name: Arc<str> = Arc::from(version);
@@ -320,20 +347,39 @@ mod tests {
         t.placed(&"b".into(), Some(&prediction("v1", 0.2)), 0.0);
         t.placed(&"c".into(), Some(&prediction("v1", 0.8)), 10.0);
         t.released(&"b".into(), Some(30.0));
-        assert_eq!(t.report().versions[0].window.resolved, 1);
-        // a runs past its threshold at 100: long-lived, before it exits.
+        // b resolved short, but its cohort (started at 0) is complete only at 100.
+        assert_eq!(t.report().versions[0].window.resolved, 0);
+        assert_eq!(t.report().versions[0].pending, 3);
+        // a runs past its threshold at 100: long-lived, before it exits; the 0 cohort is complete.
         t.advance(100.0);
         let report = t.report();
         assert_eq!((report.versions[0].window.resolved, report.versions[0].window.realized_long), (2, 1));
-        // c exits at 105 (its deadline is 110): lived 95 s, short.
+        // c exits at 105 (its deadline is 110): lived 95 s, short; it enters the window at 110.
         t.released(&"c".into(), Some(105.0));
         t.released(&"a".into(), Some(150.0));
-        assert_eq!(t.report().versions[0].window.resolved, 3, "a resolved once");
         let figures = t.report().versions[0].figures.clone();
-        assert_eq!(figures.resolved, 3);
+        assert_eq!(figures.resolved, 3, "a resolved once");
         assert_eq!(figures.precision, Some(0.5));
         assert_eq!(figures.recall, Some(1.0));
-        assert_eq!(t.pending(), 0);
+        assert_eq!((t.pending(), t.report().versions[0].pending), (0, 0));
+    }
+
+    #[test]
+    fn a_window_holds_complete_cohorts_so_early_exits_do_not_bias_it() {
+        // A perfect model: VMs said long live 150 s, VMs said short 20 s. Half a threshold after
+        // the start only the short ones have exited; the window must not read precision 0.
+        let mut t = OutcomeTracker::new(OutcomeConfig { window: 100, ..tracker().config().clone() });
+        for i in 0..10 {
+            let long = i % 2 == 0;
+            t.placed(&VmId(format!("v{i}")), Some(&prediction("v1", if long { 0.9 } else { 0.1 })), f64::from(i));
+        }
+        for i in (1..10).step_by(2) {
+            t.released(&VmId(format!("v{i}")), Some(f64::from(i) + 20.0));
+        }
+        assert_eq!(t.report().versions[0].window.resolved, 0, "no cohort complete at 29");
+        t.advance(150.0);
+        let figures = t.report().versions[0].figures.clone();
+        assert_eq!((figures.resolved, figures.precision, figures.recall), (10, Some(1.0), Some(1.0)));
     }
 
     #[test]
@@ -359,10 +405,11 @@ mod tests {
             t.placed(&id, Some(&prediction("v1", 0.9)), f64::from(i));
             t.released(&id, Some(f64::from(i) + 1.0));
         }
+        t.advance(200.0);
         let v1 = t.report().versions[0].clone();
         assert_eq!((v1.resolved_total, v1.window.resolved), (6, 4));
-        t.placed(&"x".into(), Some(&prediction("v2", 0.9)), 10.0);
-        t.placed(&"y".into(), Some(&prediction("v3", 0.9)), 10.0);
+        t.placed(&"x".into(), Some(&prediction("v2", 0.9)), 210.0);
+        t.placed(&"y".into(), Some(&prediction("v3", 0.9)), 210.0);
         let names: Vec<_> = t.report().versions.into_iter().map(|v| v.version).collect();
         assert_eq!(names, ["v3", "v2"]);
     }
@@ -379,12 +426,12 @@ mod tests {
         t.released(&"v1".into(), Some(f64::NAN));
         let report = t.report();
         assert_eq!(report.clock_s, 5.0);
-        assert_eq!(report.versions[0].window.realized_long, 0);
-        assert_eq!(report.versions[0].pending, 8);
+        assert_eq!(report.versions[0].pending, 10, "8 running, 2 resolved awaiting their cohort");
         t.forget_pending();
-        assert_eq!(t.pending(), 0);
+        assert_eq!((t.pending(), t.report().versions[0].pending), (0, 2));
         t.advance(1_000.0);
-        assert_eq!(t.report().versions[0].window.resolved, 2);
+        let window = t.report().versions[0].window.clone();
+        assert_eq!((window.resolved, window.realized_long), (2, 0));
     }
 
     #[test]
@@ -392,6 +439,7 @@ mod tests {
         let mut t = tracker();
         t.placed(&"a".into(), Some(&prediction("v1", 0.2)), 0.0);
         t.released(&"a".into(), Some(60.0));
+        t.advance(100.0);
         let figures = t.report().versions[0].figures.clone();
         // Predicted 600 s, lived 60 s: one decade too long.
         assert!((figures.lifetime_log10_bias.unwrap() - 1.0).abs() < 1e-12);

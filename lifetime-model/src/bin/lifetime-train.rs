@@ -75,6 +75,11 @@ struct Cli {
     threads: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Deal the training trace's lifetimes out at random with this seed before training (the
+    /// evaluation part of a time split too): a deliberately bad bundle, for testing the quality
+    /// gate and canaries. Never for a bundle meant to serve.
+    #[arg(long, value_name = "SEED")]
+    shuffle_labels: Option<u64>,
 }
 
 struct Stages(ProgressBar);
@@ -130,7 +135,11 @@ fn main() -> Result<()> {
         ),
     };
     let started = Instant::now();
-    let train = load(&train_path)?;
+    let mut train = load(&train_path)?;
+    if let Some(seed) = cli.shuffle_labels {
+        eprintln!("warning: --shuffle-labels: the labels no longer follow the features; this bundle is bad on purpose");
+        lifetime_model::dataset::shuffle_lifetimes(&mut train, seed);
+    }
     let eval = cli.eval.as_ref().map(load).transpose()?;
     let source = match &cli.eval {
         Some(eval) => format!("train {} / evaluate {}", train_path.display(), eval.display()),
