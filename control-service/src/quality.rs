@@ -9,8 +9,9 @@
 //!   floor is met by `hysteresis` more, or when another bundle becomes stable.
 //! - **Canaries judged by evidence**: a canary whose rollout says `auto = true` is promoted once
 //!   both it and the stable model have `min_resolved` resolved VMs and its average precision is no
-//!   worse than stable's by more than `margin`, and rolled back when it is worse. Each decision is
-//!   logged with its figures and carried out through the inference servers' admin API.
+//!   worse than stable's by more than `margin`, and rolled back when it is worse, either beyond two
+//!   standard errors ([`judge_canary`]). Each decision is logged with its figures and carried out
+//!   through the inference servers' admin API.
 //!
 //! The decisions ([`QualityWatch::observe`], [`judge_canary`], [`merge_versions`]) are plain
 //! functions of their inputs; [`poll`] does the HTTP.
@@ -207,8 +208,16 @@ impl QualityWatch {
     }
 }
 
-/// Promote or roll back a canary, once each side has `min_resolved` resolved VMs and an average
-/// precision: promoted when the canary's is at least stable's minus `margin`, rolled back otherwise.
+/// How many standard errors a difference of average precision must clear to count as evidence.
+pub const EVIDENCE_Z: f64 = 2.0;
+
+/// Promote or roll back a canary on evidence, once each side has `min_resolved` resolved VMs and an
+/// average precision. With d = canary's AP - stable's and se its standard error (each side's AP
+/// taken as a proportion over its long-lived VMs, sqrt(AP (1 - AP) / long)): promoted when
+/// d - 2 se >= -margin (no worse than `margin`, beyond noise), rolled back when d + 2 se < -margin
+/// (worse beyond noise); undecided in between, until more outcomes resolve. A hundred outcomes
+/// hold some 25 long-lived VMs, whose AP moves by 0.1 from one sample to the next: deciding on
+/// the point estimates alone rolled a much better canary back in the end-to-end test.
 pub fn judge_canary(
     stable: &VersionQuality,
     canary: &VersionQuality,
@@ -220,7 +229,17 @@ pub fn judge_canary(
         return None;
     }
     let (stable_ap, canary_ap) = (s.average_precision?, c.average_precision?);
-    let verdict = if canary_ap >= stable_ap - margin { "promote" } else { "rollback" };
+    let variance = |ap: f64, long: u64| ap * (1.0 - ap) / long.max(1) as f64;
+    let se =
+        (variance(stable_ap, stable.window.realized_long) + variance(canary_ap, canary.window.realized_long)).sqrt();
+    let d = canary_ap - stable_ap;
+    let verdict = if d - EVIDENCE_Z * se >= -margin {
+        "promote"
+    } else if d + EVIDENCE_Z * se < -margin {
+        "rollback"
+    } else {
+        return None;
+    };
     Some(CanaryDecision {
         verdict: verdict.to_owned(),
         canary_version: canary.version.clone(),
@@ -230,6 +249,7 @@ pub fn judge_canary(
         canary_resolved: c.resolved,
         stable_resolved: s.resolved,
         margin,
+        standard_error: se,
         applied: false,
         detail: None,
     })
@@ -448,16 +468,19 @@ mod tests {
         };
         let watch = QualityWatch::new(config());
         assert_eq!(watch.observe(&view("better"), vec![version("s", 200, 7), version("better", 50, 9)]), None);
-        let decision = watch.observe(&view("better"), vec![version("s", 200, 7), version("better", 150, 9)]).unwrap();
+        // Enough VMs, but a difference within the noise of 75 long-lived VMs a side: undecided.
+        assert_eq!(watch.observe(&view("better"), vec![version("s", 150, 8), version("better", 150, 9)]), None);
+        let decision =
+            watch.observe(&view("better"), vec![version("s", 1_000, 7), version("better", 1_000, 9)]).unwrap();
         assert_eq!(decision.verdict, "promote");
         assert!(decision.canary_average_precision > decision.stable_average_precision);
         // Decided: not again while the rollout catches up.
-        assert_eq!(watch.observe(&view("better"), vec![version("s", 200, 7), version("better", 150, 9)]), None);
-        let decision = watch.observe(&view("worse"), vec![version("s", 200, 8), version("worse", 150, 6)]).unwrap();
+        assert_eq!(watch.observe(&view("better"), vec![version("s", 1_000, 7), version("better", 1_000, 9)]), None);
+        let decision = watch.observe(&view("worse"), vec![version("s", 1_000, 8), version("worse", 1_000, 6)]).unwrap();
         assert_eq!(decision.verdict, "rollback");
         // Not carried out: decided again next time.
         watch.record_decision(decision);
-        assert!(watch.observe(&view("worse"), vec![version("s", 200, 8), version("worse", 150, 6)]).is_some());
+        assert!(watch.observe(&view("worse"), vec![version("s", 1_000, 8), version("worse", 1_000, 6)]).is_some());
         // Without `auto`, nothing is decided.
         let manual =
             RolloutView { stable: Some("s".into()), canary: Some(CanaryView { version: "m".into(), auto: None }) };

@@ -173,6 +173,8 @@ pub struct CanaryDecision {
     pub stable_resolved: u64,
     /// How much worse than stable's the canary's may be and still be promoted.
     pub margin: f64,
+    /// Standard error of the difference of the two average precisions.
+    pub standard_error: f64,
     /// Whether the inference servers carried it out, and what they said if not.
     pub applied: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -76,14 +76,14 @@ pub struct CanarySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub min_resolved: Option<u64>,
-    /// In [0, 1]; 0.01 when absent.
+    /// In [0, 1]; 0.02 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0.0, maximum = 1.0))]
     pub margin: Option<f64>,
 }
 
 /// Margin of an `auto` canary that names none.
-pub const DEFAULT_CANARY_MARGIN: f64 = 0.01;
+pub const DEFAULT_CANARY_MARGIN: f64 = 0.02;
 
 /// An `auto` canary's criteria, as `GET /v1/models` shows them on the canary.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
