@@ -9,9 +9,11 @@
 //! - cache hits: every VM has the same features, so after the first the prediction is cached;
 //! - cache misses: every VM is of a new tenant, so each request asks the inference server;
 //! - cache misses, frozen history: the same through a second control service and inference server
-//!   with the learning loop's live tenant history off (`[inference] history = false`, `[history]
-//!   live = false`): the cost of the loop on the hot path is the difference of the two. The two
-//!   run one after the other, twice, in alternation.
+//!   with the learning loop off: the live tenant history (`[inference] history = false`, `[history]
+//!   live = false`) and the quality watch (`[quality] enabled = false`: no polling of the zones'
+//!   realized quality, no gate). The cost of the loop on the hot path is the difference of the two.
+//!   The two run one after the other, twice, in alternation. (The allocator they share resolves
+//!   outcomes for both: that part's cost is `cargo bench -p placement --bench outcomes`.)
 //!
 //! Every placed VM is released right after (not timed), so the zone never fills.
 //!
@@ -154,7 +156,7 @@ async fn main() {
         &[&allocator.base],
         20,
         "history = false",
-        "[safeguard]\nenabled = false\n",
+        "[safeguard]\nenabled = false\n[quality]\nenabled = false\n",
     )
     .await;
     let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
