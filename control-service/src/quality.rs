@@ -369,16 +369,7 @@ fn record_metrics(view: &RolloutView, versions: &[VersionQuality]) {
         } else {
             continue;
         };
-        let f = &version.figures;
-        for (figure, value) in [
-            ("window_resolved", Some(f.resolved as f64)),
-            ("precision", f.precision),
-            ("recall", f.recall),
-            ("roc_auc", f.roc_auc),
-            ("average_precision", f.average_precision),
-            ("realized_long_share", f.realized_long_share),
-            ("mean_p_long", f.mean_p_long),
-        ] {
+        for (figure, value) in version.figures.named() {
             if let Some(value) = value {
                 metrics::gauge!("control_model_quality", "role" => role, "figure" => figure).set(value);
             }

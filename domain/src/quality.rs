@@ -92,6 +92,23 @@ pub struct QualityFigures {
     pub lifetime_log10_bias: Option<f64>,
 }
 
+impl QualityFigures {
+    /// The figures by metric name (`precision`, `roc_auc`, ...), as the services' gauges label them.
+    pub fn named(&self) -> [(&'static str, Option<f64>); 9] {
+        [
+            ("window_resolved", Some(self.resolved as f64)),
+            ("precision", self.precision),
+            ("recall", self.recall),
+            ("roc_auc", self.roc_auc),
+            ("average_precision", self.average_precision),
+            ("realized_long_share", self.realized_long_share),
+            ("predicted_long_share", self.predicted_long_share),
+            ("mean_p_long", self.mean_p_long),
+            ("lifetime_log10_mae", self.lifetime_log10_mae),
+        ]
+    }
+}
+
 /// The realized quality of one model version.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -146,28 +146,18 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
     if config.inference.history {
         // History events that no prediction took along go on their own.
         let flushing = Arc::clone(&control);
-        let every = Duration::from_millis(config.inference.history_flush_ms.max(10));
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                flushing.resolver.predictor().flush_history().await;
-            }
+        every(Duration::from_millis(config.inference.history_flush_ms.max(10)), move || {
+            let flushing = Arc::clone(&flushing);
+            async move { flushing.resolver.predictor().flush_history().await }
         });
     }
     if watched {
         // The zones' realized quality, the quality gate and auto canaries.
         let watching = Arc::clone(&control);
-        let every = Duration::from_millis(config.quality.poll_ms);
         let timeout = Duration::from_millis(config.allocator.timeout_ms.max(1_000));
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                control_service::quality::poll(&watching, &quality_http, timeout).await;
-            }
+        every(Duration::from_millis(config.quality.poll_ms), move || {
+            let (watching, http) = (Arc::clone(&watching), quality_http.clone());
+            async move { control_service::quality::poll(&watching, &http, timeout).await }
         });
     }
     let app = service_common::layers::apply(router(AppState { control, metrics: Some(metrics) }), &config.http);
@@ -181,4 +171,20 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
     );
     service_common::server::serve(listener, app, &config.http, service_common::layers::shutdown_signal()).await?;
     Ok(())
+}
+
+/// Runs `work` every `period` on the runtime, a late round delaying the next rather than bunching.
+fn every<F, Fut>(period: Duration, work: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            work().await;
+        }
+    });
 }
