@@ -13,11 +13,18 @@
 //! policy that reads no lifetime (PBFR) runs once, not once per prediction, since predictions
 //! cannot change it. Every run's result carries its full configuration and seed, so any row of a
 //! table is reproducible alone with `simulate run --config`.
+//!
+//! Every run also carries the realized quality of its predictions ([`engine::RealizedQuality`], the
+//! allocator's own outcome tracker); a row shows it over seeds. In a sweep (predictions with `x`
+//! values), [`crossings`] finds where each policy's mean gain over the baseline falls to zero as `x`
+//! goes down, and the realized quality there: the point where the policy stops paying off, from
+//! which a quality safeguard's floors are chosen (docs/evaluation.md, section 3).
 
 use crate::engine::{self, DrainPlan, SimConfig, SimError, SimResult};
 use crate::plot::{self, Bar, PlotError, Series};
 use crate::predict::PredictionConfig;
 use crate::workload::Workload;
+use domain::quality::QualityFigures;
 use placement::{Policy, PolicyConfig};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -192,6 +199,54 @@ impl Kept {
     }
 }
 
+/// The realized quality of a row's runs over seeds (a figure is absent when a run lacks it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QualitySpread {
+    /// VMs whose outcome resolved.
+    pub resolved: Spread,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average_precision: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realized_long_share: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_long_share: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_p_long: Option<Spread>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime_log10_mae: Option<Spread>,
+}
+
+impl QualitySpread {
+    /// The spread of the runs' qualities; `None` when a run has none.
+    fn of(runs: &[&CompareRun]) -> Option<QualitySpread> {
+        let figures: Vec<&QualityFigures> =
+            runs.iter().map(|r| r.result.quality.as_ref().map(|q| &q.figures)).collect::<Option<_>>()?;
+        if figures.is_empty() {
+            return None;
+        }
+        let of = |f: &dyn Fn(&QualityFigures) -> Option<f64>| {
+            figures.iter().map(|q| f(q)).collect::<Option<Vec<f64>>>().map(|v| Spread::of(&v))
+        };
+        Some(QualitySpread {
+            resolved: Spread::of(&figures.iter().map(|q| q.resolved as f64).collect::<Vec<_>>()),
+            precision: of(&|q| q.precision),
+            recall: of(&|q| q.recall),
+            roc_auc: of(&|q| q.roc_auc),
+            average_precision: of(&|q| q.average_precision),
+            realized_long_share: of(&|q| q.realized_long_share),
+            predicted_long_share: of(&|q| q.predicted_long_share),
+            mean_p_long: of(&|q| q.mean_p_long),
+            lifetime_log10_mae: of(&|q| q.lifetime_log10_mae),
+        })
+    }
+}
+
 /// One row of the table: a cell of the matrix over all the seeds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
@@ -211,6 +266,176 @@ pub struct Row {
     /// The share of the gain of the same policy with the `oracle_prediction`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_of_own_oracle: Option<Kept>,
+    /// The realized quality of the predictions its VMs were placed with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<QualitySpread>,
+}
+
+/// The realized quality figures a crossing is read at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QualityPoint {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average_precision: Option<f64>,
+}
+
+impl QualityPoint {
+    fn of(figures: &QualityFigures) -> QualityPoint {
+        QualityPoint {
+            precision: figures.precision,
+            recall: figures.recall,
+            roc_auc: figures.roc_auc,
+            average_precision: figures.average_precision,
+        }
+    }
+
+    fn mean_of(quality: Option<&QualitySpread>) -> QualityPoint {
+        let mean = |s: Option<Spread>| s.map(|s| s.mean);
+        quality.map_or_else(QualityPoint::default, |q| QualityPoint {
+            precision: mean(q.precision),
+            recall: mean(q.recall),
+            roc_auc: mean(q.roc_auc),
+            average_precision: mean(q.average_precision),
+        })
+    }
+
+    /// The point a share `t` of the way from `self` to `other`.
+    fn lerp(&self, other: &QualityPoint, t: f64) -> QualityPoint {
+        let at = |a: Option<f64>, b: Option<f64>| Some(a? + t * (b? - a?));
+        QualityPoint {
+            precision: at(self.precision, other.precision),
+            recall: at(self.recall, other.recall),
+            roc_auc: at(self.roc_auc, other.roc_auc),
+            average_precision: at(self.average_precision, other.average_precision),
+        }
+    }
+}
+
+/// Where a policy's packing-density gain over the baseline falls to zero along a sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CrossingKind {
+    /// It gains at the highest `x` and not at a lower one: the crossing is interpolated between
+    /// the highest `x` where it does not gain and the next one up.
+    Crosses,
+    /// It gains at every `x` of the sweep: it never stops beating the baseline within it.
+    AlwaysAbove,
+    /// It does not gain even at the highest `x`.
+    NeverAbove,
+}
+
+/// A crossing: the `x` where the gain is zero (linear between the bracketing points) and the
+/// realized quality there (each figure interpolated between the same points).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CrossingPoint {
+    pub kind: CrossingKind,
+    /// The bracketing `x` values (gain <= 0 at the first, > 0 at the second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between: Option<(f64, f64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<f64>,
+    pub quality: QualityPoint,
+}
+
+/// One seed's crossing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedCrossing {
+    pub seed: u64,
+    #[serde(flatten)]
+    pub point: CrossingPoint,
+}
+
+/// Where one policy (and variant) of a sweep stops beating the baseline: on the mean gains over
+/// seeds, and for each seed on its own paired gains.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Crossing {
+    pub policy: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    #[serde(flatten)]
+    pub mean: CrossingPoint,
+    pub per_seed: Vec<SeedCrossing>,
+}
+
+/// The crossing of points `(x, gain, quality)` sorted by `x`: scanning down from the highest `x`,
+/// the first point where the gain is not positive, and the point above it.
+fn crossing_of(points: &[(f64, f64, QualityPoint)]) -> CrossingPoint {
+    let none = |kind| CrossingPoint { kind, between: None, x: None, quality: QualityPoint::default() };
+    let Some(&(_, top_gain, _)) = points.last() else { return none(CrossingKind::NeverAbove) };
+    if top_gain <= 0.0 {
+        return none(CrossingKind::NeverAbove);
+    }
+    let Some(below) = points.iter().rposition(|&(_, gain, _)| gain <= 0.0) else {
+        return none(CrossingKind::AlwaysAbove);
+    };
+    let ((x0, g0, q0), (x1, g1, q1)) = (points[below], points[below + 1]);
+    // g0 <= 0 < g1, so the share is in [0, 1).
+    let t = -g0 / (g1 - g0);
+    CrossingPoint {
+        kind: CrossingKind::Crosses,
+        between: Some((x0, x1)),
+        x: Some(x0 + t * (x1 - x0)),
+        quality: q0.lerp(&q1, t),
+    }
+}
+
+/// Where each policy of a sweep stops beating the baseline (rows with an `x` only; none without).
+pub fn crossings(rows: &[Row], runs: &[CompareRun], gains: &[Gain]) -> Vec<Crossing> {
+    let mut out: Vec<Crossing> = Vec::new();
+    for row in rows.iter().filter(|r| r.cell.x.is_some()) {
+        if out.iter().any(|c| c.policy == row.cell.policy && c.variant == row.cell.variant) {
+            continue;
+        }
+        let mut mine: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.cell.x.is_some() && r.cell.policy == row.cell.policy && r.cell.variant == row.cell.variant)
+            .collect();
+        mine.sort_by(|a, b| a.cell.x.unwrap_or_default().total_cmp(&b.cell.x.unwrap_or_default()));
+        let mean: Vec<(f64, f64, QualityPoint)> = mine
+            .iter()
+            .map(|r| {
+                (
+                    r.cell.x.unwrap_or_default(),
+                    r.packing_density_gain_pp.mean,
+                    QualityPoint::mean_of(r.quality.as_ref()),
+                )
+            })
+            .collect();
+        let per_seed = row
+            .seeds
+            .iter()
+            .map(|&seed| {
+                let points: Vec<(f64, f64, QualityPoint)> = mine
+                    .iter()
+                    .filter_map(|r| {
+                        let gain = gains.iter().find(|g| g.label == r.cell.label && g.seed == seed)?;
+                        let run = runs
+                            .iter()
+                            .find(|run| run.plan.cell.label == r.cell.label && run.plan.config.seed == seed)?;
+                        let quality = run
+                            .result
+                            .quality
+                            .as_ref()
+                            .map_or_else(QualityPoint::default, |q| QualityPoint::of(&q.figures));
+                        Some((r.cell.x.unwrap_or_default(), gain.packing_density_gain_pp, quality))
+                    })
+                    .collect();
+                SeedCrossing { seed, point: crossing_of(&points) }
+            })
+            .collect();
+        out.push(Crossing {
+            policy: row.cell.policy.clone(),
+            variant: row.cell.variant.clone(),
+            mean: crossing_of(&mean),
+            per_seed,
+        });
+    }
+    out
 }
 
 /// The outcome of an experiment.
@@ -222,6 +447,9 @@ pub struct Comparison {
     pub gains: Vec<Gain>,
     /// The runs over seeds, in table order.
     pub rows: Vec<Row>,
+    /// In a sweep, where each policy stops beating the baseline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crossings: Vec<Crossing>,
     pub runs: Vec<CompareRun>,
 }
 
@@ -230,7 +458,8 @@ impl Comparison {
     pub fn new(experiment: Experiment, runs: Vec<CompareRun>) -> Comparison {
         let gains = gains(&runs, &experiment.baseline);
         let rows = rows(&experiment, &runs, &gains);
-        Comparison { baseline: experiment.baseline.clone(), experiment, gains, rows, runs }
+        let crossings = crossings(&rows, &runs, &gains);
+        Comparison { baseline: experiment.baseline.clone(), experiment, gains, rows, crossings, runs }
     }
 }
 
@@ -416,11 +645,8 @@ pub fn rows(experiment: &Experiment, runs: &[CompareRun], gains: &[Gain]) -> Vec
         }
         let mine: Vec<&Gain> = gains.iter().filter(|g| g.label == run.plan.cell.label).collect();
         let of = |f: &dyn Fn(&Gain) -> f64| Spread::of(&mine.iter().map(|g| f(g)).collect::<Vec<_>>());
-        let rejected: Vec<f64> = runs
-            .iter()
-            .filter(|r| r.plan.cell.label == run.plan.cell.label)
-            .map(|r| r.result.counters.rejected as f64)
-            .collect();
+        let same: Vec<&CompareRun> = runs.iter().filter(|r| r.plan.cell.label == run.plan.cell.label).collect();
+        let rejected: Vec<f64> = same.iter().map(|r| r.result.counters.rejected as f64).collect();
         rows.push(Row {
             cell: run.plan.cell.clone(),
             seeds: mine.iter().map(|g| g.seed).collect(),
@@ -432,6 +658,7 @@ pub fn rows(experiment: &Experiment, runs: &[CompareRun], gains: &[Gain]) -> Vec
             rejected: Spread::of(&rejected),
             kept_of_reference: None,
             kept_of_own_oracle: None,
+            quality: QualitySpread::of(&same),
         });
     }
     // Computed from all rows first: each row's oracle is another row.
@@ -533,6 +760,11 @@ pub fn markdown(comparison: &Comparison) -> String {
         out.push_str(" own oracle |");
         rule.push_str("---:|");
     }
+    let with_quality = comparison.rows.iter().any(|row| row.quality.is_some());
+    if with_quality {
+        out.push_str(" realized precision | recall | ROC AUC | AP |");
+        rule.push_str("---:|---:|---:|---:|");
+    }
     out.push_str(" rejected |\n");
     rule.push_str("---:|\n");
     out.push_str(&rule);
@@ -552,26 +784,47 @@ pub fn markdown(comparison: &Comparison) -> String {
         if own.is_some() {
             let _ = write!(out, " {} |", kept(row.kept_of_own_oracle));
         }
+        if with_quality {
+            let q = row.quality.as_ref();
+            for figure in [
+                q.and_then(|q| q.precision),
+                q.and_then(|q| q.recall),
+                q.and_then(|q| q.roc_auc),
+                q.and_then(|q| q.average_precision),
+            ] {
+                let _ = write!(
+                    out,
+                    " {} |",
+                    figure.map_or_else(|| "-".to_owned(), |s| format!("{:.3} ±{:.3}", s.mean, s.sd))
+                );
+            }
+        }
         let _ = writeln!(out, " {:.0} |", row.rejected.mean);
     }
     if let Some(first) = comparison.runs.first() {
         let m = &first.result.metrics;
         let _ = writeln!(
             out,
-            "| offline bound (seed {}) | {:.2} | | {:.2} | |{}{} |",
+            "| offline bound (seed {}) | {:.2} | | {:.2} | |{}{}{} |",
             first.plan.config.seed,
             100.0 * m.bound_packing_density,
             m.bound_empty_hosts_pct,
             if reference.is_some() { " |" } else { "" },
             if own.is_some() { " |" } else { "" },
+            if with_quality { " | | | |" } else { "" },
         );
     }
+    if !comparison.crossings.is_empty() {
+        crossings_markdown(&mut out, comparison);
+    }
+    windows_markdown(&mut out, comparison);
     out.push_str("\nEvery run:\n\n");
     out.push_str(
         "| run | seed | packing density % | gain pp (rel %) | empty hosts % | gain pp | empty-to-free | stranded CPU / mem % | \
-         rejected | migrations (avoided) | migrated share of drained VMs | prediction accuracy / precision / recall (long) | decisions/s | wall s |\n",
+         rejected | migrations (avoided) | migrated share of drained VMs | prediction accuracy / precision / recall (long) | \
+         realized precision / recall / ROC AUC / AP | resolved (unresolved) | decisions/s | wall s |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for run in &comparison.runs {
         let r = &run.result;
         let m = &r.metrics;
@@ -588,9 +841,26 @@ pub fn markdown(comparison: &Comparison) -> String {
                 )
             },
         );
+        let (realized, resolved) = r.quality.as_ref().map_or_else(
+            || ("-".to_owned(), "-".to_owned()),
+            |q| {
+                let f = &q.figures;
+                let figure = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+                (
+                    format!(
+                        "{} / {} / {} / {}",
+                        figure(f.precision),
+                        figure(f.recall),
+                        figure(f.roc_auc),
+                        figure(f.average_precision)
+                    ),
+                    format!("{} ({})", f.resolved, q.unresolved),
+                )
+            },
+        );
         let _ = writeln!(
             out,
-            "| {} | {} | {:.2} | {} | {:.3} | {} / {} | {} | {} ({}) | {} | {:.3} / {:.3} / {:.3} | {:.0} | {:.1} |",
+            "| {} | {} | {:.2} | {} | {:.3} | {} / {} | {} | {} ({}) | {} | {:.3} / {:.3} / {:.3} | {} | {} | {:.0} | {:.1} |",
             run.plan.cell.label,
             seed,
             100.0 * m.packing_density,
@@ -605,11 +875,113 @@ pub fn markdown(comparison: &Comparison) -> String {
             p.accuracy,
             p.precision_long,
             p.recall_long,
+            realized,
+            resolved,
             r.timing.decisions_per_s,
             r.timing.wall_s,
         );
     }
     out
+}
+
+/// The table of [`crossings`]: where each policy stops beating the baseline and the realized
+/// quality there, on the mean gains and seed by seed.
+fn crossings_markdown(out: &mut String, comparison: &Comparison) {
+    let x_label = comparison.experiment.sweep_label.as_deref().unwrap_or("x");
+    let _ = writeln!(
+        out,
+        "\nWhere each policy stops beating `{}` ({x_label} where its packing-density gain is zero, linear between the \
+         bracketing points, scanning down from the highest; the realized quality interpolated the same way). \
+         *Mean*: on the mean gains over seeds; *per seed*: on each seed's paired gains.\n",
+        comparison.baseline
+    );
+    out.push_str(
+        "| policy | between | at | realized precision | recall | ROC AUC | AP | per seed: at (precision / AP) |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
+    let figure = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+    let at = |p: &CrossingPoint| match p.kind {
+        CrossingKind::Crosses => figure(p.x),
+        CrossingKind::AlwaysAbove => "gains everywhere".to_owned(),
+        CrossingKind::NeverAbove => "never gains at the top".to_owned(),
+    };
+    for c in &comparison.crossings {
+        let name = c.variant.as_ref().map_or_else(|| c.policy.clone(), |v| format!("{} / {v}", c.policy));
+        let between = c.mean.between.map_or_else(|| "-".to_owned(), |(a, b)| format!("{a} .. {b}"));
+        let q = &c.mean.quality;
+        let seeds: Vec<String> = c
+            .per_seed
+            .iter()
+            .map(|s| match s.point.kind {
+                CrossingKind::Crosses => format!(
+                    "{}: {} ({} / {})",
+                    s.seed,
+                    figure(s.point.x),
+                    figure(s.point.quality.precision),
+                    figure(s.point.quality.average_precision)
+                ),
+                _ => format!("{}: {}", s.seed, at(&s.point)),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {name} | {between} | {} | {} | {} | {} | {} | {} |",
+            at(&c.mean),
+            figure(q.precision),
+            figure(q.recall),
+            figure(q.roc_auc),
+            figure(q.average_precision),
+            seeds.join("; ")
+        );
+    }
+}
+
+/// With `quality_window`: how the realized figures of a sliding window (what a quality gate reads)
+/// spread over each row's runs, their quantiles averaged over seeds.
+fn windows_markdown(out: &mut String, comparison: &Comparison) {
+    let windows = |row: &Row| -> Vec<&engine::WindowedQuality> {
+        comparison
+            .runs
+            .iter()
+            .filter(|r| r.plan.cell.label == row.cell.label)
+            .filter_map(|r| r.result.quality.as_ref().and_then(|q| q.windows.as_ref()))
+            .collect()
+    };
+    let Some(size) = comparison.rows.iter().find_map(|row| windows(row).first().map(|w| w.window)) else { return };
+    let _ = writeln!(
+        out,
+        "\nRealized figures over a sliding window of {size} outcomes (what a quality gate reads), at every metric \
+         sample once full: 5th percentile / median / 95th percentile over the samples, averaged over seeds.\n"
+    );
+    out.push_str("| run | samples | precision | recall | ROC AUC | AP | long-lived share |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    for row in &comparison.rows {
+        let list = windows(row);
+        if list.is_empty() {
+            continue;
+        }
+        let n = list.len() as f64;
+        let cell = |f: &dyn Fn(&engine::WindowedQuality) -> Option<engine::Quantiles>| {
+            let q: Vec<engine::Quantiles> = list.iter().filter_map(|w| f(w)).collect();
+            if q.len() != list.len() {
+                return "-".to_owned();
+            }
+            let mean = |g: &dyn Fn(&engine::Quantiles) -> f64| q.iter().map(g).sum::<f64>() / n;
+            format!("{:.3} / {:.3} / {:.3}", mean(&|q| q.p5), mean(&|q| q.p50), mean(&|q| q.p95))
+        };
+        let samples = list.iter().map(|w| w.samples as f64).sum::<f64>() / n;
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {} | {} | {} | {} | {} |",
+            row.cell.label,
+            samples,
+            cell(&|w| w.precision),
+            cell(&|w| w.recall),
+            cell(&|w| w.roc_auc),
+            cell(&|w| w.average_precision),
+            cell(&|w| w.realized_long_share),
+        );
+    }
 }
 
 fn write(path: &Path, text: &str) -> Result<(), CompareError> {
@@ -696,6 +1068,46 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
         let series = sweep(&|r| r.empty_hosts_pct.mean);
         plot::sweep_svg(&path, "Empty hosts by prediction accuracy", x_label, "empty hosts (%)", &series)?;
         written.push(path);
+        // The gain against the realized quality the allocator would measure: where a safeguard's
+        // floor belongs.
+        let by_quality = |f: &dyn Fn(&QualitySpread) -> Option<Spread>| {
+            let mut series: Vec<Series> = Vec::new();
+            for row in comparison.rows.iter().filter(|r| r.cell.x.is_some()) {
+                let Some(figure) = row.quality.as_ref().and_then(f) else { continue };
+                let point = (figure.mean, row.packing_density_gain_pp.mean);
+                match series.iter_mut().find(|s| s.name == row.cell.policy) {
+                    Some(s) => s.points.push(point),
+                    None => series.push(Series::new(row.cell.policy.clone(), vec![point])),
+                }
+            }
+            for s in &mut series {
+                s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+            series
+        };
+        for (name, figure, title, f) in [
+            (
+                "sweep_gain_by_precision.svg",
+                "realized precision (long-lived)",
+                "Packing density gain by realized precision",
+                (&|q: &QualitySpread| q.precision) as &dyn Fn(&QualitySpread) -> Option<Spread>,
+            ),
+            (
+                "sweep_gain_by_average_precision.svg",
+                "realized average precision",
+                "Packing density gain by realized average precision",
+                &|q: &QualitySpread| q.average_precision,
+            ),
+        ] {
+            let series = by_quality(f);
+            if series.is_empty() {
+                continue;
+            }
+            let path = dir.join(name);
+            let y_label = format!("gain over {} (pp)", comparison.baseline);
+            plot::sweep_svg(&path, title, figure, &y_label, &series)?;
+            written.push(path);
+        }
     }
     Ok(written)
 }
@@ -805,6 +1217,28 @@ mod tests {
         assert_eq!(comparison.rows[0].packing_density_gain_pp, Spread::default(), "the baseline gains nothing");
         let md = markdown(&comparison);
         assert!(md.contains("| kept |") && md.contains("seeds [3, 4]"), "{md}");
+    }
+
+    #[test]
+    fn a_crossing_is_where_the_gain_last_falls_to_zero_going_down() {
+        let q =
+            |p: f64| QualityPoint { precision: Some(p), recall: Some(p), roc_auc: None, average_precision: Some(p) };
+        // Not monotonic: it gains at 0.5, loses at 0.6 and 0.7, gains from 0.8 on. Scanning down
+        // from the top, it stops gaining between 0.7 and 0.8.
+        let points =
+            [(0.5, 0.1, q(0.5)), (0.6, -0.2, q(0.6)), (0.7, -0.3, q(0.7)), (0.8, 0.1, q(0.8)), (1.0, 1.0, q(1.0))];
+        let c = crossing_of(&points);
+        assert_eq!((c.kind, c.between), (CrossingKind::Crosses, Some((0.7, 0.8))));
+        // 0.3 of the 0.4 pp step: three quarters of the way.
+        assert!((c.x.unwrap() - 0.775).abs() < 1e-12);
+        assert!((c.quality.precision.unwrap() - 0.775).abs() < 1e-12);
+        assert_eq!(c.quality.roc_auc, None, "a figure missing at either end is missing");
+        // A gain of exactly zero is where it stops.
+        let c = crossing_of(&[(0.5, -1.0, q(0.5)), (0.6, 0.0, q(0.6)), (0.7, 1.0, q(0.7))]);
+        assert_eq!((c.between, c.x), (Some((0.6, 0.7)), Some(0.6)));
+        assert_eq!(crossing_of(&[(0.5, 0.2, q(0.5)), (1.0, 1.0, q(1.0))]).kind, CrossingKind::AlwaysAbove);
+        assert_eq!(crossing_of(&[(0.5, 0.2, q(0.5)), (1.0, -0.1, q(1.0))]).kind, CrossingKind::NeverAbove);
+        assert_eq!(crossing_of(&[]).kind, CrossingKind::NeverAbove);
     }
 
     #[test]

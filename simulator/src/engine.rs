@@ -22,12 +22,23 @@
 //! The allocator's clock is trace time: every call passes the event's time, and the allocator
 //! applies its own timed host events (lifetime classes dropping, exit-time refreshes, LAVA
 //! deadlines) as time passes.
+//!
+//! **Realized prediction quality** ([`RealizedQuality`]): every placement and every exit also goes
+//! to the allocator service's own [`OutcomeTracker`] (the prediction the VM was placed with, its
+//! arrival and its exit, on the event clock), which resolves each VM at its exit or once it
+//! outlives the policy's long-lived threshold still running, exactly as the allocator does with
+//! real traffic. Its figures over the whole run (precision, recall, ROC AUC, average precision,
+//! calibration, lifetime error) are what a quality safeguard would have measured. A prediction
+//! without a model version (oracle, noisy sources) is tracked under the run's prediction label;
+//! fallbacks are not tracked, as in the allocator.
 
 use crate::metrics::{self, InstantMetrics, MetricsRecorder, MetricsSummary, VmMix};
 use crate::predict::{self, PredictError, PredictionConfig, PredictionReport};
 use crate::workload::{Inventory, PeakDemand, Workload, WorkloadConfig, WorkloadError};
-use domain::{AllocationOutcome, AllocationRequest, HostState, VmId};
+use domain::quality::QualityFigures;
+use domain::{AllocationOutcome, AllocationRequest, HostState, LifetimePrediction, VmId};
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::reprediction::RepredictionConfig;
 use placement::Change;
 use placement::{
@@ -150,6 +161,11 @@ pub struct SimConfig {
     pub drains: Option<DrainPlan>,
     /// Keep every VM's host in the result (for cross-checks; large on big traces).
     pub record_placements: bool,
+    /// Also measure the realized quality over a sliding window of this many outcomes (the
+    /// allocator's window, 5,000 by default), read at every metric sample once full: how far the
+    /// figures a quality gate reads move for predictions of constant quality.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality_window: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -170,6 +186,7 @@ impl Default for SimConfig {
             inflation_shapes: 16,
             drains: None,
             record_placements: false,
+            quality_window: None,
         }
     }
 }
@@ -186,6 +203,9 @@ impl SimConfig {
         }
         if self.measure_from_s.is_some_and(|t| !t.is_finite()) {
             return Err(invalid("measure_from_s", "must be a finite trace time in seconds"));
+        }
+        if self.quality_window == Some(0) {
+            return Err(invalid("quality_window", "must be at least 1 outcome"));
         }
         if let Some(plan) = &self.drains {
             if !(plan.every_s.is_finite() && plan.every_s > 0.0) {
@@ -317,6 +337,185 @@ pub struct VmPlacement {
     pub host_id: Option<String>,
 }
 
+/// The realized quality of the predictions a run placed its VMs with, resolved by the allocator's
+/// [`OutcomeTracker`] over the whole run (no sliding window).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RealizedQuality {
+    /// The version the predictions were tracked under: the bundle's version for the model, else
+    /// the run's prediction label (`oracle`, `accuracy:0.8`, ...).
+    pub version: String,
+    /// Lifetime at and above which a VM is long-lived (the policy's `long_threshold_s`).
+    pub long_threshold_s: f64,
+    /// Placed VMs whose prediction was tracked (fallbacks and missing predictions are not).
+    pub tracked: u64,
+    /// Of them, those in no figure: the VMs placed less than the threshold before the end of the
+    /// window, whose cohort is not complete (an outcome counts once every VM that started with it
+    /// has resolved, as in the allocator's windows). Every VM placed earlier has resolved, at its
+    /// exit or as long-lived once it outlived the threshold, whether it exits in the window or not.
+    pub unresolved: u64,
+    /// Precision and recall of the long-lived class, ROC AUC, average precision, calibration and
+    /// the lifetime error of the resolved VMs (`figures.resolved` = `tracked` - `unresolved`).
+    pub figures: QualityFigures,
+    /// With `quality_window`: the figures of the sliding window at the metric samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<WindowedQuality>,
+}
+
+/// How the figures of a sliding window of outcomes (as a quality gate reads them) spread over a
+/// run: their quantiles over the metric samples at which the window was full.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowedQuality {
+    /// Outcomes per window.
+    pub window: usize,
+    /// Samples taken (each a full window; consecutive ones overlap when fewer than `window` VMs
+    /// resolved in between).
+    pub samples: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Quantiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall: Option<Quantiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<Quantiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average_precision: Option<Quantiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realized_long_share: Option<Quantiles>,
+}
+
+/// Quantiles of a figure over samples (nearest rank).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub min: f64,
+    pub p5: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+}
+
+impl Quantiles {
+    /// The quantiles of `values` (`None` for none).
+    pub fn of(mut values: Vec<f64>) -> Option<Quantiles> {
+        values.retain(|v| v.is_finite());
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+        Some(Quantiles { min: values[0], p5: at(0.05), p50: at(0.5), p95: at(0.95), max: values[values.len() - 1] })
+    }
+}
+
+impl WindowedQuality {
+    fn of(window: usize, samples: &[QualityFigures]) -> WindowedQuality {
+        let of = |f: &dyn Fn(&QualityFigures) -> Option<f64>| Quantiles::of(samples.iter().filter_map(f).collect());
+        WindowedQuality {
+            window,
+            samples: samples.len(),
+            precision: of(&|q| q.precision),
+            recall: of(&|q| q.recall),
+            roc_auc: of(&|q| q.roc_auc),
+            average_precision: of(&|q| q.average_precision),
+            realized_long_share: of(&|q| q.realized_long_share),
+        }
+    }
+}
+
+/// Feeds the allocator's [`OutcomeTracker`] during a run. Its clock is the event clock: every
+/// placement (at the VM's arrival) and exit moves it, as requests and releases move the
+/// allocator's, so a VM that outlives the threshold resolves by the next of them; the end of the
+/// window resolves the last ones. The figures are over the whole run (the window never drops an
+/// outcome) and do not depend on when a VM resolved, only on how.
+struct QualityMeter {
+    tracker: OutcomeTracker,
+    /// The run's version name (always `Some` between calls).
+    version: Option<String>,
+    tracked: u64,
+    /// With `quality_window`: a tracker with the allocator's sliding window, and its figures at
+    /// the samples where it was full.
+    windowed: Option<(OutcomeTracker, Vec<QualityFigures>)>,
+}
+
+impl QualityMeter {
+    fn new(config: &SimConfig, version: String) -> Self {
+        let tracker = |window: usize| {
+            OutcomeTracker::new(OutcomeConfig {
+                long_threshold_s: config.policy.long_threshold_s,
+                window,
+                max_versions: 8,
+                max_pending: usize::MAX,
+            })
+        };
+        QualityMeter {
+            tracker: tracker(usize::MAX),
+            version: Some(version),
+            tracked: 0,
+            windowed: config.quality_window.map(|window| (tracker(window), Vec::new())),
+        }
+    }
+
+    /// A VM placed at `arrival_s` with `prediction`: a model's answer is tracked under its own
+    /// version, another non-fallback prediction under the run's.
+    fn placed(&mut self, vm: &VmId, prediction: Option<&LifetimePrediction>, arrival_s: f64) {
+        let Some(prediction) = prediction.filter(|p| !p.source.is_fallback()) else { return };
+        self.tracked += 1;
+        if prediction.model_version.is_some() {
+            self.tracker.placed(vm, Some(prediction), arrival_s);
+            if let Some((windowed, _)) = &mut self.windowed {
+                windowed.placed(vm, Some(prediction), arrival_s);
+            }
+        } else {
+            // The run's version is lent to the copy and taken back: no allocation per VM.
+            let mut named = prediction.clone();
+            named.model_version = self.version.take();
+            self.tracker.placed(vm, Some(&named), arrival_s);
+            if let Some((windowed, _)) = &mut self.windowed {
+                windowed.placed(vm, Some(&named), arrival_s);
+            }
+            self.version = named.model_version.take();
+        }
+    }
+
+    fn released(&mut self, vm: &VmId, end_s: f64) {
+        self.tracker.released(vm, Some(end_s));
+        if let Some((windowed, _)) = &mut self.windowed {
+            windowed.released(vm, Some(end_s));
+        }
+    }
+
+    /// At a metric sample: the sliding window's figures, once it is full.
+    fn sample(&mut self, now_s: f64) {
+        let Some((windowed, samples)) = &mut self.windowed else { return };
+        windowed.advance(now_s);
+        let window = windowed.config().window as u64;
+        // The run's one version (a model's, or the run's name).
+        if let Some(version) = windowed.report().versions.into_iter().next() {
+            if version.figures.resolved >= window {
+                samples.push(version.figures);
+            }
+        }
+    }
+
+    /// The figures at `end_s` (VMs running past the threshold by then resolve first); `None` when
+    /// no prediction was tracked.
+    fn finish(mut self, end_s: f64, model_version: Option<&str>) -> Option<RealizedQuality> {
+        self.tracker.advance(end_s);
+        let report = self.tracker.report();
+        let version = model_version.or(self.version.as_deref()).unwrap_or_default();
+        let quality = report.version(version).or(report.versions.first())?;
+        Some(RealizedQuality {
+            version: quality.version.clone(),
+            long_threshold_s: report.long_threshold_s,
+            tracked: self.tracked,
+            unresolved: quality.pending,
+            figures: quality.figures.clone(),
+            windows: self
+                .windowed
+                .as_ref()
+                .map(|(tracker, samples)| WindowedQuality::of(tracker.config().window, samples)),
+        })
+    }
+}
+
 /// A run's outcome, with the configuration that reproduces it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimResult {
@@ -330,6 +529,9 @@ pub struct SimResult {
     pub timing: Timing,
     /// The allocator's own figures at the end of the window.
     pub final_stats: AllocatorStats,
+    /// The realized quality of the predictions the VMs were placed with (`None`: none tracked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<RealizedQuality>,
     /// Every VM's host in workload order, when `record_placements` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placements: Option<Vec<VmPlacement>>,
@@ -391,6 +593,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     let mut rule_sums: Vec<(String, f64)> = Vec::new();
     let mut ff_sum = 0.0;
     let mut placements: Option<Vec<VmPlacement>> = config.record_placements.then(Vec::new);
+    let mut quality = QualityMeter::new(config, config.prediction.label());
 
     let mut exits: BinaryHeap<Reverse<(Time, u32)>> = BinaryHeap::new();
     let mut next_arrival = 0usize;
@@ -432,6 +635,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 // A VM placed is in the allocator until it exits: the release cannot fail.
                 if allocator.release(&vm.request.vm_id, now).is_ok() {
                     counters.exits += 1;
+                    quality.released(&vm.request.vm_id, now);
                 }
                 if drains.active {
                     drains.follow(&mut allocator, config, now, &mut counters.migrations);
@@ -485,6 +689,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 let placed = match decision.outcome {
                     AllocationOutcome::Placed { mut placements } => {
                         counters.placed += 1;
+                        quality.placed(&vm.request.vm_id, predictions.per_vm[index].as_ref(), vm.arrival_s);
                         if let Some(end) = vm.end_s {
                             exits.push(Reverse((Time(end.max(now)), index as u32)));
                         }
@@ -526,6 +731,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                     sample.stranding = Some(metrics::inflation_stranding(allocator.state(), &mix));
                 }
                 recorder.record(sample);
+                quality.sample(now);
                 samples += 1;
                 if now >= end {
                     final_sample_done = true;
@@ -553,6 +759,8 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         // The drain still running at the end counts what it did so far.
         add_drain(&mut counters.migrations, &report);
     }
+    // Within the loop's wall time: resolving the VMs that outlived the threshold and the figures.
+    let quality = quality.finish(end, predictions.report.model_version.as_deref());
     timing.wall_s = started.elapsed().as_secs_f64();
     timing.events = events;
     timing.samples = samples;
@@ -586,6 +794,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         series: recorder.series().to_vec(),
         timing,
         final_stats: allocator.stats(),
+        quality,
         placements,
     })
 }

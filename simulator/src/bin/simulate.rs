@@ -259,6 +259,10 @@ struct RunArgs {
     /// Keep every VM's host in the result.
     #[arg(long)]
     record_placements: bool,
+    /// Also measure the realized prediction quality over a sliding window of this many outcomes
+    /// (the allocator's is 5000), read at every metric sample: how far a quality gate's figures move.
+    #[arg(long)]
+    quality_window: Option<usize>,
 
     /// Write the full result (configuration included) as JSON here.
     #[arg(long)]
@@ -603,6 +607,9 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     if args.record_placements {
         config.record_placements = true;
     }
+    if let Some(window) = args.quality_window {
+        config.quality_window = Some(window);
+    }
     config.validate().map_err(|e| anyhow!("{e}"))?;
     Ok(config)
 }
@@ -835,6 +842,24 @@ fn print_summary(r: &SimResult) {
             format!(
                 "precision {:.3}, recall {:.3}, accuracy {:.3} ({} fallbacks)",
                 r.prediction.precision_long, r.prediction.recall_long, r.prediction.accuracy, r.prediction.fallbacks
+            ),
+        ));
+    }
+    if let Some(q) = &r.quality {
+        let f = &q.figures;
+        let figure = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+        rows.push((
+            "realized quality",
+            format!(
+                "precision {}, recall {}, ROC AUC {}, AP {}, log10 MAE {} ({} resolved, {} unresolved, `{}`)",
+                figure(f.precision),
+                figure(f.recall),
+                figure(f.roc_auc),
+                figure(f.average_precision),
+                figure(f.lifetime_log10_mae),
+                f.resolved,
+                q.unresolved,
+                q.version
             ),
         ));
     }
