@@ -212,20 +212,22 @@ impl Default for QualityConfig {
             poll_ms: 2_000,
             gate: true,
             min_resolved: 200,
-            min_precision: Some(DEFAULT_MIN_PRECISION),
-            min_average_precision: Some(DEFAULT_MIN_AVERAGE_PRECISION),
-            min_roc_auc: None,
-            hysteresis: 0.02,
+            min_precision: None,
+            min_average_precision: None,
+            min_roc_auc: Some(DEFAULT_MIN_ROC_AUC),
+            hysteresis: 0.03,
             inference_admin_token: None,
         }
     }
 }
 
-/// Default floor of the realized precision of the long-lived class (docs/control-service.md, from
-/// the simulator's accuracy sweep in docs/evaluation.md).
-pub const DEFAULT_MIN_PRECISION: f64 = 0.5;
-/// Default floor of the realized average precision of the long-lived class.
-pub const DEFAULT_MIN_AVERAGE_PRECISION: f64 = 0.5;
+/// Default floor of the realized ROC AUC: a backstop below every noisy oracle of the simulator's
+/// accuracy sweep (0.614 at its noisiest, where LA-binary and NILAS still beat PBFR), so a model
+/// that ranks no better than that (a broken bundle reads about 0.5) is gated whatever the policy.
+/// LAVA stops beating PBFR at about 0.84 (docs/evaluation.md, section 3): raise it for LAVA zones.
+/// Precision and AP floors are off by default: in a 5,000-outcome window they swing with the
+/// window's long-lived share (0.44 to 0.82 for the same predictions), ROC AUC by about 0.015.
+pub const DEFAULT_MIN_ROC_AUC: f64 = 0.60;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

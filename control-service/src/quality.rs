@@ -412,6 +412,8 @@ mod tests {
             min_resolved: 100,
             min_precision: Some(0.6),
             min_average_precision: None,
+            min_roc_auc: None,
+            hysteresis: 0.02,
             ..QualityConfig::default()
         }
     }
@@ -445,7 +447,7 @@ mod tests {
 
     #[test]
     fn a_gate_without_floors_never_closes() {
-        let watch = QualityWatch::new(QualityConfig { min_precision: None, min_average_precision: None, ..config() });
+        let watch = QualityWatch::new(QualityConfig { min_precision: None, ..config() });
         watch.observe(&stable("bad"), vec![version("bad", 500, 0)]);
         assert!(!watch.gates(Some("bad")) && !watch.status().gate_enabled);
     }
