@@ -70,10 +70,11 @@ struct VersionWindow {
 pub struct OutcomeTracker {
     config: OutcomeConfig,
     clock_s: f64,
-    pending: HashMap<VmId, Pending>,
+    /// By VM id, shared with its deadline (one allocation per VM).
+    pending: HashMap<Arc<str>, Pending>,
     /// (start + threshold, VM): when a still-running VM resolves as long-lived. Entries of VMs that
     /// resolved otherwise are skipped when they come up (their start no longer matches).
-    deadlines: BinaryHeap<Reverse<(Deadline, VmId)>>,
+    deadlines: BinaryHeap<Reverse<(Deadline, Arc<str>)>>,
     /// Resolved outcomes by (start + threshold, order): each enters its window when the clock
     /// reaches its key (its cohort complete).
     maturing: BTreeMap<(Deadline, u64), (Arc<str>, ResolvedOutcome)>,
@@ -144,7 +145,8 @@ impl OutcomeTracker {
             return;
         }
         self.advance(start_s);
-        if !self.pending.contains_key(vm) && self.pending.len() >= self.config.max_pending {
+        let known = self.pending.get_key_value(vm.as_str()).map(|(key, _)| Arc::clone(key));
+        if known.is_none() && self.pending.len() >= self.config.max_pending {
             self.untracked += 1;
             return;
         }
@@ -156,7 +158,8 @@ impl OutcomeTracker {
             expected_lifetime_s: prediction.expected_lifetime_s,
             start_s,
         };
-        if let Some(previous) = self.pending.insert(vm.clone(), pending) {
+        let key = known.unwrap_or_else(|| Arc::from(vm.as_str()));
+        if let Some(previous) = self.pending.insert(Arc::clone(&key), pending) {
             if let Some(window) = self.window_mut(&previous.version) {
                 window.pending = window.pending.saturating_sub(1);
             }
@@ -164,7 +167,7 @@ impl OutcomeTracker {
         if let Some(window) = self.window_mut(&version) {
             window.pending += 1;
         }
-        self.deadlines.push(Reverse((Deadline(start_s + self.config.long_threshold_s), vm.clone())));
+        self.deadlines.push(Reverse((Deadline(start_s + self.config.long_threshold_s), key)));
     }
 
     /// A VM exited at `ended_at_s` (the tracker's clock when unknown): its outcome resolves unless
@@ -173,7 +176,7 @@ impl OutcomeTracker {
         if let Some(end) = ended_at_s.filter(|t| t.is_finite()) {
             self.advance(end);
         }
-        let Some(pending) = self.pending.remove(vm) else { return };
+        let Some(pending) = self.pending.remove(vm.as_str()) else { return };
         let end = ended_at_s.filter(|t| t.is_finite()).unwrap_or(self.clock_s).max(pending.start_s);
         let lifetime_s = end - pending.start_s;
         let lifetime_log10_error = pending
@@ -204,9 +207,9 @@ impl OutcomeTracker {
                 break;
             }
             let Some(Reverse((Deadline(due), vm))) = self.deadlines.pop() else { break };
-            let current = self.pending.get(&vm).is_some_and(|p| p.start_s + self.config.long_threshold_s == due);
+            let current = self.pending.get(&*vm).is_some_and(|p| p.start_s + self.config.long_threshold_s == due);
             if current {
-                if let Some(pending) = self.pending.remove(&vm) {
+                if let Some(pending) = self.pending.remove(&*vm) {
                     let outcome = ResolvedOutcome {
                         p_long: 0.0,
                         predicted_long: false,
