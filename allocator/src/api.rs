@@ -10,6 +10,7 @@ use crate::durable::{
     Command, CommandError, HostDetail, HostFilter, HostInfo, HostPage, HostStateChange, HostSummary, Reply,
     StoreStatus, VmInfo,
 };
+use crate::store::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, StoreLocation, TraceExport};
 use crate::worker::Worker;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -38,6 +39,14 @@ pub const DEFAULT_HOST_PAGE: usize = 1000;
 pub const MAX_HOST_PAGE: usize = 10_000;
 /// Largest `top` of `POST /v1/explain`.
 pub const MAX_EXPLAIN_TOP: usize = 100;
+/// Most rows of one export (`max_rows`).
+pub const MAX_EXPORT_ROWS: u64 = 1_000_000_000;
+/// Exports running at once; another answers 503 `export-busy`.
+pub const CONCURRENT_EXPORTS: usize = 1;
+/// Bytes of an export's body sent at a time (chunks in flight are bounded too: [`EXPORT_CHUNKS`]).
+const EXPORT_CHUNK: usize = 64 * 1024;
+/// Chunks of an export waiting for the client at most.
+const EXPORT_CHUNKS: usize = 4;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -48,6 +57,10 @@ pub struct AppState {
     /// The zones of this allocator's inventory: a request naming another zone is rejected with
     /// `unknown_zone` (it was routed to the wrong allocator).
     pub zones: Arc<[ZoneId]>,
+    /// The store, which `GET /v1/export` reads on a connection of its own (never the worker's).
+    pub store: StoreLocation,
+    /// Permits of the exports running ([`CONCURRENT_EXPORTS`]).
+    pub exports: Arc<tokio::sync::Semaphore>,
 }
 
 impl HasLimits for AppState {
@@ -112,6 +125,7 @@ impl Validate for ExplainRequest {
         complete_migration,
         stats,
         quality,
+        export,
         explain,
         healthz,
         readyz,
@@ -224,6 +238,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/migrations/{vm_id}/complete", post(complete_migration))
         .route("/v1/stats", get(stats))
         .route("/v1/quality", get(quality))
+        .route("/v1/export", get(export))
         .route("/v1/explain", post(explain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -746,6 +761,234 @@ async fn quality(State(state): State<AppState>) -> Response {
     }
 }
 
+/// Parses the query of `GET /v1/export`, naming the field at fault.
+fn export_window(pairs: &[(String, String)]) -> Result<ExportWindow, Response> {
+    let mut window = ExportWindow::default();
+    for (key, value) in pairs {
+        match key.as_str() {
+            "from_s" | "to_s" => {
+                let at: f64 = value.trim().parse().map_err(|_| {
+                    invalid_field(StatusCode::BAD_REQUEST, key, format!("must be a number of seconds, got `{value}`"))
+                })?;
+                if !at.is_finite() {
+                    return Err(invalid_field(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        key,
+                        format!("must be a finite number, got {at}"),
+                    ));
+                }
+                if key == "from_s" {
+                    window.from_s = at;
+                } else {
+                    window.to_s = at;
+                }
+            }
+            "max_rows" => {
+                window.max_rows = value.parse().map_err(|_| {
+                    invalid_field(StatusCode::BAD_REQUEST, "max_rows", format!("must be a whole number, got `{value}`"))
+                })?;
+                if window.max_rows == 0 || window.max_rows > MAX_EXPORT_ROWS {
+                    return Err(invalid_field(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "max_rows",
+                        format!("must be between 1 and {MAX_EXPORT_ROWS}"),
+                    ));
+                }
+            }
+            other => {
+                return Err(invalid_field(
+                    StatusCode::BAD_REQUEST,
+                    other,
+                    "unknown parameter; expected from_s, to_s or max_rows",
+                ))
+            }
+        }
+    }
+    // `to_s` at or before `from_s` is an empty window: an export of no row.
+    Ok(window)
+}
+
+/// The placements and exits of the VMs that started in `[from_s, to_s)` on the model's clock, as a
+/// trace in the project's CSV format (docs/trace-format.md), for retraining (admin: it holds every
+/// tenant's VMs). One row per VM in start order: `start_s` is its `requested_at_s` (else its
+/// placement time), `end_s` its exit on the model's clock (the release's `ended_at_s`), empty while
+/// it runs (censored); then `os` when any VM has one and a column per request feature. At most
+/// `max_rows` rows (default 1,000,000), the earliest; `x-export-rows` says how many, and
+/// `x-export-truncated` whether the window held more. Streamed: memory stays bounded.
+#[utoipa::path(get, path = "/v1/export",
+    params(("from_s" = Option<f64>, Query, description = "Earliest start, model clock (default: no bound)."),
+           ("to_s" = Option<f64>, Query, description = "Starts before this, model clock (default: no bound); at or before `from_s`, the window is empty."),
+           ("max_rows" = Option<u64>, Query, minimum = 1, maximum = 1000000000, description = "Most rows, the earliest starts first (default 1000000).")),
+    responses((status = 200, description = "The trace (CSV).", body = String, content_type = "text/csv",
+                   headers(("x-export-rows" = u64, description = "Rows in the body."),
+                           ("x-export-truncated" = bool, description = "Whether `max_rows` left VMs of the window out."))),
+              (status = 400, description = "An unknown parameter, or a value of the wrong kind (named in `errors`).", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 422, description = "A value out of range (named in `errors`), or more distinct feature names than an export has columns for.", body = domain::Problem),
+              (status = 503, description = "Another export is running, the store cannot be read, or overloaded or timed out; retry.", body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn export(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    let pairs = match query {
+        Ok(Query(pairs)) => pairs,
+        Err(rejection) => {
+            return problem(StatusCode::BAD_REQUEST, "malformed-query", "Malformed query", rejection.body_text())
+        }
+    };
+    let window = match export_window(&pairs) {
+        Ok(window) => window,
+        Err(response) => return response,
+    };
+    let Ok(permit) = Arc::clone(&state.exports).try_acquire_owned() else {
+        return retry_later(problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "export-busy",
+            "Export in progress",
+            "another export is running; retry when it is done",
+        ));
+    };
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (chunks_tx, chunks_rx) = tokio::sync::mpsc::channel(EXPORT_CHUNKS);
+    let location = state.store.clone();
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let output = ChunkSink { buffer: Vec::with_capacity(EXPORT_CHUNK), chunks: chunks_tx.clone() };
+        let mut sink = StreamedExport { trace: TraceExport::new(output), ready: Some(ready_tx) };
+        let result = crate::store::export::export(&location, &window, &mut sink);
+        let ready = sink.ready.take();
+        let result = result.and_then(|rows| sink.trace.finish().map(|()| rows));
+        match result {
+            Ok(rows) => {
+                tracing::info!(
+                    rows,
+                    from_s = window.from_s,
+                    to_s = window.to_s,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "exported"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the export failed");
+                match ready {
+                    // Before the header: the handler answers with a problem.
+                    Some(ready) => {
+                        let _ = ready.send(Err(error));
+                    }
+                    // Midway: the body ends in an error, so the client sees it incomplete.
+                    None => {
+                        let _ = chunks_tx.blocking_send(Err(std::io::Error::other(error.to_string())));
+                    }
+                }
+            }
+        }
+    });
+    let header = match ready_rx.await {
+        Ok(Ok(header)) => header,
+        Ok(Err(ExportError::TooManyFeatures { limit })) => {
+            return invalid_field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "to_s",
+                format!("the window's VMs carry more than {limit} distinct feature names; export a shorter window"),
+            )
+        }
+        Ok(Err(error)) => {
+            return retry_later(problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Store unavailable",
+                error.to_string(),
+            ))
+        }
+        Err(_) => {
+            return problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", "the export stopped")
+        }
+    };
+    let mut response = axum::body::Body::from_stream(Chunks(chunks_rx)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+    headers.insert("x-export-rows", HeaderValue::from(header.rows));
+    let truncated = if header.rows < header.rows_in_window { "true" } else { "false" };
+    headers.insert("x-export-truncated", HeaderValue::from_static(truncated));
+    response
+}
+
+/// An export's output: the CSV in chunks of [`EXPORT_CHUNK`] bytes, handed to the response body
+/// through a bounded channel (a slow client holds the export back rather than filling memory).
+struct ChunkSink {
+    buffer: Vec<u8>,
+    chunks: tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>,
+}
+
+impl ChunkSink {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(EXPORT_CHUNK));
+        self.chunks
+            .blocking_send(Ok(axum::body::Bytes::from(chunk)))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl std::io::Write for ChunkSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= EXPORT_CHUNK {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// The trace export, telling the handler once its header is known (it then answers 200 and
+/// streams the rows).
+struct StreamedExport {
+    trace: TraceExport<ChunkSink>,
+    ready: Option<tokio::sync::oneshot::Sender<Result<ExportHeader, ExportError>>>,
+}
+
+impl ExportSink for StreamedExport {
+    fn header(&mut self, header: &ExportHeader) -> Result<(), ExportError> {
+        self.trace.header(header)?;
+        if let Some(ready) = self.ready.take() {
+            // The handler is gone (timed out): writing goes on into a closed channel and stops.
+            let _ = ready.send(Ok(header.clone()));
+        }
+        Ok(())
+    }
+
+    fn row(&mut self, vm: &ExportedVm) -> Result<(), ExportError> {
+        self.trace.row(vm)
+    }
+}
+
+/// The chunks of an export as the response body's stream.
+struct Chunks(tokio::sync::mpsc::Receiver<Result<axum::body::Bytes, std::io::Error>>);
+
+impl futures_core::Stream for Chunks {
+    type Item = Result<axum::body::Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
 /// A dry run: where the VM would go, the best hosts with their rule scores and, with `why_not`,
 /// why that host would not be picked. Changes nothing.
 #[utoipa::path(post, path = "/v1/explain", request_body = ExplainRequest,
@@ -808,19 +1051,7 @@ fn record_quality(report: &domain::QualityReport) {
         metrics::gauge!("allocator_prediction_outcomes_resolved", "version" => v.clone())
             .set(version.resolved_total as f64);
         metrics::gauge!("allocator_prediction_outcomes_pending", "version" => v.clone()).set(version.pending as f64);
-        let f = &version.figures;
-        let figures = [
-            ("window_resolved", Some(f.resolved as f64)),
-            ("precision", f.precision),
-            ("recall", f.recall),
-            ("roc_auc", f.roc_auc),
-            ("average_precision", f.average_precision),
-            ("realized_long_share", f.realized_long_share),
-            ("predicted_long_share", f.predicted_long_share),
-            ("mean_p_long", f.mean_p_long),
-            ("lifetime_log10_mae", f.lifetime_log10_mae),
-        ];
-        for (figure, value) in figures {
+        for (figure, value) in version.figures.named() {
             if let Some(value) = value {
                 metrics::gauge!("allocator_prediction_quality", "version" => v.clone(), "figure" => figure).set(value);
             }

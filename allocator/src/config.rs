@@ -68,7 +68,30 @@ pub struct ServiceConfig {
     pub limits: ValidationLimits,
     /// How the realized outcomes of predictions are resolved and kept (`GET /v1/quality`).
     pub quality: QualityConfig,
+    /// The trace export of placements and exits (`GET /v1/export`) and how long exits are kept.
+    pub export: ExportConfig,
     pub http: LayerConfig,
+}
+
+/// `[export]`: the VMs that left, kept for the trace export.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportConfig {
+    /// Seconds on the model's clock an exit is kept: exits that ended more than this before the
+    /// newest exit are deleted (at most once a minute). 30 days by default; `inf` keeps them all.
+    pub retention_s: f64,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        ExportConfig { retention_s: crate::store::DEFAULT_EXIT_RETENTION_S }
+    }
+}
+
+impl ExportConfig {
+    pub fn retention(&self) -> crate::store::ExitRetention {
+        crate::store::ExitRetention { retention_s: self.retention_s }
+    }
 }
 
 /// `[quality]`: realized prediction quality.
@@ -128,6 +151,7 @@ impl Default for ServiceConfig {
             model_poll_s: 10.0,
             limits: ValidationLimits::default(),
             quality: QualityConfig::default(),
+            export: ExportConfig::default(),
             // More in flight than the control service's default: the group commit batches
             // whatever is in flight, and each control service in front bounds its own share.
             http: LayerConfig { max_concurrency: ALLOCATOR_MAX_CONCURRENCY, ..LayerConfig::default() },
@@ -151,6 +175,8 @@ pub enum ConfigError {
     MaxBatch,
     #[error("quality.{field}: {message}")]
     Quality { field: &'static str, message: String },
+    #[error("export.retention_s: must be a positive number of seconds (or inf), got {0}")]
+    Retention(f64),
 }
 
 impl ServiceConfig {
@@ -178,6 +204,9 @@ impl ServiceConfig {
             if value == 0 {
                 return Err(ConfigError::Quality { field, message: "must be at least 1".to_owned() });
             }
+        }
+        if self.export.retention_s.is_nan() || self.export.retention_s <= 0.0 {
+            return Err(ConfigError::Retention(self.export.retention_s));
         }
         match (&self.inventory_file, &self.generate) {
             (None, None) => Err(ConfigError::NoInventory),
@@ -249,5 +278,12 @@ mod tests {
         assert!(matches!(config.inventory(), Err(ConfigError::NoInventory)));
         let config = ServiceConfig::parse("[generate]\nhosts = 2\ncores = -8\nmemory_gib = 32\n").unwrap();
         assert!(config.inventory().unwrap_err().to_string().contains("generate.cores"));
+        let config =
+            ServiceConfig::parse("[generate]\nhosts = 2\ncores = 8\nmemory_gib = 32\n[export]\nretention_s = 0\n")
+                .unwrap();
+        assert!(config.inventory().unwrap_err().to_string().contains("export.retention_s"));
+        let config = ServiceConfig::parse("[export]\nretention_s = inf\n").unwrap();
+        assert_eq!(config.export.retention().cutoff(1e9), None, "inf keeps every exit");
+        assert_eq!(ServiceConfig::default().export.retention_s, 30.0 * 86_400.0);
     }
 }

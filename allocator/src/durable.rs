@@ -19,7 +19,7 @@
 //!
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
-use crate::store::{self, Committed, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
+use crate::store::{self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
     LifetimePrediction, QualityReport, RackId, Resources, TenantId, VmId, VmRequest,
@@ -352,6 +352,8 @@ pub struct DurableAllocator {
     /// The realized outcomes of the predictions VMs were placed with: fed by every placement and
     /// release the store records, this agent's own and those it follows.
     outcomes: OutcomeTracker,
+    /// How long the store keeps the VMs that left, set again on every rebuild.
+    exit_retention: ExitRetention,
 }
 
 /// When a VM started on the model's clock: its request time, else its placement time.
@@ -411,8 +413,10 @@ fn recover(
     location: &StoreLocation,
     now_s: f64,
     repredictor: Option<Arc<dyn Repredictor>>,
+    exit_retention: ExitRetention,
 ) -> Result<Live, DurableError> {
     let mut store = store::open(location, spec)?;
+    store.set_exit_retention(exit_retention);
     let stored = store.load()?;
     let name = || location.to_string();
     let mut allocator = match store.agent() {
@@ -472,7 +476,7 @@ impl DurableAllocator {
         now_s: f64,
     ) -> Result<Self, DurableError> {
         let location = location.into();
-        let live = recover(spec, config, &location, now_s, None)?;
+        let live = recover(spec, config, &location, now_s, None, ExitRetention::default())?;
         let mut outcomes = OutcomeTracker::new(OutcomeConfig::default());
         observe_rebuilt(&mut outcomes, &live.allocator);
         Ok(DurableAllocator {
@@ -484,7 +488,16 @@ impl DurableAllocator {
             repredictor: None,
             share: None,
             outcomes,
+            exit_retention: ExitRetention::default(),
         })
+    }
+
+    /// Keeps the VMs that left in the store as `retention` says from now on (`[export]`).
+    pub fn set_exit_retention(&mut self, retention: ExitRetention) {
+        self.exit_retention = retention;
+        if let Some(live) = &mut self.live {
+            live.store.set_exit_retention(retention);
+        }
     }
 
     /// Resolves and keeps outcomes as `config` says from now on (the VMs awaiting theirs are kept).
@@ -523,7 +536,7 @@ impl DurableAllocator {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
         metrics::counter!("allocator_reloads_total").increment(1);
-        match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone()) {
+        match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone(), self.exit_retention) {
             Ok(live) => {
                 observe_rebuilt(&mut self.outcomes, &live.allocator);
                 self.live = Some(live);
@@ -776,12 +789,13 @@ fn apply(
             }
             Ok(Reply::Allocated(decision))
         }
-        Command::Release { vm, owner, .. } => {
+        Command::Release { vm, owner, ended_at_s } => {
             // Describe it while it is still there.
             let info = vm_info(allocator, vm)
                 .filter(|info| owner.as_ref().is_none_or(|owner| info.tenant_id == *owner))
                 .ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
-            allocator.release(vm, now_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
+            // The journal's release carries the end, for the store's exits.
+            allocator.release_ended(vm, now_s, *ended_at_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
             Ok(Reply::Released(info))
         }
         Command::SetHostState { host, state } => {

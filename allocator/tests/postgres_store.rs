@@ -185,6 +185,21 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
     assert!(stored[0].drain.is_some(), "a drain was recorded");
     assert_eq!(stored[1], stored[0], "PostgreSQL holds what SQLite holds");
     assert_eq!(stats[1], stats[0]);
+    // And the same VMs that left: both export the same trace.
+    let exports: Vec<Vec<traces::VmRecord>> = [&sqlite, &postgres]
+        .into_iter()
+        .map(|location| {
+            let path = dir.path().join("export.csv");
+            let mut sink = store::TraceExport::new(std::fs::File::create(&path).unwrap());
+            store::export::export(location, &store::ExportWindow::default(), &mut sink).unwrap();
+            sink.finish().unwrap();
+            traces::csv_format::CsvTraceReader::open(&path).unwrap().collect::<Result<_, _>>().unwrap()
+        })
+        .collect();
+    let exited = exports[0].iter().filter(|r| r.end_s.is_some()).count();
+    assert!(exited > 20, "the workload released VMs: {exited}");
+    assert_eq!(exports[0].len(), exited + stored[0].vms.len());
+    assert!(exports[1] == exports[0], "PostgreSQL exports what SQLite exports");
     // What each host uses, as the database keeps it, is the sum of its VMs' demands.
     let mismatched = pg.psql(
         "SELECT count(*) FROM hosts h WHERE h.cores_used <> COALESCE((SELECT sum(cores_base) FROM vms v
@@ -234,6 +249,7 @@ fn request_facts_round_trip_through_both_write_paths_a_reload_and_another_agents
         Change::Released {
             vm: d.id.clone(),
             was: placement::PlacedVm { host: placement::HostIndex(3), record: d.clone() },
+            ended_at_s: 5.0,
         },
     ];
     writer.apply(&first, &none).unwrap();
@@ -281,7 +297,7 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     );
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
     assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
     let request = with_facts(vm("new", 2.0, 600.0), 3);
@@ -291,6 +307,30 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     let ids: Vec<_> = stored.vms.iter().map(|v| v.vm.id.as_str()).collect();
     assert_eq!(ids, ["old", "new"]);
     assert_eq!((stored.vms[1].vm.requested_at_s, stored.vms[1].vm.request.clone()), facts(3));
+}
+
+#[test]
+fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    let request = with_facts(vm("kept", 2.0, 600.0), 3);
+    assert!(host_of(&durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
+    drop(durable);
+    // Version 2 is version 3 without the exits table.
+    pg.psql("DROP TABLE exits; UPDATE meta SET value = 2 WHERE key = 'schema_version'");
+
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+    assert_eq!(durable.allocator().unwrap().stats().vms, 1);
+    let release = Command::Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
+    durable.execute_one(release, 21.0).unwrap();
+    let start = facts(3).0.unwrap();
+    assert_eq!(
+        pg.psql("SELECT vm_id || ' ' || start_s || ' ' || ended_at_s || ' ' || (request IS NOT NULL) FROM exits"),
+        format!("kept {start} 1600000900 true")
+    );
+    assert_eq!(pg.psql("SELECT count(*) FROM vms"), "0");
 }
 
 #[test]

@@ -56,8 +56,9 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     let mut durable = DurableAllocator::open(&spec, &config, &path, stopped_at).unwrap();
 
     let (version, tables) = schema(&path);
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     assert!(tables.contains(&"policy_hosts".to_owned()) && !tables.contains(&"lava_hosts".to_owned()), "{tables:?}");
+    assert!(tables.contains(&"exits".to_owned()), "{tables:?}");
 
     for before in answers["hosts"].as_array().unwrap() {
         let id = before["host_id"].as_str().unwrap();
@@ -91,6 +92,14 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     durable.execute_one(Command::CompleteMigration("vm-1".into()), stopped_at + 1.0).unwrap();
     durable.execute_one(Command::release("vm-3".into()), stopped_at + 2.0).unwrap();
     let Ok(Reply::Stats(stats)) = durable.execute_one(Command::Stats, stopped_at + 2.0) else { panic!("stats") };
+    // The release is kept as an exit; a VM of version 3 has no request time, so it started and
+    // ended on the allocator's clock.
+    let exit: (String, f64, f64) = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT vm_id, start_s, ended_at_s FROM exits", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    assert_eq!(exit.0, "vm-3");
+    assert!(exit.1 < stopped_at && exit.2 == stopped_at + 2.0, "{exit:?}");
     drop(durable);
     let reopened = DurableAllocator::open(&spec, &config, &path, stopped_at + 2.0).unwrap();
     let again = reopened.allocator().unwrap().stats();
@@ -98,7 +107,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
         (again.vms, again.allocated_cores, again.host_states),
         (stats.vms, stats.allocated_cores, stats.host_states)
     );
-    assert_eq!(schema(&path).0, 5);
+    assert_eq!(schema(&path).0, 6);
 }
 
 fn vm_columns(path: &Path) -> Vec<String> {
@@ -122,7 +131,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     let config = AllocatorConfig::default();
     let now = 1_800_000_010.0;
     let mut durable = DurableAllocator::open(&spec, &config, &path, now).unwrap();
-    assert_eq!(schema(&path).0, 5);
+    assert_eq!(schema(&path).0, 6);
     let columns = vm_columns(&path);
     assert!(columns.contains(&"requested_at_s".to_owned()) && columns.contains(&"request".to_owned()), "{columns:?}");
 
@@ -155,5 +164,41 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     assert_eq!(vm6.request.features["batch_size"], FeatureValue::Number(2.0));
     assert_eq!(reopened.allocator().unwrap().stats().vms, 6);
     drop(reopened);
-    assert_eq!(schema(&path).0, 5);
+    assert_eq!(schema(&path).0, 6);
+}
+
+#[test]
+fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("allocator.db");
+    let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let config = AllocatorConfig::default();
+    let mut request = VmRequest::new("vm-0", "tenant-a", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap());
+    request.requested_at_s = Some(1_000.0);
+    let mut durable = DurableAllocator::open(&spec, &config, &path, 10.0).unwrap();
+    durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
+    drop(durable);
+    // Version 5 is version 6 without the exits table.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE exits; UPDATE meta SET value = 5 WHERE key = 'schema_version'")
+        .unwrap();
+    assert_eq!(
+        schema(&path),
+        (5, ["drain", "host_states", "meta", "migrations", "policy_hosts", "vms"].map(String::from).to_vec())
+    );
+
+    let mut durable = DurableAllocator::open(&spec, &config, &path, 20.0).unwrap();
+    let (version, tables) = schema(&path);
+    assert_eq!(version, 6);
+    assert!(tables.contains(&"exits".to_owned()), "{tables:?}");
+    assert_eq!(durable.allocator().unwrap().stats().vms, 1);
+    // Its VM's release is kept as an exit, at the end the release names.
+    let release = Command::Release { vm: VmId::from("vm-0"), owner: None, ended_at_s: Some(1_600.0) };
+    durable.execute_one(release, 21.0).unwrap();
+    let exit: (String, f64, f64) = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT vm_id, start_s, ended_at_s FROM exits", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    assert_eq!(exit, ("vm-0".to_owned(), 1_000.0, 1_600.0));
 }

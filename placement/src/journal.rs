@@ -28,8 +28,10 @@ pub enum Change {
     Placed { vm: Arc<NewVm>, host: HostId },
     /// A VM left its host (released or exited); a migration it was in is cancelled with it. `was`
     /// is where it was and its record (shared, not copied), so that the release can be taken back
-    /// ([`crate::Allocator::undo`]).
-    Released { vm: VmId, was: PlacedVm },
+    /// ([`crate::Allocator::undo`]). `ended_at_s` is when it ended on the model's clock (that of
+    /// its `requested_at_s`): as the caller named it ([`crate::Allocator::release_ended`]), else
+    /// [`exit_time`] of the allocator's clock, so that a trace of the VMs that left can be exported.
+    Released { vm: VmId, was: PlacedVm, ended_at_s: f64 },
     /// An operator or a drain set a host's state (`previous`: the state it had).
     HostState { host: HostId, state: HostState, previous: HostState },
     /// A VM started migrating to `target` (its demand is reserved there).
@@ -43,6 +45,17 @@ pub enum Change {
     /// A host's state under the stateful policy `policy` changed; its snapshot is
     /// [`crate::Allocator::policy_host_snapshot`] at the time of the take.
     PolicyHostState { host: HostId, policy: &'static str },
+}
+
+/// When a VM that leaves at `released_at_s` on the allocator's clock ended on the model's clock (that
+/// of its `requested_at_s`), when its release named no end: its start on the model's clock plus the
+/// time it was placed on the allocator's. A VM with no request time started on the allocator's
+/// clock, so that is `released_at_s` itself. Never before the VM's start.
+pub fn exit_time(vm: &NewVm, released_at_s: f64) -> f64 {
+    match vm.requested_at_s.filter(|t| t.is_finite()) {
+        Some(start) => start + (released_at_s - vm.placed_at_s).max(0.0),
+        None => released_at_s.max(vm.placed_at_s),
+    }
 }
 
 /// A [`Change`] as another allocator of the same zone reads it from a shared store's change log:
@@ -106,5 +119,59 @@ impl LoggedChange {
                 state: policy_state(host),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocator::{Allocator, AllocatorConfig};
+    use domain::{AllocationRequest, InventorySpec, Resources, VmRequest};
+
+    fn ends(allocator: &mut Allocator) -> Vec<(String, f64)> {
+        allocator
+            .take_changes()
+            .filter_map(|change| match change {
+                Change::Released { vm, ended_at_s, .. } => Some((vm.as_str().to_owned(), ended_at_s)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_release_records_the_end_it_names_else_the_start_plus_the_time_placed() {
+        let spec = InventorySpec::homogeneous("z", 2, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
+        let mut allocator = Allocator::new(&spec, &AllocatorConfig::default()).unwrap();
+        for (id, at) in [("named", Some(100.0)), ("estimated", Some(200.0)), ("no-time", None)] {
+            let mut vm = VmRequest::new(id, "t", "D", Resources::from_whole(1.0, 1.0, 0.0).unwrap());
+            vm.requested_at_s = at;
+            allocator.allocate(&AllocationRequest::Vm(vm), 1_000.0).unwrap();
+        }
+        allocator.take_changes().for_each(drop);
+        allocator.release_ended(&VmId::from("named"), 1_010.0, Some(160.0)).unwrap();
+        // A non-finite end is no end: estimated.
+        allocator.release_ended(&VmId::from("estimated"), 1_030.0, Some(f64::NAN)).unwrap();
+        allocator.release(&VmId::from("no-time"), 1_040.0).unwrap();
+        assert_eq!(
+            ends(&mut allocator),
+            [("named".to_owned(), 160.0), ("estimated".to_owned(), 230.0), ("no-time".to_owned(), 1_040.0)]
+        );
+    }
+
+    #[test]
+    fn an_estimated_exit_is_never_before_the_start() {
+        let vm = NewVm {
+            id: VmId::from("a"),
+            tenant: "t".into(),
+            vm_type: "D".to_owned(),
+            demand: Resources::from_whole(1.0, 1.0, 0.0).unwrap(),
+            placed_at_s: 50.0,
+            prediction: None,
+            requested_at_s: Some(7.0),
+            request: Default::default(),
+        };
+        assert_eq!(exit_time(&vm, 40.0), 7.0, "a clock that went back");
+        assert_eq!(exit_time(&NewVm { requested_at_s: None, ..vm.clone() }, 40.0), 50.0);
+        assert_eq!(exit_time(&vm, 80.0), 37.0);
     }
 }

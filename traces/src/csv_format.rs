@@ -222,6 +222,20 @@ impl CsvTraceWriter {
         Ok(CsvTraceWriter { writer, extra_names: extra_names.to_vec(), path: path.to_owned() })
     }
 
+    /// Writes the trace uncompressed to `output` (an HTTP response's body, say), the header first;
+    /// `name` names the output in errors.
+    pub fn to_writer(
+        output: impl Write + Send + 'static,
+        extra_names: &[String],
+        name: &str,
+    ) -> Result<Self, TraceError> {
+        let path = Path::new(name);
+        let mut writer = csv::WriterBuilder::new().from_writer(Sink::Stream(Box::new(output)));
+        let header = REQUIRED_COLUMNS.iter().copied().chain(extra_names.iter().map(String::as_str));
+        writer.write_record(header).map_err(|e| write_error(path, e))?;
+        Ok(CsvTraceWriter { writer, extra_names: extra_names.to_vec(), path: path.to_owned() })
+    }
+
     pub fn write(&mut self, record: &VmRecord) -> Result<(), TraceError> {
         let mut fields: Vec<String> = Vec::with_capacity(REQUIRED_COLUMNS.len() + self.extra_names.len());
         fields.extend([
@@ -259,6 +273,8 @@ fn write_error(path: &Path, err: csv::Error) -> TraceError {
 enum Sink {
     Plain(BufWriter<File>),
     Gzip(GzEncoder<BufWriter<File>>),
+    /// Any output ([`CsvTraceWriter::to_writer`]), uncompressed.
+    Stream(Box<dyn Write + Send>),
 }
 
 impl Sink {
@@ -266,6 +282,7 @@ impl Sink {
         match self {
             Sink::Plain(mut file) => file.flush(),
             Sink::Gzip(encoder) => encoder.finish()?.flush(),
+            Sink::Stream(mut output) => output.flush(),
         }
     }
 }
@@ -275,6 +292,7 @@ impl Write for Sink {
         match self {
             Sink::Plain(w) => w.write(buf),
             Sink::Gzip(w) => w.write(buf),
+            Sink::Stream(w) => w.write(buf),
         }
     }
 
@@ -282,6 +300,7 @@ impl Write for Sink {
         match self {
             Sink::Plain(w) => w.flush(),
             Sink::Gzip(w) => w.flush(),
+            Sink::Stream(w) => w.flush(),
         }
     }
 }

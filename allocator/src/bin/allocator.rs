@@ -50,6 +50,7 @@ fn main() -> Result<()> {
     let mut durable = DurableAllocator::open(&inventory, &config.allocator, config.store.clone(), unix_now_s())
         .with_context(|| format!("recovering the allocator state from `store` = {}", config.store))?;
     durable.set_outcome_config(config.quality.outcome_config());
+    durable.set_exit_retention(config.export.retention());
     let (hosts, vms) = durable.allocator().map_or((0, 0), |a| (a.state().hosts().len(), a.state().vm_count()));
     tracing::info!(
         store = %config.store, hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
@@ -116,6 +117,8 @@ async fn serve(config: &ServiceConfig, worker: Worker, zones: Arc<[ZoneId]>) -> 
         limits: config.limits.clone(),
         admin_token: config.admin_token.clone().filter(|t| !t.is_empty()),
         metrics: Some(metrics),
+        store: config.store.clone(),
+        exports: Arc::new(tokio::sync::Semaphore::new(allocator::api::CONCURRENT_EXPORTS)),
     };
     let app = service_common::layers::apply(router(state), &config.http);
     let listener =

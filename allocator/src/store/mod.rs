@@ -15,10 +15,15 @@
 //!   over-commit of a host and any second placement of a VM id.
 //!
 //! Both version their schema, create or upgrade it when opened, and refuse a newer one naming the
-//! fix.
+//! fix. Both keep the VMs that left (released or exited) in an exits table, written with the
+//! release, bounded by an [`ExitRetention`], and [`export`] reads the placements and exits back as
+//! a trace in the project's format.
 
+pub mod export;
 pub mod postgres;
 pub mod sqlite;
+
+pub use export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, TraceExport};
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -145,6 +150,40 @@ impl From<PathBuf> for StoreLocation {
     }
 }
 
+/// How long the exits tables keep the VMs that left, on the model's clock (`[export] retention_s`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExitRetention {
+    /// An exit is deleted once it ended more than this many seconds before the newest exit the
+    /// process wrote (infinite: never).
+    pub retention_s: f64,
+}
+
+/// Default of [`ExitRetention::retention_s`]: 30 days.
+pub const DEFAULT_EXIT_RETENTION_S: f64 = 30.0 * 86_400.0;
+
+/// How often exits are pruned, at most.
+pub const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Default for ExitRetention {
+    fn default() -> Self {
+        ExitRetention { retention_s: DEFAULT_EXIT_RETENTION_S }
+    }
+}
+
+impl ExitRetention {
+    /// The end before which exits go, given the newest exit written (none when nothing is to go).
+    pub fn cutoff(&self, newest_exit_s: f64) -> Option<f64> {
+        let cutoff = newest_exit_s - self.retention_s;
+        cutoff.is_finite().then_some(cutoff)
+    }
+
+    /// Whether exits should be pruned now: never pruned by this process, or last [`PRUNE_EVERY`]
+    /// ago, and there is something to judge by.
+    pub fn due(&self, pruned_at: Option<std::time::Instant>, newest_exit_s: f64) -> bool {
+        self.cutoff(newest_exit_s).is_some() && pruned_at.is_none_or(|at| at.elapsed() >= PRUNE_EVERY)
+    }
+}
+
 /// A durable placement store. See the module documentation.
 pub trait PlacementStore: Send + fmt::Debug {
     /// Every placed VM in placement order, every recorded host state, policy state, migration and
@@ -159,6 +198,10 @@ pub trait PlacementStore: Send + fmt::Debug {
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError>;
+
+    /// Keeps the VMs that left as `retention` says from now on (pruned after a batch, at most once
+    /// every [`PRUNE_EVERY`]).
+    fn set_exit_retention(&mut self, retention: ExitRetention);
 
     /// This agent's name in a store that several agents share (`None`: only this one writes it).
     fn agent(&self) -> Option<&str> {
@@ -326,6 +369,10 @@ impl PlacementStore for SqliteStore {
     fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
         SqliteStore::policy_states(self, hosts)
     }
+
+    fn set_exit_retention(&mut self, retention: ExitRetention) {
+        SqliteStore::set_exit_retention(self, retention);
+    }
 }
 
 impl PlacementStore for PostgresStore {
@@ -343,6 +390,10 @@ impl PlacementStore for PostgresStore {
 
     fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
         PostgresStore::policy_states(self, hosts)
+    }
+
+    fn set_exit_retention(&mut self, retention: ExitRetention) {
+        PostgresStore::set_exit_retention(self, retention);
     }
 
     fn agent(&self) -> Option<&str> {

@@ -11,10 +11,16 @@
 //! Only SQL that PostgreSQL-wire distributed databases also accept: no advisory locks, no
 //! `LISTEN`, no server-side functions.
 //!
-//! Schema (version 2, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
-//! A version 1 store is upgraded when opened, in the schema transaction: `vms` gains the request's
-//! columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows it holds (no request time,
-//! default request facts).
+//! Schema (version 3, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
+//! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
+//! (no request time, default request facts), and versions 1 and 2 gain the (empty) `exits` table.
+//!
+//! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
+//! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
+//! for the trace export ([`super::export`]). `exits` is keyed by the VM's start on the model's clock
+//! (an export reads it in order, pruning reads only old rows); at most once a minute each agent
+//! deletes the exits that ended more than the retention before the newest exit it wrote.
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);          -- schema_version
@@ -42,6 +48,10 @@
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
 //! CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
 //! CREATE TABLE changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+//! CREATE TABLE exits (start_s DOUBLE PRECISION NOT NULL,                 -- requested_at_s, else
+//!     seq BIGINT NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,         -- placed_at_s; the
+//!     ended_at_s DOUBLE PRECISION NOT NULL,                                -- columns of vms
+//!     PRIMARY KEY (start_s, seq));
 //! ```
 //!
 //! **The change log.** Every committed batch is one row of `changes`: the agent that wrote it and
@@ -56,8 +66,10 @@
 //! ([`super::Committed`]). Rows are kept for [`LOG_KEPT`] batches; an agent further behind finds a
 //! gap and rebuilds from the tables.
 
+use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
 use super::{
-    parse_state, prediction_json, request_json, state_name, Committed, Followed, StoreError, StoredState, VmColumns,
+    parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StoreError,
+    StoredState, VmColumns,
 };
 use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
@@ -66,7 +78,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -92,6 +104,10 @@ pub struct PostgresStore {
     statements: Statements,
     /// The agents whose batches this one followed, with the last row of each.
     seen: std::collections::HashMap<String, i64>,
+    /// How exits are kept, the newest exit this agent wrote (model clock) and when it last pruned.
+    retention: ExitRetention,
+    newest_exit_s: f64,
+    pruned_at: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -142,7 +158,17 @@ impl PostgresStore {
             context: "preparing the statements",
             source: source.into(),
         })?;
-        Ok(PostgresStore { client, name, agent, followed: 0, statements, seen: std::collections::HashMap::new() })
+        Ok(PostgresStore {
+            client,
+            name,
+            agent,
+            followed: 0,
+            statements,
+            seen: std::collections::HashMap::new(),
+            retention: ExitRetention::default(),
+            newest_exit_s: f64::NEG_INFINITY,
+            pruned_at: None,
+        })
     }
 
     fn sql(&self, context: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
@@ -340,6 +366,18 @@ impl PostgresStore {
                 .map_err(sql("trimming the change log"))?;
         }
         tx.commit().map_err(sql("committing"))?;
+        for change in changes {
+            if let Change::Released { ended_at_s, .. } = change {
+                self.newest_exit_s = self.newest_exit_s.max(*ended_at_s);
+            }
+        }
+        if self.retention.due(self.pruned_at, self.newest_exit_s) {
+            // A statement of its own: a failure here costs the batch nothing.
+            self.pruned_at = Some(std::time::Instant::now());
+            if let Err(error) = self.prune_exits() {
+                tracing::warn!(%error, "pruning the exits table failed; trying again in a minute");
+            }
+        }
         if seq == self.followed + 1 {
             self.followed = seq;
             Ok(Committed::InOrder)
@@ -347,6 +385,154 @@ impl PostgresStore {
             Ok(Committed::AfterOthers)
         }
     }
+}
+
+impl PostgresStore {
+    /// Keeps exits as `retention` says from now on.
+    pub fn set_exit_retention(&mut self, retention: ExitRetention) {
+        self.retention = retention;
+    }
+
+    /// Deletes the exits that ended more than the retention before the newest exit this agent
+    /// wrote; answers how many. Only the rows that started before the cut-off are read (the key's
+    /// order): an exit never ends before it starts.
+    pub fn prune_exits(&mut self) -> Result<u64, StoreError> {
+        let Some(cutoff) = self.retention.cutoff(self.newest_exit_s) else { return Ok(0) };
+        let deleted = self
+            .client
+            .execute("DELETE FROM exits WHERE start_s < $1 AND ended_at_s < $1", &[&cutoff])
+            .map_err(self.sql("pruning the exits"))?;
+        if deleted > 0 {
+            tracing::info!(deleted, cutoff_s = cutoff, "pruned exits past their retention");
+        }
+        Ok(deleted)
+    }
+}
+
+/// The columns an export reads: the start on the model's clock, [`VmColumns`] without the
+/// prediction (a trace has none), the end (NULL: still running).
+const EXPORT_COLUMNS: &str = "seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
+                              NULL::text, requested_at_s, request";
+
+/// How many rows an export fetches at a time.
+const EXPORT_FETCH: i32 = 2_000;
+
+/// Exports the VMs of the database at `url` that started in `window` ([`super::export`]): a
+/// connection of its own, one repeatable-read snapshot (a VM released meanwhile is read once,
+/// running or exited), rows fetched [`EXPORT_FETCH`] at a time through portals.
+pub fn export(url: &str, window: &ExportWindow, sink: &mut dyn ExportSink) -> Result<u64, ExportError> {
+    let name = redact(url);
+    let sql = |context: &'static str| {
+        let name = name.clone();
+        move |source: postgres::Error| StoreError::Sql { store: name, context, source: source.into() }
+    };
+    let mut client = Client::connect(url, NoTls)
+        .map_err(|source| StoreError::Open { store: format!("`store` = {name}"), source: source.into() })?;
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(sql("starting to read the export"))?;
+    let (from, to) = (window.from_s, window.to_s);
+    const RUNNING: &str = "FROM vms WHERE COALESCE(requested_at_s, placed_at_s) >= $1
+                           AND COALESCE(requested_at_s, placed_at_s) < $2";
+    const EXITED: &str = "FROM exits WHERE start_s >= $1 AND start_s < $2";
+    let count: i64 = tx
+        .query_one(&format!("SELECT (SELECT COUNT(*) {RUNNING}) + (SELECT COUNT(*) {EXITED})"), &[&from, &to])
+        .map_err(sql("counting the export's rows"))?
+        .get(0);
+    let os: bool = tx
+        .query_one(
+            &format!(
+                "SELECT EXISTS (SELECT 1 {RUNNING} AND request::jsonb ? 'os')
+                     OR EXISTS (SELECT 1 {EXITED} AND request::jsonb ? 'os')"
+            ),
+            &[&from, &to],
+        )
+        .map_err(sql("reading the export's OS column"))?
+        .get(0);
+    let features: Vec<String> = tx
+        .query(
+            &format!(
+                "SELECT jsonb_object_keys(request::jsonb -> 'features') {RUNNING} AND request IS NOT NULL
+                 UNION
+                 SELECT jsonb_object_keys(request::jsonb -> 'features') {EXITED} AND request IS NOT NULL
+                 LIMIT {}",
+                super::export::MAX_FEATURE_COLUMNS + 1
+            ),
+            &[&from, &to],
+        )
+        .map_err(sql("reading the export's feature names"))?
+        .into_iter()
+        .map(|row| row.get(0))
+        .collect();
+    sink.header(&ExportHeader::new(window, count.max(0) as u64, os, features)?)?;
+    let running = tx
+        .bind(
+            &format!(
+                "SELECT COALESCE(requested_at_s, placed_at_s), {EXPORT_COLUMNS}, NULL::float8 {RUNNING}
+                 ORDER BY COALESCE(requested_at_s, placed_at_s), seq"
+            ),
+            &[&from, &to],
+        )
+        .map_err(sql("reading the running VMs"))?;
+    let exited = tx
+        .bind(&format!("SELECT start_s, {EXPORT_COLUMNS}, ended_at_s {EXITED} ORDER BY start_s, seq"), &[&from, &to])
+        .map_err(sql("reading the exits"))?;
+    // Both portals are fetched from one transaction, a batch at a time, as the merge asks.
+    let tx = std::cell::RefCell::new(tx);
+    let fetch = |portal: &postgres::Portal, context: &'static str| {
+        let name = name.clone();
+        let tx = &tx;
+        let mut buffered: std::collections::VecDeque<postgres::Row> = std::collections::VecDeque::new();
+        let mut done = false;
+        let portal = portal.clone();
+        std::iter::from_fn(move || -> Option<Result<ExportedVm, ExportError>> {
+            if buffered.is_empty() && !done {
+                match tx.borrow_mut().query_portal(&portal, EXPORT_FETCH) {
+                    Ok(rows) => {
+                        done = rows.len() < EXPORT_FETCH as usize;
+                        buffered.extend(rows);
+                    }
+                    Err(source) => {
+                        done = true;
+                        return Some(Err(
+                            StoreError::Sql { store: name.clone(), context, source: source.into() }.into()
+                        ));
+                    }
+                }
+            }
+            let row = buffered.pop_front()?;
+            let columns = VmColumns {
+                seq: row.get(1),
+                vm_id: row.get(2),
+                host_id: row.get(3),
+                tenant_id: row.get(4),
+                vm_type: row.get(5),
+                base: [row.get(6), row.get(7), row.get(8)],
+                placed_at_s: row.get(9),
+                prediction: row.get(10),
+                requested_at_s: row.get(11),
+                request: row.get(12),
+            };
+            let (start_s, ended_at_s, seq) = (row.get(0), row.get(13), columns.seq);
+            Some(columns.decode(&name).map_err(ExportError::from).map(|stored| ExportedVm {
+                start_s,
+                seq,
+                vm: stored.vm,
+                ended_at_s,
+            }))
+        })
+    };
+    let written = super::export::merge(
+        fetch(&running, "reading the running VMs"),
+        fetch(&exited, "reading the exits"),
+        window.max_rows,
+        sink,
+    )?;
+    tx.into_inner().commit().map_err(sql("finishing the export"))?;
+    Ok(written)
 }
 
 /// Creates the schema, or checks its version, and seeds the inventory's hosts, in one transaction.
@@ -409,7 +595,22 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
                  INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
                  CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 2)
+                 CREATE TABLE IF NOT EXISTS exits (
+                     start_s DOUBLE PRECISION NOT NULL,
+                     seq BIGINT NOT NULL,
+                     vm_id TEXT NOT NULL,
+                     host_id TEXT NOT NULL,
+                     tenant_id TEXT NOT NULL,
+                     vm_type TEXT NOT NULL,
+                     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL,
+                     placed_at_s DOUBLE PRECISION NOT NULL,
+                     prediction TEXT,
+                     requested_at_s DOUBLE PRECISION,
+                     request TEXT,
+                     ended_at_s DOUBLE PRECISION NOT NULL,
+                     PRIMARY KEY (start_s, seq)
+                 );
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 3)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -474,8 +675,18 @@ impl Statements {
                            requested_at_s, request, position)
                  ORDER BY v.position",
             )?,
+            // The released VMs leave `vms` for `exits`, each with its end, in one statement.
             delete_vms: client.prepare(
-                "DELETE FROM vms WHERE vm_id = ANY($1::text[]) RETURNING host_id, cores_base, memory_base, ssd_base",
+                "WITH gone AS (DELETE FROM vms WHERE vm_id = ANY($1::text[]) RETURNING *),
+                      kept AS (INSERT INTO exits (start_s, seq, vm_id, host_id, tenant_id, vm_type, cores_base,
+                                                  memory_base, ssd_base, placed_at_s, prediction, requested_at_s,
+                                                  request, ended_at_s)
+                               SELECT COALESCE(g.requested_at_s, g.placed_at_s), g.seq, g.vm_id, g.host_id,
+                                      g.tenant_id, g.vm_type, g.cores_base, g.memory_base, g.ssd_base,
+                                      g.placed_at_s, g.prediction, g.requested_at_s, g.request, e.ended_at_s
+                               FROM gone g
+                               JOIN unnest($1::text[], $2::float8[]) AS e(vm_id, ended_at_s) ON e.vm_id = g.vm_id)
+                 SELECT host_id, cores_base, memory_base, ssd_base FROM gone",
             )?,
             lock_hosts: client.prepare(LOCK_HOSTS)?,
             add_use: client.prepare(
@@ -578,17 +789,17 @@ fn write_sets(
         )
         .map_err(sql("recording placements"))?;
     }
-    let released: Vec<&str> = changes
+    let (released, ends): (Vec<&str>, Vec<f64>) = changes
         .iter()
         .filter_map(|change| match change {
-            Change::Released { vm, .. } => Some(vm.as_str()),
+            Change::Released { vm, ended_at_s, .. } => Some((vm.as_str(), *ended_at_s)),
             _ => None,
         })
-        .collect();
+        .unzip();
     let deleted = if released.is_empty() {
         Vec::new()
     } else {
-        tx.query(&statements.delete_vms, &[&released]).map_err(sql("recording releases"))?
+        tx.query(&statements.delete_vms, &[&released, &ends]).map_err(sql("recording releases"))?
     };
     for row in &deleted {
         use_on(&mut used, row.get(0), [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
@@ -695,11 +906,19 @@ fn write_each(
                 .map_err(sql("recording a placement"))?;
                 use_on(host.as_str(), [cores, memory, ssd]);
             }
-            Change::Released { vm, .. } => {
+            Change::Released { vm, ended_at_s, .. } => {
                 let row = tx
                     .query_opt(
-                        "DELETE FROM vms WHERE vm_id = $1 RETURNING host_id, cores_base, memory_base, ssd_base",
-                        &[&vm.as_str()],
+                        "WITH gone AS (DELETE FROM vms WHERE vm_id = $1 RETURNING *),
+                              kept AS (INSERT INTO exits (start_s, seq, vm_id, host_id, tenant_id, vm_type, cores_base,
+                                                          memory_base, ssd_base, placed_at_s, prediction,
+                                                          requested_at_s, request, ended_at_s)
+                                       SELECT COALESCE(requested_at_s, placed_at_s), seq, vm_id, host_id, tenant_id,
+                                              vm_type, cores_base, memory_base, ssd_base, placed_at_s, prediction,
+                                              requested_at_s, request, $2
+                                       FROM gone)
+                         SELECT host_id, cores_base, memory_base, ssd_base FROM gone",
+                        &[&vm.as_str(), ended_at_s],
                     )
                     .map_err(sql("recording a release"))?;
                 if let Some(row) = row {

@@ -9,12 +9,19 @@
 //! [`Store::apply`] writes a whole batch of changes in one transaction, which is what makes group
 //! commit possible (see [`crate::durable`]); [`Store::load`] reads it all back.
 //!
-//! Schema (version 5). A store of an older version is upgraded in place when opened, in one
+//! Schema (version 6). A store of an older version is upgraded in place when opened, in one
 //! transaction: versions 1 and 2 gain the tables they lack, version 3's `lava_hosts` rows become
-//! `policy_hosts` rows of policy `lava` (the same state as JSON), and the `vms` of versions 1 to 4
+//! `policy_hosts` rows of policy `lava` (the same state as JSON), the `vms` of versions 1 to 4
 //! gain the request's columns (`ALTER TABLE ... ADD COLUMN`), NULL in the rows they hold: no request
-//! time, default request facts. A store of a newer version than this code is refused with a message
-//! naming the fix.
+//! time, default request facts, and versions 1 to 5 gain the (empty) `exits` table. A store of a
+//! newer version than this code is refused with a message naming the fix.
+//!
+//! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction, with
+//! when it ended on the model's clock ([`placement::Change::Released`]), so that the placements and
+//! exits can be exported as a trace ([`super::export`]). The table is keyed by the VM's start on
+//! the model's clock, so an export reads it in order and pruning reads only old rows: at most once
+//! a minute, the exits that ended more than the retention (`[export] retention_s`) before the
+//! newest exit this process wrote are deleted, in a transaction of their own after a batch's.
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
@@ -31,21 +38,29 @@
 //!     state TEXT NOT NULL);                                            -- the policy's own JSON
 //! CREATE TABLE migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);  -- in flight
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL); -- LARS, JSON
+//! CREATE TABLE exits (                                   -- released VMs: the columns of `vms`, and
+//!     start_s REAL NOT NULL,                             -- requested_at_s, else placed_at_s
+//!     seq INTEGER NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,
+//!     ended_at_s REAL NOT NULL,                          -- model clock
+//!     PRIMARY KEY (start_s, seq)) WITHOUT ROWID;
 //! ```
 //!
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
-use super::{parse_state, prediction_json, request_json, state_name, StoreError, StoredState, VmColumns};
+use super::{
+    export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm},
+    parse_state, prediction_json, request_json, state_name, StoreError, StoredState, VmColumns,
+};
 use domain::{HostId, VmId};
 use placement::defrag::Drain;
 use placement::journal::Change;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// What to do about a store of a newer schema version than this code.
 const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file away to start from an empty store";
@@ -61,6 +76,11 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Sequence number of the next placed VM.
     next_seq: i64,
+    /// How exits are kept ([`super::ExitRetention`]), the newest exit this process wrote (model
+    /// clock) and when exits were last pruned.
+    retention: super::ExitRetention,
+    newest_exit_s: f64,
+    pruned_at: Option<Instant>,
 }
 
 impl SqliteStore {
@@ -68,7 +88,14 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path)
             .map_err(|source| StoreError::Open { store: path.display().to_string(), source: source.into() })?;
-        let mut store = SqliteStore { conn, path: path.to_owned(), next_seq: 1 };
+        let mut store = SqliteStore {
+            conn,
+            path: path.to_owned(),
+            next_seq: 1,
+            retention: super::ExitRetention::default(),
+            newest_exit_s: f64::NEG_INFINITY,
+            pruned_at: None,
+        };
         store.init()?;
         Ok(store)
     }
@@ -100,13 +127,13 @@ impl SqliteStore {
             .conn
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
-                 AND name IN ('meta', 'vms', 'host_states', 'policy_hosts', 'migrations', 'drain')",
+                 AND name IN ('meta', 'vms', 'host_states', 'policy_hosts', 'migrations', 'drain', 'exits')",
                 [],
                 |row| row.get(0),
             )
             .map_err(self.sql("reading the schema"))?;
         // Creating or upgrading the schema takes the write lock; a current store is only read here.
-        if tables < 6 || self.stored_version()? != Some(SCHEMA_VERSION) {
+        if tables < 7 || self.stored_version()? != Some(SCHEMA_VERSION) {
             self.upgrade()?;
         }
         self.read_meta()
@@ -146,7 +173,7 @@ impl SqliteStore {
             .map_err(sql("starting the schema upgrade"))?;
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-             INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 5), ('next_seq', 1);",
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 6), ('next_seq', 1);",
         )
         .map_err(sql("creating the schema"))?;
         let found: i64 = tx
@@ -182,7 +209,24 @@ impl SqliteStore {
                  state TEXT NOT NULL
              );
              CREATE TABLE IF NOT EXISTS migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS exits (
+                 start_s REAL NOT NULL,
+                 seq INTEGER NOT NULL,
+                 vm_id TEXT NOT NULL,
+                 host_id TEXT NOT NULL,
+                 tenant_id TEXT NOT NULL,
+                 vm_type TEXT NOT NULL,
+                 cores_base INTEGER NOT NULL,
+                 memory_base INTEGER NOT NULL,
+                 ssd_base INTEGER NOT NULL,
+                 placed_at_s REAL NOT NULL,
+                 prediction TEXT,
+                 requested_at_s REAL,
+                 request TEXT,
+                 ended_at_s REAL NOT NULL,
+                 PRIMARY KEY (start_s, seq)
+             ) WITHOUT ROWID;",
         )
         .map_err(sql("creating the schema"))?;
         // Version 5: the request's time and facts. A `vms` table of an older version lacks them; its
@@ -399,6 +443,7 @@ impl SqliteStore {
         let store = path.display().to_string();
         let tx = self.conn.transaction().map_err(sql("starting a transaction"))?;
         let mut next_seq = self.next_seq;
+        let mut newest_exit_s = self.newest_exit_s;
         {
             let mut place = tx
                 .prepare_cached(
@@ -407,6 +452,15 @@ impl SqliteStore {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 )
                 .map_err(sql("recording a placement"))?;
+            let mut exit = tx
+                .prepare_cached(
+                    "INSERT INTO exits (start_s, seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base,
+                                        ssd_base, placed_at_s, prediction, requested_at_s, request, ended_at_s)
+                     SELECT COALESCE(requested_at_s, placed_at_s), seq, vm_id, host_id, tenant_id, vm_type,
+                            cores_base, memory_base, ssd_base, placed_at_s, prediction, requested_at_s, request, ?2
+                     FROM vms WHERE vm_id = ?1",
+                )
+                .map_err(sql("recording an exit"))?;
             let mut release =
                 tx.prepare_cached("DELETE FROM vms WHERE vm_id = ?1").map_err(sql("recording a release"))?;
             let mut host_state = tx
@@ -450,8 +504,10 @@ impl SqliteStore {
                             .map_err(sql("recording a placement"))?;
                         next_seq += 1;
                     }
-                    Change::Released { vm, .. } => {
+                    Change::Released { vm, ended_at_s, .. } => {
+                        exit.execute(params![vm.as_str(), ended_at_s]).map_err(sql("recording an exit"))?;
                         release.execute(params![vm.as_str()]).map_err(sql("recording a release"))?;
+                        newest_exit_s = newest_exit_s.max(*ended_at_s);
                     }
                     Change::HostState { host, state, .. } => {
                         host_state
@@ -498,8 +554,143 @@ impl SqliteStore {
         }
         tx.commit().map_err(sql("committing"))?;
         self.next_seq = next_seq;
+        self.newest_exit_s = newest_exit_s;
+        if self.retention.due(self.pruned_at, self.newest_exit_s) {
+            // A transaction of its own: a failure here costs the batch nothing (the next try is a
+            // minute later).
+            self.pruned_at = Some(Instant::now());
+            if let Err(error) = self.prune_exits() {
+                tracing::warn!(%error, "pruning the exits table failed; trying again in a minute");
+            }
+        }
         Ok(())
     }
+
+    /// Keeps exits as `retention` says from now on.
+    pub fn set_exit_retention(&mut self, retention: super::ExitRetention) {
+        self.retention = retention;
+    }
+
+    /// Deletes the exits that ended more than the retention before the newest exit this process
+    /// wrote; answers how many. The table is keyed by start, and an exit never ends before it
+    /// starts, so only the rows that started before the cut-off are read.
+    pub fn prune_exits(&mut self) -> Result<usize, StoreError> {
+        let Some(cutoff) = self.retention.cutoff(self.newest_exit_s) else { return Ok(0) };
+        let deleted = self
+            .conn
+            .execute("DELETE FROM exits WHERE start_s < ?1 AND ended_at_s < ?1", params![cutoff])
+            .map_err(self.sql("pruning the exits"))?;
+        if deleted > 0 {
+            tracing::info!(deleted, cutoff_s = cutoff, "pruned exits past their retention");
+        }
+        Ok(deleted)
+    }
+}
+
+/// The columns an export reads of `vms` and `exits`: the start on the model's clock, then
+/// [`VmColumns`] without the prediction (a trace has none), then the end (NULL: still running).
+const EXPORT_COLUMNS: &str = "seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
+                              NULL, requested_at_s, request";
+
+fn export_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(f64, VmColumns, Option<f64>)> {
+    Ok((
+        row.get(0)?,
+        VmColumns {
+            seq: row.get(1)?,
+            vm_id: row.get(2)?,
+            host_id: row.get(3)?,
+            tenant_id: row.get(4)?,
+            vm_type: row.get(5)?,
+            base: [row.get(6)?, row.get(7)?, row.get(8)?],
+            placed_at_s: row.get(9)?,
+            prediction: row.get(10)?,
+            requested_at_s: row.get(11)?,
+            request: row.get(12)?,
+        },
+        row.get(13)?,
+    ))
+}
+
+/// Exports the VMs of the store at `path` that started in `window` ([`super::export`]): a
+/// connection of its own, read only, in one read transaction (a snapshot: a VM released meanwhile
+/// is read once, running or exited), while the allocator goes on writing (WAL).
+pub fn export(path: &Path, window: &ExportWindow, sink: &mut dyn ExportSink) -> Result<u64, ExportError> {
+    let name = path.display().to_string();
+    let sql = |context: &'static str| {
+        let name = name.clone();
+        move |source: rusqlite::Error| StoreError::Sql { store: name, context, source: source.into() }
+    };
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+    )
+    .map_err(|source| StoreError::Open { store: name.clone(), source: source.into() })?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql("setting the busy timeout"))?;
+    let tx = conn.transaction().map_err(sql("starting to read the export"))?;
+    let (from, to) = (window.from_s, window.to_s);
+    const RUNNING: &str = "FROM vms WHERE COALESCE(requested_at_s, placed_at_s) >= ?1
+                           AND COALESCE(requested_at_s, placed_at_s) < ?2";
+    const EXITED: &str = "FROM exits WHERE start_s >= ?1 AND start_s < ?2";
+    // The header first: how many rows, whether any has an OS, the feature names (in SQL: the rows'
+    // JSON is never parsed here).
+    let count = |from_where: &str| -> Result<u64, StoreError> {
+        tx.query_row(&format!("SELECT COUNT(*) {from_where}"), params![from, to], |row| row.get::<_, i64>(0))
+            .map(|n| n.max(0) as u64)
+            .map_err(sql("counting the export's rows"))
+    };
+    let rows = count(RUNNING)? + count(EXITED)?;
+    let os: bool = tx
+        .query_row(
+            &format!(
+                "SELECT EXISTS (SELECT 1 {RUNNING} AND json_extract(request, '$.os') IS NOT NULL)
+                     OR EXISTS (SELECT 1 {EXITED} AND json_extract(request, '$.os') IS NOT NULL)"
+            ),
+            params![from, to],
+            |row| row.get(0),
+        )
+        .map_err(sql("reading the export's OS column"))?;
+    let features: Vec<String> = {
+        let mut statement = tx
+            .prepare(&format!(
+                "SELECT f.key FROM vms, json_each(vms.request, '$.features') AS f
+                     WHERE vms.request IS NOT NULL AND COALESCE(requested_at_s, placed_at_s) >= ?1
+                       AND COALESCE(requested_at_s, placed_at_s) < ?2
+                 UNION
+                 SELECT f.key FROM exits, json_each(exits.request, '$.features') AS f
+                     WHERE exits.request IS NOT NULL AND start_s >= ?1 AND start_s < ?2
+                 LIMIT {}",
+                super::export::MAX_FEATURE_COLUMNS + 1
+            ))
+            .map_err(sql("reading the export's feature names"))?;
+        let names = statement.query_map(params![from, to], |row| row.get(0)).map_err(sql("reading feature names"))?;
+        names.collect::<Result<_, _>>().map_err(sql("reading the export's feature names"))?
+    };
+    sink.header(&ExportHeader::new(window, rows, os, features)?)?;
+    let mut running = tx
+        .prepare(&format!(
+            "SELECT COALESCE(requested_at_s, placed_at_s), {EXPORT_COLUMNS}, NULL {RUNNING}
+             ORDER BY COALESCE(requested_at_s, placed_at_s), seq"
+        ))
+        .map_err(sql("reading the running VMs"))?;
+    let mut exited = tx
+        .prepare(&format!("SELECT start_s, {EXPORT_COLUMNS}, ended_at_s {EXITED} ORDER BY start_s, seq"))
+        .map_err(sql("reading the exits"))?;
+    let decode = |row: rusqlite::Result<(f64, VmColumns, Option<f64>)>,
+                  context: &'static str|
+     -> Result<ExportedVm, ExportError> {
+        let (start_s, columns, ended_at_s) = row.map_err(sql(context))?;
+        let seq = columns.seq;
+        Ok(ExportedVm { start_s, seq, vm: columns.decode(&name)?.vm, ended_at_s })
+    };
+    let running = running
+        .query_map(params![from, to], export_row)
+        .map_err(sql("reading the running VMs"))?
+        .map(|row| decode(row, "reading the running VMs"));
+    let exited = exited
+        .query_map(params![from, to], export_row)
+        .map_err(sql("reading the exits"))?
+        .map(|row| decode(row, "reading the exits"));
+    super::export::merge(running, exited, window.max_rows, sink)
 }
 
 #[cfg(test)]
@@ -559,6 +750,7 @@ mod tests {
         Change::Released {
             vm: VmId::from(id),
             was: placement::PlacedVm { host: placement::HostIndex(0), record: Arc::new(vm(id, 1.0)) },
+            ended_at_s: 20.0,
         }
     }
 

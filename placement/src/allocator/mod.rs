@@ -292,7 +292,7 @@ impl Allocator {
                 }
                 None => {
                     for placed in &placements {
-                        self.remove_vm(&placed.vm_id);
+                        self.remove_vm(&placed.vm_id, None);
                     }
                     self.journal.truncate(journal_mark);
                     for (host, snapshot) in states_before.into_iter().rev() {
@@ -367,11 +367,18 @@ impl Allocator {
 
     /// Releases a VM; its host's capacity is free at once.
     pub fn release(&mut self, vm: &VmId, now_s: f64) -> Result<PlacedVm, StateError> {
+        self.release_ended(vm, now_s, None)
+    }
+
+    /// [`Allocator::release`] of a VM that ended at `ended_at_s` on the model's clock (that of its
+    /// `requested_at_s`), as the journal's [`Change::Released`] records it (none: estimated,
+    /// [`crate::journal::exit_time`]).
+    pub fn release_ended(&mut self, vm: &VmId, now_s: f64, ended_at_s: Option<f64>) -> Result<PlacedVm, StateError> {
         self.advance_clock(now_s);
         if self.state.vm(vm).is_none() {
             return Err(StateError::UnknownVm(vm.clone()));
         }
-        Ok(self.remove_vm(vm))
+        Ok(self.remove_vm(vm, ended_at_s))
     }
 
     /// Drains (unavailable), fails or restores a host; its VMs stay. Returns the previous state.
@@ -448,14 +455,17 @@ impl Allocator {
         self.host_changed(host);
     }
 
-    fn remove_vm(&mut self, vm: &VmId) -> PlacedVm {
+    fn remove_vm(&mut self, vm: &VmId, ended_at_s: Option<f64>) -> PlacedVm {
         let migrating_to = self.state.migration_target(vm);
         let (id, placed) = match self.state.release_entry(vm) {
             Ok(entry) => entry,
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
         self.repredictions.remove(placed.host.get(), vm);
-        self.journal.push(Change::Released { vm: id, was: placed.clone() });
+        let ended_at_s = ended_at_s
+            .filter(|t| t.is_finite())
+            .unwrap_or_else(|| crate::journal::exit_time(&placed.record, self.clock_s));
+        self.journal.push(Change::Released { vm: id, was: placed.clone(), ended_at_s });
         if let Some(target) = migrating_to {
             // Its reservation went with it.
             self.journal.push(Change::MigrationCancelled { vm: vm.clone() });
