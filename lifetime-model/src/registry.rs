@@ -329,10 +329,11 @@ impl Registry {
         let mut present = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
-            if !path.join(MANIFEST_FILE).is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // A hidden directory is a bundle being copied in (renamed into place when whole).
+            if name.starts_with('.') || !path.join(MANIFEST_FILE).is_file() {
                 continue;
             }
-            let name = entry.file_name().to_string_lossy().into_owned();
             let print = fingerprint(&path);
             present.push(name.clone());
             let unchanged = state.loaded.get(&name).is_some_and(|(p, _)| *p == print)
@@ -736,6 +737,18 @@ mod tests {
         registry.refresh().unwrap();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(registry.rollout(), Rollout::default());
+    }
+
+    /// A bundle being copied in under a hidden name is not loaded until it is renamed into place.
+    #[test]
+    fn a_hidden_directory_is_never_loaded() {
+        let models = models_with(&["good", ".incoming"]);
+        let registry = Registry::new(models.path());
+        registry.refresh().unwrap();
+        assert!(registry.statuses().iter().all(|s| s.bundle != ".incoming"), "{:?}", registry.statuses());
+        std::fs::rename(models.path().join(".incoming"), models.path().join("new")).unwrap();
+        registry.refresh().unwrap();
+        assert!(registry.statuses().iter().any(|s| s.bundle == "new"));
     }
 
     #[test]
