@@ -3,9 +3,12 @@
 //! and release ([`schedule`]: time compression plus a rate cap), how to read the control service's
 //! answers ([`classify_answer`]), and what the run amounted to ([`Tally`], [`percentile`],
 //! [`stats_delta`], [`series_point`], [`thin_indices`], the plain-text [`Summary`] and its SVG
-//! plot). The `vmreplay` binary does the HTTP and the waiting.
+//! plots: packing and empty hosts, and the realized prediction quality per model version
+//! ([`QualitySummary`], [`QualitySample`], [`write_quality_plot`]); each VM's prediction as CSV
+//! ([`PredictionRow`])). The `vmreplay` binary does the HTTP and the waiting.
 
-use domain::{AllocationOutcome, ControlDecision, ControlStats, Problem, VmRequest};
+use domain::quality::{CanaryDecision, QualityFigures, QualityStatus, VersionQuality};
+use domain::{AllocationOutcome, ControlDecision, ControlStats, LifetimeClass, LifetimePrediction, Problem, VmRequest};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -77,6 +80,8 @@ pub fn check_window(window: &WindowSpec) -> Result<(), ReplayError> {
 pub struct PlannedVm {
     /// The request body's VM, with the run's id prefix.
     pub request: VmRequest,
+    /// The VM's id in the trace (without the prefix).
+    pub trace_vm_id: String,
     /// Arrival in trace seconds.
     pub start_s: f64,
     /// Departure in trace seconds; `None` when the trace does not know it.
@@ -119,7 +124,12 @@ pub fn plan(
         .vms
         .into_iter()
         .map(|record| {
-            Ok(PlannedVm { request: record.to_request(vm_id_prefix)?, start_s: record.start_s, end_s: record.end_s })
+            Ok(PlannedVm {
+                request: record.to_request(vm_id_prefix)?,
+                start_s: record.start_s,
+                end_s: record.end_s,
+                trace_vm_id: record.vm_id,
+            })
         })
         .collect::<Result<Vec<_>, ReplayError>>()?;
     Ok(Plan { vms, from_s: selected.from_s, to_s: selected.to_s, records_read: selected.records_read })
@@ -256,11 +266,16 @@ pub struct Answer {
     pub outcome: Outcome,
     /// The control service's own time for the request (`latency_us.total_us`).
     pub server_total_us: Option<u64>,
-    /// Source of each VM's prediction (`model`, `cache`, `fallback_timeout`, ...).
-    pub prediction_sources: Vec<String>,
+    /// Each VM's prediction, as the control service answered it.
+    pub predictions: Vec<LifetimePrediction>,
 }
 
 impl Answer {
+    /// Source of each VM's prediction (`model`, `cache`, `fallback_timeout`, ...).
+    pub fn prediction_sources(&self) -> Vec<String> {
+        self.predictions.iter().map(|p| wire_name(&p.source)).collect()
+    }
+
     /// True when the VM now sits on a host, so it has to be released.
     pub fn is_placed(&self) -> bool {
         matches!(self.outcome, Outcome::Placed | Outcome::Replayed { placed: true })
@@ -271,7 +286,7 @@ impl Answer {
         Answer {
             outcome: Outcome::Failed { kind: format!("transport: {kind}"), detail: detail.into() },
             server_total_us: None,
-            prediction_sources: Vec::new(),
+            predictions: Vec::new(),
         }
     }
 }
@@ -290,7 +305,7 @@ pub fn classify_answer(status: u16, body: &[u8]) -> Answer {
     let failed = |kind: String, detail: String| Answer {
         outcome: Outcome::Failed { kind, detail },
         server_total_us: None,
-        prediction_sources: Vec::new(),
+        predictions: Vec::new(),
     };
     if !(200..300).contains(&status) {
         let detail = match serde_json::from_slice::<Problem>(body) {
@@ -312,7 +327,83 @@ pub fn classify_answer(status: u16, body: &[u8]) -> Answer {
     Answer {
         outcome,
         server_total_us: Some(decision.latency_us.total_us),
-        prediction_sources: decision.predictions.iter().map(|p| wire_name(&p.prediction.source)).collect(),
+        predictions: decision.predictions.into_iter().map(|p| p.prediction).collect(),
+    }
+}
+
+/// Header of the per-VM predictions CSV (`vmreplay --predictions`): one row per allocation
+/// request, in the order the answers came.
+pub const PREDICTION_CSV_HEADER: &str =
+    "trace_vm_id,vm_id,tenant_id,start_s,end_s,outcome,p_long,class,model_version,source,expected_lifetime_s";
+
+/// One allocation request and the prediction its VM was placed with, for the predictions CSV:
+/// what the model said of each VM, to compare with an offline evaluation of the same VMs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PredictionRow {
+    pub trace_vm_id: String,
+    /// The id sent (with the run's prefix).
+    pub vm_id: String,
+    pub tenant_id: String,
+    pub start_s: f64,
+    pub end_s: Option<f64>,
+    /// `placed`, `rejected`, `replayed` or `failed`.
+    pub outcome: &'static str,
+    /// `None` when the answer carried none (a failed request).
+    pub prediction: Option<LifetimePrediction>,
+}
+
+impl PredictionRow {
+    pub fn new(vm: &PlannedVm, answer: &Answer) -> Self {
+        PredictionRow {
+            trace_vm_id: vm.trace_vm_id.clone(),
+            vm_id: vm.request.vm_id.as_str().to_owned(),
+            tenant_id: vm.request.tenant_id.as_str().to_owned(),
+            start_s: vm.start_s,
+            end_s: vm.end_s,
+            outcome: match answer.outcome {
+                Outcome::Placed => "placed",
+                Outcome::Rejected { .. } => "rejected",
+                Outcome::Replayed { .. } => "replayed",
+                Outcome::Failed { .. } => "failed",
+            },
+            prediction: answer.predictions.first().cloned(),
+        }
+    }
+
+    /// The row in the order of [`PREDICTION_CSV_HEADER`], without the line break. Numbers are
+    /// written in full (shortest round-trip form), absent values as empty fields.
+    pub fn csv_line(&self) -> String {
+        let number = |value: Option<f64>| value.map_or_else(String::new, |v| v.to_string());
+        let p = self.prediction.as_ref();
+        [
+            csv_field(&self.trace_vm_id),
+            csv_field(&self.vm_id),
+            csv_field(&self.tenant_id),
+            self.start_s.to_string(),
+            number(self.end_s),
+            self.outcome.to_owned(),
+            number(p.map(|p| p.p_long)),
+            p.map_or_else(String::new, |p| {
+                match p.class {
+                    LifetimeClass::Long => "long",
+                    LifetimeClass::Short => "short",
+                }
+                .to_owned()
+            }),
+            csv_field(p.and_then(|p| p.model_version.as_deref()).unwrap_or("")),
+            p.map_or_else(String::new, |p| wire_name(&p.source)),
+            number(p.and_then(|p| p.expected_lifetime_s)),
+        ]
+        .join(",")
+    }
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
     }
 }
 
@@ -358,8 +449,8 @@ impl Tally {
         if let Some(us) = answer.server_total_us {
             self.server_total_us.push(us);
         }
-        for source in &answer.prediction_sources {
-            *self.predictions_by_source.entry(source.clone()).or_default() += 1;
+        for source in answer.prediction_sources() {
+            *self.predictions_by_source.entry(source).or_default() += 1;
         }
         match &answer.outcome {
             Outcome::Placed => self.placed += 1,
@@ -468,6 +559,8 @@ pub struct StatsDelta {
     pub predictions_by_source: BTreeMap<String, u64>,
     pub safeguard_trips: u64,
     pub safeguard_active_at_end: bool,
+    /// Times the quality gate closed during the run.
+    pub quality_gate_trips: u64,
     /// Some counter went down: the service restarted during the run, and the figures count from
     /// the restart.
     pub counters_reset: bool,
@@ -508,6 +601,7 @@ pub fn stats_delta(start: &ControlStats, end: &ControlStats) -> StatsDelta {
         predictions_by_source: map_delta(&start.predictions_by_source, &end.predictions_by_source, &mut reset),
         safeguard_trips: counter_delta(start.safeguard.trips, end.safeguard.trips, &mut reset),
         safeguard_active_at_end: end.safeguard.active,
+        quality_gate_trips: counter_delta(start.quality.trips, end.quality.trips, &mut reset),
         counters_reset: reset,
     }
 }
@@ -530,12 +624,48 @@ pub struct SeriesPoint {
     pub packing_density: Option<f64>,
     /// Percent of hosts that are empty.
     pub empty_hosts_pct: Option<f64>,
+    /// The realized prediction quality per model version (the control service's `quality`: every
+    /// zone's window added up), as it stood at this sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quality: Vec<QualitySample>,
+}
+
+/// One model version's realized quality in one `/v1/stats` sample.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct QualitySample {
+    pub version: String,
+    /// Outcomes in the window (resolved, cohort complete).
+    pub resolved: u64,
+    pub roc_auc: Option<f64>,
+    pub average_precision: Option<f64>,
+    pub precision: Option<f64>,
+    pub recall: Option<f64>,
+}
+
+impl QualitySample {
+    pub fn of(version: &VersionQuality) -> Self {
+        let f = &version.figures;
+        QualitySample {
+            version: version.version.clone(),
+            resolved: f.resolved,
+            roc_auc: f.roc_auc,
+            average_precision: f.average_precision,
+            precision: f.precision,
+            recall: f.recall,
+        }
+    }
 }
 
 /// A time-series point from a `/v1/stats` answer. Zones whose allocator did not answer, and fields
 /// an allocator does not report, are left out rather than read as zero.
 pub fn series_point(elapsed_s: f64, trace_s: f64, vms_alive: u64, stats: &ControlStats) -> SeriesPoint {
-    let mut point = SeriesPoint { elapsed_s, trace_s, vms_alive, ..SeriesPoint::default() };
+    let mut point = SeriesPoint {
+        elapsed_s,
+        trace_s,
+        vms_alive,
+        quality: stats.quality.versions.iter().map(QualitySample::of).collect(),
+        ..SeriesPoint::default()
+    };
     let (mut density_sum, mut density_weight, mut empty_pct_sum, mut empty_pct_zones) = (0.0, 0.0, 0.0, 0u32);
     let add = |slot: &mut Option<u64>, value: Option<u64>| {
         if let Some(v) = value {
@@ -592,6 +722,85 @@ pub fn thin_indices(n: usize, max: usize) -> Vec<usize> {
                 (0..max).map(|i| ((i as f64 * (n - 1) as f64) / (max - 1) as f64).round() as usize).collect();
             picked.dedup();
             picked
+        }
+    }
+}
+
+/// One model version's realized quality at the end of the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct VersionSummary {
+    pub version: String,
+    /// `stable`, `canary`, or empty for a version no longer deployed.
+    pub role: String,
+    /// Outcomes resolved since the allocators started, in the window or not (every zone's).
+    pub resolved_total: u64,
+    /// VMs placed with its predictions whose outcomes are not in the window yet.
+    pub pending: u64,
+    /// What the zones' windows amount to, added up.
+    pub figures: QualityFigures,
+}
+
+/// The realized prediction quality at the end of the run (the control service's `/v1/stats`
+/// `quality`): the quality gate and, per model version, the figures of every zone's window added
+/// up. The windows are the allocators' (outcomes since they started, the last `[quality] window`
+/// per version), so they hold this run's VMs only on allocators that started fresh.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct QualitySummary {
+    pub gate_enabled: bool,
+    pub gated: bool,
+    pub gate_reason: Option<String>,
+    /// Since the control service started.
+    pub gate_trips: u64,
+    pub gate_recoveries: u64,
+    pub stable_version: Option<String>,
+    pub canary_version: Option<String>,
+    /// Most recently seen version first, as the service lists them.
+    pub versions: Vec<VersionSummary>,
+    pub last_canary_decision: Option<CanaryDecision>,
+}
+
+impl QualitySummary {
+    pub fn of(status: &QualityStatus) -> Self {
+        let role = |version: &str| {
+            if status.stable_version.as_deref() == Some(version) {
+                "stable"
+            } else if status.canary_version.as_deref() == Some(version) {
+                "canary"
+            } else {
+                ""
+            }
+        };
+        QualitySummary {
+            gate_enabled: status.gate_enabled,
+            gated: status.gated,
+            gate_reason: status.reason.clone(),
+            gate_trips: status.trips,
+            gate_recoveries: status.recoveries,
+            stable_version: status.stable_version.clone(),
+            canary_version: status.canary_version.clone(),
+            versions: status
+                .versions
+                .iter()
+                .map(|v| VersionSummary {
+                    version: v.version.clone(),
+                    role: role(&v.version).to_owned(),
+                    resolved_total: v.resolved_total,
+                    pending: v.pending,
+                    figures: v.figures.clone(),
+                })
+                .collect(),
+            last_canary_decision: status.last_canary_decision.clone(),
+        }
+    }
+
+    /// The gate's state in words.
+    fn gate_state(&self) -> String {
+        if !self.gate_enabled {
+            "off (measured only)".to_owned()
+        } else if self.gated {
+            format!("CLOSED: {}", self.gate_reason.as_deref().unwrap_or("no reason given"))
+        } else {
+            "open".to_owned()
         }
     }
 }
@@ -654,6 +863,10 @@ pub struct Summary {
     pub predictions_by_source: BTreeMap<String, u64>,
     /// From the control service's `/v1/stats`; `None` when the end snapshot failed.
     pub control_stats: Option<StatsDelta>,
+    /// The realized prediction quality at the end; `None` when the end snapshot failed.
+    pub quality: Option<QualitySummary>,
+    /// The SVG files written (`--plot` and its quality plot), named in the text.
+    pub plots: Vec<String>,
     pub series: Vec<SeriesPoint>,
 }
 
@@ -680,9 +893,17 @@ impl Summary {
             },
             predictions_by_source: tally.predictions_by_source,
             control_stats,
+            quality: None,
+            plots: Vec::new(),
             series,
             run,
         }
+    }
+
+    /// The same summary with the realized quality of `stats` (the end of the run, or later).
+    pub fn with_quality(mut self, stats: Option<&ControlStats>) -> Self {
+        self.quality = stats.map(|stats| QualitySummary::of(&stats.quality));
+        self
     }
 
     /// The readable plain-text report.
@@ -764,7 +985,117 @@ impl Summary {
         }
         writeln!(out, "predictions {}", list_or_none(&self.predictions_by_source))?;
         writeln!(out)?;
-        self.render_series(out)
+        self.render_quality(out)?;
+        self.render_series(out)?;
+        self.render_quality_series(out)?;
+        if !self.plots.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "plots     {}", self.plots.join(", "))?;
+        }
+        Ok(())
+    }
+
+    fn render_quality(&self, out: &mut String) -> std::fmt::Result {
+        let Some(quality) = &self.quality else {
+            return writeln!(out, "realized quality: unknown (the final /v1/stats failed)\n");
+        };
+        let trips = self.control_stats.as_ref().map_or(0, |d| d.quality_gate_trips);
+        writeln!(
+            out,
+            "realized quality (each zone's window of resolved outcomes, cohorts complete, added up per model version)"
+        )?;
+        writeln!(
+            out,
+            "  gate    {}; {trips} trips during the run ({} trips, {} recoveries since the service started)",
+            quality.gate_state(),
+            quality.gate_trips,
+            quality.gate_recoveries
+        )?;
+        if let Some(decision) = &quality.last_canary_decision {
+            writeln!(
+                out,
+                "  canary  last decision: {} {} (AP {:.3} vs stable {} {:.3}, {} / {} resolved{})",
+                decision.verdict,
+                decision.canary_version,
+                decision.canary_average_precision,
+                decision.stable_version,
+                decision.stable_average_precision,
+                decision.canary_resolved,
+                decision.stable_resolved,
+                if decision.applied { "" } else { ", not applied" }
+            )?;
+        }
+        if quality.versions.is_empty() {
+            writeln!(out, "  no model version has resolved outcomes yet")?;
+            return writeln!(out);
+        }
+        writeln!(
+            out,
+            "  {:<20} {:<6} {:>9} {:>8} {:>9} {:>7} {:>7} {:>7} {:>14} {:>7} {:>7}",
+            "version",
+            "role",
+            "resolved",
+            "pending",
+            "precision",
+            "recall",
+            "ROC AUC",
+            "AP",
+            "long realized",
+            "pred.",
+            "mean p"
+        )?;
+        for v in &quality.versions {
+            let f = &v.figures;
+            writeln!(
+                out,
+                "  {:<20} {:<6} {:>9} {:>8} {:>9} {:>7} {:>7} {:>7} {:>14} {:>7} {:>7}",
+                v.version,
+                v.role,
+                f.resolved,
+                v.pending,
+                fig(f.precision),
+                fig(f.recall),
+                fig(f.roc_auc),
+                fig(f.average_precision),
+                pct(f.realized_long_share),
+                pct(f.predicted_long_share),
+                fig(f.mean_p_long),
+            )?;
+        }
+        writeln!(out)
+    }
+
+    fn render_quality_series(&self, out: &mut String) -> std::fmt::Result {
+        let sampled: Vec<&SeriesPoint> = self.series.iter().filter(|p| !p.quality.is_empty()).collect();
+        if sampled.is_empty() {
+            return Ok(());
+        }
+        let rows = thin_indices(sampled.len(), TABLE_ROWS);
+        writeln!(out)?;
+        writeln!(out, "realized quality over time ({} of {} samples)", rows.len(), sampled.len())?;
+        writeln!(
+            out,
+            "  {:>8}  {:>14}  {:<20} {:>9} {:>7} {:>7} {:>9} {:>7}",
+            "real s", "trace s", "version", "resolved", "ROC AUC", "AP", "precision", "recall"
+        )?;
+        for i in rows {
+            let p = sampled[i];
+            for q in &p.quality {
+                writeln!(
+                    out,
+                    "  {:>8.1}  {:>14.0}  {:<20} {:>9} {:>7} {:>7} {:>9} {:>7}",
+                    p.elapsed_s,
+                    p.trace_s,
+                    q.version,
+                    q.resolved,
+                    fig(q.roc_auc),
+                    fig(q.average_precision),
+                    fig(q.precision),
+                    fig(q.recall)
+                )?;
+            }
+        }
+        Ok(())
     }
 
     fn render_series(&self, out: &mut String) -> std::fmt::Result {
@@ -793,6 +1124,16 @@ impl Summary {
         }
         Ok(())
     }
+}
+
+/// A figure in [0, 1] to three decimals, `-` when absent.
+fn fig(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// A share as a percentage, `-` when absent.
+fn pct(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0))
 }
 
 fn ms(value: Option<f64>) -> String {
@@ -848,6 +1189,109 @@ fn draw_plot(series: &[SeriesPoint], path: &Path) -> Result<(), Box<dyn std::err
     Ok(())
 }
 
+/// Where the quality plot goes beside the `--plot` file: `replay.svg` -> `replay-quality.svg`.
+pub fn quality_plot_path(plot: &Path) -> PathBuf {
+    let stem = plot.file_stem().map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    plot.with_file_name(format!("{stem}-quality.svg"))
+}
+
+/// True when some sample carries a model version's realized quality (worth a plot).
+pub fn has_quality(series: &[SeriesPoint]) -> bool {
+    series.iter().any(|p| !p.quality.is_empty())
+}
+
+/// Draws the realized quality of each model version over trace time, in hours, as SVG: four
+/// panels (ROC AUC, average precision, precision, recall of the long-lived class), one line per
+/// version. A sample without a figure (too few outcomes, one class only) leaves a gap.
+pub fn write_quality_plot(series: &[SeriesPoint], path: &Path) -> Result<(), ReplayError> {
+    draw_quality_plot(series, path).map_err(|err| ReplayError::Plot { path: path.to_owned(), message: err.to_string() })
+}
+
+/// Reads one figure of a sample.
+type Figure = fn(&QualitySample) -> Option<f64>;
+
+/// A version's line: runs of (trace hours, value) between missing values.
+type VersionLine = (String, Vec<Vec<(f64, f64)>>);
+
+/// The figures the quality plot draws, with their panel titles.
+const QUALITY_PANELS: [(&str, Figure); 4] = [
+    ("ROC AUC", |q| q.roc_auc),
+    ("average precision", |q| q.average_precision),
+    ("precision (long-lived)", |q| q.precision),
+    ("recall (long-lived)", |q| q.recall),
+];
+
+/// Each version's points of one figure, in sample order, cut into runs at missing values.
+fn quality_lines(series: &[SeriesPoint], figure: Figure) -> Vec<VersionLine> {
+    let mut versions: Vec<String> = Vec::new();
+    for point in series {
+        for q in &point.quality {
+            if !versions.contains(&q.version) {
+                versions.push(q.version.clone());
+            }
+        }
+    }
+    versions
+        .into_iter()
+        .map(|version| {
+            let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+            let mut run: Vec<(f64, f64)> = Vec::new();
+            for point in series {
+                match point.quality.iter().find(|q| q.version == version).and_then(figure).filter(|v| v.is_finite()) {
+                    Some(v) => run.push((point.trace_s / 3_600.0, v)),
+                    None if !run.is_empty() => runs.push(std::mem::take(&mut run)),
+                    None => {}
+                }
+            }
+            if !run.is_empty() {
+                runs.push(run);
+            }
+            (version, runs)
+        })
+        .collect()
+}
+
+fn draw_quality_plot(series: &[SeriesPoint], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let hours = |p: &SeriesPoint| p.trace_s / 3_600.0;
+    let x_min = series.iter().map(hours).fold(f64::INFINITY, f64::min);
+    let x_max = series.iter().map(hours).fold(f64::NEG_INFINITY, f64::max);
+    let (x_min, x_max) = if x_min.is_finite() && x_max > x_min { (x_min, x_max) } else { (0.0, 1.0) };
+    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled("Realized prediction quality during the replay, per model version", ("sans-serif", 20))?;
+    for (area, (title, figure)) in root.split_evenly((2, 2)).iter().zip(QUALITY_PANELS) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(45)
+            .build_cartesian_2d(x_min..x_max, 0.0..1.0)?;
+        chart.configure_mesh().x_desc("trace time (h)").draw()?;
+        for (k, (version, runs)) in quality_lines(series, figure).into_iter().enumerate() {
+            let color = Palette99::pick(k).to_rgba();
+            let mut labelled = false;
+            for run in runs {
+                let drawn = chart.draw_series(LineSeries::new(run, color.stroke_width(2)))?;
+                if !labelled {
+                    labelled = true;
+                    drawn
+                        .label(version.clone())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                }
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,6 +1310,17 @@ mod tests {
             start_s,
             end_s,
             extra: ExtraColumns::default(),
+        }
+    }
+
+    fn model_prediction(p_long: f64) -> LifetimePrediction {
+        LifetimePrediction {
+            p_long,
+            class: if p_long >= 0.5 { LifetimeClass::Long } else { LifetimeClass::Short },
+            interval_class: None,
+            expected_lifetime_s: None,
+            model_version: Some("m-1".into()),
+            source: domain::PredictionSource::Model,
         }
     }
 
@@ -889,6 +1344,7 @@ mod tests {
         let plan = plan(ok(records), 10.0, &window(Some(10.0), Some(100.0), None), "run").unwrap();
         let ids: Vec<&str> = plan.vms.iter().map(|v| v.request.vm_id.as_str()).collect();
         assert_eq!(ids, ["run-a", "run-a2", "run-b"]);
+        assert_eq!(plan.vms[0].trace_vm_id, "a", "the trace's own id is kept beside the prefixed one");
         assert_eq!((plan.from_s, plan.to_s, plan.records_read), (10.0, 110.0, 5));
         assert!(plan.releases_in_window(&plan.vms[2]));
         assert!(!plan.releases_in_window(&plan.vms[0]), "ends after the window");
@@ -964,6 +1420,7 @@ mod tests {
                 request: record(&format!("v{i}"), start_s, end_s).to_request("").unwrap(),
                 start_s,
                 end_s,
+                trace_vm_id: format!("v{i}"),
             })
             .collect();
         Plan { vms, from_s, to_s, records_read: 0 }
@@ -1107,7 +1564,7 @@ mod tests {
             "latency_us":{"validate_us":1,"cache_us":1,"inference_us":0,"allocator_us":5,"total_us":9}}"#;
         let answer = classify_answer(201, placed);
         assert_eq!(answer.outcome, Outcome::Placed);
-        assert_eq!((answer.server_total_us, answer.prediction_sources.clone()), (Some(9), vec!["cache".to_owned()]));
+        assert_eq!((answer.server_total_us, answer.prediction_sources()), (Some(9), vec!["cache".to_owned()]));
         assert!(answer.is_placed());
 
         let rejected = br#"{"zone":"z","status":"rejected","rejection":{"code":"no_feasible_host","detail":"full"},
@@ -1142,7 +1599,7 @@ mod tests {
     #[test]
     fn the_tally_counts_outcomes_releases_and_the_error_rate() {
         let mut tally = Tally::default();
-        let answer = |outcome| Answer { outcome, server_total_us: Some(5), prediction_sources: vec!["model".into()] };
+        let answer = |outcome| Answer { outcome, server_total_us: Some(5), predictions: vec![model_prediction(0.7)] };
         tally.record_allocation(&answer(Outcome::Placed), 10);
         tally.record_allocation(&answer(Outcome::Rejected { code: "no_feasible_host".into() }), 10);
         tally.record_allocation(&answer(Outcome::Replayed { placed: false }), 10);
@@ -1165,7 +1622,7 @@ mod tests {
     fn the_summary_renders_every_section_and_serializes() {
         let mut tally = Tally::default();
         tally.record_allocation(
-            &Answer { outcome: Outcome::Placed, server_total_us: Some(1500), prediction_sources: vec!["model".into()] },
+            &Answer { outcome: Outcome::Placed, server_total_us: Some(1500), predictions: vec![model_prediction(0.2)] },
             2345,
         );
         let series: Vec<SeriesPoint> = (0..40)
@@ -1205,5 +1662,203 @@ mod tests {
         write_plot(&[], &dir.path().join("empty.svg")).unwrap();
         let err = write_plot(&series, &dir.path().join("missing/dir/x.svg")).unwrap_err();
         assert!(err.to_string().contains("missing/dir/x.svg"), "{err}");
+    }
+
+    fn version_quality(version: &str, resolved: u64, auc: Option<f64>) -> VersionQuality {
+        VersionQuality {
+            version: version.into(),
+            resolved_total: resolved + 5,
+            pending: 3,
+            window: domain::quality::QualityTally::default(),
+            figures: QualityFigures {
+                resolved,
+                realized_long_share: Some(0.25),
+                predicted_long_share: Some(0.2),
+                mean_p_long: Some(0.3),
+                precision: Some(0.6),
+                recall: Some(0.55),
+                roc_auc: auc,
+                average_precision: auc.map(|a| a - 0.1),
+                ..QualityFigures::default()
+            },
+        }
+    }
+
+    fn quality_stats(versions: Vec<VersionQuality>, gated: bool, trips: u64) -> ControlStats {
+        ControlStats {
+            quality: QualityStatus {
+                gate_enabled: true,
+                gated,
+                reason: gated.then(|| "precision 0.300 < 0.5 over 250 VMs".to_owned()),
+                trips,
+                recoveries: 0,
+                stable_version: Some("m-1".into()),
+                canary_version: Some("m-2".into()),
+                versions,
+                last_canary_decision: None,
+            },
+            ..ControlStats::default()
+        }
+    }
+
+    #[test]
+    fn series_points_carry_each_versions_realized_quality() {
+        let stats =
+            quality_stats(vec![version_quality("m-2", 40, None), version_quality("m-1", 900, Some(0.8))], false, 0);
+        let point = series_point(3.0, 7_200.0, 1, &stats);
+        assert_eq!(point.quality.len(), 2);
+        assert_eq!(
+            point.quality[1],
+            QualitySample {
+                version: "m-1".into(),
+                resolved: 900,
+                roc_auc: Some(0.8),
+                average_precision: Some(0.8 - 0.1),
+                precision: Some(0.6),
+                recall: Some(0.55)
+            }
+        );
+        assert_eq!(point.quality[0].roc_auc, None, "a figure the window cannot tell stays absent");
+        assert!(series_point(0.0, 0.0, 0, &ControlStats::default()).quality.is_empty());
+        // Without quality the sample's JSON is as before.
+        let json = serde_json::to_value(series_point(0.0, 0.0, 0, &ControlStats::default())).unwrap();
+        assert!(json.get("quality").is_none());
+    }
+
+    #[test]
+    fn the_quality_summary_names_roles_and_the_gate_and_counts_trips_of_the_run() {
+        let start = quality_stats(Vec::new(), false, 1);
+        let end =
+            quality_stats(vec![version_quality("m-1", 900, Some(0.8)), version_quality("old", 10, None)], true, 3);
+        assert_eq!(stats_delta(&start, &end).quality_gate_trips, 2);
+        let quality = QualitySummary::of(&end.quality);
+        let roles: Vec<(&str, &str)> = quality.versions.iter().map(|v| (v.version.as_str(), v.role.as_str())).collect();
+        assert_eq!(roles, [("m-1", "stable"), ("old", "")]);
+        assert_eq!((quality.versions[0].resolved_total, quality.versions[0].pending), (905, 3));
+        assert!(quality.gate_state().starts_with("CLOSED: precision 0.300"));
+        let off = QualitySummary::of(&QualityStatus::default());
+        assert_eq!(off.gate_state(), "off (measured only)");
+        assert_eq!(QualitySummary::of(&quality_stats(Vec::new(), false, 0).quality).gate_state(), "open");
+    }
+
+    #[test]
+    fn the_summary_renders_the_quality_table_and_its_series() {
+        let series: Vec<SeriesPoint> = (0..30)
+            .map(|i| SeriesPoint {
+                elapsed_s: f64::from(i),
+                trace_s: f64::from(i) * 600.0,
+                quality: if i < 5 {
+                    Vec::new()
+                } else {
+                    vec![QualitySample {
+                        version: "m-1".into(),
+                        resolved: i as u64 * 10,
+                        roc_auc: Some(0.8),
+                        ..QualitySample::default()
+                    }]
+                },
+                ..SeriesPoint::default()
+            })
+            .collect();
+        let end = quality_stats(vec![version_quality("m-1", 900, Some(0.812))], false, 0);
+        let delta = stats_delta(&end, &end);
+        let mut summary =
+            Summary::new(RunInfo::default(), Tally::default(), Some(delta), series).with_quality(Some(&end));
+        summary.plots = vec!["r.svg".into(), "r-quality.svg".into()];
+        let text = summary.render();
+        for needle in [
+            "realized quality (each zone's window",
+            "gate    open; 0 trips during the run",
+            "ROC AUC",
+            "long realized",
+            "0.812",
+            "0.712",
+            "25.0%",
+            "20.0%",
+            "realized quality over time (15 of 25 samples)",
+            "plots     r.svg, r-quality.svg",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        let row = text.lines().find(|l| l.trim_start().starts_with("m-1")).unwrap();
+        assert!(
+            row.contains("stable") && row.contains("900") && row.contains("0.600") && row.contains("0.550"),
+            "{row}"
+        );
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["quality"]["versions"][0]["figures"]["roc_auc"], 0.812);
+        assert_eq!(json["quality"]["stable_version"], "m-1");
+        // No end snapshot: said so, and no quality table.
+        let unknown = Summary::new(RunInfo::default(), Tally::default(), None, Vec::new()).with_quality(None);
+        assert!(unknown.render().contains("realized quality: unknown"));
+        // No version yet.
+        let empty = Summary::new(RunInfo::default(), Tally::default(), None, Vec::new())
+            .with_quality(Some(&quality_stats(Vec::new(), false, 0)));
+        assert!(empty.render().contains("no model version has resolved outcomes yet"));
+    }
+
+    #[test]
+    fn prediction_rows_are_csv_with_every_field() {
+        let mut rec = record("vm,7", 100.5, Some(7300.0));
+        rec.tenant_id = "t\"1".into();
+        let vm = PlannedVm {
+            request: rec.to_request("r1").unwrap(),
+            start_s: 100.5,
+            end_s: Some(7300.0),
+            trace_vm_id: "vm,7".into(),
+        };
+        let mut prediction = model_prediction(0.123456789);
+        prediction.expected_lifetime_s = Some(3600.0);
+        let placed = Answer { outcome: Outcome::Placed, server_total_us: Some(1), predictions: vec![prediction] };
+        let line = PredictionRow::new(&vm, &placed).csv_line();
+        assert_eq!(line, r#""vm,7","r1-vm,7","t""1",100.5,7300,placed,0.123456789,short,m-1,model,3600"#);
+        assert_eq!(line.matches(',').count() - 2, PREDICTION_CSV_HEADER.matches(',').count(), "two commas quoted");
+        let mut open_ended = vm.clone();
+        open_ended.end_s = None;
+        let failed = PredictionRow::new(&open_ended, &Answer::transport_error("timeout", "slow")).csv_line();
+        assert!(failed.ends_with(",100.5,,failed,,,,,"), "{failed}");
+    }
+
+    #[test]
+    fn the_quality_plot_sits_beside_the_plot_and_draws_gaps_for_missing_figures() {
+        assert_eq!(quality_plot_path(Path::new("out/replay.svg")), Path::new("out/replay-quality.svg"));
+        assert_eq!(quality_plot_path(Path::new("plot")), Path::new("plot-quality.svg"));
+        let sample = |version: &str, auc: Option<f64>| QualitySample {
+            version: version.into(),
+            roc_auc: auc,
+            ..QualitySample::default()
+        };
+        let series: Vec<SeriesPoint> = [
+            vec![],
+            vec![sample("a", Some(0.7))],
+            vec![sample("a", Some(0.8)), sample("b", None)],
+            vec![sample("a", None), sample("b", Some(0.6))],
+            vec![sample("a", Some(0.9)), sample("b", Some(0.65))],
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, quality)| SeriesPoint { trace_s: i as f64 * 3_600.0, quality, ..SeriesPoint::default() })
+        .collect();
+        assert!(has_quality(&series) && !has_quality(&series[..1]));
+        let lines = quality_lines(&series, |q| q.roc_auc);
+        assert_eq!(
+            lines,
+            [
+                ("a".to_owned(), vec![vec![(1.0, 0.7), (2.0, 0.8)], vec![(4.0, 0.9)]]),
+                ("b".to_owned(), vec![vec![(3.0, 0.6), (4.0, 0.65)]]),
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.svg");
+        write_quality_plot(&series, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for needle in ["<svg", "ROC AUC", "average precision", "recall (long-lived)"] {
+            assert!(svg.contains(needle), "missing {needle:?}");
+        }
+        for version in ["a", "b"] {
+            assert!(svg.lines().any(|line| line.trim() == version), "no legend entry for {version}");
+        }
+        write_quality_plot(&[], &dir.path().join("empty.svg")).unwrap();
+        assert!(write_quality_plot(&series, &dir.path().join("no/dir/q.svg")).is_err());
     }
 }

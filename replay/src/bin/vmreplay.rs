@@ -7,10 +7,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{ArgGroup, Parser};
 use domain::{AllocationRequest, ControlStats, VmId};
 use indicatif::{ProgressBar, ProgressStyle};
-use replay::{self, Answer, EventKind, Pacer, Pacing, Plan, SeriesPoint, Tally, WindowSpec};
+use replay::{self, Answer, EventKind, Pacer, Pacing, Plan, PredictionRow, SeriesPoint, Tally, WindowSpec};
 use reqwest::Url;
 use std::collections::HashSet;
 use std::io::IsTerminal;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +37,8 @@ const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
                   (POST /allocate) at its trace start and released (DELETE /allocate/{vm_id}) at its trace end, \
                   both compressed by --speed and capped by --max-rate. VMs still placed at the end are released \
                   unless --keep. Prints a summary: outcomes, latency, cache and fallbacks, packing density and \
-                  empty hosts over time."
+                  empty hosts over time, and the realized prediction quality per model version (the control \
+                  service's quality gate and the allocators' windows of resolved outcomes)."
 )]
 #[command(group(ArgGroup::new("input").required(true).args(["trace", "synthetic_days"])))]
 struct Cli {
@@ -95,9 +97,22 @@ struct Cli {
     /// Also write the whole summary as JSON to this file.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
-    /// Also draw packing density and empty hosts over time into this SVG file.
+    /// Also draw packing density and empty hosts over time into this SVG file, and the realized
+    /// prediction quality per model version (ROC AUC, average precision, precision, recall) into
+    /// PATH-quality.svg beside it.
     #[arg(long, value_name = "PATH.svg")]
     plot: Option<PathBuf>,
+    /// Also write each allocation request's VM and the prediction it was placed with as CSV (trace
+    /// and sent id, tenant, trace start and end, outcome, p_long, class, model version, source), to
+    /// compare the served predictions with an offline evaluation of the same VMs.
+    #[arg(long, value_name = "PATH.csv")]
+    predictions: Option<PathBuf>,
+    /// After the run and its final releases, wait this long and read /v1/stats again for the
+    /// realized quality table: the control service reads the zones' quality every `[quality]
+    /// poll_ms`, and the final releases can complete the last cohorts. 0: the quality of the
+    /// final sample.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    settle_s: f64,
     /// No progress bar or progress messages; only the summary.
     #[arg(short, long)]
     quiet: bool,
@@ -125,6 +140,9 @@ fn check_flags(cli: &Cli) -> Result<Settings> {
     }
     if !(cli.request_timeout_s.is_finite() && cli.request_timeout_s >= 0.001) {
         bail!("--request-timeout-s must be at least 0.001 seconds, got {}", cli.request_timeout_s);
+    }
+    if !(cli.settle_s.is_finite() && (0.0..=3600.0).contains(&cli.settle_s)) {
+        bail!("--settle-s must be between 0 and 3600 seconds, got {}", cli.settle_s);
     }
     if !(0.0..=1.0).contains(&cli.max_error_rate) {
         bail!("--max-error-rate must be a share between 0 and 1 (0.01 = 1%), got {}", cli.max_error_rate);
@@ -300,6 +318,8 @@ struct Shared {
     alive: Mutex<HashSet<usize>>,
     /// Trace time of the latest event dispatched, as `f64` bits.
     trace_now: AtomicU64,
+    /// Each allocation's prediction, when `--predictions` asks for them.
+    predictions: Option<Mutex<Vec<PredictionRow>>>,
     bar: ProgressBar,
 }
 
@@ -346,6 +366,10 @@ async fn allocate(shared: Arc<Shared>, vm: usize, done: Option<oneshot::Sender<b
         }
     };
     let client_us = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+    if let Some(rows) = &shared.predictions {
+        let row = PredictionRow::new(&shared.plan.vms[vm], &answer);
+        lock(rows).push(row);
+    }
     let placed = answer.is_placed();
     if placed {
         lock(&shared.alive).insert(vm);
@@ -549,6 +573,16 @@ fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
     bar
 }
 
+/// Writes the predictions CSV (`--predictions`).
+fn write_predictions(path: &std::path::Path, rows: &[PredictionRow]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "{}", replay::PREDICTION_CSV_HEADER)?;
+    for row in rows {
+        writeln!(out, "{}", row.csv_line())?;
+    }
+    out.flush()
+}
+
 #[tokio::main]
 async fn main() -> Result<ExitCode> {
     let cli = Cli::parse();
@@ -623,6 +657,7 @@ async fn main() -> Result<ExitCode> {
         tally: Mutex::new(Tally::default()),
         alive: Mutex::new(HashSet::new()),
         trace_now: AtomicU64::new(from_s.to_bits()),
+        predictions: cli.predictions.as_ref().map(|_| Mutex::new(Vec::new())),
     });
     let mut series = vec![replay::series_point(0.0, from_s, 0, &start_stats)];
     let (stop_sampling, stop) = oneshot::channel();
@@ -655,18 +690,47 @@ async fn main() -> Result<ExitCode> {
         release_leftovers(&shared, cli.concurrency, &mut interrupts, cli.quiet).await;
     }
     run.wall_s = shared.elapsed_s();
+    let quality_stats = if cli.settle_s > 0.0 {
+        if !cli.quiet {
+            eprintln!("vmreplay: waiting {} s before reading the realized quality (--settle-s)", cli.settle_s);
+        }
+        tokio::time::sleep(Duration::from_secs_f64(cli.settle_s)).await;
+        match get_stats(&shared.client, &shared.endpoints.stats).await {
+            Ok(stats) => Some(stats),
+            Err(err) => {
+                eprintln!("vmreplay: warning: /v1/stats after --settle-s failed: {err:#}");
+                run.sample_errors += 1;
+                end_stats.clone()
+            }
+        }
+    } else {
+        end_stats.clone()
+    };
     let mut tally = std::mem::take(&mut *lock(&shared.tally));
     tally.releases.left_placed = lock(&shared.alive).len() as u64;
-    let delta = end_stats.as_ref().map(|end| replay::stats_delta(&start_stats, end));
-    let summary = replay::Summary::new(run, tally, delta, series);
+    let mut delta = end_stats.as_ref().map(|end| replay::stats_delta(&start_stats, end));
+    if let (Some(delta), Some(later)) = (delta.as_mut(), quality_stats.as_ref()) {
+        // Gate trips until the quality was read still belong to the run.
+        delta.quality_gate_trips = later.quality.trips.saturating_sub(start_stats.quality.trips);
+    }
+    let mut summary = replay::Summary::new(run, tally, delta, series).with_quality(quality_stats.as_ref());
 
+    if let Some(path) = &cli.plot {
+        replay::write_plot(&summary.series, path).context("--plot")?;
+        summary.plots.push(path.display().to_string());
+        if replay::has_quality(&summary.series) {
+            let quality_path = replay::quality_plot_path(path);
+            replay::write_quality_plot(&summary.series, &quality_path).context("--plot (realized quality)")?;
+            summary.plots.push(quality_path.display().to_string());
+        }
+    }
+    if let (Some(path), Some(rows)) = (&cli.predictions, &shared.predictions) {
+        write_predictions(path, &lock(rows)).with_context(|| format!("writing --predictions {}", path.display()))?;
+    }
     print!("{}", summary.render());
     if let Some(path) = &cli.json {
         let json = serde_json::to_vec_pretty(&summary).context("serializing the summary")?;
         std::fs::write(path, json).with_context(|| format!("writing --json {}", path.display()))?;
-    }
-    if let Some(path) = &cli.plot {
-        replay::write_plot(&summary.series, path).context("--plot")?;
     }
     let requests = &summary.requests;
     if requests.error_rate > cli.max_error_rate {
