@@ -361,19 +361,13 @@ fn started_at(vm: &NewVm) -> f64 {
     vm.requested_at_s.filter(|t| t.is_finite()).unwrap_or(vm.placed_at_s)
 }
 
-/// Feeds the outcome tracker with a batch this agent committed; `ends` are the exit times its
-/// releases named.
-fn observe_own(outcomes: &mut OutcomeTracker, ops: &[Change], commands: &[Command]) {
+/// Feeds the outcome tracker with a batch this agent committed (a release carries its end on the
+/// model's clock).
+fn observe_own(outcomes: &mut OutcomeTracker, ops: &[Change]) {
     for op in ops {
         match op {
             Change::Placed { vm, .. } => outcomes.placed(&vm.id, vm.prediction.as_ref(), started_at(vm)),
-            Change::Released { vm, .. } => {
-                let ended_at_s = commands.iter().find_map(|command| match command {
-                    Command::Release { vm: released, ended_at_s, .. } if released == vm => *ended_at_s,
-                    _ => None,
-                });
-                outcomes.released(vm, ended_at_s);
-            }
+            Change::Released { vm, ended_at_s, .. } => outcomes.released(vm, Some(*ended_at_s)),
             _ => {}
         }
     }
@@ -618,7 +612,7 @@ impl DurableAllocator {
                     metrics::counter!("allocator_commits_total").increment(1);
                     record_outcomes(&outcomes);
                     if order != Committed::AfterOthers {
-                        observe_own(&mut self.outcomes, &ops, commands);
+                        observe_own(&mut self.outcomes, &ops);
                     } else {
                         // Apply the batch again in the store's order, after the others' batches.
                         let taken_back = live.take_back(&ops, false).inspect_err(|error| {
