@@ -208,19 +208,7 @@ impl PostgresStore {
             .map_err(sql("reading the placed VMs"))?;
         let mut vms = Vec::with_capacity(rows.len());
         for row in rows {
-            let columns = VmColumns {
-                seq: row.get(0),
-                vm_id: row.get(1),
-                host_id: row.get(2),
-                tenant_id: row.get(3),
-                vm_type: row.get(4),
-                base: [row.get(5), row.get(6), row.get(7)],
-                placed_at_s: row.get(8),
-                prediction: row.get(9),
-                requested_at_s: row.get(10),
-                request: row.get(11),
-            };
-            vms.push(columns.decode(&name)?);
+            vms.push(vm_columns(&row, 0).decode(&name)?);
         }
         let mut host_states = Vec::new();
         let rows = tx
@@ -504,18 +492,7 @@ pub fn export(url: &str, window: &ExportWindow, sink: &mut dyn ExportSink) -> Re
                 }
             }
             let row = buffered.pop_front()?;
-            let columns = VmColumns {
-                seq: row.get(1),
-                vm_id: row.get(2),
-                host_id: row.get(3),
-                tenant_id: row.get(4),
-                vm_type: row.get(5),
-                base: [row.get(6), row.get(7), row.get(8)],
-                placed_at_s: row.get(9),
-                prediction: row.get(10),
-                requested_at_s: row.get(11),
-                request: row.get(12),
-            };
+            let columns = vm_columns(&row, 1);
             let (start_s, ended_at_s, seq) = (row.get(0), row.get(13), columns.seq);
             Some(columns.decode(&name).map_err(ExportError::from).map(|stored| ExportedVm {
                 start_s,
@@ -1103,6 +1080,22 @@ fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
         _ => return None,
     };
     Some(StoreError::Refused { store: name.to_owned(), detail })
+}
+
+/// A VM's columns, in `vms` order (`seq` .. `request`), from column `at` of `row` on.
+fn vm_columns(row: &postgres::Row, at: usize) -> VmColumns {
+    VmColumns {
+        seq: row.get(at),
+        vm_id: row.get(at + 1),
+        host_id: row.get(at + 2),
+        tenant_id: row.get(at + 3),
+        vm_type: row.get(at + 4),
+        base: [row.get(at + 5), row.get(at + 6), row.get(at + 7)],
+        placed_at_s: row.get(at + 8),
+        prediction: row.get(at + 9),
+        requested_at_s: row.get(at + 10),
+        request: row.get(at + 11),
+    }
 }
 
 #[cfg(test)]

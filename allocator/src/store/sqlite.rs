@@ -320,22 +320,7 @@ impl SqliteStore {
                  FROM vms ORDER BY seq",
             )
             .map_err(self.sql("reading the placed VMs"))?;
-        let rows = statement
-            .query_map([], |row| {
-                Ok(VmColumns {
-                    seq: row.get(0)?,
-                    vm_id: row.get(1)?,
-                    host_id: row.get(2)?,
-                    tenant_id: row.get(3)?,
-                    vm_type: row.get(4)?,
-                    base: [row.get(5)?, row.get(6)?, row.get(7)?],
-                    placed_at_s: row.get(8)?,
-                    prediction: row.get(9)?,
-                    requested_at_s: row.get(10)?,
-                    request: row.get(11)?,
-                })
-            })
-            .map_err(self.sql("reading the placed VMs"))?;
+        let rows = statement.query_map([], |row| vm_columns(row, 0)).map_err(self.sql("reading the placed VMs"))?;
         let mut vms = Vec::new();
         for row in rows {
             let columns = row.map_err(self.sql("reading the placed VMs"))?;
@@ -593,22 +578,23 @@ const EXPORT_COLUMNS: &str = "seq, vm_id, host_id, tenant_id, vm_type, cores_bas
                               NULL, requested_at_s, request";
 
 fn export_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(f64, VmColumns, Option<f64>)> {
-    Ok((
-        row.get(0)?,
-        VmColumns {
-            seq: row.get(1)?,
-            vm_id: row.get(2)?,
-            host_id: row.get(3)?,
-            tenant_id: row.get(4)?,
-            vm_type: row.get(5)?,
-            base: [row.get(6)?, row.get(7)?, row.get(8)?],
-            placed_at_s: row.get(9)?,
-            prediction: row.get(10)?,
-            requested_at_s: row.get(11)?,
-            request: row.get(12)?,
-        },
-        row.get(13)?,
-    ))
+    Ok((row.get(0)?, vm_columns(row, 1)?, row.get(13)?))
+}
+
+/// A VM's columns, in `vms` order (`seq` .. `request`), from column `at` of `row` on.
+fn vm_columns(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<VmColumns> {
+    Ok(VmColumns {
+        seq: row.get(at)?,
+        vm_id: row.get(at + 1)?,
+        host_id: row.get(at + 2)?,
+        tenant_id: row.get(at + 3)?,
+        vm_type: row.get(at + 4)?,
+        base: [row.get(at + 5)?, row.get(at + 6)?, row.get(at + 7)?],
+        placed_at_s: row.get(at + 8)?,
+        prediction: row.get(at + 9)?,
+        requested_at_s: row.get(at + 10)?,
+        request: row.get(at + 11)?,
+    })
 }
 
 /// Exports the VMs of the store at `path` that started in `window` ([`super::export`]): a
