@@ -2,7 +2,9 @@
 # Installs the build prerequisites that are missing, and nothing that is present:
 #   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
 #   (bindgen / LightGBM), the rustfmt + clippy components (CI lints), and schemathesis (the API
-#   fuzzer of control-service/tests/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store).
+#   fuzzer of control-service/tests/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store),
+#   and Debian's Chromium and ChromeDriver (the dashboard's browser test,
+#   control-service/tests/dashboard.rs).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."   # so a rust-toolchain override in the repo applies
@@ -124,5 +126,19 @@ else
     say "PostgreSQL installed ($(psql --version))"
 fi
 command -v runuser >/dev/null || [ "$(id -u)" -ne 0 ] || apt_install util-linux
+
+# --- 7. Chromium and ChromeDriver (the dashboard's browser test) ----------------------------
+# control-service/tests/dashboard.rs drives the dashboard in headless Chromium over WebDriver.
+# Debian's packages, never a test tool's own browser download (the network is closed to those);
+# the test finds chromium and chromedriver on PATH (or at $CHROMIUM and $CHROMEDRIVER).
+if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+    say "Chromium and ChromeDriver present ($(chromedriver --version | awk '{print $1, $2}'))"
+else
+    say "Chromium or ChromeDriver missing, installing Debian's chromium and chromium-driver"
+    apt_install chromium chromium-driver
+    command -v chromium >/dev/null && command -v chromedriver >/dev/null ||
+        die "chromium and chromium-driver installed but chromium or chromedriver is not on PATH"
+    say "Chromium and ChromeDriver installed ($(chromedriver --version | awk '{print $1, $2}'))"
+fi
 
 say "all prerequisites present"
