@@ -12,7 +12,12 @@
 #                         the mirror's bookworm, bookworm-updates and bookworm-security in its apt
 #                         sources, imported with `docker import`. Like the real slim image it has
 #                         apt, bash and useradd; unlike it, it keeps the man pages and docs (no
-#                         dpkg path excludes), so it is larger.
+#                         dpkg path excludes), so it is larger. It also carries THIS MACHINE'S
+#                         LOCALLY ADDED CA CERTIFICATES (/usr/local/share/ca-certificates/*.crt):
+#                         where HTTPS to the package registries goes through a proxy whose CA only
+#                         this machine trusts, pip and cargo inside the build need it too. They are
+#                         taken up by update-ca-certificates whenever an image installs
+#                         ca-certificates (both stand-ins and the Dockerfile's runtime stage do).
 #   rust:1-bookworm       that image, plus the C toolchain and tools of the real image's base
 #                         (gcc, g++, make, git, curl, pkg-config, python3), plus THIS MACHINE'S
 #                         OWN RUST TOOLCHAIN, copied from $RUSTUP_HOME (the rustup toolchain that
@@ -72,6 +77,11 @@ DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives
 APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
 Dir::Cache::pkgcache ""; Dir::Cache::srcpkgcache "";
 EOF
+    if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+        say "adding this machine's local CA certificates: $(cd /usr/local/share/ca-certificates && echo *.crt)"
+        mkdir -p "$rootfs/usr/local/share/ca-certificates"
+        cp /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/"
+    fi
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/log/*.log
     say "docker import -> debian:bookworm-slim"
     tar -C "$rootfs" --numeric-owner -c . | "$DOCKER" import \
