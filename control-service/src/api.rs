@@ -78,8 +78,23 @@ pub struct AppState {
                        the operator's key for any tenant. Every error is an RFC 9457 problem \
                        (`application/problem+json`)."
     ),
-    paths(allocate, release, lookup, stats, healthz, readyz, metrics_endpoint),
+    paths(
+        allocate,
+        release,
+        lookup,
+        stats,
+        healthz,
+        readyz,
+        metrics_endpoint,
+        crate::dashboard::zones,
+        crate::dashboard::zone_hosts,
+        crate::dashboard::zone_host,
+        crate::dashboard::zone_explain
+    ),
     components(schemas(
+        crate::dashboard::ZoneList,
+        crate::dashboard::ZoneAgents,
+        crate::dashboard::AgentHealth,
         domain::AllocationRequest,
         domain::ControlDecision,
         ControlStats,
@@ -182,6 +197,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .route("/openapi.json", get(openapi_json))
+        .merge(crate::dashboard::routes())
         .fallback(not_found)
         .with_state(state)
 }
@@ -198,7 +214,7 @@ fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn request_id(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok())
 }
 
@@ -317,7 +333,7 @@ fn check_public_request(control: &Control, request: &AllocationRequest) -> Resul
     Ok(zone)
 }
 
-fn upstream_failure(error: UpstreamError) -> Response {
+pub(crate) fn upstream_failure(error: UpstreamError) -> Response {
     let detail = error.to_string();
     match error {
         UpstreamError::Timeout { .. } => problem(
@@ -340,7 +356,7 @@ fn upstream_failure(error: UpstreamError) -> Response {
 }
 
 /// An allocator answer passed on as it came.
-fn pass_through(answer: Answer) -> Response {
+pub(crate) fn pass_through(answer: Answer) -> Response {
     let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = (status, answer.body).into_response();
     for (name, value) in [(header::CONTENT_TYPE, answer.content_type), (header::RETRY_AFTER, answer.retry_after)] {
@@ -707,15 +723,25 @@ impl Control {
               (status = 429, description = "The tenant is over its request rate.", body = domain::Problem)),
     security(("bearer" = [])))]
 async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match authorize(&state.control, &headers) {
-        Ok(caller) if caller.is_operator() => Json(state.control.stats(request_id(&headers)).await).into_response(),
-        Ok(_) => problem(
+    match operator(&state.control, &headers) {
+        Ok(_) => Json(state.control.stats(request_id(&headers)).await).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// The caller of a fleet-wide read (statistics, the zone views): the operator's key or open mode;
+/// 401 without a valid key, 403 for a tenant key.
+pub(crate) fn operator(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
+    let caller = authorize(control, headers)?;
+    if caller.is_operator() {
+        Ok(caller)
+    } else {
+        Err(problem(
             StatusCode::FORBIDDEN,
             "operator-only",
             "Operator only",
-            "fleet-wide statistics need the operator's API key",
-        ),
-        Err(response) => response,
+            "fleet-wide statistics and the zone views need the operator's API key",
+        ))
     }
 }
 

@@ -8,12 +8,14 @@
 //! [`rate_limit`] (per-tenant token buckets) decide who may call and how often; [`history`] feeds
 //! every arrival and exit to the inference servers' tenant history; [`quality`] gates a model whose
 //! realized quality falls below its floors and judges canaries by evidence; [`inference`] and
-//! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer.
+//! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer and
+//! [`dashboard`] the operator's web console with its zone views.
 
 pub mod api;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod dashboard;
 pub mod feature_key;
 pub mod health;
 pub mod history;

@@ -131,6 +131,29 @@ impl Allocators {
         self.send(zone, None, |client, agent| client.get(agent.url("/v1/quality"))).await
     }
 
+    /// A read of the allocator's public API (`path` with its query, already percent-encoded), for
+    /// the operator's zone views.
+    pub async fn get(&self, zone: &ZoneId, path: &str, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        self.send(zone, request_id, |client, agent| client.get(agent.url(path))).await
+    }
+
+    /// A dry run of the allocator's public API (`POST /v1/explain`), with the caller's JSON body
+    /// passed on as it came: the allocator validates it.
+    pub async fn explain(
+        &self,
+        zone: &ZoneId,
+        body: axum::body::Bytes,
+        request_id: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
+        self.send(zone, request_id, |client, agent| {
+            client
+                .post(agent.url("/v1/explain"))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })
+        .await
+    }
+
     /// The zone's agents in the order this call tries them: in turn from the zone's next one,
     /// those marked down last.
     fn order(&self, zone: &ZoneId) -> Result<Vec<Arc<Upstream>>, UpstreamError> {
@@ -202,7 +225,7 @@ fn vm_path(vm_id: &str, owner: Option<&TenantId>) -> String {
 }
 
 /// Percent-encodes a path segment. Validated ids never need it; it keeps anything else harmless.
-fn encode_segment(segment: &str) -> String {
+pub fn encode_segment(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
     for byte in segment.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {

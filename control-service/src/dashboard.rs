@@ -1,0 +1,240 @@
+//! The operator's console: the web dashboard at `/dashboard` (HTML, JavaScript and CSS embedded in
+//! the binary: no CDN, no build step) and the read-only zone views it reads besides `/v1/stats`.
+//!
+//! The zone views pass the zone allocator's public API on as it answered (`GET /v1/hosts`,
+//! `GET /v1/hosts/{host_id}`, `POST /v1/explain`), so the page needs no other origin and the
+//! allocators need no CORS. Like `/v1/stats` they show every tenant's VMs, so they take the
+//! operator's key (or open mode); the page itself holds no data and is served to anyone.
+
+use crate::api::{operator, pass_through, request_id, upstream_failure, AppState};
+use crate::upstream::encode_segment;
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use domain::ZoneId;
+use serde::Serialize;
+use service_common::problem::problem;
+
+const INDEX_HTML: &str = include_str!("../assets/dashboard/index.html");
+const APP_JS: &str = include_str!("../assets/dashboard/app.js");
+const APP_CSS: &str = include_str!("../assets/dashboard/app.css");
+
+/// The host-listing filters the allocator knows; anything else is refused here, so nothing but
+/// these reaches the allocator's URL.
+const HOST_FILTERS: [&str; 6] = ["state", "rack", "cluster", "empty", "limit", "offset"];
+
+/// The dashboard's page and assets, and the zone views.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/dashboard", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
+        .route("/dashboard/", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
+        .route("/dashboard/app.js", get(|| asset("text/javascript; charset=utf-8", APP_JS)))
+        .route("/dashboard/app.css", get(|| asset("text/css; charset=utf-8", APP_CSS)))
+        .route("/v1/zones", get(zones))
+        .route("/v1/zones/{zone}/hosts", get(zone_hosts))
+        .route("/v1/zones/{zone}/hosts/{host_id}", get(zone_host))
+        .route("/v1/zones/{zone}/explain", post(zone_explain))
+}
+
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // The assets change with the binary: revalidate rather than cache across upgrades.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Everything the page loads comes from this service.
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// The zones this control service routes, with their allocation agents.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ZoneList {
+    /// Where a request without a `zone` goes.
+    pub default_zone: String,
+    pub zones: Vec<ZoneAgents>,
+}
+
+/// One zone and its agents.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ZoneAgents {
+    pub zone: String,
+    pub agents: Vec<AgentHealth>,
+}
+
+/// One allocation agent as the health checks see it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AgentHealth {
+    pub url: String,
+    /// It answered its last readiness probe.
+    pub ready: bool,
+}
+
+/// The zones and their allocation agents' readiness. Fleet-wide: the operator's key (or open mode).
+#[utoipa::path(get, path = "/v1/zones",
+    responses((status = 200, description = "The zones.", body = ZoneList),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key: the zone views need the operator's key.", body = domain::Problem)),
+    security(("bearer" = [])))]
+pub async fn zones(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(response) = operator(&state.control, &headers) {
+        return response;
+    }
+    let zones = state
+        .control
+        .allocators
+        .zones()
+        .map(|(zone, agents)| ZoneAgents {
+            zone: zone.to_string(),
+            agents: agents.iter().map(|a| AgentHealth { url: a.base.clone(), ready: a.is_ready() }).collect(),
+        })
+        .collect();
+    Json(ZoneList { default_zone: state.control.default_zone.to_string(), zones }).into_response()
+}
+
+/// The zone's hosts as its allocator lists them (`GET /v1/hosts` of the allocator: `state`, `rack`,
+/// `cluster`, `empty`, `limit` up to 10,000 and `offset`). Fleet-wide: the operator's key.
+#[utoipa::path(get, path = "/v1/zones/{zone}/hosts",
+    params(("zone" = String, Path, description = "A zone this control service routes."),
+           ("state" = Option<String>, Query, description = "`available`, `unavailable` or `failed`."),
+           ("rack" = Option<String>, Query, description = "Only this rack's hosts."),
+           ("cluster" = Option<String>, Query, description = "Only this cluster's hosts."),
+           ("empty" = Option<bool>, Query, description = "Only hosts with no VM (`true`) or with some (`false`)."),
+           ("limit" = Option<u64>, Query, description = "Hosts per page (default 1,000, at most 10,000)."),
+           ("offset" = Option<u64>, Query, description = "Hosts to skip.")),
+    responses((status = 200, description = "A page of hosts (the allocator's `HostPage`).", content_type = "application/json"),
+              (status = 400, description = "An unknown or malformed filter.", body = domain::Problem),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key.", body = domain::Problem),
+              (status = 404, description = "No such zone.", body = domain::Problem),
+              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+    security(("bearer" = [])))]
+pub async fn zone_hosts(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    zone: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let zone = match known_zone(&state, &headers, zone) {
+        Ok(zone) => zone,
+        Err(response) => return response,
+    };
+    let pairs = match query {
+        Ok(Query(pairs)) => pairs,
+        Err(rejection) => {
+            return problem(StatusCode::BAD_REQUEST, "malformed-query", "Malformed query", rejection.body_text())
+        }
+    };
+    let mut path = String::from("/v1/hosts");
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        if !HOST_FILTERS.contains(&key.as_str()) {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "invalid-query",
+                "Invalid query",
+                format!("unknown filter `{key}`; the filters are {}", HOST_FILTERS.join(", ")),
+            );
+        }
+        path.push(if i == 0 { '?' } else { '&' });
+        path.push_str(&format!("{key}={}", encode_segment(value)));
+    }
+    forward(state.control.allocators.get(&zone, &path, request_id(&headers)).await)
+}
+
+/// One host of the zone with its VMs in full (the allocator's `GET /v1/hosts/{host_id}`): their
+/// demands, placement times and predictions. Fleet-wide: the operator's key.
+#[utoipa::path(get, path = "/v1/zones/{zone}/hosts/{host_id}",
+    params(("zone" = String, Path, description = "A zone this control service routes."),
+           ("host_id" = String, Path, description = "The host's id.")),
+    responses((status = 200, description = "The host and its VMs (the allocator's `HostDetail`).", content_type = "application/json"),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key.", body = domain::Problem),
+              (status = 404, description = "No such zone or host.", body = domain::Problem),
+              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+    security(("bearer" = [])))]
+pub async fn zone_host(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Response {
+    let (zone, host_id) = match path {
+        Ok(Path(pair)) => pair,
+        Err(rejection) => {
+            return problem(StatusCode::BAD_REQUEST, "malformed-path", "Malformed path", rejection.body_text())
+        }
+    };
+    let zone = match known_zone(&state, &headers, Ok(Path(zone))) {
+        Ok(zone) => zone,
+        Err(response) => return response,
+    };
+    let path = format!("/v1/hosts/{}", encode_segment(&host_id));
+    forward(state.control.allocators.get(&zone, &path, request_id(&headers)).await)
+}
+
+/// A dry run in the zone (the allocator's `POST /v1/explain`): where a VM would go now, the best
+/// hosts with their scores and, with `why_not`, why that host loses. Changes nothing.
+/// Fleet-wide: the operator's key.
+#[utoipa::path(post, path = "/v1/zones/{zone}/explain",
+    params(("zone" = String, Path, description = "A zone this control service routes.")),
+    request_body(content = Object, description = "The allocator's `ExplainRequest`: `{\"vm\": {...}, \"why_not\": \"host\", \"top\": 5}`; the VM as in an allocation request, with the `prediction` to explain."),
+    responses((status = 200, description = "The allocator's `Explanation`.", content_type = "application/json"),
+              (status = 400, description = "Malformed JSON or a missing field (named in `errors`).", body = domain::Problem),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key.", body = domain::Problem),
+              (status = 404, description = "No such zone.", body = domain::Problem),
+              (status = 422, description = "An invalid field, such as a host not in the inventory (named in `errors`).", body = domain::Problem),
+              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+    security(("bearer" = [])))]
+pub async fn zone_explain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    zone: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let zone = match known_zone(&state, &headers, zone) {
+        Ok(zone) => zone,
+        Err(response) => return response,
+    };
+    forward(state.control.allocators.explain(&zone, body, request_id(&headers)).await)
+}
+
+/// The zone of a zone view's path, for the operator only: 404 for a zone this service does not
+/// route (naming those it does).
+fn known_zone(
+    state: &AppState,
+    headers: &HeaderMap,
+    zone: Result<Path<String>, PathRejection>,
+) -> Result<ZoneId, Response> {
+    operator(&state.control, headers)?;
+    let Path(zone) = zone.map_err(|rejection| {
+        problem(StatusCode::BAD_REQUEST, "malformed-path", "Malformed path", rejection.body_text())
+    })?;
+    let zone = ZoneId(zone);
+    if state.control.allocators.contains(&zone) {
+        return Ok(zone);
+    }
+    let known: Vec<&str> = state.control.allocators.zones().map(|(zone, _)| zone.as_str()).collect();
+    Err(problem(
+        StatusCode::NOT_FOUND,
+        "unknown-zone",
+        "Unknown zone",
+        format!("no zone `{zone}`; this control service routes {}", known.join(", ")),
+    ))
+}
+
+fn forward(answer: Result<crate::upstream::Answer, crate::upstream::UpstreamError>) -> Response {
+    match answer {
+        Ok(answer) => pass_through(answer),
+        Err(error) => upstream_failure(error),
+    }
+}
