@@ -1037,10 +1037,38 @@ async fn metrics_endpoint(State(state): State<AppState>) -> Response {
             if let Ok(Reply::Quality(report)) = call(&state, "quality", Command::Quality).await {
                 record_quality(&report);
             }
+            if let Ok(Reply::Stats(stats)) = call(&state, "stats", Command::Stats).await {
+                record_stats(&stats);
+            }
             service_common::telemetry::render_metrics(handle)
         }
         None => problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics disabled", "no metrics recorder is installed"),
     }
+}
+
+/// The occupancy of `GET /v1/stats` as gauges, read at each scrape (O(VMs), like `/v1/stats`): hosts,
+/// empty hosts, VMs and cores by predicted lifetime class, packing density, empty-to-free; and the
+/// rejections since start by reason and the repredictions as counters.
+fn record_stats(stats: &placement::AllocatorStats) {
+    metrics::gauge!("allocator_hosts").set(stats.hosts as f64);
+    metrics::gauge!("allocator_available_hosts").set(stats.available_hosts as f64);
+    metrics::gauge!("allocator_empty_hosts").set(stats.empty_hosts as f64);
+    metrics::gauge!("allocator_packing_density").set(stats.packing_density);
+    metrics::gauge!("allocator_empty_to_free_ratio").set(stats.empty_to_free_ratio);
+    metrics::gauge!("allocator_allocated_cores").set(stats.allocated_cores);
+    metrics::gauge!("allocator_capacity_cores").set(stats.capacity_cores);
+    metrics::gauge!("allocator_allocated_memory_gib").set(stats.allocated_memory_gib);
+    metrics::gauge!("allocator_capacity_memory_gib").set(stats.capacity_memory_gib);
+    for (class, vms, cores) in
+        [("short", stats.vms_short, stats.cores_short), ("long", stats.vms_long, stats.cores_long)]
+    {
+        metrics::gauge!("allocator_vms", "class" => class).set(vms as f64);
+        metrics::gauge!("allocator_vm_cores", "class" => class).set(cores);
+    }
+    for (reason, count) in &stats.rejections {
+        metrics::counter!("allocator_rejections_total", "reason" => reason.clone()).absolute(*count);
+    }
+    metrics::counter!("allocator_repredictions_total").absolute(stats.repredictions);
 }
 
 /// The realized quality as gauges, per model version: `allocator_prediction_quality{version, figure}`
