@@ -1,6 +1,6 @@
 //! End-to-end regressions of the public API's hardening (issue 15), on the real binaries: ids that
 //! HTTP would rewrite are refused; API keys per tenant (no key is 401, another tenant's VM is 404,
-//! another tenant's request 403); per-tenant rate limits; new tenants cannot switch predictions off
+//! another tenant's request 403); the dashboard's zone views are the operator's; per-tenant rate limits; new tenants cannot switch predictions off
 //! for everyone; request times come from the server's clock; one slow readiness probe does not take
 //! a healthy inference server out of rotation.
 
@@ -145,6 +145,100 @@ async fn a_tenant_sees_and_releases_only_its_own_vms() {
     assert_eq!(client.get(control.url("/allocate/a-1")).bearer_auth(OPERATOR).send().await.unwrap().status(), 200);
     assert_eq!(client.delete(control.url("/allocate/a-1")).bearer_auth(ALICE).send().await.unwrap().status(), 204);
     assert_eq!(placed_vms(&client, &allocator).await, 0);
+}
+
+/// The dashboard's zone views show every tenant's VMs: they are the operator's, like `/v1/stats`.
+/// They pass the zone allocator's answers on (its problems too), refuse what the allocator does not
+/// know, and change nothing. The page itself holds no data and is served to anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let inference = start_inference(dir.path(), &default_models(dir.path())).await;
+    let allocator = start_allocator(dir.path(), 4).await;
+    let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, &keys_config("")).await;
+    let client = reqwest::Client::new();
+    let (status, decision) =
+        send(client.post(control.url("/allocate")).bearer_auth(ALICE).json(&tenant_vm("a-1", "alice"))).await;
+    assert_eq!(status, 201, "{decision}");
+    let host = decision["placements"][0]["host_id"].as_str().unwrap().to_owned();
+    let explain = json!({"vm": {"vm_id": "x", "tenant_id": "dashboard", "vm_type": "D2",
+        "demand": {"cores": 2, "memory_gib": 8}}, "why_not": host, "top": 2});
+
+    let views = ["/v1/zones", "/v1/zones/zone-1/hosts", &format!("/v1/zones/zone-1/hosts/{host}")];
+    for view in views {
+        assert_eq!(client.get(control.url(view)).send().await.unwrap().status(), 401, "{view}");
+        assert_eq!(client.get(control.url(view)).bearer_auth(ALICE).send().await.unwrap().status(), 403, "{view}");
+    }
+    let explain_url = control.url("/v1/zones/zone-1/explain");
+    assert_eq!(client.post(&explain_url).json(&explain).send().await.unwrap().status(), 401);
+    assert_eq!(client.post(&explain_url).bearer_auth(BOB).json(&explain).send().await.unwrap().status(), 403);
+
+    // The operator sees what the allocator reports.
+    let (status, zones) = send(client.get(control.url("/v1/zones")).bearer_auth(OPERATOR)).await;
+    assert_eq!(
+        (status, &zones["zones"][0]["zone"], &zones["zones"][0]["agents"][0]["ready"]),
+        (200, &json!("zone-1"), &json!(true))
+    );
+    let (status, page) =
+        send(client.get(control.url("/v1/zones/zone-1/hosts?limit=10000")).bearer_auth(OPERATOR)).await;
+    let own: Value = client.get(allocator.url("/v1/hosts?limit=10000")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((status, &page), (200, &own));
+    assert_eq!(page["total"], 4);
+    let (status, detail) =
+        send(client.get(control.url(&format!("/v1/zones/zone-1/hosts/{host}"))).bearer_auth(OPERATOR)).await;
+    assert_eq!(
+        (status, &detail["vms"][0]["vm_id"], &detail["vms"][0]["tenant_id"]),
+        (200, &json!("a-1"), &json!("alice"))
+    );
+    let (status, filtered) =
+        send(client.get(control.url("/v1/zones/zone-1/hosts?empty=false")).bearer_auth(OPERATOR)).await;
+    assert_eq!((status, &filtered["total"]), (200, &json!(1)));
+
+    // Bad input: named, and the allocator's own problems passed on.
+    let (status, problem) = send(client.get(control.url("/v1/zones/zone-9/hosts")).bearer_auth(OPERATOR)).await;
+    assert_eq!(status, 404, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("zone-1"), "{problem}");
+    let (status, problem) =
+        send(client.get(control.url("/v1/zones/zone-1/hosts?limit=10000&admin=1")).bearer_auth(OPERATOR)).await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("`admin`"), "{problem}");
+    let (status, problem) = send(client.get(control.url("/v1/zones/zone-1/hosts?limit=0")).bearer_auth(OPERATOR)).await;
+    assert_eq!((status, field(&problem)), (422, "limit"), "{problem}");
+    let (status, problem) =
+        send(client.get(control.url("/v1/zones/zone-1/hosts/no-such-host")).bearer_auth(OPERATOR)).await;
+    assert_eq!(status, 404, "{problem}");
+
+    // Why not this host: a dry run that changes nothing.
+    let (status, answer) = send(client.post(&explain_url).bearer_auth(OPERATOR).json(&explain)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["why_not"]["host_id"], json!(host), "{answer}");
+    assert!(answer["why_not"]["explanation"].is_string(), "{answer}");
+    let mut unknown = explain.clone();
+    unknown["why_not"] = json!("no-such-host");
+    let (status, problem) = send(client.post(&explain_url).bearer_auth(OPERATOR).json(&unknown)).await;
+    assert_eq!((status, field(&problem)), (422, "why_not"), "{problem}");
+    let (status, problem) = send(
+        client.post(&explain_url).bearer_auth(OPERATOR).header("content-type", "application/json").body("{\"vm\": 1"),
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(placed_vms(&client, &allocator).await, 1, "the views changed nothing");
+
+    // The page and its assets need no key, load nothing from elsewhere and are not cached stale.
+    for (path, kind) in
+        [("/dashboard", "text/html"), ("/dashboard/app.js", "text/javascript"), ("/dashboard/app.css", "text/css")]
+    {
+        let response = client.get(control.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let headers = response.headers();
+        assert!(headers["content-type"].to_str().unwrap().starts_with(kind), "{path}");
+        assert!(headers["content-security-policy"].to_str().unwrap().starts_with("default-src 'self'"), "{path}");
+        assert_eq!(headers["cache-control"], "no-cache", "{path}");
+        let body = response.text().await.unwrap();
+        for external in ["=\"http", "='http", "url(http", "fetch('http", "import "] {
+            assert!(!body.contains(external), "{path} loads something from another origin: `{external}`");
+        }
+    }
 }
 
 /// Per-tenant token buckets: a tenant over its rate gets 429 with Retry-After; others are not

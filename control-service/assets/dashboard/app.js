@@ -665,7 +665,7 @@
     const points = series.flatMap((s) => s.points);
     const t0 = points.length ? Math.min(...points.map((p) => p[0])) : 0;
     const t1 = points.length ? Math.max(...points.map((p) => p[0])) : 1;
-    const top = yMax !== undefined ? yMax : Math.max(1e-9, ...points.map((p) => p[1])) * 1.1;
+    const top = yMax !== undefined ? yMax : Math.max(1, ...points.map((p) => p[1]) ) * 1.1;
     const x = (t) => pad.left + ((t - t0) / Math.max(t1 - t0, 1)) * (width - pad.left - pad.right);
     const y = (v) => height - pad.bottom - (v / top) * (height - pad.top - pad.bottom);
     const children = [];
