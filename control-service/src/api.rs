@@ -50,6 +50,8 @@ pub struct Control {
     pub rate_limiter: RateLimiter,
     /// How far a tenant's `requested_at_s` may be from the server's clock, in seconds.
     pub max_skew_s: f64,
+    /// The console's figures over time.
+    pub timeline: crate::timeline::Timeline,
 }
 
 /// Request outcomes since start.
@@ -86,6 +88,7 @@ pub struct AppState {
         healthz,
         readyz,
         metrics_endpoint,
+        crate::dashboard::history,
         crate::dashboard::zones,
         crate::dashboard::zone_hosts,
         crate::dashboard::zone_host,
@@ -93,6 +96,9 @@ pub struct AppState {
     ),
     components(schemas(
         crate::dashboard::ZoneList,
+        crate::timeline::History,
+        crate::timeline::Sample,
+        crate::timeline::ZoneSample,
         crate::dashboard::ZoneAgents,
         crate::dashboard::AgentHealth,
         domain::AllocationRequest,
@@ -206,7 +212,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     problem(StatusCode::NOT_FOUND, "not-found", "Not found", format!("no route for `{}`", uri.path()))
 }
 
-fn unix_now_s() -> f64 {
+pub(crate) fn unix_now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
@@ -679,6 +685,12 @@ impl Control {
         if let Some(feed) = self.resolver.predictor().history() {
             feed.record(event);
         }
+    }
+
+    /// Takes a sample of the counters and the zones' occupancy for the console's timeline.
+    pub async fn sample_timeline(&self) {
+        let stats = self.stats(None).await;
+        self.timeline.push(crate::timeline::sample(&stats, unix_now_s()));
     }
 
     /// The control service's counters and each zone's allocator statistics.

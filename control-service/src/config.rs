@@ -33,6 +33,8 @@ pub struct ControlConfig {
     pub rate_limit: RateLimitConfig,
     /// How far a tenant's `requested_at_s` may be from the server's clock.
     pub request_time: RequestTimeConfig,
+    /// The operator's console: the figures it shows over time.
+    pub dashboard: DashboardConfig,
     /// Threads of the async runtime.
     pub runtime_threads: usize,
     pub http: LayerConfig,
@@ -177,6 +179,23 @@ pub struct CacheConfig {
     pub time_bucket_s: u64,
 }
 
+/// `[dashboard]`: the timeline behind the console's charts (`GET /v1/stats/history`), sampled from
+/// the control service's counters and the zones' statistics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DashboardConfig {
+    /// How often a sample is taken (each reads every zone's `/v1/stats`).
+    pub history_interval_ms: u64,
+    /// Samples kept (0: no timeline); 720 at 5 s is the last hour.
+    pub history_samples: usize,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        DashboardConfig { history_interval_ms: 5_000, history_samples: 720 }
+    }
+}
+
 /// `[quality]`: what the control service does with the realized quality the allocators measure
 /// (`GET /v1/quality` of every zone, added up per model version).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -287,6 +306,7 @@ impl Default for ControlConfig {
             auth: AuthConfig::default(),
             rate_limit: RateLimitConfig::default(),
             request_time: RequestTimeConfig::default(),
+            dashboard: DashboardConfig::default(),
             runtime_threads: 2,
             http: LayerConfig::default(),
         }
@@ -469,6 +489,19 @@ impl ControlConfig {
         }
         if quality.min_resolved == 0 {
             return Err(invalid("quality.min_resolved", "must be at least 1"));
+        }
+        let dashboard = &self.dashboard;
+        if dashboard.history_samples > 0 && dashboard.history_interval_ms < 100 {
+            return Err(invalid(
+                "dashboard.history_interval_ms",
+                "must be at least 100 (each sample reads every zone)",
+            ));
+        }
+        if dashboard.history_samples > 100_000 {
+            return Err(invalid(
+                "dashboard.history_samples",
+                format!("must be at most 100000, got {}", dashboard.history_samples),
+            ));
         }
         let safeguard = &self.safeguard;
         if !(0.0..=1.0).contains(&safeguard.threshold) {

@@ -34,6 +34,7 @@ pub fn routes() -> Router<AppState> {
         .route("/dashboard/", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
         .route("/dashboard/app.js", get(|| asset("text/javascript; charset=utf-8", APP_JS)))
         .route("/dashboard/app.css", get(|| asset("text/css; charset=utf-8", APP_CSS)))
+        .route("/v1/stats/history", get(history))
         .route("/v1/zones", get(zones))
         .route("/v1/zones/{zone}/hosts", get(zone_hosts))
         .route("/v1/zones/{zone}/hosts/{host_id}", get(zone_host))
@@ -78,6 +79,21 @@ pub struct AgentHealth {
     pub url: String,
     /// It answered its last readiness probe.
     pub ready: bool,
+}
+
+/// The control service's counters and its zones' occupancy over the last hour (`[dashboard]`
+/// `history_samples` taken every `history_interval_ms`), oldest first. Fleet-wide: the operator's
+/// key (or open mode).
+#[utoipa::path(get, path = "/v1/stats/history",
+    responses((status = 200, description = "The samples.", body = crate::timeline::History),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key.", body = domain::Problem)),
+    security(("bearer" = [])))]
+pub async fn history(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match operator(&state.control, &headers) {
+        Ok(_) => Json(state.control.timeline.history()).into_response(),
+        Err(response) => response,
+    }
 }
 
 /// The zones and their allocation agents' readiness. Fleet-wide: the operator's key (or open mode).

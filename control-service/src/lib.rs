@@ -9,7 +9,7 @@
 //! every arrival and exit to the inference servers' tenant history; [`quality`] gates a model whose
 //! realized quality falls below its floors and judges canaries by evidence; [`inference`] and
 //! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer and
-//! [`dashboard`] the operator's web console with its zone views.
+//! [`dashboard`] the operator's web console with its zone views, [`timeline`] its figures over time.
 
 pub mod api;
 pub mod auth;
@@ -24,4 +24,5 @@ pub mod predictions;
 pub mod quality;
 pub mod rate_limit;
 pub mod safeguard;
+pub mod timeline;
 pub mod upstream;

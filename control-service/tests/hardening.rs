@@ -155,7 +155,8 @@ async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
     let dir = tempfile::tempdir().unwrap();
     let inference = start_inference(dir.path(), &default_models(dir.path())).await;
     let allocator = start_allocator(dir.path(), 4).await;
-    let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, &keys_config("")).await;
+    let timeline = keys_config("[dashboard]\nhistory_interval_ms = 100\nhistory_samples = 50\n");
+    let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, &timeline).await;
     let client = reqwest::Client::new();
     let (status, decision) =
         send(client.post(control.url("/allocate")).bearer_auth(ALICE).json(&tenant_vm("a-1", "alice"))).await;
@@ -164,7 +165,7 @@ async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
     let explain = json!({"vm": {"vm_id": "x", "tenant_id": "dashboard", "vm_type": "D2",
         "demand": {"cores": 2, "memory_gib": 8}}, "why_not": host, "top": 2});
 
-    let views = ["/v1/zones", "/v1/zones/zone-1/hosts", &format!("/v1/zones/zone-1/hosts/{host}")];
+    let views = ["/v1/stats/history", "/v1/zones", "/v1/zones/zone-1/hosts", &format!("/v1/zones/zone-1/hosts/{host}")];
     for view in views {
         assert_eq!(client.get(control.url(view)).send().await.unwrap().status(), 401, "{view}");
         assert_eq!(client.get(control.url(view)).bearer_auth(ALICE).send().await.unwrap().status(), 403, "{view}");
@@ -193,6 +194,29 @@ async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
     let (status, filtered) =
         send(client.get(control.url("/v1/zones/zone-1/hosts?empty=false")).bearer_auth(OPERATOR)).await;
     assert_eq!((status, &filtered["total"]), (200, &json!(1)));
+
+    // The timeline behind the charts: samples every 100 ms, the placement and the zone in them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let history = loop {
+        let (status, history) = send(client.get(control.url("/v1/stats/history")).bearer_auth(OPERATOR)).await;
+        assert_eq!(status, 200, "{history}");
+        let samples = history["samples"].as_array().unwrap();
+        if samples.last().is_some_and(|s| s["placed"] == 1) || std::time::Instant::now() > deadline {
+            break history;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let last = history["samples"].as_array().unwrap().last().cloned().unwrap_or_default();
+    assert_eq!(history["interval_ms"], 100, "{history}");
+    assert_eq!(
+        (&last["placed"], &last["zones"]["zone-1"]["hosts"], &last["zones"]["zone-1"]["vms"]),
+        (&json!(1), &json!(4), &json!(1)),
+        "{history}"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (_, history) = send(client.get(control.url("/v1/stats/history")).bearer_auth(OPERATOR)).await;
+    let times: Vec<f64> = history["samples"].as_array().unwrap().iter().map(|s| s["at_s"].as_f64().unwrap()).collect();
+    assert!(times.len() >= 3 && times.windows(2).all(|w| w[0] < w[1]), "oldest first: {times:?}");
 
     // Bad input: named, and the allocator's own problems passed on.
     let (status, problem) = send(client.get(control.url("/v1/zones/zone-9/hosts")).bearer_auth(OPERATOR)).await;

@@ -1,8 +1,9 @@
 // The operator's console of the control service: polls its public JSON (`/v1/stats`, `/v1/zones`,
 // `/v1/zones/{zone}/hosts`), draws every zone's hosts on a canvas (one cell per host: its fill as
-// the cell's filled height, its lifetime class or LAVA state as the colour and as a digit), keeps
-// the figures over time since the page opened, and asks the zone's allocator why a clicked host
-// would not take a VM (`POST /v1/zones/{zone}/explain`). No framework, no build step.
+// the cell's filled height, its lifetime class or LAVA state as the colour and as a digit), charts
+// the figures over time (the service's timeline, `/v1/stats/history`, then its own samples), and
+// asks the zone's allocator why a clicked host would not take a VM (`POST /v1/zones/{zone}/explain`).
+// No framework, no build step.
 //
 // For tests and measurements, `window.lavaDashboard` exposes the state: `ready`, `firstRenderMs`,
 // `updates`, `lastUpdate` ({fetchMs, renderMs, totalMs}), `zones[zone]` ({hosts, vms,
@@ -121,7 +122,10 @@
   async function update() {
     const started = performance.now();
     try {
-      if (!view.zoneList) view.zoneList = await request('/v1/zones');
+      if (!view.zoneList) {
+        view.zoneList = await request('/v1/zones');
+        await loadHistory();
+      }
       const names = view.zoneList.zones.map((z) => z.zone);
       const [stats, zoneList, ...pages] = await Promise.all([
         request('/v1/stats'),
@@ -169,6 +173,21 @@
     });
     api.zones[zone] = { hosts: page.hosts.length, vms, hostsReported: page.total };
     view.detailCache.clear();
+  }
+
+  /** The control service's own timeline, so the charts start with the last hour rather than
+   *  empty; without one (disabled), they start now. */
+  async function loadHistory() {
+    try {
+      const history = await request('/v1/stats/history');
+      for (const s of history.samples) {
+        const zones = {};
+        for (const [zone, z] of Object.entries(s.zones)) zones[zone] = { density: z.packing_density, empty: z.empty_hosts_pct };
+        view.history.push({ t: s.at_s, requests: s.requests, placed: s.placed, rejected: s.rejected, failed: s.failed, zones });
+      }
+    } catch (error) {
+      // The charts start with this page's own samples.
+    }
   }
 
   /** Keeps one sample per update for the charts: counters as they are (rates come from

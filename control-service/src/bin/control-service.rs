@@ -12,6 +12,7 @@ use control_service::predictions::{Resolver, ResolverConfig};
 use control_service::quality::QualityWatch;
 use control_service::rate_limit::RateLimiter;
 use control_service::safeguard::Safeguard;
+use control_service::timeline::Timeline;
 use control_service::upstream::Allocators;
 use domain::ZoneId;
 use std::net::SocketAddr;
@@ -141,6 +142,7 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
         keys,
         rate_limiter: RateLimiter::new(config.rate_limit.clone()),
         max_skew_s: config.request_time.max_skew_s,
+        timeline: Timeline::new(config.dashboard.history_samples, config.dashboard.history_interval_ms),
     };
     let control = Arc::new(control);
     if config.inference.history {
@@ -149,6 +151,14 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
         every(Duration::from_millis(config.inference.history_flush_ms.max(10)), move || {
             let flushing = Arc::clone(&flushing);
             async move { flushing.resolver.predictor().flush_history().await }
+        });
+    }
+    if config.dashboard.history_samples > 0 {
+        // The console's timeline.
+        let sampling = Arc::clone(&control);
+        every(Duration::from_millis(config.dashboard.history_interval_ms), move || {
+            let sampling = Arc::clone(&sampling);
+            async move { sampling.sample_timeline().await }
         });
     }
     if watched {
