@@ -41,6 +41,8 @@ struct ComposeFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct RawService {
+    /// A published image (the optional monitoring services), which brings its own default command.
+    image: Option<String>,
     command: Option<StringOrList>,
     ports: Vec<Value>,
     environment: Option<Value>,
@@ -231,6 +233,7 @@ fn normalize_service(name: &str, raw: &RawService, base: &Path, problems: &mut V
              Docker's SIGTERM and the service",
             service.field("command")
         )),
+        None if raw.image.is_some() => {} // the published image's own command
         None => problems.push(format!("{}: missing (the image has no default command)", service.field("command"))),
     }
     service.flags = parse_flags(service.argv.get(1..).unwrap_or_default());
