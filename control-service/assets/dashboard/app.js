@@ -305,7 +305,7 @@
   function zoneSection(z) {
     if (z.section) return z.section;
     const canvas = el('canvas', { class: 'host-grid', 'data-zone': z.zone, tabindex: '0',
-      'aria-label': `Hosts of zone ${z.zone}; details of the hovered host are shown in the Host panel` });
+      'aria-label': `Hosts of zone ${z.zone}: arrow keys select a host (its details in the Host panel), Enter asks why a VM would not go there` });
     const figures = el('span', { class: 'figures' });
     const legend = el('div', { class: 'legend' });
     const wrap = el('div', { class: 'grid-wrap' }, canvas);
@@ -318,6 +318,23 @@
     canvas.addEventListener('click', (event) => {
       const host = hostAtEvent(z, event);
       if (host) selectHost(z, host);
+    });
+    // Without a mouse: the arrows move the selection over the grid, Enter asks why not.
+    canvas.addEventListener('keydown', (event) => {
+      if (!z.layout || !z.hosts.length) return;
+      const moves = { ArrowLeft: -1, ArrowRight: 1, ArrowUp: -z.layout.columns, ArrowDown: z.layout.columns };
+      const explain = event.key === 'Enter' || event.key === ' ';
+      if (!(event.key in moves) && !explain) return;
+      event.preventDefault();
+      const current = view.selected && view.selected.zone === z.zone ? z.byId.get(view.selected.hostId) : undefined;
+      if (explain) {
+        if (current !== undefined) selectHost(z, z.hosts[current]);
+        return;
+      }
+      const next = current === undefined ? 0 : Math.min(Math.max(current + moves[event.key], 0), z.hosts.length - 1);
+      view.selected = { zone: z.zone, hostId: z.hosts[next].host_id };
+      renderZone(z);
+      showHostPanel(z, z.hosts[next]);
     });
     return section;
   }
