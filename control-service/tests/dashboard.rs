@@ -43,7 +43,13 @@ const CHROMIUM_FLAGS: &[&str] = &[
 /// An executable: `$env` if set, else `name` on PATH.
 fn find_executable(env: &str, name: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "${env} is {}, which is not a file; `scripts/setup.sh` installs {name}",
+            path.display()
+        );
+        return path;
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
