@@ -6,6 +6,9 @@
 //! allocators need no CORS. Like `/v1/stats` they show every tenant's VMs, so they take the
 //! operator's key (or open mode); the page itself holds no data and is served to anyone.
 
+// Handlers return early with a ready `Response` (a problem body), as in `api`.
+#![allow(clippy::result_large_err)]
+
 use crate::api::{operator, pass_through, request_id, upstream_failure, AppState};
 use crate::upstream::encode_segment;
 use axum::body::Bytes;
