@@ -37,7 +37,7 @@
 
   const view = {
     key: sessionStorage.getItem('lava-operator-key') || '',
-    colourBy: 'class',
+    colourBy: ['class', 'lava', 'fill'].includes(params.get('colour')) ? params.get('colour') : 'class',
     paused: false,
     zoneList: null,
     zones: new Map(), // zone -> {hosts, byId, vmHost, layout, canvas, ...}
@@ -469,8 +469,13 @@
         ctx.fillRect(x + 1, y + 1, Math.max(2, size / 4), Math.max(2, size / 4));
       }
       if (digits && paint.digit !== null && host.vm_count > 0) {
+        // A white halo keeps the digit readable on dark fills and on empty space alike.
+        ctx.lineWidth = 3;
+        ctx.strokeStyle = '#ffffff';
+        ctx.strokeText(String(paint.digit), x + size / 2, y + size / 2);
         ctx.fillStyle = INK;
         ctx.fillText(String(paint.digit), x + size / 2, y + size / 2);
+        ctx.lineWidth = 1;
       }
     }
     if (view.selected && view.selected.zone === z.zone) {
@@ -833,6 +838,7 @@
 
   function start() {
     $('poll').textContent = fmt.duration(POLL_MS / 1000);
+    $('colour-by').value = view.colourBy;
     $('colour-by').addEventListener('change', (event) => {
       view.colourBy = event.target.value;
       for (const z of view.zones.values()) renderZone(z);
