@@ -3,9 +3,10 @@
 # per service.
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# Prerequisites in a layer of their own, so that editing the sources does not reinstall them.
+# Prerequisites in a layer of their own, so that editing the sources does not reinstall them. Only
+# the build's (CMake, libclang, a C++ compiler): the tests' tools have no use in the image.
 COPY scripts/setup.sh scripts/setup.sh
-RUN ./scripts/setup.sh
+RUN ./scripts/setup.sh --build-only
 COPY . .
 # The cache mounts keep downloaded crates and the target directory (above all LightGBM's C++ build,
 # which takes minutes) from one image build to the next. The target directory is a cache, not part

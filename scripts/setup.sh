@@ -6,12 +6,20 @@
 #   and Debian's Chromium and ChromeDriver (the dashboard's browser test,
 #   control-service/tests/dashboard.rs).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
+#   --build-only: only what `cargo build` needs (CMake, libclang, a C++ compiler); the Dockerfile's
+#   build stage uses it, since the tests' tools (schemathesis, PostgreSQL, Chromium) have no use there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."   # so a rust-toolchain override in the repo applies
 
 MIN_CMAKE=3.28
 say() { echo "setup: $*"; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
+BUILD_ONLY=0
+case "${1:-}" in
+    --build-only) BUILD_ONLY=1 ;;
+    "") ;;
+    *) die "usage: $0 [--build-only]" ;;
+esac
 
 # Root privileges only when actually needed: directly as root, else via sudo if it exists.
 if [ "$(id -u)" -eq 0 ]; then AS_ROOT=(); elif command -v sudo >/dev/null; then AS_ROOT=(sudo); else AS_ROOT=(false); fi
@@ -70,6 +78,8 @@ if command -v c++ >/dev/null || command -v g++ >/dev/null; then
 else
     say "C++ compiler missing, installing g++"; apt_install g++
 fi
+
+if [ "$BUILD_ONLY" -eq 1 ]; then say "build prerequisites present (--build-only)"; exit 0; fi
 
 # --- 3. curl and python3 (the demo waits for readiness with curl and picks free ports with python3)
 for tool in curl python3; do
