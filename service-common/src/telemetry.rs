@@ -10,7 +10,10 @@ pub use metrics_exporter_prometheus::PrometheusHandle;
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colours only on a terminal: a log file (scripts/stack.sh) or a container's log (docker compose
+    // logs) gets plain text, which grep and log collectors read.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
 /// Latency buckets in seconds, fine enough for sub-millisecond predictions.
