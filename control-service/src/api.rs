@@ -96,6 +96,7 @@ pub struct AppState {
     ),
     components(schemas(
         crate::dashboard::ZoneList,
+        crate::dashboard::ExplainRequest,
         crate::timeline::History,
         crate::timeline::Sample,
         crate::timeline::ZoneSample,
@@ -140,12 +141,17 @@ struct DocumentCompletion;
 impl utoipa::Modify for DocumentCompletion {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::schema::Schema;
-        use utoipa::openapi::RefOr;
-        if let Some(RefOr::T(Schema::Object(vm))) =
-            openapi.components.as_mut().and_then(|components| components.schemas.get_mut("VmRequest"))
-        {
-            vm.properties.remove("prediction");
+        use utoipa::openapi::{Ref, RefOr};
+        if let Some(components) = openapi.components.as_mut() {
+            // A dry run explains a VM with the prediction it is given: the request with it.
+            if let Some(vm) = components.schemas.get("VmRequest").cloned() {
+                components.schemas.insert("ExplainedVm".to_owned(), vm);
+            }
+            if let Some(RefOr::T(Schema::Object(vm))) = components.schemas.get_mut("VmRequest") {
+                vm.properties.remove("prediction");
+            }
         }
+        domain::openapi::set_property(openapi, "ExplainRequest", "vm", Ref::from_schema_name("ExplainedVm"));
         domain::openapi::alias(openapi, "/allocate", "/v1/allocate", "v1");
         domain::openapi::alias(openapi, "/allocate/{vm_id}", "/v1/allocate/{vm_id}", "v1");
         domain::openapi::complete(openapi);
@@ -173,7 +179,13 @@ pub fn openapi_document(control: &Control) -> utoipa::openapi::OpenApi {
             .description(Some("A zone this control service routes; its default zone when absent."))
     };
     domain::openapi::set_property(&mut openapi, "VmRequest", "zone", zone(true));
-    for path in ["/allocate/{vm_id}", "/v1/allocate/{vm_id}"] {
+    for path in [
+        "/allocate/{vm_id}",
+        "/v1/allocate/{vm_id}",
+        "/v1/zones/{zone}/hosts",
+        "/v1/zones/{zone}/hosts/{host_id}",
+        "/v1/zones/{zone}/explain",
+    ] {
         domain::openapi::set_parameter_schema(&mut openapi, path, "zone", zone(false));
     }
     if control.keys.is_open() {
@@ -224,7 +236,7 @@ pub(crate) fn request_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok())
 }
 
-fn invalid_field(field: String, message: String) -> Response {
+pub(crate) fn invalid_field(field: String, message: String) -> Response {
     field_problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", field, message)
 }
 

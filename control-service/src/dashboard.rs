@@ -9,7 +9,7 @@
 // Handlers return early with a ready `Response` (a problem body), as in `api`.
 #![allow(clippy::result_large_err)]
 
-use crate::api::{operator, pass_through, request_id, upstream_failure, AppState};
+use crate::api::{invalid_field, operator, pass_through, request_id, upstream_failure, AppState};
 use crate::upstream::encode_segment;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -125,14 +125,15 @@ pub async fn zones(State(state): State<AppState>, headers: HeaderMap) -> Respons
 /// `cluster`, `empty`, `limit` up to 10,000 and `offset`). Fleet-wide: the operator's key.
 #[utoipa::path(get, path = "/v1/zones/{zone}/hosts",
     params(("zone" = String, Path, description = "A zone this control service routes."),
-           ("state" = Option<String>, Query, description = "`available`, `unavailable` or `failed`."),
+           ("state" = Option<domain::HostState>, Query, description = "Only hosts in this state."),
            ("rack" = Option<String>, Query, description = "Only this rack's hosts."),
            ("cluster" = Option<String>, Query, description = "Only this cluster's hosts."),
            ("empty" = Option<bool>, Query, description = "Only hosts with no VM (`true`) or with some (`false`)."),
-           ("limit" = Option<u64>, Query, description = "Hosts per page (default 1,000, at most 10,000)."),
+           ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000, description = "Hosts per page (default 1,000)."),
            ("offset" = Option<u64>, Query, description = "Hosts to skip.")),
     responses((status = 200, description = "A page of hosts (the allocator's `HostPage`).", content_type = "application/json"),
               (status = 400, description = "An unknown or malformed filter.", body = domain::Problem),
+              (status = 422, description = "`limit` or `offset` out of range.", body = domain::Problem),
               (status = 401, description = "No valid API key.", body = domain::Problem),
               (status = 403, description = "A tenant key.", body = domain::Problem),
               (status = 404, description = "No such zone.", body = domain::Problem),
@@ -163,6 +164,10 @@ pub async fn zone_hosts(
                 "Invalid query",
                 format!("unknown filter `{key}`; the filters are {}", HOST_FILTERS.join(", ")),
             );
+        }
+        // The document says int64: beyond it the allocator would answer an empty page, not an error.
+        if key == "offset" && value.parse::<u128>().is_ok_and(|offset| offset > i64::MAX as u128) {
+            return invalid_field("offset".to_owned(), format!("must be at most {}, got {value}", i64::MAX));
         }
         path.push(if i == 0 { '?' } else { '&' });
         path.push_str(&format!("{key}={}", encode_segment(value)));
@@ -205,7 +210,7 @@ pub async fn zone_host(
 /// Fleet-wide: the operator's key.
 #[utoipa::path(post, path = "/v1/zones/{zone}/explain",
     params(("zone" = String, Path, description = "A zone this control service routes.")),
-    request_body(content = Object, description = "The allocator's `ExplainRequest`: `{\"vm\": {...}, \"why_not\": \"host\", \"top\": 5}`; the VM as in an allocation request, with the `prediction` to explain."),
+    request_body = ExplainRequest,
     responses((status = 200, description = "The allocator's `Explanation`.", content_type = "application/json"),
               (status = 400, description = "Malformed JSON or a missing field (named in `errors`).", body = domain::Problem),
               (status = 401, description = "No valid API key.", body = domain::Problem),
@@ -225,6 +230,23 @@ pub async fn zone_explain(
         Err(response) => return response,
     };
     forward(state.control.allocators.explain(&zone, body, request_id(&headers)).await)
+}
+
+/// The allocator's dry-run request (`POST /v1/explain` of the allocator). Only a schema: the body is
+/// passed on as it came, and the allocator validates it.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct ExplainRequest {
+    /// The VM, as in an allocation request, with the `prediction` to place it with (short-lived
+    /// when absent). The document points this at `ExplainedVm`: `VmRequest` with its `prediction`.
+    vm: domain::VmRequest,
+    /// A host of the zone to explain the verdict on (422 when not in the inventory).
+    #[schema(min_length = 1, max_length = 256)]
+    why_not: Option<String>,
+    /// How many of the best hosts to list (default 5).
+    #[schema(minimum = 1, maximum = 100)]
+    top: Option<u64>,
 }
 
 /// The zone of a zone view's path, for the operator only: 404 for a zone this service does not

@@ -33,7 +33,8 @@ const RUN_BUDGET: Duration = Duration::from_secs(150);
 /// can state, so those operations may answer a valid case with 422 as well:
 /// - allocations (`/allocate`, `/v1/allocate`, `/v1/allocations`): a gang's VMs must all name the
 ///   gang's tenant, have distinct VM ids and one zone (rules across fields);
-/// - `/v1/explain`: `why_not` must be a host of this inventory; `/v1/drains`: `pick` needs
+/// - `/v1/explain` (and the control service's `/v1/zones/{zone}/explain`, which passes it on):
+///   `why_not` must be a host of this inventory; `/v1/drains`: `pick` needs
 ///   non-empty hosts (the allocator's state);
 /// - the inference server's rollout routes: a canary must be a valid bundle of the models
 ///   directory, and promoting needs a canary (the registry's state).
@@ -41,7 +42,7 @@ const RUN_BUDGET: Duration = Duration::from_secs(150);
 /// Every other check keeps its defaults, and these operations keep every other check.
 const SCHEMATHESIS_CONFIG: &str = r#"
 [[operations]]
-include-path-regex = "^(/v1)?/allocate$|^/v1/(allocations|explain|drains)$|^/v1/models/(canary|promote|rollback)$"
+include-path-regex = "^(/v1)?/allocate$|^/v1/(allocations|explain|drains)$|^/v1/zones/\\{zone\\}/explain$|^/v1/models/(canary|promote|rollback)$"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
 "#;
