@@ -8,7 +8,8 @@
 #      days 0-9) through POST /allocate, one trace day per real minute, releasing each VM at its end
 #      time, and prints the summary: outcomes, latency, cache hit rate, fallbacks, packing density and
 #      empty hosts over time;
-#   5. stops the stack (also on failure or Ctrl-C).
+#   5. stops the stack (also on failure or Ctrl-C), unless DEMO_KEEP=1 asks to keep it up for a look
+#      at the operator's console (http://127.0.0.1:8080/dashboard).
 # Generated files (trace, summary JSON, plot, service logs) go to target/demo/ and target/stack/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +34,14 @@ trap './scripts/stack.sh down' EXIT
 
 echo
 echo "== replaying day 10 through POST /allocate at 1,440x (one trace day per real minute)"
+echo "   watch it in the operator's console: http://127.0.0.1:8080/dashboard"
 RUST_BACKTRACE=0 target/release/vmreplay "$trace" \
     --from-s 864000 --duration-s 86400 --speed 1440 --concurrency 8 \
     --json target/demo/replay.json --plot target/demo/replay.svg
 echo
 echo "summary: target/demo/replay.json; packing density and empty hosts over time: target/demo/replay.svg"
+if [ "${DEMO_KEEP:-0}" = 1 ]; then
+    # The stack stays up for a look at the console; stop it with scripts/stack.sh down.
+    trap - EXIT
+    echo "the stack is still running (DEMO_KEEP=1): http://127.0.0.1:8080/dashboard; stop it with scripts/stack.sh down"
+fi
