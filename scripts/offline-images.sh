@@ -26,11 +26,20 @@
 #                         with rustup; this one is whatever this machine has. Same layout and
 #                         environment as the real one: RUSTUP_HOME=/usr/local/rustup,
 #                         CARGO_HOME=/usr/local/cargo, /usr/local/cargo/bin on PATH.
+#   postgres:16-bookworm  for docker-compose.agents.yml only. NOT POSTGRESQL 16: Debian bookworm
+#                         ships PostgreSQL 15, and that is what this image runs (the allocator's
+#                         PostgreSQL store works on both; scripts/stack.sh --agents uses Debian's 15
+#                         too). It imitates the part of the real image's interface that the compose
+#                         file uses: POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB create the role
+#                         (the cluster's superuser, password auth over the network) and the database
+#                         on first start, the data lives in /var/lib/postgresql/data, pg_isready is
+#                         on PATH, and SIGINT stops it (a fast shutdown, as the real image's
+#                         STOPSIGNAL). None of the real entrypoint's other variables or init scripts.
 #
 # Usage (as root, or a user who may run debootstrap and docker):
 #
-#   scripts/offline-images.sh          # build both, unless an image of that name already exists
-#   scripts/offline-images.sh --force  # rebuild both
+#   scripts/offline-images.sh          # build all three, unless an image of that name already exists
+#   scripts/offline-images.sh --force  # rebuild all three
 #
 # Environment: DOCKER (the client; default `docker`), DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), OFFLINE_IMAGES_DIR (work directory; default
@@ -134,5 +143,68 @@ EOF
     rm -rf "$ctx"
 fi
 
-"$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}  {{.ID}}  {{.Size}}' | grep -E '^(debian:bookworm-slim|rust:1-bookworm) '
-say "done: the Dockerfile's base images are local (tagged as the real ones: do not push them)"
+# --- postgres:16-bookworm (PostgreSQL 15, see the header) ----------------------------------
+if have_image postgres:16-bookworm; then
+    say "postgres:16-bookworm present (--force rebuilds it)"
+else
+    ctx=$WORK/postgres-context
+    rm -rf "$ctx"
+    mkdir -p "$ctx"
+    cat >"$ctx/entrypoint.sh" <<'EOF'
+#!/bin/sh
+# Stand-in for the real postgres image's entrypoint (scripts/offline-images.sh): first start
+# creates the cluster with POSTGRES_USER as its superuser (password POSTGRES_PASSWORD) and the
+# database POSTGRES_DB (default: the user's name); every start runs the server in the foreground.
+set -eu
+: "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set}"
+user=${POSTGRES_USER:-postgres}
+db=${POSTGRES_DB:-$user}
+if [ "$(id -u)" = 0 ]; then
+    mkdir -p "$PGDATA" /var/run/postgresql
+    chown -R postgres:postgres "$PGDATA" /var/run/postgresql
+    chmod 700 "$PGDATA"
+    # setpriv execs (runuser would stay as PID 1 and not pass SIGINT on to the server).
+    exec setpriv --reuid=postgres --regid=postgres --init-groups -- "$0" "$@"
+fi
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    pwfile=$(mktemp)
+    printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
+    initdb -D "$PGDATA" -U "$user" --pwfile="$pwfile" --auth-local=trust --auth-host=scram-sha-256
+    rm -f "$pwfile"
+    echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
+    if [ "$db" != postgres ]; then
+        pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start
+        createdb -U "$user" "$db"
+        pg_ctl -D "$PGDATA" -m fast -w stop
+    fi
+fi
+exec postgres -D "$PGDATA" -c listen_addresses='*'
+EOF
+    cat >"$ctx/Dockerfile" <<'EOF'
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-common \
+    && sed -i 's/^#\?\s*create_main_cluster.*/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15 \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /var/lib/postgresql/data && chown postgres:postgres /var/lib/postgresql/data \
+    && chmod 700 /var/lib/postgresql/data
+ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PGDATA=/var/lib/postgresql/data
+COPY entrypoint.sh /usr/local/bin/docker-entrypoint.sh
+RUN chmod 755 /usr/local/bin/docker-entrypoint.sh
+VOLUME /var/lib/postgresql/data
+STOPSIGNAL SIGINT
+EXPOSE 5432
+ENTRYPOINT ["docker-entrypoint.sh"]
+EOF
+    say "docker build -> postgres:16-bookworm (PostgreSQL 15 from Debian bookworm: not 16)"
+    "$DOCKER" build -t postgres:16-bookworm \
+        --label "org.opencontainers.image.description=offline stand-in for postgres:16-bookworm running Debian bookworm's PostgreSQL 15 (scripts/offline-images.sh)" \
+        "$ctx"
+    rm -rf "$ctx"
+fi
+
+"$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}  {{.ID}}  {{.Size}}' |
+    grep -E '^(debian:bookworm-slim|rust:1-bookworm|postgres:16-bookworm) '
+say "done: the images docker-compose.yml and docker-compose.agents.yml need are local (tagged as the real ones: do not push them)"
