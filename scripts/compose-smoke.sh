@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The compose stack run for real, end to end (docs/operations.md, "The compose stack, run for real"):
+#
+#   1. builds the image and starts docker-compose.yml (`up -d --build`), waits until every service
+#      is healthy;
+#   2. places three VMs through the control service's POST /allocate, then replays day 10 of the
+#      seeded synthetic trace (12,102 VMs, about a minute) with the image's own vmreplay on the
+#      compose network;
+#   3. rolls a canary out the way models/README.md says: a second bundle, trained here on another
+#      seed, copied into the models directory under a hidden name and renamed into place, then
+#      rollout.toml; checks that GET /v1/models lists it as the canary and that it served requests;
+#   4. restarts the allocator and checks that its state came back from the named volume;
+#   5. stops the stack and checks that every service exited 0 within Docker's 10 s grace, then
+#      `down -v`.
+#
+# With --agents, the same over docker-compose.agents.yml (two agents on one PostgreSQL store), and
+# instead of step 4: both agents see the same VMs, and allocations go on after agent 1 is killed.
+#
+# Runs on a copy of the committed tree (`git archive HEAD` into target/compose-smoke/src), so the
+# canary's files and the stack's state never touch the working tree: commit first. Uses the fixed
+# project name of docker-compose.yml, so it refuses to start while that project has containers.
+# Needs a Docker engine and Compose v2 (`docker compose`); on a machine without an image registry,
+# run scripts/offline-images.sh first. NOT IN CI: the image build takes minutes (17 cold, under 3
+# with BuildKit's cache warm) and CI has no Docker engine.
+#
+# KEEP=1 leaves the stack up at the end (and on failure) for a look; `docker compose down -v` in
+# target/compose-smoke/src removes it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+AGENTS=0
+case "${1:-}" in
+    --agents) AGENTS=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--agents]" >&2; exit 2 ;;
+esac
+say() { echo "compose-smoke: $*"; }
+die() { echo "compose-smoke: FAILED: $*" >&2; exit 1; }
+
+docker compose version >/dev/null 2>&1 || die "'docker compose' (Compose v2) not found"
+docker info >/dev/null 2>&1 || die "'docker info' fails: is the Docker engine running?"
+
+root=$PWD
+work=$root/target/compose-smoke
+src=$work/src
+compose=(docker compose -f docker-compose.yml)
+[ "$AGENTS" -eq 1 ] && compose+=(-f docker-compose.agents.yml)
+
+project=$(docker compose -f docker-compose.yml config --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
+if [ -n "$(docker ps -aq --filter "label=com.docker.compose.project=$project")" ]; then
+    die "project $project has containers already (docker compose down first)"
+fi
+
+# --- the canary bundle, trained from another seed than the default bundle -------------------
+mkdir -p "$work"
+if [ ! -x target/release/lifetime-train ] || [ ! -x target/release/vmtrace ]; then
+    say "building vmtrace and lifetime-train"
+    cargo build --release -p traces -p lifetime-model --bins
+fi
+canary=canary-smoke
+say "training the canary bundle $canary (seed 43)"
+target/release/vmtrace generate --out "$work/seed43.csv.gz" --days 14 --seed 43 >/dev/null
+rm -rf "$work/$canary"
+target/release/lifetime-train --train "$work/seed43.csv.gz" --out "$work/$canary" --name "$canary" \
+    --version "$canary-1" --iterations 50 --num-leaves 31 --max-remaining-vms 30000 >"$work/train.log" 2>&1 ||
+    die "training the canary failed: $work/train.log"
+
+# --- a copy of the committed tree ------------------------------------------------------------
+rm -rf "$src"
+mkdir -p "$src"
+git archive HEAD | tar -x -C "$src"
+say "running on $(git rev-parse --short HEAD) (a copy in $src)"
+cd "$src"
+
+finish() {
+    local rc=$?
+    if [ "$rc" -ne 0 ]; then
+        "${compose[@]}" ps -a || true
+        "${compose[@]}" logs --no-color --tail 20 || true
+    fi
+    if [ "${KEEP:-0}" = 1 ]; then
+        say "KEEP=1: the stack is left as it is (cd $src && ${compose[*]} down -v)"
+    else
+        "${compose[@]}" down -v >/dev/null 2>&1 || true
+    fi
+}
+trap finish EXIT
+
+# --- 1. up ------------------------------------------------------------------------------------
+t0=$(date +%s)
+"${compose[@]}" up -d --build 2>&1 | tail -n 20
+services=$("${compose[@]}" config --services | wc -l)
+for _ in $(seq 1 120); do
+    healthy=$("${compose[@]}" ps --format '{{.Health}}' | grep -c '^healthy$' || true)
+    [ "$healthy" -eq "$services" ] && break
+    sleep 1
+done
+"${compose[@]}" ps --format 'table {{.Service}}\t{{.Status}}\t{{.Ports}}'
+[ "$healthy" -eq "$services" ] || die "$healthy of $services services healthy after 120 s"
+say "all $services services healthy $(( $(date +%s) - t0 )) s after up (build included)"
+
+# --- 2. allocations ---------------------------------------------------------------------------
+allocate() {
+    curl -s -XPOST 127.0.0.1:8080/allocate -H 'content-type: application/json' \
+        -d "{\"vm\": {\"vm_id\": \"$1\", \"tenant_id\": \"t-$1\", \"vm_type\": \"D2\", \"demand\": {\"cores\": 2, \"memory_gib\": 8}}}"
+}
+for i in 1 2 3; do
+    allocate "smoke-vm-$i" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r.get("status") == "placed", r
+p = r["placements"][0]
+print("placed", p["vm_id"], "on", p["host_id"], "model", p["prediction"]["model_version"])' ||
+        die "POST /allocate did not place smoke-vm-$i"
+done
+
+# --- 3. the canary ----------------------------------------------------------------------------
+[ ! -e models/rollout.toml ] || die "the committed models/ has a rollout.toml; this script writes its own"
+cp -r "$work/$canary" "models/.$canary.tmp"
+mv "models/.$canary.tmp" "models/$canary"
+printf 'stable = "default"\n\n[canary]\nbundle = "%s"\nshare = 0.5\n' "$canary" >models/.rollout.toml.tmp
+mv models/.rollout.toml.tmp models/rollout.toml
+state=
+for _ in $(seq 1 30); do
+    state=$(curl -s 127.0.0.1:8081/v1/models | python3 -c "
+import json, sys
+print(next((b['state'] for b in json.load(sys.stdin) if b['bundle'] == '$canary'), 'absent'))")
+    [ "$state" = canary ] && break
+    sleep 1
+done
+[ "$state" = canary ] || die "the inference server lists $canary as '$state', not canary, after 30 s"
+curl -s 127.0.0.1:8081/v1/models
+echo
+"${compose[@]}" logs --no-color inference-server | grep -E "bundle=$canary|canary=Some" ||
+    die "no log line about the canary"
+
+say "replaying day 10 of the synthetic trace through the control service (about a minute)"
+"${compose[@]}" run --rm --no-deps -T control-service vmreplay --synthetic-days 14 --seed 42 \
+    --from-s 864000 --duration-s 86400 --speed 1440 --concurrency 8 --control http://control-service:8080 \
+    | tee "$work/replay.txt" | sed -n '/^requests/,/^predictions/p'
+grep -qE '^ +errors +0$' "$work/replay.txt" || die "the replay had errors: $work/replay.txt"
+grep -qE '^ +rejected +0$' "$work/replay.txt" || die "the replay had rejections: $work/replay.txt"
+served=$(curl -s 127.0.0.1:8081/metrics | sed -n "s/^inference_predictions_total{model_version=\"$canary-1\"} //p")
+[ "${served:-0}" -gt 0 ] || die "the canary served no prediction"
+say "the canary served $served predictions"
+
+# --- 4. state across a restart, or two agents on one store ------------------------------------
+vms() { curl -s "127.0.0.1:$1/v1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["vms"])'; }
+if [ "$AGENTS" -eq 0 ]; then
+    "${compose[@]}" restart allocator
+    for _ in $(seq 1 30); do curl -sf -o /dev/null 127.0.0.1:8082/readyz && break; sleep 1; done
+    [ "$(vms 8082)" -eq 3 ] || die "the allocator has $(vms 8082) VMs after a restart, not 3"
+    "${compose[@]}" logs --no-color allocator | grep 'state recovered'
+else
+    [ "$(vms 8082)" -eq "$(vms 8083)" ] || die "the agents disagree: $(vms 8082) against $(vms 8083) VMs"
+    say "both agents see $(vms 8082) VMs"
+    "${compose[@]}" kill -s SIGKILL allocator
+    for i in 4 5 6; do
+        allocate "smoke-vm-$i" | grep -q '"status":"placed"' || die "no placement with agent 1 killed"
+    done
+    say "3 more VMs placed with agent 1 killed; agent 2 sees $(vms 8083)"
+    "${compose[@]}" start allocator
+fi
+
+# --- 5. shutdown ------------------------------------------------------------------------------
+t0=$(date +%s)
+"${compose[@]}" stop
+took=$(( $(date +%s) - t0 ))
+"${compose[@]}" ps -a --format 'table {{.Service}}\t{{.Status}}'
+bad=$("${compose[@]}" ps -a --format '{{.Service}} {{.Status}}' | grep -v 'Exited (0)' || true)
+[ -z "$bad" ] || die "not every service exited 0: $bad"
+[ "$took" -lt 10 ] || die "stop took $took s: some service waited out Docker's 10 s grace"
+say "stopped in $took s, every service exited 0"
+"${compose[@]}" down -v
+trap - EXIT
+say "OK"
