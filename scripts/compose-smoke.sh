@@ -9,6 +9,8 @@
 #   3. rolls a canary out the way models/README.md says: a second bundle, trained here on another
 #      seed, copied into the models directory under a hidden name and renamed into place, then
 #      rollout.toml; checks that GET /v1/models lists it as the canary and that it served requests;
+#      checks the operator's console (/dashboard, its zone views and timeline) and, with chromium
+#      installed, saves its screenshot to target/compose-smoke/compose-dashboard.png;
 #   4. restarts the allocator and checks that its state came back from the named volume;
 #   5. stops the stack and checks that every service exited 0 within Docker's 10 s grace, then
 #      `down -v`.
@@ -143,6 +145,29 @@ grep -qE '^ +rejected +0$' "$work/replay.txt" || die "the replay had rejections:
 served=$(curl -s 127.0.0.1:8081/metrics | sed -n "s/^inference_predictions_total{model_version=\"$canary-1\"} //p")
 [ "${served:-0}" -gt 0 ] || die "the canary served no prediction"
 say "the canary served $served predictions"
+
+# --- the operator's console, served by the control service in its container -------------------
+curl -sf -o /dev/null -w '%{content_type}\n' 127.0.0.1:8080/dashboard | grep -q '^text/html' ||
+    die "GET /dashboard is not the console's page"
+curl -s 127.0.0.1:8080/v1/zones | python3 -c '
+import json, sys
+zones = json.load(sys.stdin)["zones"]
+assert [z["zone"] for z in zones] == ["zone-1"] and all(a["ready"] for a in zones[0]["agents"]), zones
+print("console zones:", ", ".join(f"{z['"'"'zone'"'"']} ({len(z['"'"'agents'"'"'])} agents ready)" for z in zones))' ||
+    die "GET /v1/zones does not show zone-1 ready"
+shown=$(curl -s '127.0.0.1:8080/v1/zones/zone-1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
+own=$(curl -s '127.0.0.1:8082/v1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
+[ "$shown" = "$own" ] || die "the console shows $shown hosts, the allocator has $own"
+samples=$(curl -s 127.0.0.1:8080/v1/stats/history | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["samples"]))')
+[ "$samples" -gt 0 ] || die "the console's timeline has no sample"
+say "the console: /dashboard served, $shown hosts as the allocator has them, $samples timeline samples"
+if command -v chromium >/dev/null; then
+    timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync \
+        --user-data-dir="$work/chromium" --window-size=1440,1000 --virtual-time-budget=5000 \
+        --screenshot="$work/compose-dashboard.png" http://127.0.0.1:8080/dashboard >/dev/null 2>&1 &&
+        say "the console's screenshot: $work/compose-dashboard.png"
+fi
 
 # --- 4. state across a restart, or two agents on one store ------------------------------------
 vms() { curl -s "127.0.0.1:$1/v1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["vms"])'; }
