@@ -3,7 +3,8 @@
 //! that the zone grid shows the hosts the allocator reports, that a placement appears and that a
 //! click on its host explains it, and saves a screenshot (`$CARGO_TARGET_TMPDIR/dashboard.png`, and
 //! `$DASHBOARD_SCREENSHOT` when set: `DASHBOARD_SCREENSHOT=$PWD/docs/images/dashboard.png cargo test
-//! --release -p control-service --test dashboard` refreshes the README's). The other measures the
+//! --release -p control-service --test dashboard` refreshes the README's); then, with the allocator
+//! gone, that the page goes on updating with the zone's last grid marked stale. The other measures the
 //! dashboard with 10,000 hosts in the zone: the time to the first render and the cost of an update.
 //!
 //! Chromium and ChromeDriver are Debian's `chromium` and `chromium-driver`, installed by
@@ -217,7 +218,7 @@ async fn dashboard_shows_the_zone_and_a_placement() {
     let _one = ONE_BROWSER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let inference = start_inference(dir.path(), &default_models(dir.path())).await;
-    let allocator = start_allocator(dir.path(), 64).await;
+    let mut allocator = start_allocator(dir.path(), 64).await;
     let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, "").await;
     let http = reqwest::Client::new();
     let driver = Driver::start(dir.path()).await;
@@ -316,6 +317,16 @@ async fn dashboard_shows_the_zone_and_a_placement() {
         std::fs::write(&path, &png).unwrap_or_else(|e| panic!("writing {}: {e}", Path::new(&path).display()));
         eprintln!("dashboard screenshot: {}", Path::new(&path).display());
     }
+
+    // The allocator gone: the page still updates, the zone keeps its last grid, marked stale.
+    allocator.kill();
+    let update = refresh(&browser).await;
+    assert!(update["totalMs"].is_number(), "refresh() with the allocator down resolved with {update}");
+    let state = dashboard_state(&browser).await;
+    let zone = &state["zones"]["zone-1"];
+    assert!(zone["error"].is_string(), "no error for the unreachable zone: {state}");
+    assert_eq!((&zone["hosts"], &zone["vms"]), (&json!(64), &json!(placed)), "the last grid is kept: {state}");
+    assert_eq!(browser.find_all(Locator::Css("#zone-zone-1.stale")).await.unwrap().len(), 1);
     browser.close().await.expect("closing the browser");
 }
 

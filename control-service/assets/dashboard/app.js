@@ -7,7 +7,8 @@
 //
 // For tests and measurements, `window.lavaDashboard` exposes the state: `ready`, `firstRenderMs`,
 // `updates`, `lastUpdate` ({fetchMs, renderMs, totalMs}), `zones[zone]` ({hosts, vms,
-// hostsReported}), `refresh()`, `cellCenter(zone, hostId)` and `hostOfVm(zone, vmId)`.
+// hostsReported, and `error` while its allocator does not answer}), `refresh()`,
+// `cellCenter(zone, hostId)` and `hostOfVm(zone, vmId)`.
 'use strict';
 
 (() => {
@@ -130,7 +131,9 @@
       const [stats, zoneList, ...pages] = await Promise.all([
         request('/v1/stats'),
         request('/v1/zones'),
-        ...names.map(fetchHosts),
+        // A zone whose allocator does not answer keeps its last grid, marked stale; the others
+        // go on updating.
+        ...names.map((zone) => fetchHosts(zone).catch((error) => ({ error }))),
       ]);
       const fetched = performance.now();
       view.stats = stats;
@@ -158,9 +161,16 @@
   function absorbZone(zone, page) {
     let z = view.zones.get(zone);
     if (!z) {
-      z = { zone, hosts: [], byId: new Map(), vmHost: new Map(), layout: null };
+      z = { zone, hosts: [], byId: new Map(), vmHost: new Map(), layout: null, total: 0 };
       view.zones.set(zone, z);
+      api.zones[zone] = { hosts: 0, vms: 0, hostsReported: 0 };
     }
+    if (page.error) {
+      z.error = page.error.message;
+      api.zones[zone].error = z.error;
+      return;
+    }
+    z.error = null;
     z.hosts = page.hosts;
     z.total = page.total;
     z.byId = new Map();
@@ -392,11 +402,13 @@
     zoneSection(z);
     const zs = view.stats.zones && view.stats.zones[z.zone];
     const s = zs && zs.stats;
-    z.figures.textContent = s
+    const stale = z.error ? `HOSTS AS LAST SEEN, the allocator did not answer (${z.error}) · ` : '';
+    z.section.classList.toggle('stale', Boolean(z.error));
+    z.figures.textContent = stale + (s
       ? `${s.policy} · ${fmt.int(s.hosts)} hosts (${fmt.int(s.available_hosts)} available, ${fmt.int(s.empty_hosts)} empty) · `
         + `${fmt.int(s.vms)} VMs (${fmt.int(s.vms_long)} long) · packing density ${fmt.pct(s.packing_density)} · `
         + `rejected ${fmt.int(Object.values(s.rejections || {}).reduce((a, b) => a + b, 0))}`
-      : `statistics unavailable: ${(zs && zs.error) || 'no answer'}`;
+      : `statistics unavailable: ${(zs && zs.error) || 'no answer'}`);
     renderLegend(z);
     const layout = layoutFor(z);
     const ratio = window.devicePixelRatio || 1;
