@@ -153,7 +153,7 @@ curl -s 127.0.0.1:8080/v1/zones | python3 -c '
 import json, sys
 zones = json.load(sys.stdin)["zones"]
 assert [z["zone"] for z in zones] == ["zone-1"] and all(a["ready"] for a in zones[0]["agents"]), zones
-print("console zones:", ", ".join(f"{z['"'"'zone'"'"']} ({len(z['"'"'agents'"'"'])} agents ready)" for z in zones))' ||
+print("console zones:", ", ".join("%s (%d agents ready)" % (z["zone"], len(z["agents"])) for z in zones))' ||
     die "GET /v1/zones does not show zone-1 ready"
 shown=$(curl -s '127.0.0.1:8080/v1/zones/zone-1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
 own=$(curl -s '127.0.0.1:8082/v1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')

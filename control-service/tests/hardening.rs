@@ -229,6 +229,9 @@ async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
     let (status, problem) = send(client.get(control.url("/v1/zones/zone-1/hosts?limit=0")).bearer_auth(OPERATOR)).await;
     assert_eq!((status, field(&problem)), (422, "limit"), "{problem}");
     let (status, problem) =
+        send(client.get(control.url("/v1/zones/zone-1/hosts?offset=9223372036854775808")).bearer_auth(OPERATOR)).await;
+    assert_eq!((status, field(&problem)), (422, "offset"), "{problem}");
+    let (status, problem) =
         send(client.get(control.url("/v1/zones/zone-1/hosts/no-such-host")).bearer_auth(OPERATOR)).await;
     assert_eq!(status, 404, "{problem}");
 

@@ -123,21 +123,18 @@
   async function update() {
     const started = performance.now();
     try {
-      if (!view.zoneList) {
-        view.zoneList = await request('/v1/zones');
-        await loadHistory();
-      }
+      const first = !view.zoneList;
+      view.zoneList = await request('/v1/zones');
+      if (first) await loadHistory();
       const names = view.zoneList.zones.map((z) => z.zone);
-      const [stats, zoneList, ...pages] = await Promise.all([
+      const [stats, ...pages] = await Promise.all([
         request('/v1/stats'),
-        request('/v1/zones'),
         // A zone whose allocator does not answer keeps its last grid, marked stale; the others
         // go on updating.
         ...names.map((zone) => fetchHosts(zone).catch((error) => ({ error }))),
       ]);
       const fetched = performance.now();
       view.stats = stats;
-      view.zoneList = zoneList;
       names.forEach((zone, i) => absorbZone(zone, pages[i]));
       record(stats);
       render();
@@ -161,7 +158,7 @@
   function absorbZone(zone, page) {
     let z = view.zones.get(zone);
     if (!z) {
-      z = { zone, hosts: [], byId: new Map(), vmHost: new Map(), layout: null, total: 0 };
+      z = { zone, hosts: [], byId: new Map(), layout: null, total: 0 };
       view.zones.set(zone, z);
       api.zones[zone] = { hosts: 0, vms: 0, hostsReported: 0 };
     }
@@ -174,12 +171,10 @@
     z.hosts = page.hosts;
     z.total = page.total;
     z.byId = new Map();
-    z.vmHost = new Map();
     let vms = 0;
     page.hosts.forEach((host, i) => {
       z.byId.set(host.host_id, i);
       vms += host.vm_count;
-      for (const vm of host.vms) z.vmHost.set(vm, host.host_id);
     });
     api.zones[zone] = { hosts: page.hosts.length, vms, hostsReported: page.total };
     view.detailCache.clear();
@@ -843,7 +838,8 @@
 
   function hostOfVm(zone, vmId) {
     const z = view.zones.get(zone);
-    return (z && z.vmHost.get(vmId)) || null;
+    const host = z && z.hosts.find((h) => h.vms.includes(vmId));
+    return host ? host.host_id : null;
   }
 
   // ---------------------------------------------------------------- start
