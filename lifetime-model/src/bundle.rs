@@ -1,5 +1,11 @@
-//! Model bundles: a directory with the three LightGBM models, the feature store and `manifest.json`,
-//! and [`LifetimeModel`], a loaded and validated bundle that predicts in process.
+//! Model bundles: a directory with the LightGBM models (long-lived, interval, remaining lifetime and,
+//! since the survival model, the lifetime distribution's hazards), the feature store and
+//! `manifest.json`, and [`LifetimeModel`], a loaded and validated bundle that predicts in process.
+//!
+//! A bundle with a survival model ([`Manifest::survival`]) serves every lifetime from it: the
+//! predicted lifetime at request time and the remaining lifetime at any age are what its
+//! [`LifetimeReading`] reads of one distribution ([`crate::survival`]). Bundles without one (older
+//! ones) serve the remaining-lifetime regression as before.
 //!
 //! Loading validates everything a rollout must trust: the manifest parses, the schema hash matches
 //! the schema, every other file matches its SHA-256 checksum in the manifest, every model parses and
@@ -20,6 +26,7 @@ use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatu
 use crate::gbdt::{ConstantRange, TreeEnsemble};
 use crate::history::{FeatureStore, TenantHistory, TenantSummary};
 use crate::report::EvaluationReport;
+use crate::survival::{survival_from_logits, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -32,6 +39,8 @@ pub const BINARY_MODEL_FILE: &str = "long_lived.lgbm.txt";
 pub const MULTICLASS_MODEL_FILE: &str = "lifetime_interval.lgbm.txt";
 pub const REMAINING_MODEL_FILE: &str = "remaining_lifetime.lgbm.txt";
 pub const FEATURE_STORE_FILE: &str = "feature_store.json";
+/// The survival model's hazards, in bundles that have one ([`Manifest::survival`]); checksummed too.
+pub const SURVIVAL_MODEL_FILE: &str = "survival_hazard.lgbm.txt";
 /// The files a bundle loads besides its manifest; each must match its checksum in the manifest.
 pub const CHECKSUMMED_FILES: [&str; 4] =
     [BINARY_MODEL_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE, FEATURE_STORE_FILE];
@@ -63,6 +72,9 @@ pub struct ProbeCase {
     pub p_long: f64,
     /// log10 remaining lifetime at uptime 0.
     pub log10_remaining: f64,
+    /// The survival curve at the interval edges (bundles with a survival model).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub survival: Vec<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -82,6 +94,9 @@ pub struct Manifest {
     pub class_cutoffs_s: Vec<f64>,
     /// Remaining-lifetime labels were capped here.
     pub remaining_cap_s: f64,
+    /// The lifetime distribution, when the bundle has one: its intervals and default reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survival: Option<SurvivalSpec>,
     /// SHA-256 (lowercase hex) of each of [`CHECKSUMMED_FILES`], by file name. Absent from bundles
     /// written before checksums existed: those parse, and are refused at load until sealed.
     #[serde(default)]
@@ -123,6 +138,8 @@ pub enum BundleError {
     Probe { index: usize, what: &'static str, recorded: f64, recomputed: f64 },
     #[error("the bundle has no probe predictions to validate against")]
     NoProbes,
+    #[error("the manifest's survival model is invalid: {0}")]
+    Survival(String),
     #[error("{path} resolves to {resolved}, outside {root}: bundle files must stay inside it")]
     OutsideRoot { path: PathBuf, resolved: PathBuf, root: PathBuf },
     #[error("{path} is a {kind}, not a regular file")]
@@ -254,6 +271,8 @@ struct BundleFiles {
     manifest: Manifest,
     /// In the order of [`CHECKSUMMED_FILES`].
     contents: [Vec<u8>; 4],
+    /// [`SURVIVAL_MODEL_FILE`], when the manifest has a survival model.
+    survival: Option<Vec<u8>>,
 }
 
 impl BundleFiles {
@@ -269,16 +288,28 @@ impl BundleFiles {
         if computed != manifest.schema_hash {
             return Err(BundleError::SchemaHash { manifest: manifest.schema_hash.clone(), computed });
         }
+        if let Some(spec) = &manifest.survival {
+            spec.check().map_err(BundleError::Survival)?;
+        }
         let mut contents: [Vec<u8>; 4] = Default::default();
         for (file, content) in CHECKSUMMED_FILES.iter().zip(&mut contents) {
             *content = read_confined(&dir.join(file), &root, options.limits.max_file_bytes)?;
         }
-        Ok(BundleFiles { manifest, contents })
+        let survival = match manifest.survival {
+            Some(_) => Some(read_confined(&dir.join(SURVIVAL_MODEL_FILE), &root, options.limits.max_file_bytes)?),
+            None => None,
+        };
+        Ok(BundleFiles { manifest, contents, survival })
+    }
+
+    /// Every checksummed file with its contents: the four of every bundle, and the survival model.
+    fn files(&self) -> impl Iterator<Item = (&'static str, &Vec<u8>)> {
+        CHECKSUMMED_FILES.into_iter().zip(&self.contents).chain(self.survival.iter().map(|c| (SURVIVAL_MODEL_FILE, c)))
     }
 
     /// Every file matches its checksum in the manifest; a file without one is refused.
     fn verify(&self) -> Result<(), BundleError> {
-        for (file, content) in CHECKSUMMED_FILES.into_iter().zip(&self.contents) {
+        for (file, content) in self.files() {
             let expected = self.manifest.checksums.get(file).ok_or(BundleError::MissingChecksum { file })?;
             let found = sha256_hex(content);
             if !expected.eq_ignore_ascii_case(&found) {
@@ -289,11 +320,7 @@ impl BundleFiles {
     }
 
     fn checksums(&self) -> BTreeMap<String, String> {
-        CHECKSUMMED_FILES
-            .iter()
-            .zip(&self.contents)
-            .map(|(file, content)| ((*file).to_owned(), sha256_hex(content)))
-            .collect()
+        self.files().map(|(file, content)| (file.to_owned(), sha256_hex(content))).collect()
     }
 }
 
@@ -452,7 +479,19 @@ pub struct LifetimeModel {
     binary: TreeEnsemble,
     multiclass: TreeEnsemble,
     remaining: TreeEnsemble,
+    /// The hazard model, with what is read of its distribution.
+    survival: Option<Survival>,
     store: FeatureStore,
+}
+
+/// A bundle's survival model in process.
+struct Survival {
+    hazards: TreeEnsemble,
+    spec: SurvivalSpec,
+    /// The hazard model's interval inputs, one per interval.
+    grid: Vec<f64>,
+    /// What is served of the distribution (the manifest's, unless changed).
+    reading: LifetimeReading,
 }
 
 impl LifetimeModel {
@@ -470,7 +509,16 @@ impl LifetimeModel {
     }
 
     fn from_files(dir: &Path, files: BundleFiles) -> Result<Self, BundleError> {
-        let BundleFiles { manifest, contents: [binary, multiclass, remaining, store] } = files;
+        let BundleFiles { manifest, contents: [binary, multiclass, remaining, store], survival } = files;
+        let survival = match (&manifest.survival, survival) {
+            (Some(spec), Some(bytes)) => Some(Survival {
+                hazards: parse_model(&dir.join(SURVIVAL_MODEL_FILE), &bytes)?,
+                grid: (0..spec.edges_s.len()).map(SurvivalSpec::interval_input).collect(),
+                reading: spec.reading,
+                spec: spec.clone(),
+            }),
+            _ => None,
+        };
         let binary = parse_model(&dir.join(BINARY_MODEL_FILE), &binary)?;
         let multiclass = parse_model(&dir.join(MULTICLASS_MODEL_FILE), &multiclass)?;
         let remaining = parse_model(&dir.join(REMAINING_MODEL_FILE), &remaining)?;
@@ -483,6 +531,7 @@ impl LifetimeModel {
             binary,
             multiclass,
             remaining,
+            survival,
             store,
         };
         model.validate()?;
@@ -511,6 +560,23 @@ impl LifetimeModel {
                 });
             }
         }
+        if let Some(survival) = &self.survival {
+            let hazards = &survival.hazards;
+            if hazards.num_features() != inputs + 1 {
+                return Err(BundleError::InputCount {
+                    model: "survival model",
+                    model_inputs: hazards.num_features(),
+                    schema_inputs: inputs + 1,
+                });
+            }
+            if hazards.num_outputs() != 1 {
+                return Err(BundleError::OutputCount {
+                    model: "survival model",
+                    found: hazards.num_outputs(),
+                    expected: 1,
+                });
+            }
+        }
         if self.manifest.probes.is_empty() {
             return Err(BundleError::NoProbes);
         }
@@ -524,6 +590,21 @@ impl LifetimeModel {
             {
                 if !recomputed.is_finite() || (recorded - recomputed).abs() > PROBE_TOLERANCE {
                     return Err(BundleError::Probe { index, what, recorded, recomputed });
+                }
+            }
+            if let Some(curve) = self.survival_curve(&probe.row) {
+                if probe.survival.len() != curve.len() {
+                    return Err(BundleError::Probe {
+                        index,
+                        what: "survival curve length",
+                        recorded: probe.survival.len() as f64,
+                        recomputed: curve.len() as f64,
+                    });
+                }
+                for (&recorded, &recomputed) in probe.survival.iter().zip(&curve) {
+                    if !recomputed.is_finite() || (recorded - recomputed).abs() > PROBE_TOLERANCE {
+                        return Err(BundleError::Probe { index, what: "survival", recorded, recomputed });
+                    }
                 }
             }
         }
@@ -584,15 +665,29 @@ impl LifetimeModel {
 
     /// Predicts from an encoded base row; the interval only when `with_interval` is set.
     pub fn predict_row(&self, row: &[f64], with_interval: bool) -> ModelPrediction {
-        let p_long = self.binary.predict(row).clamp(0.0, 1.0);
         let interval_class = with_interval.then(|| {
             let mut classes = vec![0.0; self.multiclass.num_outputs()];
             self.multiclass.predict_into(row, &mut classes);
             crate::argmax(&classes) as u32
         });
-        let mut with_uptime = row.to_vec();
-        with_uptime.push(0.0);
-        let expected_lifetime_s = self.remaining_from_log10(self.remaining.predict(&with_uptime));
+        let (p_long, expected_lifetime_s) = match self.survival_curve(row) {
+            Some(curve) => {
+                let survival = self.survival.as_ref().unwrap_or_else(|| unreachable!("a curve needs a survival model"));
+                let curve = SurvivalCurve { edges_s: &survival.spec.edges_s, survival: &curve };
+                let p_long = if survival.spec.p_long_from_survival {
+                    curve.at(self.manifest.long_threshold_s)
+                } else {
+                    self.binary.predict(row)
+                };
+                (p_long, self.clamp_remaining(curve.remaining_s(0.0, survival.reading)))
+            }
+            None => {
+                let mut with_uptime = row.to_vec();
+                with_uptime.push(0.0);
+                (self.binary.predict(row), self.remaining_from_log10(self.remaining.predict(&with_uptime)))
+            }
+        };
+        let p_long = p_long.clamp(0.0, 1.0);
         ModelPrediction {
             p_long,
             class: if p_long >= self.manifest.decision_threshold { LifetimeClass::Long } else { LifetimeClass::Short },
@@ -613,8 +708,54 @@ impl LifetimeModel {
 
     /// [`LifetimeModel::predict_remaining`] for a tenant whose past is `tenant`.
     pub fn predict_remaining_with(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: f64) -> f64 {
+        if self.survival.is_some() {
+            return self.predict_remaining_row(&self.encoder.encode(request, tenant, None), uptime_s);
+        }
         let row = self.remaining_encoder.encode(request, tenant, Some(uptime_s));
         self.remaining_from_log10(self.remaining.predict(&row))
+    }
+
+    /// The survival curve of an encoded base row at the interval edges
+    /// ([`LifetimeModel::survival_edges_s`]), when the bundle has a survival model.
+    pub fn survival_curve(&self, row: &[f64]) -> Option<Vec<f64>> {
+        let survival = self.survival.as_ref()?;
+        let mut with_interval = Vec::with_capacity(row.len() + 1);
+        with_interval.extend_from_slice(row);
+        with_interval.push(0.0);
+        let mut curve = vec![0.0; survival.grid.len()];
+        survival.hazards.predict_raw_grid(&with_interval, row.len(), &survival.grid, &mut curve);
+        survival_from_logits(&mut curve);
+        Some(curve)
+    }
+
+    /// The survival model's interval edges, when the bundle has one.
+    pub fn survival_edges_s(&self) -> Option<&[f64]> {
+        self.survival.as_ref().map(|s| s.spec.edges_s.as_slice())
+    }
+
+    /// What this model serves of its distribution (`None` without a survival model).
+    pub fn reading(&self) -> Option<LifetimeReading> {
+        self.survival.as_ref().map(|s| s.reading)
+    }
+
+    /// The same model serving another reading of its distribution (no effect without one).
+    pub fn with_reading(mut self, reading: LifetimeReading) -> Self {
+        if let Some(survival) = &mut self.survival {
+            survival.reading = reading;
+        }
+        self
+    }
+
+    /// The remaining lifetime at `uptime_s` read off a curve from [`LifetimeModel::survival_curve`],
+    /// capped like every remaining lifetime the bundle serves. Without a survival model, NaN.
+    pub fn remaining_from_curve(&self, curve: &[f64], uptime_s: f64) -> f64 {
+        match &self.survival {
+            Some(survival) => self.clamp_remaining(
+                SurvivalCurve { edges_s: &survival.spec.edges_s, survival: curve }
+                    .remaining_s(uptime_s, survival.reading),
+            ),
+            None => f64::NAN,
+        }
     }
 
     /// Remaining lifetime from an encoded base row plus uptime (the row is reused by repredictions).
@@ -624,6 +765,9 @@ impl LifetimeModel {
 
     /// Remaining lifetime from an encoded base row plus an encoded uptime ([`encode_uptime`]).
     pub fn predict_remaining_encoded(&self, row: &[f64], log10_uptime: f64) -> f64 {
+        if let Some(curve) = self.survival_curve(row) {
+            return self.remaining_from_curve(&curve, 10f64.powf(log10_uptime) - 1.0);
+        }
         // Repredictions call this for every running VM: a row that fits is built on the stack.
         let mut buffer = [0.0; STACK_ROW];
         let mut heap = Vec::new();
@@ -645,12 +789,20 @@ impl LifetimeModel {
     /// thresholds, so a VM's reprediction changes only when its uptime crosses one). `None` when no
     /// such interval is known.
     pub fn remaining_constant_range(&self, log10_uptime: f64) -> Option<ConstantRange> {
+        if self.survival.is_some() {
+            // Read off a curve, the remaining lifetime moves with every second of age.
+            return None;
+        }
         // The uptime is the input after the base row (`FeatureSchema::with_uptime`).
         self.remaining.constant_range(self.manifest.schema.len(), log10_uptime)
     }
 
     fn remaining_from_log10(&self, log10: f64) -> f64 {
-        10f64.powf(log10).clamp(1.0, self.manifest.remaining_cap_s)
+        self.clamp_remaining(10f64.powf(log10))
+    }
+
+    fn clamp_remaining(&self, seconds: f64) -> f64 {
+        seconds.clamp(1.0, self.manifest.remaining_cap_s)
     }
 
     /// The wire prediction for `prediction`, marked as coming from this model.

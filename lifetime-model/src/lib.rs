@@ -6,8 +6,10 @@
 //! - [`live`]: the feature store kept current with the arrivals and exits the control service
 //!   reports (live tenant history).
 //! - [`dataset`]: replaying a trace into rows and censoring-aware labels.
-//! - [`train`]: the three LightGBM models (long-lived, lifetime interval, remaining lifetime), the
-//!   time-split evaluation, and bundle writing.
+//! - [`train`]: the LightGBM models (long-lived, lifetime interval, remaining lifetime, and the
+//!   survival model's hazards), the time-split evaluation, and bundle writing.
+//! - [`survival`]: the lifetime distribution (discrete-time hazards) and what policies read of it:
+//!   the lifetime at request time and the remaining lifetime at any age, from one curve.
 //! - [`bundle`]: the bundle format and [`LifetimeModel`], a loaded, validated bundle.
 //! - [`gbdt`]: a native evaluator of LightGBM models, thread-safe and lock-free.
 //! - [`metrics`] and [`report`]: evaluation figures, Markdown and SVG plots.
@@ -25,6 +27,7 @@ pub mod metrics;
 mod nan_json;
 pub mod registry;
 pub mod report;
+pub mod survival;
 pub mod train;
 
 pub use bundle::{BundleError, LifetimeModel, Manifest, ModelPrediction};

@@ -183,6 +183,30 @@ impl Scored {
 /// O(n log n) (a Fenwick tree over prediction ranks, filled from the longest observed lifetime
 /// down), because held-out sets have hundreds of thousands of VMs and the pairs run in billions.
 pub fn harrell_c(predicted: &[f64], observed: &[f64], completed: &[bool]) -> f64 {
+    weighted_concordance(predicted, observed, completed, |_| 1.0)
+}
+
+/// Uno's concordance index (Uno et al. 2011): Harrell's pairs, each weighted by the inverse
+/// square of the probability of still being observed at the shorter lifetime, `1 / G(T_i-)^2`
+/// with `G` the Kaplan-Meier curve of the censoring times, and only pairs whose shorter lifetime
+/// is below `tau`. Unlike Harrell's, it does not depend on how much censoring the data has (the
+/// long-lived VMs, censored most, count as much as they would uncensored). `tau` should stay
+/// where `G` is not near zero, e.g. the longest completed lifetime of a trace's bulk.
+pub fn uno_c(predicted: &[f64], observed: &[f64], completed: &[bool], tau: f64) -> f64 {
+    let censoring_events: Vec<bool> = completed.iter().map(|&c| !c).collect();
+    let censoring = KaplanMeier::new(observed, &censoring_events);
+    weighted_concordance(predicted, observed, completed, |i| {
+        let g = censoring.before(observed[i]);
+        if observed[i] < tau && g > 0.0 {
+            1.0 / (g * g)
+        } else {
+            0.0
+        }
+    })
+}
+
+/// Concordance where each comparable pair counts with the weight of its shorter VM.
+fn weighted_concordance(predicted: &[f64], observed: &[f64], completed: &[bool], weight: impl Fn(usize) -> f64) -> f64 {
     assert!(predicted.len() == observed.len() && observed.len() == completed.len(), "one entry per VM");
     let n = predicted.len();
     // Dense ranks of the predictions, 1-based for the Fenwick tree.
@@ -199,7 +223,7 @@ pub fn harrell_c(predicted: &[f64], observed: &[f64], completed: &[bool]) -> f64
     let mut tree = Fenwick::new(ranks);
     let mut by_observed: Vec<usize> = (0..n).collect();
     by_observed.sort_by(|&a, &b| observed[b].total_cmp(&observed[a]));
-    let (mut comparable, mut score) = (0u64, 0.0f64);
+    let (mut comparable, mut score) = (0.0f64, 0.0f64);
     let mut start = 0;
     while start < n {
         // One group of equal observed lifetimes: compared with the longer ones only, then added.
@@ -209,22 +233,105 @@ pub fn harrell_c(predicted: &[f64], observed: &[f64], completed: &[bool]) -> f64
         }
         let longer = tree.total();
         for &i in by_observed[start..end].iter().filter(|&&i| completed[i]) {
+            let w = weight(i);
+            if w == 0.0 || longer == 0 {
+                continue;
+            }
             let below = tree.prefix(rank[i] - 1);
             let equal = tree.prefix(rank[i]) - below;
             let above = longer - below - equal;
-            comparable += longer;
-            score += above as f64 + 0.5 * equal as f64;
+            comparable += w * longer as f64;
+            score += w * (above as f64 + 0.5 * equal as f64);
         }
         for &i in &by_observed[start..end] {
             tree.add(rank[i]);
         }
         start = end;
     }
-    if comparable == 0 {
+    if comparable == 0.0 {
         f64::NAN
     } else {
-        score / comparable as f64
+        score / comparable
     }
+}
+
+/// The Kaplan-Meier estimate of a survival curve from observed times and whether each one is an
+/// event (`true`) or censored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KaplanMeier {
+    /// Distinct event times, ascending.
+    times: Vec<f64>,
+    /// The survival just after each of them.
+    survival: Vec<f64>,
+}
+
+impl KaplanMeier {
+    pub fn new(observed: &[f64], events: &[bool]) -> Self {
+        assert_eq!(observed.len(), events.len(), "one entry per subject");
+        let mut order: Vec<usize> = (0..observed.len()).collect();
+        order.sort_by(|&a, &b| observed[a].total_cmp(&observed[b]));
+        let mut at_risk = order.len() as f64;
+        let (mut times, mut survival) = (Vec::new(), Vec::new());
+        let mut alive = 1.0;
+        let mut k = 0;
+        while k < order.len() {
+            let t = observed[order[k]];
+            let (mut deaths, mut leaving) = (0.0, 0.0);
+            while k < order.len() && observed[order[k]] == t {
+                deaths += f64::from(u8::from(events[order[k]]));
+                leaving += 1.0;
+                k += 1;
+            }
+            if deaths > 0.0 {
+                alive *= 1.0 - deaths / at_risk;
+                times.push(t);
+                survival.push(alive);
+            }
+            at_risk -= leaving;
+        }
+        KaplanMeier { times, survival }
+    }
+
+    /// `S(t)`: the share surviving past `t`.
+    pub fn at(&self, t: f64) -> f64 {
+        let k = self.times.partition_point(|&e| e <= t);
+        if k == 0 {
+            1.0
+        } else {
+            self.survival[k - 1]
+        }
+    }
+
+    /// `S(t-)`: the share surviving until just before `t`.
+    pub fn before(&self, t: f64) -> f64 {
+        let k = self.times.partition_point(|&e| e < t);
+        if k == 0 {
+            1.0
+        } else {
+            self.survival[k - 1]
+        }
+    }
+}
+
+/// The IPCW Brier score (Graf et al. 1999) of predicted survival probabilities at time `t`:
+/// `predicted[i] = P(T_i > t)` as predicted. A VM that ended by `t` counts `S_i(t)^2 / G(T_i)`, one
+/// still alive at `t` counts `(1 - S_i(t))^2 / G(t)`, one censored before `t` counts nothing (its
+/// weight is carried by the others through `G`, the censoring curve).
+pub fn brier_at(predicted: &[f64], observed: &[f64], completed: &[bool], censoring: &KaplanMeier, t: f64) -> f64 {
+    let n = predicted.len().max(1) as f64;
+    let g_t = censoring.at(t);
+    let mut sum = 0.0;
+    for ((&p, &time), &done) in predicted.iter().zip(observed).zip(completed) {
+        if time <= t && done {
+            let g = censoring.before(time);
+            if g > 0.0 {
+                sum += p * p / g;
+            }
+        } else if time > t && g_t > 0.0 {
+            sum += (1.0 - p) * (1.0 - p) / g_t;
+        }
+    }
+    sum / n
 }
 
 /// Counts by 1-based rank with prefix sums in O(log n).
@@ -329,6 +436,52 @@ mod tests {
         assert!(harrell_c(&[1.0, 2.0], &[5.0, 5.0], &[true, true]).is_nan());
         assert!(harrell_c(&[1.0, 2.0], &[1.0, 5.0], &[false, true]).is_nan());
         assert!(harrell_c(&[], &[], &[]).is_nan());
+    }
+
+    #[test]
+    fn kaplan_meier_by_hand() {
+        // Times 1 (event), 2 (censored), 3 (event), 3 (event), 4 (censored).
+        let km = KaplanMeier::new(&[1.0, 2.0, 3.0, 3.0, 4.0], &[true, false, true, true, false]);
+        assert_eq!(km.at(0.5), 1.0);
+        assert_eq!(km.at(1.0), 0.8);
+        assert_eq!(km.before(1.0), 1.0);
+        assert_eq!(km.at(2.5), 0.8);
+        // At 3, 3 at risk and 2 die.
+        assert!((km.at(3.0) - 0.8 / 3.0).abs() < 1e-12);
+        assert!((km.at(10.0) - 0.8 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn uno_c_without_censoring_is_harrell_c() {
+        let observed = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let predicted = [2.0, 1.0, 3.0, 5.0, 4.0];
+        let all = [true; 5];
+        assert_eq!(uno_c(&predicted, &observed, &all, f64::INFINITY), harrell_c(&predicted, &observed, &all));
+        // Only pairs whose shorter lifetime is below tau: (1,*) and (2,*): 4 + 3 pairs, 6 concordant.
+        assert!((uno_c(&predicted, &observed, &all, 2.5) - 6.0 / 7.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn uno_c_weights_pairs_by_the_censoring_curve() {
+        // Censored at 1.5: G drops to 3/4 after it, so the pairs of VMs ending at 2 and 3 weigh 16/9.
+        let observed = [1.0, 1.5, 2.0, 3.0, 4.0];
+        let completed = [true, false, true, true, true];
+        let predicted = [1.0, 9.0, 3.0, 2.0, 4.0];
+        // Shorter 1 (w 1): longer 1.5, 2, 3, 4 -> all concordant (4). Shorter 2 (w 16/9): 3 (discordant),
+        // 4 (concordant). Shorter 3 (w 16/9): 4 concordant.
+        let w = 16.0 / 9.0;
+        let expected = (4.0 + w * 1.0 + w * 1.0) / (4.0 + w * 2.0 + w * 1.0);
+        assert!((uno_c(&predicted, &observed, &completed, f64::INFINITY) - expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn brier_scores_of_perfect_and_uninformed_predictions() {
+        let observed = [1.0, 2.0, 3.0, 4.0];
+        let completed = [true; 4];
+        let km = KaplanMeier::new(&observed, &[false; 4]);
+        // At t = 2.5, two ended and two are alive.
+        assert_eq!(brier_at(&[0.0, 0.0, 1.0, 1.0], &observed, &completed, &km, 2.5), 0.0);
+        assert_eq!(brier_at(&[0.5; 4], &observed, &completed, &km, 2.5), 0.25);
     }
 
     #[test]

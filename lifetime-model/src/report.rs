@@ -83,6 +83,72 @@ pub struct ExitTimeReport {
     pub mae_log10_long: f64,
 }
 
+/// Concordance of a lifetime reading with the observed exits, over one set of VMs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Concordance {
+    /// VMs in the set (completed or still running).
+    pub vms: usize,
+    /// Harrell's C, censoring-aware ([`crate::metrics::harrell_c`]).
+    #[serde(with = "crate::nan_json")]
+    pub harrell: f64,
+    /// Uno's C, weighted against censoring, up to the report's `tau_s` ([`crate::metrics::uno_c`]).
+    #[serde(with = "crate::nan_json")]
+    pub uno: f64,
+}
+
+/// Exit-time quality of the VMs of one age: those still alive at `age_s`, ranked by the remaining
+/// lifetime predicted at that age (at age 0, the request-time prediction over all VMs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgeConcordance {
+    pub age_s: f64,
+    /// The survival model's reading.
+    pub survival: Concordance,
+    /// The remaining-lifetime regression of the same bundle, on the same VMs, for comparison.
+    pub regression: Concordance,
+}
+
+/// Predicted against observed survival at one age and horizon: among the VMs alive at `age_s`,
+/// the mean predicted `P(T > age + t | T > age)` and the Kaplan-Meier estimate of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationPoint {
+    pub age_s: f64,
+    pub t_s: f64,
+    pub vms: usize,
+    #[serde(with = "crate::nan_json")]
+    pub predicted: f64,
+    #[serde(with = "crate::nan_json")]
+    pub observed: f64,
+}
+
+/// How well the survival model's distribution fits the held-out period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SurvivalReport {
+    /// What the concordances rank by (the bundle's reading).
+    pub reading: String,
+    pub intervals: usize,
+    /// ROC AUC of `P(T >= threshold)` read off the distribution (the classifier's is in `binary`).
+    #[serde(with = "crate::nan_json")]
+    pub auc_p_long: f64,
+    /// Whether the bundle serves P(long) from the distribution (chosen on validation AUC).
+    pub p_long_from_survival: bool,
+    /// Uno's C counts pairs whose shorter lifetime is below this.
+    pub tau_s: f64,
+    /// Every held-out VM, ranked by the request-time prediction.
+    pub all: AgeConcordance,
+    /// The VMs that live at least the long-lived threshold, ranked by the request-time prediction.
+    pub long: AgeConcordance,
+    /// The VMs alive at each age, ranked by the remaining lifetime predicted at that age.
+    pub by_age: Vec<AgeConcordance>,
+    /// The IPCW integrated Brier score over `(0, brier_horizon_s]` (lower is better).
+    #[serde(with = "crate::nan_json")]
+    pub integrated_brier: f64,
+    /// The same for the training period's Kaplan-Meier curve given to every VM (no features).
+    #[serde(with = "crate::nan_json")]
+    pub integrated_brier_marginal: f64,
+    pub brier_horizon_s: f64,
+    pub calibration: Vec<CalibrationPoint>,
+}
+
 /// One feature set tried on the validation split.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FeatureCandidate {
@@ -131,6 +197,13 @@ pub struct ValidationReport {
     pub binary: ModelRounds,
     pub multiclass: ModelRounds,
     pub remaining: ModelRounds,
+    /// The survival model's hazards (binary log loss per person-period row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hazard: Option<ModelRounds>,
+    /// Validation AUC of P(long) read off the survival model, against the classifier's
+    /// (`binary.best_value`): the better one serves P(long).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survival_auc: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -144,6 +217,9 @@ pub struct EvaluationReport {
     /// Absent from bundles written before rounds and features were chosen on validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<ValidationReport>,
+    /// Bundles with a survival model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survival: Option<SurvivalReport>,
 }
 
 fn group_list(groups: &[FeatureGroup]) -> String {
@@ -206,6 +282,48 @@ impl EvaluationReport {
                 e.vms, e.c_index, e.long_vms, e.c_index_long, e.completed_long_vms, e.mae_log10_long
             );
         }
+        if let Some(r) = &self.survival {
+            let _ = writeln!(
+                s,
+                "\n### Lifetime distribution (survival model, {} intervals, reading: {})\n\n                 P(long) read off it: ROC AUC {:.3} ({} P(long)). Integrated Brier score up to {}: {:.4}                  (the training period's Kaplan-Meier curve for every VM: {:.4}). Uno's C up to {}.\n",
+                r.intervals,
+                r.reading,
+                r.auc_p_long,
+                if r.p_long_from_survival { "it serves" } else { "the classifier serves" },
+                hours(r.brier_horizon_s),
+                r.integrated_brier,
+                r.integrated_brier_marginal,
+                hours(r.tau_s)
+            );
+            let _ = writeln!(
+                s,
+                "| VMs | count | Harrell's C | Uno's C | regression: Harrell's C | Uno's C |\n|---|---:|---:|---:|---:|---:|"
+            );
+            let rows = [
+                ("all, at request time".to_owned(), &r.all),
+                ("living >= threshold, at request time".to_owned(), &r.long),
+            ];
+            let aged = r.by_age.iter().map(|a| (format!("alive at {}, repredicted then", hours(a.age_s)), a));
+            for (name, a) in rows.iter().map(|(n, a)| (n.clone(), *a)).chain(aged) {
+                let _ = writeln!(
+                    s,
+                    "| {name} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                    a.survival.vms, a.survival.harrell, a.survival.uno, a.regression.harrell, a.regression.uno
+                );
+            }
+            let _ = writeln!(s, "\n| alive at | P(T > age + t) for t | VMs | predicted | observed (Kaplan-Meier) |\n|---|---|---:|---:|---:|");
+            for c in &r.calibration {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {:.3} | {:.3} |",
+                    hours(c.age_s),
+                    hours(c.t_s),
+                    c.vms,
+                    c.predicted,
+                    c.observed
+                );
+            }
+        }
         if let Some(v) = &self.validation {
             let f = &v.features;
             let _ = writeln!(
@@ -232,7 +350,10 @@ impl EvaluationReport {
             }
             let _ = writeln!(s, "\n| model | metric | validation examples | best round | best value | refit rounds |");
             let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
-            for (name, m) in [("long-lived", &v.binary), ("intervals", &v.multiclass), ("remaining", &v.remaining)] {
+            for (name, m) in [("long-lived", &v.binary), ("intervals", &v.multiclass), ("remaining", &v.remaining)]
+                .into_iter()
+                .chain(v.hazard.as_ref().map(|m| ("survival hazards", m)))
+            {
                 let _ = writeln!(
                     s,
                     "| {name} | {} | {} | {} | {:.4} | {} |",
@@ -274,7 +395,9 @@ impl EvaluationReport {
 }
 
 fn hours(seconds: f64) -> String {
-    if seconds >= 86_400.0 {
+    if seconds == 0.0 {
+        "0".to_owned()
+    } else if seconds >= 86_400.0 {
         format!("{:.0} d", seconds / 86_400.0)
     } else {
         format!("{:.0} h", seconds / 3_600.0)

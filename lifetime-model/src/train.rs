@@ -9,23 +9,29 @@
 //! `validation_fraction` validates, the part before fits with labels censored at the validation
 //! start (and a feature schema of its own). On it the trainer picks the feature groups (by the
 //! long-lived classifier's AUC) and each model's number of rounds (early stopping), then refits the
-//! three models on the whole training period with those rounds. A validation slice of a few hours
+//! models on the whole training period with those rounds.
+//!
+//! The survival model ([`crate::survival`]) is a fourth LightGBM model: a binary hazard per
+//! person-period row (one row per VM and lifetime interval it was alive at the start of), so that
+//! every VM counts, censored ones included, each for the intervals it was seen to outlive. A validation slice of a few hours
 //! (the former last tenth) is so noisy that early stopping on it kept 2-18 trees; a quarter of the
 //! period, and a refit that also learns from it, does not waste the most recent data.
 
 use crate::bundle::{
     sha256_hex, LifetimeModel, Manifest, ProbeCase, TrainingWindow, BINARY_MODEL_FILE, FEATURE_STORE_FILE,
-    FORMAT_VERSION, MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE,
+    FORMAT_VERSION, MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE, SURVIVAL_MODEL_FILE,
 };
 use crate::dataset::{replay, ObservedLifetime, ReplayedTrace};
 use crate::features::{encode_uptime, FeatureGroup, FeatureSchema, RequestFeatures, SchemaBuilder};
 use crate::gbdt::{OutputTransform, TreeEnsemble};
 use crate::history::FeatureStore;
-use crate::metrics::{harrell_c, Scored};
+use crate::metrics::{brier_at, harrell_c, uno_c, KaplanMeier, Scored};
 use crate::report::{
-    BinaryReport, EvaluationReport, ExitTimeReport, FeatureCandidate, FeatureSelection, ModelRounds, MulticlassReport,
-    RemainingReport, RepredictionCurve, ValidationReport, RECALL_LEVELS,
+    AgeConcordance, BinaryReport, CalibrationPoint, Concordance, EvaluationReport, ExitTimeReport, FeatureCandidate,
+    FeatureSelection, ModelRounds, MulticlassReport, RemainingReport, RepredictionCurve, SurvivalReport,
+    ValidationReport, RECALL_LEVELS,
 };
+use crate::survival::{survival_from_logits, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use lightgbm3::{Booster, Dataset};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -81,6 +87,10 @@ pub struct TrainConfig {
     pub num_leaves: usize,
     /// At most this many VMs are expanded into remaining-lifetime examples (evenly sampled).
     pub max_remaining_vms: usize,
+    /// Upper edges of the survival model's lifetime intervals; empty: no survival model.
+    pub survival_edges_s: Vec<f64>,
+    /// What the bundle serves of the distribution by default.
+    pub survival_reading: LifetimeReading,
     pub threads: usize,
     pub seed: u64,
 }
@@ -103,6 +113,8 @@ impl Default for TrainConfig {
             learning_rate: 0.05,
             num_leaves: 63,
             max_remaining_vms: 150_000,
+            survival_edges_s: crate::survival::default_edges_s(),
+            survival_reading: LifetimeReading::default(),
             threads: 2,
             seed: 7,
         }
@@ -167,7 +179,19 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if config.early_stopping_rounds == 0 || config.min_rounds == 0 {
         return bad("early-stopping rounds and the least number of rounds must be positive");
     }
+    if let Some(spec) = survival_spec(config, false) {
+        spec.check().map_err(TrainError::Config)?;
+    }
     Ok(())
+}
+
+/// The survival model's spec from the configuration, if it has one.
+fn survival_spec(config: &TrainConfig, p_long_from_survival: bool) -> Option<SurvivalSpec> {
+    (!config.survival_edges_s.is_empty()).then(|| SurvivalSpec {
+        edges_s: config.survival_edges_s.clone(),
+        reading: config.survival_reading,
+        p_long_from_survival,
+    })
 }
 
 /// LightGBM parameters shared by every model.
@@ -193,6 +217,7 @@ enum Model {
     Binary,
     Multiclass,
     Remaining,
+    Hazard,
 }
 
 impl Model {
@@ -202,6 +227,7 @@ impl Model {
             Model::Multiclass => json!({"objective": "multiclass", "num_class": config.class_cutoffs_s.len() + 1,
                                         "metric": "multi_logloss"}),
             Model::Remaining => json!({"objective": "regression", "metric": "l2"}),
+            Model::Hazard => json!({"objective": "binary", "metric": "binary_logloss"}),
         };
         params(&base_params(config), extra)
     }
@@ -211,6 +237,7 @@ impl Model {
             Model::Binary => "auc",
             Model::Multiclass => "multi_logloss",
             Model::Remaining => "l2",
+            Model::Hazard => "binary_logloss",
         }
     }
 
@@ -247,6 +274,11 @@ impl Model {
                 loss / n
             }
             Model::Remaining => raw.iter().zip(labels).map(|(s, &y)| (s - f64::from(y)).powi(2)).sum::<f64>() / n,
+            // log(1 + e^-x) for the event, log(1 + e^x) for survival, stable for large |x|.
+            Model::Hazard => {
+                let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
+                raw.iter().zip(labels).map(|(&x, &y)| if y > 0.5 { softplus(-x) } else { softplus(x) }).sum::<f64>() / n
+            }
         }
     }
 }
@@ -297,6 +329,7 @@ fn examples(
             gather(replayed, idx, cols, |i| label(i).interval_class(&config.class_cutoffs_s).map(|c| c as f32))
         }
         Model::Remaining => remaining_examples(replayed, idx, cols, config, label),
+        Model::Hazard => hazard_examples(replayed, idx, cols, config, label),
     }
 }
 
@@ -354,6 +387,8 @@ struct Best {
     value: f64,
     /// Probabilities at the best round (long-lived model only), for the decision threshold.
     scores: Vec<f64>,
+    /// The validation model, cut to its best round (hazard model only, to read P(long) off it).
+    ensemble: Option<TreeEnsemble>,
 }
 
 /// Trains `model` on `fit` with early stopping on `valid`, and reads its best round off the
@@ -363,7 +398,7 @@ fn best_rounds(model: Model, fit: &Examples, valid: &Examples, config: &TrainCon
         return Err(TrainError::NotEnoughData(format!("only {} labelled fitting examples", fit.labels.len())));
     }
     if valid.labels.len() < MIN_VALIDATION_EXAMPLES {
-        return Ok(Best { iteration: 0, value: f64::NAN, scores: Vec::new() });
+        return Ok(Best { iteration: 0, value: f64::NAN, scores: Vec::new(), ensemble: None });
     }
     let n = fit.n_features as i32;
     let train = Dataset::from_slice(&fit.rows, &fit.labels, n, true)?;
@@ -374,7 +409,11 @@ fn best_rounds(model: Model, fit: &Examples, valid: &Examples, config: &TrainCon
     );
     let booster = Booster::train_with_valid(train, Some(validation), &parameters)?;
     let ensemble = TreeEnsemble::from_lightgbm_text(&booster.save_string()?)?;
-    Ok(validation_curve_best(model, &ensemble, valid))
+    let mut best = validation_curve_best(model, &ensemble, valid);
+    if model == Model::Hazard && best.iteration > 0 {
+        best.ensemble = Some(ensemble.truncated(best.iteration * ensemble.num_outputs()));
+    }
+    Ok(best)
 }
 
 /// Sums the ensemble's trees round by round over `valid` and keeps the best round.
@@ -382,7 +421,7 @@ fn validation_curve_best(model: Model, ensemble: &TreeEnsemble, valid: &Examples
     let k = ensemble.num_outputs();
     let rounds = ensemble.num_trees() / k.max(1);
     let mut raw = vec![0.0; valid.labels.len() * k];
-    let mut best = Best { iteration: 0, value: f64::NAN, scores: Vec::new() };
+    let mut best = Best { iteration: 0, value: f64::NAN, scores: Vec::new(), ensemble: None };
     for round in 0..rounds {
         for class in 0..k {
             let tree = round * k + class;
@@ -506,6 +545,24 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
     }
     let remaining = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
     let multiclass = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
+    let (mut hazard, mut survival_auc) = (None, None);
+    if !config.survival_edges_s.is_empty() {
+        progress.stage("validation: rounds of the survival model");
+        let (fit, valid) = split.examples(Model::Hazard, &cols, config);
+        let best = best_rounds(Model::Hazard, &fit, &valid, config)?;
+        hazard = Some(rounds(Model::Hazard, &best, valid.labels.len()));
+        if let Some(ensemble) = &best.ensemble {
+            let labels: Vec<bool> = binary_valid.labels.iter().map(|&y| y > 0.5).collect();
+            let edges = &config.survival_edges_s;
+            let scores: Vec<f64> = (0..labels.len())
+                .map(|i| {
+                    let curve = survival_curve(ensemble, binary_valid.row(i), edges.len());
+                    SurvivalCurve { edges_s: edges, survival: &curve }.at(config.long_threshold_s)
+                })
+                .collect();
+            survival_auc = Some(Scored::new(&scores, &labels).roc_auc());
+        }
+    }
     Ok(Validated {
         report: ValidationReport {
             valid_from_s: split.valid_from_s,
@@ -519,9 +576,23 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
             binary,
             multiclass,
             remaining,
+            hazard,
+            survival_auc,
         },
         decision_threshold,
     })
+}
+
+/// The survival curve of `row` (a base row) at the `intervals` edges of a hazard model.
+fn survival_curve(hazards: &TreeEnsemble, row: &[f64], intervals: usize) -> Vec<f64> {
+    let grid: Vec<f64> = (0..intervals).map(SurvivalSpec::interval_input).collect();
+    let mut with_interval = Vec::with_capacity(row.len() + 1);
+    with_interval.extend_from_slice(row);
+    with_interval.push(0.0);
+    let mut curve = vec![0.0; intervals];
+    hazards.predict_raw_grid(&with_interval, row.len(), &grid, &mut curve);
+    survival_from_logits(&mut curve);
+    curve
 }
 
 /// Trains `model` on all of `examples` for exactly `rounds` rounds.
@@ -604,11 +675,32 @@ pub fn train_bundle(
     let multiclass = refit(Model::Multiclass, &training_examples(Model::Multiclass), choice.multiclass.rounds, config)?;
     progress.stage("training the remaining-lifetime model");
     let remaining = refit(Model::Remaining, &training_examples(Model::Remaining), choice.remaining.rounds, config)?;
+    let survival = match &choice.hazard {
+        Some(rounds) => {
+            progress.stage("training the survival model (hazards per lifetime interval)");
+            Some(refit(Model::Hazard, &training_examples(Model::Hazard), rounds.rounds, config)?)
+        }
+        None => None,
+    };
+    // P(long) comes from the distribution only when it validated better than the classifier.
+    let p_long_from_survival = choice.survival_auc.is_some_and(|auc| auc > choice.binary.best_value);
+    let spec = survival_spec(config, p_long_from_survival);
 
     progress.stage("evaluating on the held-out period");
     let binary_native = TreeEnsemble::from_lightgbm_text(&binary.save_string()?)?;
     let multiclass_native = TreeEnsemble::from_lightgbm_text(&multiclass.save_string()?)?;
     let remaining_native = TreeEnsemble::from_lightgbm_text(&remaining.save_string()?)?;
+    let survival_native = match &survival {
+        Some(booster) => Some(TreeEnsemble::from_lightgbm_text(&booster.save_string()?)?),
+        None => None,
+    };
+    let survival_report = match (&survival_native, &spec) {
+        (Some(hazards), Some(spec)) => {
+            progress.stage("evaluating the lifetime distribution");
+            Some(evaluate_survival(&replayed, &train_idx, &eval_idx, hazards, spec, &remaining_native, config))
+        }
+        _ => None,
+    };
     // The refit model has no held-out part of its own: the threshold comes from the validation
     // model, trained the same way for the same rounds on a little less data.
     let decision_threshold = validated.decision_threshold;
@@ -620,6 +712,7 @@ pub fn train_bundle(
         remaining: evaluate_remaining(&replayed, &eval_idx, &remaining_native, config),
         exit_time: Some(evaluate_exit_time(&replayed, &eval_idx, &remaining_native, config)),
         validation: Some(validated.report),
+        survival: survival_report,
     };
 
     progress.stage("writing the bundle");
@@ -634,6 +727,10 @@ pub fn train_bundle(
             ProbeCase {
                 p_long: binary_native.predict(&row),
                 log10_remaining: remaining_native.predict(&with_uptime),
+                survival: survival_native
+                    .as_ref()
+                    .map(|hazards| survival_curve(hazards, &row, config.survival_edges_s.len()))
+                    .unwrap_or_default(),
                 row,
             }
         })
@@ -649,6 +746,7 @@ pub fn train_bundle(
         decision_threshold,
         class_cutoffs_s: config.class_cutoffs_s.clone(),
         remaining_cap_s: config.remaining_cap_s,
+        survival: spec,
         // Filled in by `write_bundle` from the bytes it writes.
         checksums: Default::default(),
         training: TrainingWindow {
@@ -662,7 +760,7 @@ pub fn train_bundle(
         evaluation,
         probes,
     };
-    let manifest = write_bundle(out_dir, manifest, &binary, &multiclass, &remaining, &store)?;
+    let manifest = write_bundle(out_dir, manifest, [&binary, &multiclass, &remaining], survival.as_ref(), &store)?;
     LifetimeModel::load(out_dir)?;
     Ok(manifest)
 }
@@ -703,6 +801,172 @@ fn remaining_examples(
         }
     }
     examples
+}
+
+/// Expands VMs into person-period rows of the hazard model: base row + interval index, labelled 1
+/// for the interval the VM ended in and 0 for each interval it outlived. A censored VM gives only
+/// the intervals it outlived (it is never dropped: those rows are what it tells). A VM is
+/// followed up to the last edge; past it the model says nothing.
+fn hazard_examples(
+    replayed: &ReplayedTrace,
+    idx: &[usize],
+    cols: &[usize],
+    config: &TrainConfig,
+    label: impl Fn(usize) -> ObservedLifetime,
+) -> Examples {
+    let edges = &config.survival_edges_s;
+    let stride = idx.len().div_ceil(config.max_remaining_vms.max(1)).max(1);
+    let mut examples = Examples { n_features: cols.len() + 1, rows: Vec::new(), labels: Vec::new() };
+    for &i in idx.iter().step_by(stride) {
+        let observed = label(i);
+        for (j, &upper) in edges.iter().enumerate() {
+            let ended_here = observed.seconds < upper;
+            if ended_here && observed.censored {
+                break; // still running inside this interval: no verdict on it
+            }
+            push_row(&mut examples.rows, replayed, i, cols);
+            examples.rows.push(SurvivalSpec::interval_input(j));
+            examples.labels.push(if ended_here { 1.0 } else { 0.0 });
+            if ended_here {
+                break;
+            }
+        }
+    }
+    examples
+}
+
+/// Ages at which the report measures the remaining lifetime (besides the request time).
+pub const REPORT_AGES_S: [f64; 2] = [2.0 * HOUR, DAY];
+/// Horizons of the calibration of `P(T > age + t | T > age)`.
+pub const CALIBRATION_HORIZONS_S: [f64; 3] = [HOUR, DAY, 7.0 * DAY];
+
+/// The survival model on the held-out period: concordance of its reading at request time and at
+/// later ages (beside the remaining-lifetime regression on the same VMs), integrated Brier score
+/// against a featureless Kaplan-Meier curve of the training period, and calibration.
+fn evaluate_survival(
+    replayed: &ReplayedTrace,
+    train_idx: &[usize],
+    eval_idx: &[usize],
+    hazards: &TreeEnsemble,
+    spec: &SurvivalSpec,
+    regression: &TreeEnsemble,
+    config: &TrainConfig,
+) -> SurvivalReport {
+    let edges = &spec.edges_s;
+    let curves: Vec<Vec<f64>> =
+        eval_idx.iter().map(|&i| survival_curve(hazards, replayed.row(i), edges.len())).collect();
+    let curve = |k: usize| SurvivalCurve { edges_s: edges, survival: &curves[k] };
+    let observed: Vec<f64> = eval_idx.iter().map(|&i| replayed.full_label[i].seconds).collect();
+    let completed: Vec<bool> = eval_idx.iter().map(|&i| !replayed.full_label[i].censored).collect();
+    let censoring = KaplanMeier::new(&observed, &completed.iter().map(|&c| !c).collect::<Vec<_>>());
+    // Uno's weights blow up where hardly any VM is still observed: stop where G falls below 0.1.
+    let tau_s = {
+        let mut sorted: Vec<f64> = observed.iter().zip(&completed).filter(|(_, &c)| c).map(|(&t, _)| t).collect();
+        sorted.sort_by(f64::total_cmp);
+        let last = sorted.iter().rev().find(|&&t| censoring.before(t) >= 0.1).copied().unwrap_or(f64::INFINITY);
+        last.min(config.remaining_cap_s)
+    };
+    let cap = config.remaining_cap_s;
+    let regression_at = |k: usize, age: f64| {
+        let mut row = replayed.row(eval_idx[k]).to_vec();
+        row.push(encode_uptime(age));
+        10f64.powf(regression.predict(&row)).clamp(1.0, cap)
+    };
+    let concordance = |members: &[usize], predict: &dyn Fn(usize) -> f64| {
+        let predicted: Vec<f64> = members.iter().map(|&k| predict(k)).collect();
+        let obs: Vec<f64> = members.iter().map(|&k| observed[k]).collect();
+        let done: Vec<bool> = members.iter().map(|&k| completed[k]).collect();
+        Concordance {
+            vms: members.len(),
+            harrell: harrell_c(&predicted, &obs, &done),
+            uno: uno_c(&predicted, &obs, &done, tau_s),
+        }
+    };
+    let at_age = |members: &[usize], age: f64| AgeConcordance {
+        age_s: age,
+        survival: concordance(members, &|k| curve(k).remaining_s(age, spec.reading).min(cap)),
+        regression: concordance(members, &|k| regression_at(k, age)),
+    };
+    let everyone: Vec<usize> = (0..eval_idx.len()).collect();
+    let alive_at = |age: f64| everyone.iter().copied().filter(|&k| observed[k] >= age).collect::<Vec<_>>();
+    let all = at_age(&everyone, 0.0);
+    let long = at_age(&alive_at(config.long_threshold_s), 0.0);
+    let by_age = REPORT_AGES_S.iter().map(|&age| at_age(&alive_at(age), age)).collect();
+
+    // P(long) off the distribution, on the VMs whose class is known.
+    let (scores, labels): (Vec<f64>, Vec<bool>) = eval_idx
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &i)| {
+            replayed.full_label[i]
+                .at_least(config.long_threshold_s)
+                .map(|long| (curve(k).at(config.long_threshold_s), long))
+        })
+        .unzip();
+    let auc_p_long = Scored::new(&scores, &labels).roc_auc();
+
+    // Integrated Brier score over an even grid of (0, horizon].
+    let horizon = tau_s.min(7.0 * DAY);
+    let train_observed: Vec<f64> = train_idx.iter().map(|&i| replayed.train_label[i].seconds).collect();
+    let train_events: Vec<bool> = train_idx.iter().map(|&i| !replayed.train_label[i].censored).collect();
+    let marginal = KaplanMeier::new(&train_observed, &train_events);
+    const BRIER_POINTS: usize = 100;
+    let (mut model_sum, mut marginal_sum) = (0.0, 0.0);
+    let mut predicted = vec![0.0; eval_idx.len()];
+    for p in 1..=BRIER_POINTS {
+        let t = horizon * p as f64 / BRIER_POINTS as f64;
+        for (k, value) in predicted.iter_mut().enumerate() {
+            *value = curve(k).at(t);
+        }
+        model_sum += brier_at(&predicted, &observed, &completed, &censoring, t);
+        predicted.fill(marginal.at(t));
+        marginal_sum += brier_at(&predicted, &observed, &completed, &censoring, t);
+    }
+
+    // Calibration: among the VMs alive at each age, predicted against Kaplan-Meier survival.
+    let mut calibration = Vec::new();
+    for age in std::iter::once(0.0).chain(REPORT_AGES_S) {
+        let members = alive_at(age);
+        let residual: Vec<f64> = members.iter().map(|&k| observed[k] - age).collect();
+        let events: Vec<bool> = members.iter().map(|&k| completed[k]).collect();
+        let km = KaplanMeier::new(&residual, &events);
+        for t in CALIBRATION_HORIZONS_S {
+            let mean = members
+                .iter()
+                .map(|&k| {
+                    let c = curve(k);
+                    let alive = c.at(age);
+                    if alive > 0.0 {
+                        c.at(age + t) / alive
+                    } else {
+                        0.0
+                    }
+                })
+                .sum::<f64>()
+                / members.len().max(1) as f64;
+            calibration.push(CalibrationPoint {
+                age_s: age,
+                t_s: t,
+                vms: members.len(),
+                predicted: mean,
+                observed: km.at(t),
+            });
+        }
+    }
+    SurvivalReport {
+        reading: spec.reading.to_string(),
+        intervals: edges.len(),
+        auc_p_long,
+        p_long_from_survival: spec.p_long_from_survival,
+        tau_s,
+        all,
+        long,
+        by_age,
+        integrated_brier: model_sum / BRIER_POINTS as f64,
+        integrated_brier_marginal: marginal_sum / BRIER_POINTS as f64,
+        brier_horizon_s: horizon,
+        calibration,
+    }
 }
 
 fn evaluate_binary(
@@ -854,9 +1118,8 @@ fn exit_time_report(predicted_log10: &[f64], observed: &[f64], completed: &[bool
 fn write_bundle(
     dir: &Path,
     mut manifest: Manifest,
-    binary: &Booster,
-    multiclass: &Booster,
-    remaining: &Booster,
+    [binary, multiclass, remaining]: [&Booster; 3],
+    survival: Option<&Booster>,
     store: &FeatureStore,
 ) -> Result<Manifest, TrainError> {
     std::fs::create_dir_all(dir).map_err(|source| TrainError::Write { path: dir.to_owned(), source })?;
@@ -868,6 +1131,9 @@ fn write_bundle(
     write_sealed(MULTICLASS_MODEL_FILE, multiclass.save_string()?.into_bytes())?;
     write_sealed(REMAINING_MODEL_FILE, remaining.save_string()?.into_bytes())?;
     write_sealed(FEATURE_STORE_FILE, serde_json::to_vec(store).unwrap_or_default())?;
+    if let Some(survival) = survival {
+        write_sealed(SURVIVAL_MODEL_FILE, survival.save_string()?.into_bytes())?;
+    }
     // The manifest goes last: a directory without one is an incomplete bundle and is never loaded.
     write_file(dir, MANIFEST_FILE, serde_json::to_vec_pretty(&manifest).unwrap_or_default())?;
     Ok(manifest)
@@ -1001,6 +1267,33 @@ mod tests {
         assert_eq!(Model::Binary.value(&[0.2, -1.0, 3.0], &[0.0, 0.0, 1.0], 1), 1.0);
         assert!(Model::Binary.better(0.8, 0.7) && Model::Remaining.better(0.7, 0.8));
         assert!(Model::Binary.better(0.5, f64::NAN) && !Model::Binary.better(f64::NAN, 0.5));
+    }
+
+    #[test]
+    fn hazard_rows_follow_each_vm_until_it_ends_or_is_censored() {
+        let records = vec![
+            vm("a", 0.0, Some(250.0)),   // ends in interval 2 ([200, 400))
+            vm("b", 1.0, None),          // still running at the cut-off: censored after 299 s, in interval 2
+            vm("c", 2.0, Some(5_000.0)), // outlives every edge
+        ];
+        let config = TrainConfig { survival_edges_s: vec![100.0, 200.0, 400.0], ..TrainConfig::default() };
+        let schema = build_schema(&records, 300.0, &config);
+        let replayed = replay(&records, &schema.encoder(), 300.0, 10_000.0, 300.0);
+        let cols: Vec<usize> = (0..replayed.n_features).collect();
+        let idx: Vec<usize> = (0..replayed.len()).collect();
+        let full = hazard_examples(&replayed, &idx, &cols, &config, |i| replayed.full_label[i]);
+        let interval = |e: &Examples, k: usize| e.row(k)[cols.len()];
+        // a: survived 0 and 1, ended in 2; b (full data: never ends, censored at 9999 s): 3 survivals;
+        // c: 3 survivals, and nothing past the last edge.
+        assert_eq!(full.labels, [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(
+            (0..9).map(|k| interval(&full, k)).collect::<Vec<_>>(),
+            [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+        );
+        // As the training side sees it at 300 s: a ended (250 s); b and c are censored after about
+        // 300 s: they count as alive through intervals 0 and 1, and say nothing of interval 2.
+        let train = hazard_examples(&replayed, &idx, &cols, &config, |i| replayed.train_label[i]);
+        assert_eq!(train.labels, [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]

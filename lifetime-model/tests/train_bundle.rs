@@ -3,8 +3,10 @@
 
 use lifetime_model::bundle::{
     seal, BundleError, LifetimeModel, LoadLimits, BINARY_MODEL_FILE, CHECKSUMMED_FILES, MANIFEST_FILE,
+    SURVIVAL_MODEL_FILE,
 };
 use lifetime_model::features::FeatureGroup;
+use lifetime_model::survival::LifetimeReading;
 use lifetime_model::train::{train_bundle, FeatureChoice, TrainConfig, TrainData};
 use lifetime_model::RequestFeatures;
 use traces::synthetic::{generate, SyntheticConfig};
@@ -55,6 +57,60 @@ fn a_trained_bundle_loads_and_predicts_what_the_report_says() {
 }
 
 #[test]
+fn the_survival_model_gives_one_distribution_for_request_time_and_every_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = train(dir.path());
+    let spec = manifest.survival.clone().expect("a survival model by default");
+    let report = manifest.evaluation.survival.as_ref().expect("its evaluation");
+    // It orders exits better than chance, overall and among the long-lived VMs, and it beats the
+    // featureless curve on the Brier score.
+    for (what, c) in [("all", &report.all.survival), ("long", &report.long.survival)] {
+        assert!(c.harrell > 0.55 && c.uno > 0.5, "{what}: {c:?}");
+    }
+    assert!(report.integrated_brier < report.integrated_brier_marginal, "{report:?}");
+    assert!(report.auc_p_long > 0.7, "{report:?}");
+    assert_eq!(report.calibration.len(), 9);
+    let validation = manifest.evaluation.validation.as_ref().unwrap();
+    assert!(validation.hazard.as_ref().is_some_and(|h| h.rounds > 0) && validation.survival_auc.is_some());
+
+    let model = LifetimeModel::load(dir.path()).expect("bundle loads");
+    let vm = RequestFeatures {
+        tenant_id: "t3".to_owned(),
+        vm_type: "D4".to_owned(),
+        cores: 4.0,
+        memory_gib: 16.0,
+        time_s: 5.5 * 86_400.0,
+        ..RequestFeatures::default()
+    };
+    let row = model.encode(&vm);
+    let curve = model.survival_curve(&row).expect("a curve");
+    assert_eq!(curve.len(), spec.edges_s.len());
+    assert!(curve.windows(2).all(|w| w[1] <= w[0]) && curve.iter().all(|s| (0.0..=1.0).contains(s)));
+    // The lifetime served at request time is the remaining lifetime at age 0, and every path to
+    // the remaining lifetime (HTTP's, the allocator's cached curve) reads the same distribution.
+    let prediction = model.predict_row(&row, false);
+    assert_eq!(prediction.expected_lifetime_s, model.predict_remaining(&vm, 0.0));
+    for age in [0.0, 600.0, 7_200.0, 86_400.0] {
+        let from_curve = model.remaining_from_curve(&curve, age);
+        assert!((from_curve - model.predict_remaining(&vm, age)).abs() <= 1e-9 * from_curve, "age {age}");
+    }
+    // Another reading of the same distribution: a later quantile reads a later exit.
+    let late = LifetimeModel::load(dir.path()).unwrap().with_reading(LifetimeReading::Quantile { q: 0.9 });
+    assert!(late.predict_row(&row, false).expected_lifetime_s >= prediction.expected_lifetime_s);
+
+    // A bundle trained without one still loads and serves the regression.
+    let old = tempfile::tempdir().unwrap();
+    let records = generate(&SyntheticConfig { span_days: 6.0, seed: 5, ..SyntheticConfig::default() });
+    let data = TrainData { source: "synthetic seed 5".to_owned(), train: records, eval: None, trace_end_s: None };
+    let config = TrainConfig { survival_edges_s: Vec::new(), ..quick_config() };
+    let manifest = train_bundle(data, &config, old.path(), &()).expect("training succeeds");
+    assert!(manifest.survival.is_none() && manifest.evaluation.survival.is_none());
+    assert!(!old.path().join(SURVIVAL_MODEL_FILE).exists());
+    let model = LifetimeModel::load(old.path()).expect("bundle loads");
+    assert!(model.survival_curve(&model.encode(&vm)).is_none() && model.reading().is_none());
+}
+
+#[test]
 fn tampered_bundles_are_rejected_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     train(dir.path());
@@ -72,6 +128,7 @@ fn tampered_bundles_are_rejected_with_a_reason() {
     let manifest: lifetime_model::Manifest = serde_json::from_str(&original).unwrap();
     let sealed: Vec<&str> = manifest.checksums.keys().map(String::as_str).collect();
     let mut expected = CHECKSUMMED_FILES.to_vec();
+    expected.push(SURVIVAL_MODEL_FILE);
     expected.sort_unstable();
     assert_eq!(sealed, expected);
 

@@ -57,15 +57,24 @@ impl Debug for BundleRepredictor {
     }
 }
 
+/// With a survival model, what is encoded of a VM is its survival curve, computed once when it
+/// is placed: every reprediction then reads the curve conditioned on the VM's age, with no model
+/// evaluation (the request-time features do not change as the VM ages, so that is exactly the
+/// model's remaining-lifetime distribution at that age).
 impl Repredictor for BundleRepredictor {
     fn version(&self) -> &str {
         self.0.version()
     }
     fn encode(&self, features: &RequestFeatures) -> Vec<f64> {
-        self.0.encode(features)
+        let row = self.0.encode(features);
+        self.0.survival_curve(&row).unwrap_or(row)
     }
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
-        self.0.predict_remaining_row(row, uptime_s)
+        if self.0.reading().is_some() {
+            self.0.remaining_from_curve(row, uptime_s)
+        } else {
+            self.0.predict_remaining_row(row, uptime_s)
+        }
     }
     fn uptime_key(&self, uptime_s: f64) -> f64 {
         encode_uptime(uptime_s)

@@ -36,6 +36,7 @@
 use crate::workload::{Workload, CENSORED_LIFETIME_S};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use lifetime_model::history::{TenantHistory, TenantSummary};
+use lifetime_model::survival::LifetimeReading;
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use placement::reprediction::{BundleRepredictor, Repredictor};
 use placement::{Policy, PolicyConfig};
@@ -99,6 +100,10 @@ pub enum PredictionSourceConfig {
     },
     Model {
         bundle: PathBuf,
+        /// What the policies read of the bundle's lifetime distribution (its survival model), instead
+        /// of the bundle's own default; ignored by a bundle without one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reading: Option<LifetimeReading>,
     },
     /// The oracle at the trace's recorded resolution: each completed VM's lifetime is read as the
     /// middle of its bin. `edges_s`: the bins' increasing inner edges in seconds (the last bin is
@@ -163,6 +168,9 @@ impl PredictionConfig {
                     return Err(invalid("prediction.source.recall", format!("must be in (0, 1], got {recall}")));
                 }
             }
+            PredictionSourceConfig::Model { reading: Some(reading), .. } => {
+                reading.check().map_err(|message| invalid("prediction.source.reading", message))?;
+            }
             PredictionSourceConfig::NoisyAccuracy { accuracy } if !(0.0..=1.0).contains(&accuracy) => {
                 return Err(invalid("prediction.source.accuracy", format!("must be in [0, 1], got {accuracy}")));
             }
@@ -195,7 +203,8 @@ impl PredictionConfig {
             PredictionSourceConfig::Oracle => "oracle".to_owned(),
             PredictionSourceConfig::NoisyPrecisionRecall { precision, recall } => format!("pr:{precision},{recall}"),
             PredictionSourceConfig::NoisyAccuracy { accuracy } => format!("accuracy:{accuracy}"),
-            PredictionSourceConfig::Model { .. } => "model".to_owned(),
+            PredictionSourceConfig::Model { reading: None, .. } => "model".to_owned(),
+            PredictionSourceConfig::Model { reading: Some(reading), .. } => format!("model:{reading}"),
             PredictionSourceConfig::BinnedOracle { .. } => "binned-oracle".to_owned(),
             PredictionSourceConfig::None => "none".to_owned(),
         };
@@ -301,10 +310,13 @@ pub fn predict(
         PredictionSourceConfig::NoisyAccuracy { accuracy } => {
             noisy_accuracy(&lifetimes, threshold, *accuracy, &mut rng)
         }
-        PredictionSourceConfig::Model { bundle } => {
-            let model = Arc::new(
-                LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?,
-            );
+        PredictionSourceConfig::Model { bundle, reading } => {
+            let mut model =
+                LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?;
+            if let Some(reading) = reading {
+                model = model.with_reading(*reading);
+            }
+            let model = Arc::new(model);
             // Only a policy that reads interval classes as its own classes needs the model's.
             let built = Policy::from_config(policy, &HashMap::new()).map_err(|e| invalid("policy", e.to_string()))?;
             let with_interval = built.reads_interval_classes();

@@ -167,7 +167,7 @@ fn fallbacks_replace_the_asked_share() {
 #[test]
 fn the_model_sees_only_the_past_and_repredicts_in_process() {
     let policy = PolicyConfig::preset("nilas");
-    let config = source(PredictionSourceConfig::Model { bundle: bundle() });
+    let config = source(PredictionSourceConfig::Model { bundle: bundle(), reading: None });
     let short = Workload::load(&synthetic(600)).unwrap();
     let long = Workload::load(&synthetic(1500)).unwrap();
     let a = predict(&short, &config, &policy, 1).unwrap();

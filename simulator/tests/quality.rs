@@ -168,7 +168,7 @@ fn fallbacks_are_not_tracked() {
 #[test]
 fn a_model_is_judged_under_its_bundles_version() {
     let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default");
-    let config = sim(synthetic(1500), "la-binary", PredictionSourceConfig::Model { bundle });
+    let config = sim(synthetic(1500), "la-binary", PredictionSourceConfig::Model { bundle, reading: None });
     let (_, result) = simulate(&config);
     let quality = result.quality.as_ref().unwrap();
     assert_eq!(quality.version, "default-1");

@@ -9,6 +9,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use lifetime_model::bundle::{seal, LoadLimits};
 use lifetime_model::features::FeatureGroup;
+use lifetime_model::survival::LifetimeReading;
 use lifetime_model::train::{train_bundle, FeatureChoice, Progress, TrainConfig, TrainData};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -71,6 +72,18 @@ struct Cli {
     /// At most this many VMs are expanded into remaining-lifetime examples.
     #[arg(long, default_value_t = 150_000)]
     max_remaining_vms: usize,
+    /// What the bundle serves of its lifetime distribution: `median`, `quantile:Q` or `mean:SECONDS`
+    /// (the expected lifetime truncated there). The simulator and the allocator can override it.
+    #[arg(long, default_value = "median", value_name = "READING")]
+    survival_reading: LifetimeReading,
+    /// Upper edges of the survival model's lifetime intervals in minutes, comma-separated and
+    /// ascending (default: 5 minutes to 28 days, finer where most VMs end).
+    #[arg(long, value_delimiter = ',', value_name = "MINUTES", conflicts_with = "no_survival")]
+    survival_edges_minutes: Option<Vec<f64>>,
+    /// Train no survival model (the bundle then serves the remaining-lifetime regression, as
+    /// bundles did before it).
+    #[arg(long)]
+    no_survival: bool,
     #[arg(long, default_value_t = 2)]
     threads: usize,
     #[arg(long, default_value_t = 7)]
@@ -164,6 +177,12 @@ fn main() -> Result<()> {
         features,
         num_leaves: cli.num_leaves,
         max_remaining_vms: cli.max_remaining_vms,
+        survival_edges_s: match (&cli.survival_edges_minutes, cli.no_survival) {
+            (_, true) => Vec::new(),
+            (Some(minutes), false) => minutes.iter().map(|m| m * 60.0).collect(),
+            (None, false) => defaults.survival_edges_s.clone(),
+        },
+        survival_reading: cli.survival_reading,
         threads: cli.threads,
         seed: cli.seed,
         ..defaults

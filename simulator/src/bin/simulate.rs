@@ -360,7 +360,7 @@ fn compare(args: CompareArgs) -> Result<()> {
     }
     if let Some(model) = &args.model {
         for variant in &mut experiment.predictions {
-            if let PredictionSourceConfig::Model { bundle } = &mut variant.prediction.source {
+            if let PredictionSourceConfig::Model { bundle, .. } = &mut variant.prediction.source {
                 bundle.clone_from(model);
             }
         }
@@ -657,8 +657,8 @@ fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
         ("oracle", None) => PredictionSourceConfig::Oracle,
         ("binned-oracle", None) => PredictionSourceConfig::BinnedOracle { edges_s: Vec::new() },
         ("none", None) => PredictionSourceConfig::None,
-        ("model", None) => PredictionSourceConfig::Model { bundle: PathBuf::from("models/default") },
-        ("model", Some(dir)) => PredictionSourceConfig::Model { bundle: PathBuf::from(dir) },
+        ("model", None) => PredictionSourceConfig::Model { bundle: PathBuf::from("models/default"), reading: None },
+        ("model", Some(dir)) => PredictionSourceConfig::Model { bundle: PathBuf::from(dir), reading: None },
         ("accuracy", Some(a)) => {
             let accuracy = number(a, "the accuracy")?;
             if !(0.0..=1.0).contains(&accuracy) {

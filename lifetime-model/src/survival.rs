@@ -1,0 +1,344 @@
+//! The lifetime distribution of a VM: a discrete-time hazard model over lifetime intervals, and
+//! what a policy reads of it.
+//!
+//! Interval `j` is `[edges[j-1], edges[j])` (`edges[-1] = 0`). The hazard model (LightGBM, binary
+//! objective) takes the VM's request-time row plus the interval's index and answers
+//! `h_j = P(T < edges[j] | T >= edges[j-1])`. It is trained on every VM, censored ones included: a
+//! VM contributes one example per interval it was seen alive at the start of, labelled 1 for the
+//! interval it ended in and 0 for every interval it outlived; a VM still running when the data
+//! stops contributes only the intervals it outlived, so it counts as "alive at least this long"
+//! and is never dropped (the standard person-period likelihood of discrete-time survival).
+//!
+//! From one row the model gives the whole survival curve `S(edges[j]) = prod_{k<=j} (1 - h_k)`.
+//! Everything a VM's placement reads comes from that one curve, so it all agrees:
+//! - the lifetime at request time ([`LifetimeReading`] at age 0);
+//! - the remaining lifetime at age `a`, from `P(T > a + t | T > a) = S(a + t) / S(a)`: the
+//!   request-time features do not change as the VM ages, so conditioning the request-time curve is
+//!   exactly the reprediction, and it costs no model evaluation;
+//! - `P(T >= threshold)`, a long-lived probability.
+//!
+//! Between edges the curve is linear (deaths spread evenly over an interval); past the last edge it
+//! is flat: the model says nothing about lifetimes beyond it, so a VM older than that is read as
+//! living on (to the caller's cap).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The default interval edges in seconds: finer where most VMs end (minutes), then hours and days,
+/// up to 28 days.
+pub fn default_edges_s() -> Vec<f64> {
+    const MIN: f64 = 60.0;
+    const HOUR: f64 = 3_600.0;
+    const DAY: f64 = 86_400.0;
+    vec![
+        5.0 * MIN,
+        10.0 * MIN,
+        15.0 * MIN,
+        30.0 * MIN,
+        45.0 * MIN,
+        HOUR,
+        1.5 * HOUR,
+        2.0 * HOUR,
+        3.0 * HOUR,
+        4.0 * HOUR,
+        6.0 * HOUR,
+        8.0 * HOUR,
+        12.0 * HOUR,
+        18.0 * HOUR,
+        DAY,
+        1.5 * DAY,
+        2.0 * DAY,
+        3.0 * DAY,
+        4.0 * DAY,
+        5.0 * DAY,
+        7.0 * DAY,
+        10.0 * DAY,
+        14.0 * DAY,
+        21.0 * DAY,
+        28.0 * DAY,
+    ]
+}
+
+/// Most intervals a hazard model may have (the grid evaluation tracks them in a 64-bit mask).
+pub const MAX_INTERVALS: usize = 64;
+
+/// What a policy reads of a lifetime distribution as "the" lifetime (or remaining lifetime).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum LifetimeReading {
+    /// The `q` quantile: the time by which the VM has ended with probability `q` (0.5: the median).
+    /// A low `q` reads exits early, a high one late (conservative for NILAS: a host is not
+    /// expected to empty before its VMs probably have).
+    Quantile { q: f64 },
+    /// The expected lifetime truncated at `horizon_s`: `E[min(T, horizon)]`, the area under the
+    /// curve up to the horizon.
+    TruncatedMean { horizon_s: f64 },
+}
+
+impl Default for LifetimeReading {
+    fn default() -> Self {
+        LifetimeReading::Quantile { q: 0.5 }
+    }
+}
+
+impl LifetimeReading {
+    /// Refuses a reading that means nothing, naming what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            LifetimeReading::Quantile { q } if !(q > 0.0 && q < 1.0) => {
+                Err(format!("a quantile must be strictly between 0 and 1, got {q}"))
+            }
+            LifetimeReading::TruncatedMean { horizon_s } if !(horizon_s.is_finite() && horizon_s > 0.0) => {
+                Err(format!("a truncated mean's horizon must be a positive number of seconds, got {horizon_s}"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for LifetimeReading {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LifetimeReading::Quantile { q } if *q == 0.5 => write!(f, "median"),
+            LifetimeReading::Quantile { q } => write!(f, "q{q}"),
+            LifetimeReading::TruncatedMean { horizon_s } => write!(f, "mean{horizon_s}s"),
+        }
+    }
+}
+
+/// `median`, `quantile:Q` (`q:Q`) or `mean:SECONDS` (the truncated mean), as the CLIs take it.
+impl FromStr for LifetimeReading {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let number = |value: &str| value.trim().parse::<f64>().map_err(|_| format!("{value:?} is not a number"));
+        let reading = match text.trim().split_once(':') {
+            None if text.trim() == "median" => LifetimeReading::Quantile { q: 0.5 },
+            Some(("quantile" | "q", q)) => LifetimeReading::Quantile { q: number(q)? },
+            Some(("mean", horizon)) => LifetimeReading::TruncatedMean { horizon_s: number(horizon)? },
+            _ => {
+                return Err(format!(
+                    "unknown lifetime reading {text:?}: use median, quantile:Q (0 < Q < 1) or mean:SECONDS"
+                ))
+            }
+        };
+        reading.check()?;
+        Ok(reading)
+    }
+}
+
+/// What a bundle's survival model is: its intervals and the reading it serves by default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SurvivalSpec {
+    /// Ascending upper edges of the intervals, in seconds.
+    pub edges_s: Vec<f64>,
+    /// What `expected_lifetime_s` and the remaining lifetime read of the distribution.
+    pub reading: LifetimeReading,
+    /// Whether P(long) comes from this distribution (`P(T >= long_threshold)`) rather than the
+    /// dedicated classifier: the trainer's choice on validation AUC.
+    #[serde(default)]
+    pub p_long_from_survival: bool,
+}
+
+impl SurvivalSpec {
+    pub fn check(&self) -> Result<(), String> {
+        if self.edges_s.is_empty() || self.edges_s.len() > MAX_INTERVALS {
+            return Err(format!("a survival model needs 1 to {MAX_INTERVALS} interval edges"));
+        }
+        if self.edges_s[0] <= 0.0
+            || self.edges_s.windows(2).any(|w| !(w[0] < w[1]))
+            || !self.edges_s.iter().all(|e| e.is_finite())
+        {
+            return Err("survival interval edges must be positive, finite and ascending".to_owned());
+        }
+        self.reading.check()
+    }
+
+    /// The interval of a lifetime of `seconds`: the first edge above it (`edges.len()` past the last).
+    pub fn interval_of(&self, seconds: f64) -> usize {
+        self.edges_s.partition_point(|&e| e <= seconds)
+    }
+
+    /// The hazard model's input for interval `j` (appended to the VM's row).
+    pub fn interval_input(j: usize) -> f64 {
+        j as f64
+    }
+}
+
+/// A survival curve: `S` at each edge of its spec (ascending edges, `S(0) = 1`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SurvivalCurve<'a> {
+    pub edges_s: &'a [f64],
+    pub survival: &'a [f64],
+}
+
+/// The survival at each edge from the hazard model's raw scores (logits), in place.
+pub fn survival_from_logits(values: &mut [f64]) {
+    let mut alive = 1.0;
+    for v in values.iter_mut() {
+        let hazard = 1.0 / (1.0 + (-*v).exp());
+        alive *= 1.0 - hazard;
+        *v = alive;
+    }
+}
+
+impl SurvivalCurve<'_> {
+    /// `S(t)`: linear between edges, flat past the last one.
+    pub fn at(&self, t: f64) -> f64 {
+        if !(t > 0.0) {
+            return 1.0;
+        }
+        let j = self.edges_s.partition_point(|&e| e <= t);
+        if j >= self.edges_s.len() {
+            return *self.survival.last().unwrap_or(&1.0);
+        }
+        let (lo, s_lo) = if j == 0 { (0.0, 1.0) } else { (self.edges_s[j - 1], self.survival[j - 1]) };
+        let (hi, s_hi) = (self.edges_s[j], self.survival[j]);
+        s_lo + (s_hi - s_lo) * (t - lo) / (hi - lo)
+    }
+
+    /// The remaining lifetime of a VM alive at `age_s`, as `reading` reads `S(age + t) / S(age)`.
+    /// Infinite when the curve never gets there (a quantile beyond the last edge).
+    pub fn remaining_s(&self, age_s: f64, reading: LifetimeReading) -> f64 {
+        let age = age_s.max(0.0);
+        let alive = self.at(age);
+        if alive <= 0.0 {
+            // The model says it should have ended: read it as ending now.
+            return 0.0;
+        }
+        match reading {
+            LifetimeReading::Quantile { q } => self.conditional_quantile(age, alive, q),
+            LifetimeReading::TruncatedMean { horizon_s } => self.conditional_area(age, alive, horizon_s),
+        }
+    }
+
+    /// The knots of the curve after `age` (time after age, conditional survival), starting at (0, 1).
+    fn knots_after(&self, age: f64, alive: f64) -> impl Iterator<Item = (f64, f64)> + '_ {
+        let first = self.edges_s.partition_point(|&e| e <= age);
+        std::iter::once((0.0, 1.0))
+            .chain(self.edges_s[first..].iter().zip(&self.survival[first..]).map(move |(&e, &s)| (e - age, s / alive)))
+    }
+
+    fn conditional_quantile(&self, age: f64, alive: f64, q: f64) -> f64 {
+        let target = 1.0 - q;
+        let mut previous = (0.0, 1.0);
+        for (t, s) in self.knots_after(age, alive) {
+            if s <= target {
+                let (t0, s0) = previous;
+                if s0 <= target || s0 == s {
+                    return t;
+                }
+                return t0 + (t - t0) * (s0 - target) / (s0 - s);
+            }
+            previous = (t, s);
+        }
+        f64::INFINITY
+    }
+
+    fn conditional_area(&self, age: f64, alive: f64, horizon: f64) -> f64 {
+        let mut area = 0.0;
+        let mut previous = (0.0, 1.0);
+        for (t, s) in self.knots_after(age, alive) {
+            let (t0, s0) = previous;
+            if t >= horizon {
+                let s_h = s0 + (s - s0) * (horizon - t0) / (t - t0);
+                return area + (horizon - t0) * (s0 + s_h) / 2.0;
+            }
+            area += (t - t0) * (s0 + s) / 2.0;
+            previous = (t, s);
+        }
+        // Flat past the last edge.
+        let (t0, s0) = previous;
+        area + (horizon - t0).max(0.0) * s0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve<'a>(edges: &'a [f64], survival: &'a [f64]) -> SurvivalCurve<'a> {
+        SurvivalCurve { edges_s: edges, survival }
+    }
+
+    #[test]
+    fn survival_is_the_product_of_one_minus_the_hazards() {
+        // Logit 0 is a hazard of 1/2.
+        let mut values = [0.0, 0.0, f64::NEG_INFINITY];
+        survival_from_logits(&mut values);
+        assert_eq!(values, [0.5, 0.25, 0.25]);
+    }
+
+    #[test]
+    fn quantiles_interpolate_linearly_between_edges() {
+        let edges = [100.0, 200.0, 400.0];
+        let survival = [0.5, 0.25, 0.25];
+        let c = curve(&edges, &survival);
+        assert_eq!(c.at(50.0), 0.75);
+        assert_eq!(c.at(1_000.0), 0.25, "flat past the last edge");
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::Quantile { q: 0.5 }), 100.0);
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::Quantile { q: 0.25 }), 50.0);
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::Quantile { q: 0.625 }), 150.0);
+        // A quarter of the VMs never end within the curve: the 0.9 quantile is beyond it.
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::Quantile { q: 0.9 }), f64::INFINITY);
+        // Alive at 100 s (S = 0.5): half of those end by 200 s.
+        assert_eq!(c.remaining_s(100.0, LifetimeReading::Quantile { q: 0.5 }), 100.0);
+        // Alive at 150 s (S = 0.375): a third of those end by 200 s, and none after.
+        assert_eq!(c.remaining_s(150.0, LifetimeReading::Quantile { q: 0.5 }), f64::INFINITY);
+        let quarter = c.remaining_s(150.0, LifetimeReading::Quantile { q: 0.25 });
+        assert!((quarter - 37.5).abs() < 1e-9, "{quarter}");
+    }
+
+    #[test]
+    fn the_truncated_mean_is_the_area_under_the_conditional_curve() {
+        let edges = [100.0, 200.0];
+        let survival = [0.5, 0.0];
+        let c = curve(&edges, &survival);
+        // Area: 100 * (1 + 0.5) / 2 + 100 * 0.5 / 2 = 75 + 25.
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::TruncatedMean { horizon_s: 1_000.0 }), 100.0);
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::TruncatedMean { horizon_s: 100.0 }), 75.0);
+        assert_eq!(c.remaining_s(0.0, LifetimeReading::TruncatedMean { horizon_s: 50.0 }), 50.0 * (1.0 + 0.75) / 2.0);
+        // At age 100 (alive 0.5): conditional 1 -> 0 over 100 s.
+        assert_eq!(c.remaining_s(100.0, LifetimeReading::TruncatedMean { horizon_s: 1_000.0 }), 50.0);
+        // Past the end of the curve with S = 0: ends now.
+        assert_eq!(c.remaining_s(300.0, LifetimeReading::TruncatedMean { horizon_s: 1_000.0 }), 0.0);
+        // A flat tail counts up to the horizon.
+        let flat = [1.0, 1.0];
+        assert_eq!(curve(&edges, &flat).remaining_s(0.0, LifetimeReading::TruncatedMean { horizon_s: 500.0 }), 500.0);
+    }
+
+    #[test]
+    fn the_remaining_lifetime_agrees_with_the_request_time_distribution() {
+        // Conditioning on survival to the first edge is the request-time curve renormalised.
+        let edges = default_edges_s();
+        let mut survival: Vec<f64> = (0..edges.len()).map(|j| -1.0 + 0.05 * j as f64).collect();
+        survival_from_logits(&mut survival);
+        let c = curve(&edges, &survival);
+        for q in [0.1, 0.3, 0.5, 0.7] {
+            let total = c.remaining_s(0.0, LifetimeReading::Quantile { q });
+            for age in [60.0, 600.0, 3_600.0] {
+                if age >= total {
+                    continue;
+                }
+                // P(T > total | T > age) = (1 - q) / S(age): the remaining time to `total` is that quantile.
+                let q_age = 1.0 - (1.0 - q) / c.at(age);
+                let remaining = c.remaining_s(age, LifetimeReading::Quantile { q: q_age });
+                assert!((age + remaining - total).abs() < 1e-6 * total, "q {q} age {age}: {remaining} vs {total}");
+            }
+        }
+    }
+
+    #[test]
+    fn readings_parse_and_refuse_nonsense() {
+        assert_eq!("median".parse(), Ok(LifetimeReading::Quantile { q: 0.5 }));
+        assert_eq!("quantile:0.7".parse(), Ok(LifetimeReading::Quantile { q: 0.7 }));
+        assert_eq!("mean:86400".parse(), Ok(LifetimeReading::TruncatedMean { horizon_s: 86_400.0 }));
+        assert!("quantile:1.5".parse::<LifetimeReading>().unwrap_err().contains("between 0 and 1"));
+        assert!("mean:-3".parse::<LifetimeReading>().unwrap_err().contains("horizon"));
+        assert!("mode".parse::<LifetimeReading>().unwrap_err().contains("median, quantile:Q"));
+        let json = serde_json::to_string(&LifetimeReading::Quantile { q: 0.7 }).unwrap();
+        assert_eq!(json, r#"{"kind":"quantile","q":0.7}"#);
+    }
+}
