@@ -29,8 +29,9 @@ use std::sync::Arc;
 pub trait Repredictor: Debug + Send + Sync {
     /// Identifies the model: rows encoded under another version are encoded again.
     fn version(&self) -> &str;
-    /// What the model reads of a VM, encoded once when it is placed.
-    fn encode(&self, features: &RequestFeatures) -> Vec<f64>;
+    /// What the model reads of a VM, encoded once when it is placed (the id is for predictors that
+    /// know VMs by name, such as the simulator's oracle; a model reads only the features).
+    fn encode(&self, id: &VmId, features: &RequestFeatures) -> Vec<f64>;
     /// Expected remaining lifetime in seconds of a VM with this row after `uptime_s` seconds.
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64;
     /// The uptime as [`Repredictor::constant_range`] measures it (the model's own encoding of it,
@@ -65,7 +66,7 @@ impl Repredictor for BundleRepredictor {
     fn version(&self) -> &str {
         self.0.version()
     }
-    fn encode(&self, features: &RequestFeatures) -> Vec<f64> {
+    fn encode(&self, _id: &VmId, features: &RequestFeatures) -> Vec<f64> {
         let row = self.0.encode(features);
         self.0.survival_curve(&row).unwrap_or(row)
     }
@@ -232,7 +233,7 @@ impl Repredictions {
     pub fn remaining_s(&mut self, host: usize, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
         let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
         let row = found.and_then(|v| v.row.as_mut());
-        remaining(&self.model, &self.version, &mut self.count, row, initial_lifetime_s, uptime_s)
+        remaining(&self.model, &self.version, &mut self.count, vm, row, initial_lifetime_s, uptime_s)
     }
 
     /// The latest exit time, at `now_s`, of the VMs on `host` (minus infinity without VMs), each
@@ -250,6 +251,7 @@ impl Repredictions {
                         &self.model,
                         &self.version,
                         &mut self.count,
+                        &vm.id,
                         vm.row.as_mut(),
                         vm.lifetime_s,
                         uptime_s,
@@ -272,6 +274,7 @@ fn remaining(
     model: &Option<Arc<dyn Repredictor>>,
     version: &Option<Arc<str>>,
     count: &mut u64,
+    id: &VmId,
     row: Option<&mut VmRow>,
     initial_lifetime_s: f64,
     uptime_s: f64,
@@ -279,7 +282,7 @@ fn remaining(
     let fallback = (initial_lifetime_s - uptime_s).max(0.0);
     let (Some(model), Some(version), Some(row)) = (model, version, row) else { return fallback };
     if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
-        row.encoded = Some((version.clone(), model.encode(&row.features)));
+        row.encoded = Some((version.clone(), model.encode(id, &row.features)));
         row.last = None;
     }
     let Some((_, encoded)) = &row.encoded else { return fallback };
@@ -324,7 +327,7 @@ mod tests {
         fn version(&self) -> &str {
             "doubling"
         }
-        fn encode(&self, features: &RequestFeatures) -> Vec<f64> {
+        fn encode(&self, _id: &VmId, features: &RequestFeatures) -> Vec<f64> {
             vec![features.cores]
         }
         fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
@@ -340,7 +343,7 @@ mod tests {
         fn version(&self) -> &str {
             "steps"
         }
-        fn encode(&self, features: &RequestFeatures) -> Vec<f64> {
+        fn encode(&self, _id: &VmId, features: &RequestFeatures) -> Vec<f64> {
             vec![features.cores]
         }
         fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {

@@ -25,6 +25,12 @@
 //!   is predicted for LA-multiclass only (it is the costly model). The bundle's remaining-lifetime
 //!   model also repredicts for NILAS and LAVA ([`Predictions::repredictor`]); with the other
 //!   sources the allocator repredicts "initial prediction minus age" by itself.
+//! - **hybrid**: each part of a prediction from the oracle or from the model, to measure what each
+//!   part of the model's error costs: the class (P(long) and the binary class), the exit (the
+//!   lifetime read at request time) and the repredictions of running VMs (an oracle repredictor
+//!   answers the true remaining lifetime). Oracle class with model exits, model class with oracle
+//!   exits, model at request time with oracle repredictions, and the reverse, are rows of
+//!   `configs/experiments/hybrid.toml`.
 //! - **none**: no prediction (every VM is short-lived to the policies).
 //!
 //! Then `fallback_fraction` of the VMs, drawn at random, get the short-lived fallback the control
@@ -34,7 +40,7 @@
 //! run is reproducible.
 
 use crate::workload::{Workload, CENSORED_LIFETIME_S};
-use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
+use domain::{LifetimeClass, LifetimePrediction, PredictionSource, VmId};
 use lifetime_model::history::{TenantHistory, TenantSummary};
 use lifetime_model::survival::LifetimeReading;
 use lifetime_model::{LifetimeModel, RequestFeatures};
@@ -105,6 +111,18 @@ pub enum PredictionSourceConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reading: Option<LifetimeReading>,
     },
+    /// Each part from the oracle or the model ([`PredictionPart`]).
+    Hybrid {
+        bundle: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reading: Option<LifetimeReading>,
+        /// P(long) and the binary class.
+        class: PredictionPart,
+        /// The lifetime read at request time (the arriving VM's exit).
+        exit: PredictionPart,
+        /// The remaining lifetime of running VMs (their hosts' exit times, for NILAS and LAVA).
+        reprediction: PredictionPart,
+    },
     /// The oracle at the trace's recorded resolution: each completed VM's lifetime is read as the
     /// middle of its bin. `edges_s`: the bins' increasing inner edges in seconds (the last bin is
     /// open); empty: [`azure_v1_bin_edges_s`].
@@ -113,6 +131,23 @@ pub enum PredictionSourceConfig {
         edges_s: Vec<f64>,
     },
     None,
+}
+
+/// Where one part of a hybrid prediction comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PredictionPart {
+    Oracle,
+    Model,
+}
+
+impl PredictionPart {
+    fn letter(self) -> char {
+        match self {
+            PredictionPart::Oracle => 'O',
+            PredictionPart::Model => 'M',
+        }
+    }
 }
 
 /// The inner edges of the Azure V1 trace's lifetime bins, in seconds: every 5 minutes up to 1
@@ -168,7 +203,8 @@ impl PredictionConfig {
                     return Err(invalid("prediction.source.recall", format!("must be in (0, 1], got {recall}")));
                 }
             }
-            PredictionSourceConfig::Model { reading: Some(reading), .. } => {
+            PredictionSourceConfig::Model { reading: Some(reading), .. }
+            | PredictionSourceConfig::Hybrid { reading: Some(reading), .. } => {
                 reading.check().map_err(|message| invalid("prediction.source.reading", message))?;
             }
             PredictionSourceConfig::NoisyAccuracy { accuracy } if !(0.0..=1.0).contains(&accuracy) => {
@@ -205,6 +241,9 @@ impl PredictionConfig {
             PredictionSourceConfig::NoisyAccuracy { accuracy } => format!("accuracy:{accuracy}"),
             PredictionSourceConfig::Model { reading: None, .. } => "model".to_owned(),
             PredictionSourceConfig::Model { reading: Some(reading), .. } => format!("model:{reading}"),
+            PredictionSourceConfig::Hybrid { class, exit, reprediction, .. } => {
+                format!("hybrid:class{}-exit{}-repredict{}", class.letter(), exit.letter(), reprediction.letter())
+            }
             PredictionSourceConfig::BinnedOracle { .. } => "binned-oracle".to_owned(),
             PredictionSourceConfig::None => "none".to_owned(),
         };
@@ -311,12 +350,7 @@ pub fn predict(
             noisy_accuracy(&lifetimes, threshold, *accuracy, &mut rng)
         }
         PredictionSourceConfig::Model { bundle, reading } => {
-            let mut model =
-                LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?;
-            if let Some(reading) = reading {
-                model = model.with_reading(*reading);
-            }
-            let model = Arc::new(model);
+            let model = load_model(bundle, *reading)?;
             // Only a policy that reads interval classes as its own classes needs the model's.
             let built = Policy::from_config(policy, &HashMap::new()).map_err(|e| invalid("policy", e.to_string()))?;
             let with_interval = built.reads_interval_classes();
@@ -334,6 +368,33 @@ pub fn predict(
             repredictor = Some(Arc::new(BundleRepredictor(model)));
             predictions
         }
+        PredictionSourceConfig::Hybrid { bundle, reading, class, exit, reprediction } => {
+            let model = load_model(bundle, *reading)?;
+            model_version = Some(model.version().to_owned());
+            let from_model = model_predictions(workload, &model, false);
+            repredictor = Some(match reprediction {
+                PredictionPart::Model => Arc::new(BundleRepredictor(model)),
+                PredictionPart::Oracle => Arc::new(OracleRepredictor::new(workload, &lifetimes)),
+            });
+            from_model
+                .into_iter()
+                .zip(&lifetimes)
+                .map(|(model, &lifetime)| {
+                    let model = model.unwrap_or_else(|| unreachable!("the model predicts every VM"));
+                    let oracle = of_lifetime(lifetime, lifetime >= threshold, PredictionSource::Oracle);
+                    let (classed, exited) = (
+                        if *class == PredictionPart::Oracle { &oracle } else { &model },
+                        if *exit == PredictionPart::Oracle { &oracle } else { &model },
+                    );
+                    Some(LifetimePrediction {
+                        p_long: classed.p_long,
+                        class: classed.class,
+                        expected_lifetime_s: exited.expected_lifetime_s,
+                        ..model.clone()
+                    })
+                })
+                .collect()
+        }
     };
     let fallbacks = (config.fallback_fraction * per_vm.len() as f64).round() as usize;
     if fallbacks > 0 {
@@ -348,6 +409,40 @@ pub fn predict(
     report.model_version = model_version;
     report.wall_s = started.elapsed().as_secs_f64();
     Ok(Predictions { per_vm, repredictor, report })
+}
+
+fn load_model(bundle: &PathBuf, reading: Option<LifetimeReading>) -> Result<Arc<LifetimeModel>, PredictError> {
+    let mut model = LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?;
+    if let Some(reading) = reading {
+        model = model.with_reading(reading);
+    }
+    Ok(Arc::new(model))
+}
+
+/// Repredicts every VM's true remaining lifetime (the oracle part of a hybrid source).
+#[derive(Debug)]
+struct OracleRepredictor {
+    lifetimes: HashMap<VmId, f64>,
+}
+
+impl OracleRepredictor {
+    fn new(workload: &Workload, lifetimes: &[f64]) -> Self {
+        OracleRepredictor {
+            lifetimes: workload.vms.iter().zip(lifetimes).map(|(vm, &l)| (vm.request.vm_id.clone(), l)).collect(),
+        }
+    }
+}
+
+impl Repredictor for OracleRepredictor {
+    fn version(&self) -> &str {
+        "oracle"
+    }
+    fn encode(&self, id: &VmId, _features: &RequestFeatures) -> Vec<f64> {
+        vec![self.lifetimes.get(id).copied().unwrap_or(0.0)]
+    }
+    fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
+        (row[0] - uptime_s).max(0.0)
+    }
 }
 
 fn noisy_precision_recall(

@@ -193,3 +193,50 @@ fn the_model_sees_only_the_past_and_repredicts_in_process() {
     assert!(result.final_stats.repredictions > 0);
     assert_eq!(result.counters.rejected, 0);
 }
+
+/// A hybrid source takes each part of the prediction from where it says: with every part from
+/// the model it is the model, with every part from the oracle it places exactly as the oracle, and
+/// its oracle repredictor answers each VM's true remaining lifetime.
+#[test]
+fn a_hybrid_takes_each_part_from_where_it_says() {
+    use simulator::predict::PredictionPart::{Model as M, Oracle as O};
+    let workload = Workload::load(&synthetic(1500)).unwrap();
+    let policy = PolicyConfig::preset("nilas");
+    let hybrid = |class, exit, reprediction| {
+        source(PredictionSourceConfig::Hybrid { bundle: bundle(), reading: None, class, exit, reprediction })
+    };
+    let run_with = |prediction: &PredictionConfig| predict(&workload, prediction, &policy, 1).unwrap();
+    let model = run_with(&source(PredictionSourceConfig::Model { bundle: bundle(), reading: None }));
+    let oracle = run_with(&source(PredictionSourceConfig::Oracle));
+    assert_eq!(run_with(&hybrid(M, M, M)).per_vm, model.per_vm);
+    let class_from_oracle = run_with(&hybrid(O, M, M));
+    let exit_from_oracle = run_with(&hybrid(M, O, O));
+    for k in 0..workload.vms.len() {
+        let (m, o) = (model.per_vm[k].as_ref().unwrap(), oracle.per_vm[k].as_ref().unwrap());
+        let (c, e) = (class_from_oracle.per_vm[k].as_ref().unwrap(), exit_from_oracle.per_vm[k].as_ref().unwrap());
+        assert_eq!((c.p_long, c.class, c.expected_lifetime_s), (o.p_long, o.class, m.expected_lifetime_s));
+        assert_eq!((e.p_long, e.class, e.expected_lifetime_s), (m.p_long, m.class, o.expected_lifetime_s));
+    }
+    assert_eq!(hybrid(O, M, M).label(), "hybrid:classO-exitM-repredictM");
+
+    let repredictor = run_with(&hybrid(M, M, O)).repredictor.expect("an oracle repredictor");
+    for vm in workload.vms.iter().take(50) {
+        let features = lifetime_model::RequestFeatures::from_request(&vm.request, vm.arrival_s);
+        let row = repredictor.encode(&vm.request.vm_id, &features);
+        let lifetime = workload.lifetime_s(vm);
+        assert_eq!(repredictor.remaining_s(&row, 600.0), (lifetime - 600.0).max(0.0));
+    }
+
+    // Every part from the oracle places as the oracle does.
+    let sim = |prediction| SimConfig {
+        workload: synthetic(1500),
+        inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.3, hosts_per_rack: 40 },
+        policy: policy.clone(),
+        prediction,
+        ..SimConfig::default()
+    };
+    let all_oracle = run(&workload, &sim(hybrid(O, O, O)), |_| {}).unwrap();
+    let plain_oracle = run(&workload, &sim(source(PredictionSourceConfig::Oracle)), |_| {}).unwrap();
+    assert_eq!(all_oracle.metrics.packing_density, plain_oracle.metrics.packing_density);
+    assert_eq!(all_oracle.metrics.empty_hosts_pct, plain_oracle.metrics.empty_hosts_pct);
+}

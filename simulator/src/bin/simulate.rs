@@ -360,7 +360,9 @@ fn compare(args: CompareArgs) -> Result<()> {
     }
     if let Some(model) = &args.model {
         for variant in &mut experiment.predictions {
-            if let PredictionSourceConfig::Model { bundle, .. } = &mut variant.prediction.source {
+            if let PredictionSourceConfig::Model { bundle, .. } | PredictionSourceConfig::Hybrid { bundle, .. } =
+                &mut variant.prediction.source
+            {
                 bundle.clone_from(model);
             }
         }
