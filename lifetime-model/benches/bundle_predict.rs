@@ -4,7 +4,7 @@
 //! `cargo bench -p lifetime-model --bench bundle_predict [-- BUNDLE_DIR]`. Rows: the bundle's probe
 //! rows (encoded requests of its held-out period). Median, p99 and mean of 100k single calls.
 
-use lifetime_model::bundle::{LifetimeModel, BINARY_MODEL_FILE};
+use lifetime_model::bundle::{LifetimeModel, BINARY_MODEL_FILE, REMAINING_MODEL_FILE};
 use lifetime_model::gbdt::TreeEnsemble;
 use lifetime_model::RequestFeatures;
 use lightgbm3::Booster;
@@ -53,6 +53,8 @@ fn main() {
     let rows: Vec<Vec<f64>> = model.manifest().probes.iter().map(|p| p.row.clone()).collect();
     let text = std::fs::read_to_string(dir.join(BINARY_MODEL_FILE)).expect("model file");
     let native = TreeEnsemble::from_lightgbm_text(&text).expect("parses");
+    let remaining_text = std::fs::read_to_string(dir.join(REMAINING_MODEL_FILE)).expect("model file");
+    let remaining = TreeEnsemble::from_lightgbm_text(&remaining_text).expect("parses");
     let mut booster = Booster::from_string(&text).expect("LightGBM loads it");
     booster.single_row_fast_init::<f64>(Some(&json!({"num_threads": 1}))).expect("fast init");
     let requests: Vec<RequestFeatures> = (0..64)
@@ -68,7 +70,7 @@ fn main() {
         .collect();
 
     println!("bundle {} ({} trees in the long-lived model), {} calls each", model.version(), native.num_trees(), CALLS);
-    let results = [
+    let mut results = vec![
         (
             "LightGBM fast single-row C API, long-lived model",
             measure(&rows, |r| booster.predict_single_row_fast(r).expect("predicts")[0]),
@@ -87,7 +89,35 @@ fn main() {
             "reprediction: LifetimeModel::predict_remaining_row",
             measure(&rows, |r| model.predict_remaining_row(r, 3_600.0)),
         ),
+        (
+            "regression path (bundles without a survival model): long-lived + remaining at uptime 0",
+            measure(&rows, |r| {
+                let mut with_uptime = r.clone();
+                with_uptime.push(0.0);
+                native.predict(r) + remaining.predict(&with_uptime)
+            }),
+        ),
+        (
+            "regression path: reprediction (remaining-lifetime model at an uptime)",
+            measure(&rows, |r| {
+                let mut with_uptime = r.clone();
+                with_uptime.push(3_600f64.log10());
+                remaining.predict(&with_uptime)
+            }),
+        ),
     ];
+    if let Some(edges) = model.survival_edges_s() {
+        println!("survival model: {} intervals, reading {:?}", edges.len(), model.reading());
+        let curves: Vec<Vec<f64>> = rows.iter().map(|r| model.survival_curve(r).expect("a curve")).collect();
+        results.push((
+            "survival path: LifetimeModel::survival_curve (every interval's hazard, one walk per tree)",
+            measure(&rows, |r| model.survival_curve(r).map_or(0.0, |c| c[0])),
+        ));
+        results.push((
+            "survival path: reprediction read off a VM's cached curve (remaining_from_curve)",
+            measure(&curves, |c| model.remaining_from_curve(c, 3_600.0)),
+        ));
+    }
     println!("| what | median | p99 | mean |");
     println!("|---|---:|---:|---:|");
     for (name, s) in &results {

@@ -204,6 +204,22 @@ pub struct ValidationReport {
     /// (`binary.best_value`): the better one serves P(long).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survival_auc: Option<f64>,
+    /// How each candidate reading of the distribution orders the long-lived VMs' exits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readings: Vec<ReadingCandidate>,
+}
+
+/// One reading of the lifetime distribution on the validation split: Harrell's C among the VMs
+/// that live past the long-lived threshold, of the lifetime read at request time and of the
+/// remaining lifetime read at that age.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadingCandidate {
+    pub reading: String,
+    pub long_vms: usize,
+    #[serde(with = "crate::nan_json")]
+    pub c_long_at_request: f64,
+    #[serde(with = "crate::nan_json")]
+    pub c_long_at_threshold: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -359,6 +375,17 @@ impl EvaluationReport {
                     "| {name} | {} | {} | {} | {:.4} | {} |",
                     m.metric, m.validation_examples, m.best_iteration, m.best_value, m.rounds
                 );
+            }
+        }
+        if let Some(v) = self.validation.as_ref().filter(|v| !v.readings.is_empty()) {
+            let _ = writeln!(
+                s,
+                "\nReadings of the lifetime distribution on the validation split (P(long) off it: AUC {:.4});                  Harrell's C among the {} VMs living >= threshold:\n\n| reading | at request time | repredicted at the threshold |\n|---|---:|---:|",
+                v.survival_auc.unwrap_or(f64::NAN),
+                v.readings[0].long_vms
+            );
+            for r in &v.readings {
+                let _ = writeln!(s, "| {} | {:.4} | {:.4} |", r.reading, r.c_long_at_request, r.c_long_at_threshold);
             }
         }
         s

@@ -17,9 +17,11 @@
 //!   exactly the reprediction, and it costs no model evaluation;
 //! - `P(T >= threshold)`, a long-lived probability.
 //!
-//! Between edges the curve is linear (deaths spread evenly over an interval); past the last edge it
-//! is flat: the model says nothing about lifetimes beyond it, so a VM older than that is read as
-//! living on (to the caller's cap).
+//! Between edges the curve is linear (deaths spread evenly over an interval). Past the last edge
+//! the VM's hazard rate of its last interval goes on (an exponential tail): the trainer ends the
+//! intervals where its data stops supporting them (too few VMs were seen alive that long), and a
+//! tree model asked about an interval it never saw would answer arbitrarily, while the last
+//! supported rate keeps each VM's own tail and its ranking.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -192,7 +194,8 @@ impl SurvivalCurve<'_> {
         }
         let j = self.edges_s.partition_point(|&e| e <= t);
         if j >= self.edges_s.len() {
-            return *self.survival.last().unwrap_or(&1.0);
+            let (last_edge, last, rate) = self.tail();
+            return if last <= 0.0 || rate == 0.0 { last } else { last * (-rate * (t - last_edge)).exp() };
         }
         let (lo, s_lo) = if j == 0 { (0.0, 1.0) } else { (self.edges_s[j - 1], self.survival[j - 1]) };
         let (hi, s_hi) = (self.edges_s[j], self.survival[j]);
@@ -203,6 +206,19 @@ impl SurvivalCurve<'_> {
     /// Infinite when the curve never gets there (a quantile beyond the last edge).
     pub fn remaining_s(&self, age_s: f64, reading: LifetimeReading) -> f64 {
         let age = age_s.max(0.0);
+        if self.edges_s.last().is_some_and(|&last| age >= last) {
+            // Memoryless past the last edge: computed from the rate alone, since S(age) itself may
+            // underflow for an old VM the model gave a high hazard.
+            let (_, last, rate) = self.tail();
+            if last > 0.0 && rate.is_finite() {
+                return match reading {
+                    LifetimeReading::Quantile { q } if rate > 0.0 => -(1.0 - q).ln() / rate,
+                    LifetimeReading::Quantile { .. } => f64::INFINITY,
+                    LifetimeReading::TruncatedMean { horizon_s } if rate > 0.0 => -(-rate * horizon_s).exp_m1() / rate,
+                    LifetimeReading::TruncatedMean { horizon_s } => horizon_s,
+                };
+            }
+        }
         let alive = self.at(age);
         if alive <= 0.0 {
             // The model says it should have ended: read it as ending now.
@@ -212,6 +228,19 @@ impl SurvivalCurve<'_> {
             LifetimeReading::Quantile { q } => self.conditional_quantile(age, alive, q),
             LifetimeReading::TruncatedMean { horizon_s } => self.conditional_area(age, alive, horizon_s),
         }
+    }
+
+    /// The last edge, the survival there, and the hazard rate (per second) of the last interval,
+    /// which goes on past it.
+    fn tail(&self) -> (f64, f64, f64) {
+        let n = self.edges_s.len().min(self.survival.len());
+        if n == 0 {
+            return (0.0, 1.0, 0.0);
+        }
+        let (lo, s_lo) = if n == 1 { (0.0, 1.0) } else { (self.edges_s[n - 2], self.survival[n - 2]) };
+        let (hi, s_hi) = (self.edges_s[n - 1], self.survival[n - 1]);
+        let rate = if s_hi <= 0.0 || s_lo <= 0.0 { f64::INFINITY } else { (s_lo / s_hi).ln().max(0.0) / (hi - lo) };
+        (hi, s_hi, rate)
     }
 
     /// The knots of the curve after `age` (time after age, conditional survival), starting at (0, 1).
@@ -234,7 +263,16 @@ impl SurvivalCurve<'_> {
             }
             previous = (t, s);
         }
-        f64::INFINITY
+        // Past the last edge: `s0 * exp(-rate * (t - t0)) = target`.
+        let (t0, s0) = previous;
+        let (_, _, rate) = self.tail();
+        if rate > 0.0 && rate.is_finite() {
+            t0 + (s0 / target).ln() / rate
+        } else if rate.is_infinite() {
+            t0
+        } else {
+            f64::INFINITY
+        }
     }
 
     fn conditional_area(&self, age: f64, alive: f64, horizon: f64) -> f64 {
@@ -249,9 +287,17 @@ impl SurvivalCurve<'_> {
             area += (t - t0) * (s0 + s) / 2.0;
             previous = (t, s);
         }
-        // Flat past the last edge.
+        // Past the last edge, the exponential tail.
         let (t0, s0) = previous;
-        area + (horizon - t0).max(0.0) * s0
+        let (_, _, rate) = self.tail();
+        let span = (horizon - t0).max(0.0);
+        if rate == 0.0 {
+            area + span * s0
+        } else if rate.is_infinite() {
+            area
+        } else {
+            area + s0 * -(-rate * span).exp_m1() / rate
+        }
     }
 }
 
@@ -289,6 +335,24 @@ mod tests {
         assert_eq!(c.remaining_s(150.0, LifetimeReading::Quantile { q: 0.5 }), f64::INFINITY);
         let quarter = c.remaining_s(150.0, LifetimeReading::Quantile { q: 0.25 });
         assert!((quarter - 37.5).abs() < 1e-9, "{quarter}");
+    }
+
+    #[test]
+    fn the_last_intervals_hazard_rate_goes_on_past_the_last_edge() {
+        let edges = [100.0, 200.0];
+        let survival = [0.5, 0.25];
+        let c = curve(&edges, &survival);
+        assert!((c.at(300.0) - 0.125).abs() < 1e-12);
+        // Memoryless past the last edge: half of the VMs alive at any age there end within 100 s.
+        for age in [200.0, 1_000.0, 1e6] {
+            let median = c.remaining_s(age, LifetimeReading::Quantile { q: 0.5 });
+            assert!((median - 100.0).abs() < 1e-9, "age {age}: {median}");
+            let mean = c.remaining_s(age, LifetimeReading::TruncatedMean { horizon_s: 1e9 });
+            assert!((mean - 100.0 / 2f64.ln()).abs() < 1e-6, "age {age}: {mean}");
+        }
+        // Before the edge, the quantile crosses into the tail: S = 0.2 at 200 + 100 log2(1.25).
+        let q = c.remaining_s(0.0, LifetimeReading::Quantile { q: 0.8 });
+        assert!((q - (200.0 + 100.0 * 1.25f64.log2())).abs() < 1e-9, "{q}");
     }
 
     #[test]

@@ -28,8 +28,8 @@ use crate::history::FeatureStore;
 use crate::metrics::{brier_at, harrell_c, uno_c, KaplanMeier, Scored};
 use crate::report::{
     AgeConcordance, BinaryReport, CalibrationPoint, Concordance, EvaluationReport, ExitTimeReport, FeatureCandidate,
-    FeatureSelection, ModelRounds, MulticlassReport, RemainingReport, RepredictionCurve, SurvivalReport,
-    ValidationReport, RECALL_LEVELS,
+    FeatureSelection, ModelRounds, MulticlassReport, ReadingCandidate, RemainingReport, RepredictionCurve,
+    SurvivalReport, ValidationReport, RECALL_LEVELS,
 };
 use crate::survival::{survival_from_logits, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use lightgbm3::{Booster, Dataset};
@@ -89,8 +89,9 @@ pub struct TrainConfig {
     pub max_remaining_vms: usize,
     /// Upper edges of the survival model's lifetime intervals; empty: no survival model.
     pub survival_edges_s: Vec<f64>,
-    /// What the bundle serves of the distribution by default.
-    pub survival_reading: LifetimeReading,
+    /// What the bundle serves of the distribution by default; `None`: the candidate
+    /// ([`READING_CANDIDATES`]) that orders the long-lived VMs' exits best on the validation split.
+    pub survival_reading: Option<LifetimeReading>,
     pub threads: usize,
     pub seed: u64,
 }
@@ -114,7 +115,7 @@ impl Default for TrainConfig {
             num_leaves: 63,
             max_remaining_vms: 150_000,
             survival_edges_s: crate::survival::default_edges_s(),
-            survival_reading: LifetimeReading::default(),
+            survival_reading: None,
             threads: 2,
             seed: 7,
         }
@@ -179,19 +180,34 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if config.early_stopping_rounds == 0 || config.min_rounds == 0 {
         return bad("early-stopping rounds and the least number of rounds must be positive");
     }
-    if let Some(spec) = survival_spec(config, false) {
+    if let Some(spec) = survival_spec(config, config.survival_reading.unwrap_or_default(), false) {
         spec.check().map_err(TrainError::Config)?;
     }
     Ok(())
 }
 
 /// The survival model's spec from the configuration, if it has one.
-fn survival_spec(config: &TrainConfig, p_long_from_survival: bool) -> Option<SurvivalSpec> {
+fn survival_spec(config: &TrainConfig, reading: LifetimeReading, p_long_from_survival: bool) -> Option<SurvivalSpec> {
     (!config.survival_edges_s.is_empty()).then(|| SurvivalSpec {
         edges_s: config.survival_edges_s.clone(),
-        reading: config.survival_reading,
+        reading,
         p_long_from_survival,
     })
+}
+
+/// The reading the bundle serves: the configured one, else the validation split's best by the
+/// mean of its two concordances (request time, and repredicted at the threshold), else the median.
+fn chosen_reading(config: &TrainConfig, candidates: &[ReadingCandidate]) -> LifetimeReading {
+    if let Some(reading) = config.survival_reading {
+        return reading;
+    }
+    let score = |c: &ReadingCandidate| (c.c_long_at_request + c.c_long_at_threshold) / 2.0;
+    READING_CANDIDATES
+        .iter()
+        .zip(candidates)
+        .filter(|(_, c)| score(c).is_finite())
+        .max_by(|a, b| score(a.1).total_cmp(&score(b.1)))
+        .map_or_else(LifetimeReading::default, |(reading, _)| *reading)
 }
 
 /// LightGBM parameters shared by every model.
@@ -545,7 +561,7 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
     }
     let remaining = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
     let multiclass = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
-    let (mut hazard, mut survival_auc) = (None, None);
+    let (mut hazard, mut survival_auc, mut readings) = (None, None, Vec::new());
     if !config.survival_edges_s.is_empty() {
         progress.stage("validation: rounds of the survival model");
         let (fit, valid) = split.examples(Model::Hazard, &cols, config);
@@ -561,6 +577,21 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
                 })
                 .collect();
             survival_auc = Some(Scored::new(&scores, &labels).roc_auc());
+            let r = &split.replayed;
+            let curves: Vec<Vec<f64>> = split
+                .valid
+                .iter()
+                .map(|&i| {
+                    let row: Vec<f64> = cols.iter().map(|&c| r.row(i)[c]).collect();
+                    survival_curve(ensemble, &row, edges.len())
+                })
+                .collect();
+            let observed: Vec<f64> = split.valid.iter().map(|&i| r.full_label[i].seconds).collect();
+            let completed: Vec<bool> = split.valid.iter().map(|&i| !r.full_label[i].censored).collect();
+            readings = READING_CANDIDATES
+                .iter()
+                .map(|&reading| reading_candidate(reading, edges, &curves, &observed, &completed, config))
+                .collect();
         }
     }
     Ok(Validated {
@@ -578,9 +609,54 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
             remaining,
             hazard,
             survival_auc,
+            readings,
         },
         decision_threshold,
     })
+}
+
+/// The readings of the lifetime distribution the validation split compares.
+pub const READING_CANDIDATES: [LifetimeReading; 7] = [
+    LifetimeReading::Quantile { q: 0.25 },
+    LifetimeReading::Quantile { q: 0.5 },
+    LifetimeReading::Quantile { q: 0.75 },
+    LifetimeReading::Quantile { q: 0.9 },
+    LifetimeReading::TruncatedMean { horizon_s: DAY },
+    LifetimeReading::TruncatedMean { horizon_s: 3.0 * DAY },
+    LifetimeReading::TruncatedMean { horizon_s: 7.0 * DAY },
+];
+
+/// How well `reading` of the `curves` orders the exits of the VMs that live past the long-lived
+/// threshold: at request time, and repredicted at that age.
+fn reading_candidate(
+    reading: LifetimeReading,
+    edges: &[f64],
+    curves: &[Vec<f64>],
+    observed: &[f64],
+    completed: &[bool],
+    config: &TrainConfig,
+) -> ReadingCandidate {
+    let age = config.long_threshold_s;
+    let long: Vec<usize> = (0..observed.len()).filter(|&k| observed[k] >= age).collect();
+    let c_at = |at: f64| {
+        let predicted: Vec<f64> = long
+            .iter()
+            .map(|&k| {
+                SurvivalCurve { edges_s: edges, survival: &curves[k] }
+                    .remaining_s(at, reading)
+                    .min(config.remaining_cap_s)
+            })
+            .collect();
+        let obs: Vec<f64> = long.iter().map(|&k| observed[k]).collect();
+        let done: Vec<bool> = long.iter().map(|&k| completed[k]).collect();
+        harrell_c(&predicted, &obs, &done)
+    };
+    ReadingCandidate {
+        reading: reading.to_string(),
+        long_vms: long.len(),
+        c_long_at_request: c_at(0.0),
+        c_long_at_threshold: c_at(age),
+    }
 }
 
 /// The survival curve of `row` (a base row) at the `intervals` edges of a hazard model.
@@ -643,6 +719,13 @@ pub fn train_bundle(
         )));
     }
 
+    // The survival model's intervals stop where the training period stops supporting them.
+    let supported = supported_intervals(
+        records[..training_vms].iter().map(|r| ObservedLifetime::of(r, cutoff)),
+        &config.survival_edges_s,
+    );
+    let config = &TrainConfig { survival_edges_s: config.survival_edges_s[..supported].to_vec(), ..config.clone() };
+
     let valid_from = first_start + (1.0 - config.validation_fraction) * (cutoff - first_start);
     progress.stage("validation split: replaying the training period");
     let split = ValidationSplit::new(&records[..training_vms], valid_from, cutoff, config);
@@ -684,7 +767,7 @@ pub fn train_bundle(
     };
     // P(long) comes from the distribution only when it validated better than the classifier.
     let p_long_from_survival = choice.survival_auc.is_some_and(|auc| auc > choice.binary.best_value);
-    let spec = survival_spec(config, p_long_from_survival);
+    let spec = survival_spec(config, chosen_reading(config, &choice.readings), p_long_from_survival);
 
     progress.stage("evaluating on the held-out period");
     let binary_native = TreeEnsemble::from_lightgbm_text(&binary.save_string()?)?;
@@ -834,6 +917,32 @@ fn hazard_examples(
     }
     examples
 }
+
+/// The number of leading intervals of `edges` in which enough VMs of `labels` were seen at risk
+/// (alive at the interval's start and not censored inside it) to estimate a hazard: at least
+/// [`MIN_AT_RISK`] and 0.2% of the VMs. Past them the data says next to nothing (the training
+/// period is a few days long), and a tree model would extrapolate arbitrarily.
+fn supported_intervals(labels: impl Iterator<Item = ObservedLifetime>, edges: &[f64]) -> usize {
+    let mut at_risk = vec![0usize; edges.len()];
+    let mut vms = 0usize;
+    for observed in labels {
+        vms += 1;
+        for (j, &upper) in edges.iter().enumerate() {
+            if observed.censored && observed.seconds < upper {
+                break;
+            }
+            at_risk[j] += 1;
+            if observed.seconds < upper {
+                break;
+            }
+        }
+    }
+    let needed = MIN_AT_RISK.max(vms / 500);
+    at_risk.iter().take_while(|&&n| n >= needed).count()
+}
+
+/// Fewest VMs at risk in a survival interval for the trainer to keep it.
+pub const MIN_AT_RISK: usize = 200;
 
 /// Ages at which the report measures the remaining lifetime (besides the request time).
 pub const REPORT_AGES_S: [f64; 2] = [2.0 * HOUR, DAY];

@@ -54,9 +54,26 @@ pub enum CompareError {
 pub struct PolicyVariant {
     pub name: String,
     pub policy: PolicyConfig,
-    /// Run this policy with this prediction only (by name).
+    /// Run this policy with this prediction only (by name), or with these ones (a list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub only_prediction: Option<String>,
+    pub only_prediction: Option<OneOrMany>,
+}
+
+/// A name, or a list of names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn names(&self) -> &[String] {
+        match self {
+            OneOrMany::One(name) => std::slice::from_ref(name),
+            OneOrMany::Many(names) => names,
+        }
+    }
 }
 
 /// One prediction source of the matrix.
@@ -500,15 +517,21 @@ impl Experiment {
         let mut runs = Vec::new();
         for policy in &self.policies {
             let predictions: Vec<&PredictionVariant> = match &policy.only_prediction {
-                Some(name) => match self.predictions.iter().find(|p| &p.name == name) {
-                    Some(p) => vec![p],
-                    None => {
-                        return Err(CompareError::Invalid(format!(
-                            "policy `{}`: only_prediction `{name}` is not one of the [[predictions]]",
-                            policy.name
-                        )))
+                Some(names) => {
+                    let mut chosen = Vec::new();
+                    for name in names.names() {
+                        match self.predictions.iter().find(|p| &p.name == name) {
+                            Some(p) => chosen.push(p),
+                            None => {
+                                return Err(CompareError::Invalid(format!(
+                                    "policy `{}`: only_prediction `{name}` is not one of the [[predictions]]",
+                                    policy.name
+                                )))
+                            }
+                        }
                     }
-                },
+                    chosen
+                }
                 None if ignores_predictions(&policy.policy) => vec![&self.predictions[0]],
                 None => self.predictions.iter().collect(),
             };

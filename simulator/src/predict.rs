@@ -412,7 +412,8 @@ pub fn predict(
 }
 
 fn load_model(bundle: &PathBuf, reading: Option<LifetimeReading>) -> Result<Arc<LifetimeModel>, PredictError> {
-    let mut model = LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?;
+    let mut model =
+        LifetimeModel::load(bundle).map_err(|source| PredictError::Bundle { path: bundle.clone(), source })?;
     if let Some(reading) = reading {
         model = model.with_reading(reading);
     }
