@@ -4,7 +4,7 @@
 # trace's training period, each replayed in the steady-state way (from the period's start, the
 # earlier VMs warming the inventory up) and measured over the window only, with a model trained on
 # what precedes the window. The test period is never read. Results go to
-# docs/evaluation/<trace>-validation-w<k>/ and scripts/combine-windows.py sums them up.
+# docs/evaluation/<trace>-validation-w<k>/<experiment>/ and scripts/combine-windows.py sums them up.
 # Usage: scripts/validate-windows.sh [azure|huawei]... (default: both); EXPERIMENT=name picks
 # another experiment file (default survival-validation).
 set -euo pipefail
@@ -26,7 +26,7 @@ window() {
     last=$(last_start "$trace")
     duration=$(python3 -c "print($to * ($last - $first))")
     target/release/simulate compare "configs/experiments/$EXPERIMENT.toml" --model "$MODELS/$name" \
-        --out-dir "docs/evaluation/$name" --trace "$trace" --duration-s "$duration" \
+        --out-dir "docs/evaluation/$name/$EXPERIMENT" --trace "$trace" --duration-s "$duration" \
         --measure-from-s "$cutoff" "$@"
 }
 

@@ -147,6 +147,9 @@ pub struct SurvivalReport {
     pub integrated_brier_marginal: f64,
     pub brier_horizon_s: f64,
     pub calibration: Vec<CalibrationPoint>,
+    /// How each candidate reading orders the long-lived VMs' exits on the held-out period.
+    #[serde(default)]
+    pub readings: Vec<ReadingCandidate>,
 }
 
 /// One feature set tried on the validation split.
@@ -326,6 +329,13 @@ impl EvaluationReport {
                     "| {name} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
                     a.survival.vms, a.survival.harrell, a.survival.uno, a.regression.harrell, a.regression.uno
                 );
+            }
+            let _ = writeln!(
+                s,
+                "\nHarrell's C among the VMs living >= threshold, by reading:\n\n| reading | at request time | repredicted at the threshold |\n|---|---:|---:|"
+            );
+            for c in &r.readings {
+                let _ = writeln!(s, "| {} | {:.4} | {:.4} |", c.reading, c.c_long_at_request, c.c_long_at_threshold);
             }
             let _ = writeln!(s, "\n| alive at | P(T > age + t) for t | VMs | predicted | observed (Kaplan-Meier) |\n|---|---|---:|---:|---:|");
             for c in &r.calibration {

@@ -89,9 +89,9 @@ pub struct TrainConfig {
     pub max_remaining_vms: usize,
     /// Upper edges of the survival model's lifetime intervals; empty: no survival model.
     pub survival_edges_s: Vec<f64>,
-    /// What the bundle serves of the distribution by default; `None`: the candidate
-    /// ([`READING_CANDIDATES`]) that orders the long-lived VMs' exits best on the validation split.
-    pub survival_reading: Option<LifetimeReading>,
+    /// What the bundle serves of the distribution by default (the median: what the validation
+    /// windows of docs/evaluation.md chose for the recommended policy on Azure V1 and Huawei).
+    pub survival_reading: LifetimeReading,
     pub threads: usize,
     pub seed: u64,
 }
@@ -115,7 +115,7 @@ impl Default for TrainConfig {
             num_leaves: 63,
             max_remaining_vms: 150_000,
             survival_edges_s: crate::survival::default_edges_s(),
-            survival_reading: None,
+            survival_reading: LifetimeReading::default(),
             threads: 2,
             seed: 7,
         }
@@ -180,7 +180,7 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if config.early_stopping_rounds == 0 || config.min_rounds == 0 {
         return bad("early-stopping rounds and the least number of rounds must be positive");
     }
-    if let Some(spec) = survival_spec(config, config.survival_reading.unwrap_or_default(), false) {
+    if let Some(spec) = survival_spec(config, config.survival_reading, false) {
         spec.check().map_err(TrainError::Config)?;
     }
     Ok(())
@@ -193,21 +193,6 @@ fn survival_spec(config: &TrainConfig, reading: LifetimeReading, p_long_from_sur
         reading,
         p_long_from_survival,
     })
-}
-
-/// The reading the bundle serves: the configured one, else the validation split's best by the
-/// mean of its two concordances (request time, and repredicted at the threshold), else the median.
-fn chosen_reading(config: &TrainConfig, candidates: &[ReadingCandidate]) -> LifetimeReading {
-    if let Some(reading) = config.survival_reading {
-        return reading;
-    }
-    let score = |c: &ReadingCandidate| (c.c_long_at_request + c.c_long_at_threshold) / 2.0;
-    READING_CANDIDATES
-        .iter()
-        .zip(candidates)
-        .filter(|(_, c)| score(c).is_finite())
-        .max_by(|a, b| score(a.1).total_cmp(&score(b.1)))
-        .map_or_else(LifetimeReading::default, |(reading, _)| *reading)
 }
 
 /// LightGBM parameters shared by every model.
@@ -767,7 +752,7 @@ pub fn train_bundle(
     };
     // P(long) comes from the distribution only when it validated better than the classifier.
     let p_long_from_survival = choice.survival_auc.is_some_and(|auc| auc > choice.binary.best_value);
-    let spec = survival_spec(config, chosen_reading(config, &choice.readings), p_long_from_survival);
+    let spec = survival_spec(config, config.survival_reading, p_long_from_survival);
 
     progress.stage("evaluating on the held-out period");
     let binary_native = TreeEnsemble::from_lightgbm_text(&binary.save_string()?)?;
@@ -1062,7 +1047,12 @@ fn evaluate_survival(
             });
         }
     }
+    let readings = READING_CANDIDATES
+        .iter()
+        .map(|&reading| reading_candidate(reading, edges, &curves, &observed, &completed, config))
+        .collect();
     SurvivalReport {
+        readings,
         reading: spec.reading.to_string(),
         intervals: edges.len(),
         auc_p_long,

@@ -73,10 +73,9 @@ struct Cli {
     #[arg(long, default_value_t = 150_000)]
     max_remaining_vms: usize,
     /// What the bundle serves of its lifetime distribution: `median`, `quantile:Q` or `mean:SECONDS`
-    /// (the expected lifetime truncated there); without it, the candidate that orders the long-lived
-    /// VMs' exits best on the validation split. The simulator can override it.
-    #[arg(long, value_name = "READING")]
-    survival_reading: Option<LifetimeReading>,
+    /// (the expected lifetime truncated there). The simulator can read it otherwise.
+    #[arg(long, default_value = "median", value_name = "READING")]
+    survival_reading: LifetimeReading,
     /// Upper edges of the survival model's lifetime intervals in minutes, comma-separated and
     /// ascending (default: 5 minutes to 28 days, finer where most VMs end).
     #[arg(long, value_delimiter = ',', value_name = "MINUTES", conflicts_with = "no_survival")]
