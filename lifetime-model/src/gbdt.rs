@@ -262,15 +262,14 @@ impl Node {
         // The C API stores only |v| > kZeroThreshold (or NaN) in its dense buffer; the rest read 0.0.
         let is_zero = raw.abs() <= K_ZERO_THRESHOLD;
         let v = if is_zero { 0.0 } else { raw };
-        let go_left = if self.flags & FLAG_CATEGORICAL != 0 {
+        if self.flags & FLAG_CATEGORICAL != 0 {
             categorical_goes_left(v, self.threshold, cat_ranges, cat_bits)
         } else {
             // Branch-free on purpose: this decision is the unpredictable part of tree traversal.
             let missing = v.is_nan() | (is_zero & (self.flags & FLAG_ZERO_IS_MISSING != 0));
             let missing_left = self.flags & FLAG_MISSING_LEFT != 0;
             (missing & missing_left) | (!missing & (v <= self.threshold))
-        };
-        go_left
+        }
     }
 }
 

@@ -150,7 +150,7 @@ impl SurvivalSpec {
             return Err(format!("a survival model needs 1 to {MAX_INTERVALS} interval edges"));
         }
         if self.edges_s[0] <= 0.0
-            || self.edges_s.windows(2).any(|w| !(w[0] < w[1]))
+            || self.edges_s.windows(2).any(|w| w[0] >= w[1] || w[1].is_nan())
             || !self.edges_s.iter().all(|e| e.is_finite())
         {
             return Err("survival interval edges must be positive, finite and ascending".to_owned());
@@ -189,7 +189,7 @@ pub fn survival_from_logits(values: &mut [f64]) {
 impl SurvivalCurve<'_> {
     /// `S(t)`: linear between edges, flat past the last one.
     pub fn at(&self, t: f64) -> f64 {
-        if !(t > 0.0) {
+        if t.is_nan() || t <= 0.0 {
             return 1.0;
         }
         let j = self.edges_s.partition_point(|&e| e <= t);

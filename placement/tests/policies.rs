@@ -278,7 +278,7 @@ impl placement::reprediction::Repredictor for OneMoreHour {
     fn version(&self) -> &str {
         "one-more-hour"
     }
-    fn encode(&self, _: &lifetime_model::RequestFeatures) -> Vec<f64> {
+    fn encode(&self, _: &domain::VmId, _: &lifetime_model::RequestFeatures) -> Vec<f64> {
         Vec::new()
     }
     fn remaining_s(&self, _: &[f64], uptime_s: f64) -> f64 {
@@ -317,8 +317,8 @@ impl placement::reprediction::Repredictor for EveryTime {
     fn version(&self) -> &str {
         self.0.version()
     }
-    fn encode(&self, features: &lifetime_model::RequestFeatures) -> Vec<f64> {
-        self.0.encode(features)
+    fn encode(&self, id: &domain::VmId, features: &lifetime_model::RequestFeatures) -> Vec<f64> {
+        self.0.encode(id, features)
     }
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
         self.0.remaining_s(row, uptime_s)
