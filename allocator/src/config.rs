@@ -262,7 +262,8 @@ mod tests {
         let config = ServiceConfig::load(&root.join("configs/allocator.toml")).unwrap();
         let inventory = config.inventory().unwrap();
         assert_eq!(inventory.hosts().count(), 200);
-        assert_eq!(config.allocator.policy.kind, "la-binary");
+        assert_eq!(config.allocator.policy.kind, "nilas");
+        assert_eq!(config.allocator.policy.exit_floor_s, 28_800.0);
         let example = load_inventory(&root.join("configs/inventory.example.toml")).unwrap();
         assert!(example.hosts().count() >= 4);
         placement::Allocator::new(&example, &config.allocator).unwrap();
