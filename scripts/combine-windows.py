@@ -5,7 +5,9 @@ For each row (policy / prediction) of the windows' results.json: its paired gain
 baseline in packing density and empty hosts, per window (mean over seeds) and over all windows
 (the mean of the windows' means, +- the sample standard deviation of every window-and-seed gain),
 and the share of the reference oracle row's gain it keeps. Rows are sorted by that mean packing
-density gain. Usage: scripts/combine-windows.py TITLE OUT.md RESULTS.json...
+density gain. Usage: scripts/combine-windows.py TITLE OUT.md WINDOW... where a WINDOW is one
+results.json, or several joined by `+` (experiments run on the same window): every row is then named
+`policy / prediction` (the baseline keeps its name) and a run present in several is counted once.
 """
 import json
 import statistics
@@ -14,13 +16,22 @@ import sys
 
 def main():
     title, out, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
-    windows = [json.load(open(p)) for p in paths]
-    reference = windows[0]["experiment"].get("oracle_reference")
+    windows = [[json.load(open(p)) for p in window.split("+")] for window in paths]
+    first = windows[0][0]
+    reference = first["experiment"].get("oracle_reference")
+    baseline = first["baseline"]
     gains = {}  # label -> [[(density, empty) per seed] per window]
-    for w, results in enumerate(windows):
-        for g in results["gains"]:
-            per_window = gains.setdefault(g["label"], [[] for _ in windows])
-            per_window[w].append((g["packing_density_gain_pp"], g["empty_hosts_gain_pp"]))
+    for w, experiments in enumerate(windows):
+        seen = set()
+        for results in experiments:
+            names = {row["label"]: f"{row['policy']} / {row['prediction']}" for row in results["rows"]}
+            for g in results["gains"]:
+                label = g["label"] if g["label"] == baseline else names.get(g["label"], g["label"])
+                if (label, g["seed"]) in seen:
+                    continue
+                seen.add((label, g["seed"]))
+                per_window = gains.setdefault(label, [[] for _ in windows])
+                per_window[w].append((g["packing_density_gain_pp"], g["empty_hosts_gain_pp"]))
 
     def summary(per_window):
         means = [statistics.mean(x[i] for x in seeds) if seeds else float("nan") for i in (0, 1) for seeds in per_window]
@@ -36,7 +47,7 @@ def main():
     lines = [
         f"### {title}",
         "",
-        f"{len(windows)} windows; gains in pp over `{windows[0]['baseline']}` (paired by seed), the mean of the windows' "
+        f"{len(windows)} windows; gains in pp over `{baseline}` (paired by seed), the mean of the windows' "
         "means ± the sample sd of every window-and-seed gain; *kept*: the share of "
         f"`{reference}`'s mean gain (packing density / empty hosts).",
         "",
