@@ -26,7 +26,7 @@ use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatu
 use crate::gbdt::{ConstantRange, TreeEnsemble};
 use crate::history::{FeatureStore, TenantHistory, TenantSummary};
 use crate::report::EvaluationReport;
-use crate::survival::{survival_from_logits, LifetimeReading, SurvivalCurve, SurvivalSpec};
+use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -719,13 +719,7 @@ impl LifetimeModel {
     /// ([`LifetimeModel::survival_edges_s`]), when the bundle has a survival model.
     pub fn survival_curve(&self, row: &[f64]) -> Option<Vec<f64>> {
         let survival = self.survival.as_ref()?;
-        let mut with_interval = Vec::with_capacity(row.len() + 1);
-        with_interval.extend_from_slice(row);
-        with_interval.push(0.0);
-        let mut curve = vec![0.0; survival.grid.len()];
-        survival.hazards.predict_raw_grid(&with_interval, row.len(), &survival.grid, &mut curve);
-        survival_from_logits(&mut curve);
-        Some(curve)
+        Some(curve_of(&survival.hazards, row, &survival.grid))
     }
 
     /// The survival model's interval edges, when the bundle has one.

@@ -23,6 +23,7 @@
 //! tree model asked about an interval it never saw would answer arbitrarily, while the last
 //! supported rate keeps each VM's own tail and its ranking.
 
+use crate::gbdt::TreeEnsemble;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -174,6 +175,19 @@ impl SurvivalSpec {
 pub struct SurvivalCurve<'a> {
     pub edges_s: &'a [f64],
     pub survival: &'a [f64],
+}
+
+/// The survival curve of a base row at each interval's edge, from a hazard model whose last input
+/// is the interval (`grid`: [`SurvivalSpec::interval_input`] of each interval): one walk per tree
+/// for the whole curve.
+pub fn curve_of(hazards: &TreeEnsemble, row: &[f64], grid: &[f64]) -> Vec<f64> {
+    let mut with_interval = Vec::with_capacity(row.len() + 1);
+    with_interval.extend_from_slice(row);
+    with_interval.push(0.0);
+    let mut curve = vec![0.0; grid.len()];
+    hazards.predict_raw_grid(&with_interval, row.len(), grid, &mut curve);
+    survival_from_logits(&mut curve);
+    curve
 }
 
 /// The survival at each edge from the hazard model's raw scores (logits), in place.

@@ -31,7 +31,7 @@ use crate::report::{
     FeatureSelection, ModelRounds, MulticlassReport, ReadingCandidate, RemainingReport, RepredictionCurve,
     SurvivalReport, ValidationReport, RECALL_LEVELS,
 };
-use crate::survival::{survival_from_logits, LifetimeReading, SurvivalCurve, SurvivalSpec};
+use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use lightgbm3::{Booster, Dataset};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -647,13 +647,7 @@ fn reading_candidate(
 /// The survival curve of `row` (a base row) at the `intervals` edges of a hazard model.
 fn survival_curve(hazards: &TreeEnsemble, row: &[f64], intervals: usize) -> Vec<f64> {
     let grid: Vec<f64> = (0..intervals).map(SurvivalSpec::interval_input).collect();
-    let mut with_interval = Vec::with_capacity(row.len() + 1);
-    with_interval.extend_from_slice(row);
-    with_interval.push(0.0);
-    let mut curve = vec![0.0; intervals];
-    hazards.predict_raw_grid(&with_interval, row.len(), &grid, &mut curve);
-    survival_from_logits(&mut curve);
-    curve
+    curve_of(hazards, row, &grid)
 }
 
 /// Trains `model` on all of `examples` for exactly `rounds` rounds.

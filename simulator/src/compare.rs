@@ -1284,6 +1284,6 @@ mod tests {
             assert!(plan.is_ok(), "{}: {}", path.display(), plan.unwrap_err());
             seen += 1;
         }
-        assert_eq!(seen, 11, "the experiments of the evaluation, the validation sweeps and the survival test");
+        assert_eq!(seen, 12, "the experiments of the evaluation, the validation sweeps and the survival test");
     }
 }
