@@ -239,6 +239,17 @@ pub struct ConstantRange {
     pub up_to: f64,
 }
 
+/// What a grid walk ([`TreeEnsemble::predict_raw_grid`]) carries down the trees.
+struct GridWalk<'a> {
+    row: &'a [f64],
+    feature: usize,
+    grid: &'a [f64],
+    /// The grid is ascending and finite, so a numerical split parts it as a prefix.
+    ascending: bool,
+    /// The grid values in LightGBM's zero band, decided one by one.
+    zero_band: u64,
+}
+
 impl ConstantRange {
     pub fn contains(&self, value: f64) -> bool {
         value > self.above && value <= self.up_to
@@ -573,36 +584,34 @@ impl TreeEnsemble {
         out.fill(0.0);
         for (grid, out) in grid.chunks(64).zip(out.chunks_mut(64)) {
             let all = if grid.len() == 64 { u64::MAX } else { (1u64 << grid.len()) - 1 };
+            // An ascending grid of finite values splits at a threshold as a prefix, but for the
+            // values in LightGBM's zero band, which may read as missing: those are decided alone.
+            let ascending = grid.windows(2).all(|w| w[0] < w[1]) && grid.iter().all(|v| v.is_finite());
+            let zero_band =
+                grid.iter().enumerate().filter(|(_, v)| v.abs() <= K_ZERO_THRESHOLD).fold(0u64, |m, (i, _)| m | 1 << i);
+            let walk = GridWalk { row, feature, grid, ascending, zero_band };
             for &root in &self.roots {
-                self.walk_grid(root, row, feature, grid, all, out);
+                self.walk_grid(&walk, root, all, out);
             }
         }
     }
 
     /// Adds the leaves that tree node `node` leads the grid values in `mask` to, into `out`.
-    fn walk_grid(&self, mut node: i32, row: &[f64], feature: usize, grid: &[f64], mask: u64, out: &mut [f64]) {
+    fn walk_grid(&self, walk: &GridWalk<'_>, mut node: i32, mask: u64, out: &mut [f64]) {
         while node >= 0 {
             let n = &self.nodes[node as usize];
-            if n.feature as usize != feature {
-                node = n.next(row, &self.cat_ranges, &self.cat_bits);
+            if n.feature as usize != walk.feature {
+                node = n.next(walk.row, &self.cat_ranges, &self.cat_bits);
                 continue;
             }
-            let mut left = 0u64;
-            let mut bits = mask;
-            while bits != 0 {
-                let i = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if n.goes_left(grid[i], &self.cat_ranges, &self.cat_bits) {
-                    left |= 1 << i;
-                }
-            }
+            let left = mask & self.grid_left(n, walk, mask);
             let right = mask & !left;
             match (left, right) {
                 (0, _) => node = n.children[0],
                 (_, 0) => node = n.children[1],
                 _ => {
-                    self.walk_grid(n.children[1], row, feature, grid, left, out);
-                    self.walk_grid(n.children[0], row, feature, grid, right, out);
+                    self.walk_grid(walk, n.children[1], left, out);
+                    self.walk_grid(walk, n.children[0], right, out);
                     return;
                 }
             }
@@ -614,6 +623,28 @@ impl TreeEnsemble {
             bits &= bits - 1;
             out[i] += value;
         }
+    }
+
+    /// The grid values of `mask` that node `n` (a split on the grid's feature) sends left.
+    fn grid_left(&self, n: &Node, walk: &GridWalk<'_>, mask: u64) -> u64 {
+        let decide = |bits: u64| {
+            let (mut left, mut bits) = (0u64, bits);
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if n.goes_left(walk.grid[i], &self.cat_ranges, &self.cat_bits) {
+                    left |= 1 << i;
+                }
+            }
+            left
+        };
+        if !walk.ascending || n.flags & FLAG_CATEGORICAL != 0 {
+            return decide(mask);
+        }
+        // Outside the zero band a value goes left exactly when it is at most the threshold.
+        let below = walk.grid.partition_point(|&v| v <= n.threshold);
+        let prefix = if below >= 64 { u64::MAX } else { (1u64 << below) - 1 };
+        (prefix & !walk.zero_band) | decide(mask & walk.zero_band)
     }
 
     /// Sum of all trees (single-output models), in model order like LightGBM (so bit-identical).
@@ -1342,6 +1373,27 @@ pandas_categorical:null
         }
         // More than one 64-value chunk.
         grid.extend((0..60).map(|i| f64::from(i) * 0.1 - 3.0));
+        let mut out = vec![f64::NAN; grid.len()];
+        let mut one = [0.0];
+        for base in [[0.3, 0.7], [f64::NAN, 0.0], [-2.0, 1.0], [33.0, 5.0]] {
+            for feature in 0..2 {
+                m.predict_raw_grid(&base, feature, &grid, &mut out);
+                for (&value, &got) in grid.iter().zip(&out) {
+                    let mut row = base;
+                    row[feature] = value;
+                    m.predict_raw_into(&row, &mut one);
+                    assert_eq!(got.to_bits(), one[0].to_bits(), "{row:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ascending_grids_are_parted_as_prefixes_with_the_same_numbers() {
+        let m = model();
+        let k = K_ZERO_THRESHOLD;
+        let mut grid = vec![-3.0, -1.5, next_down(-0.5), -0.5, -k, 0.0, k, next_up(k), 0.5, next_up(0.5), 1.0, 17.0];
+        grid.extend((0..70).map(|i| 20.0 + f64::from(i)));
         let mut out = vec![f64::NAN; grid.len()];
         let mut one = [0.0];
         for base in [[0.3, 0.7], [f64::NAN, 0.0], [-2.0, 1.0], [33.0, 5.0]] {
