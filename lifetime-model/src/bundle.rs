@@ -487,11 +487,17 @@ pub struct LifetimeModel {
 /// A bundle's survival model in process.
 struct Survival {
     hazards: TreeEnsemble,
+    /// The manifest's spec; its reading is what is served, unless changed.
     spec: SurvivalSpec,
     /// The hazard model's interval inputs, one per interval.
     grid: Vec<f64>,
-    /// What is served of the distribution (the manifest's, unless changed).
-    reading: LifetimeReading,
+}
+
+impl Survival {
+    /// `values` (survival at each edge) as a curve over this model's intervals.
+    fn curve<'a>(&'a self, values: &'a [f64]) -> SurvivalCurve<'a> {
+        SurvivalCurve { edges_s: &self.spec.edges_s, survival: values }
+    }
 }
 
 impl LifetimeModel {
@@ -514,7 +520,6 @@ impl LifetimeModel {
             (Some(spec), Some(bytes)) => Some(Survival {
                 hazards: parse_model(&dir.join(SURVIVAL_MODEL_FILE), &bytes)?,
                 grid: (0..spec.edges_s.len()).map(SurvivalSpec::interval_input).collect(),
-                reading: spec.reading,
                 spec: spec.clone(),
             }),
             _ => None,
@@ -670,16 +675,16 @@ impl LifetimeModel {
             self.multiclass.predict_into(row, &mut classes);
             crate::argmax(&classes) as u32
         });
-        let (p_long, expected_lifetime_s) = match self.survival_curve(row) {
-            Some(curve) => {
-                let survival = self.survival.as_ref().unwrap_or_else(|| unreachable!("a curve needs a survival model"));
-                let curve = SurvivalCurve { edges_s: &survival.spec.edges_s, survival: &curve };
+        let (p_long, expected_lifetime_s) = match &self.survival {
+            Some(survival) => {
+                let values = curve_of(&survival.hazards, row, &survival.grid);
+                let curve = survival.curve(&values);
                 let p_long = if survival.spec.p_long_from_survival {
                     curve.at(self.manifest.long_threshold_s)
                 } else {
                     self.binary.predict(row)
                 };
-                (p_long, self.clamp_remaining(curve.remaining_s(0.0, survival.reading)))
+                (p_long, self.clamp_remaining(curve.remaining_s(0.0, survival.spec.reading)))
             }
             None => {
                 let mut with_uptime = row.to_vec();
@@ -729,13 +734,13 @@ impl LifetimeModel {
 
     /// What this model serves of its distribution (`None` without a survival model).
     pub fn reading(&self) -> Option<LifetimeReading> {
-        self.survival.as_ref().map(|s| s.reading)
+        self.survival.as_ref().map(|s| s.spec.reading)
     }
 
     /// The same model serving another reading of its distribution (no effect without one).
     pub fn with_reading(mut self, reading: LifetimeReading) -> Self {
         if let Some(survival) = &mut self.survival {
-            survival.reading = reading;
+            survival.spec.reading = reading;
         }
         self
     }
@@ -744,10 +749,7 @@ impl LifetimeModel {
     /// capped like every remaining lifetime the bundle serves. Without a survival model, NaN.
     pub fn remaining_from_curve(&self, curve: &[f64], uptime_s: f64) -> f64 {
         match &self.survival {
-            Some(survival) => self.clamp_remaining(
-                SurvivalCurve { edges_s: &survival.spec.edges_s, survival: curve }
-                    .remaining_s(uptime_s, survival.reading),
-            ),
+            Some(survival) => self.clamp_remaining(survival.curve(curve).remaining_s(uptime_s, survival.spec.reading)),
             None => f64::NAN,
         }
     }
