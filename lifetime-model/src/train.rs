@@ -553,15 +553,7 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
         let best = best_rounds(Model::Hazard, &fit, &valid, config)?;
         hazard = Some(rounds(Model::Hazard, &best, valid.labels.len()));
         if let Some(ensemble) = &best.ensemble {
-            let labels: Vec<bool> = binary_valid.labels.iter().map(|&y| y > 0.5).collect();
             let edges = &config.survival_edges_s;
-            let scores: Vec<f64> = (0..labels.len())
-                .map(|i| {
-                    let curve = survival_curve(ensemble, binary_valid.row(i), edges.len());
-                    SurvivalCurve { edges_s: edges, survival: &curve }.at(config.long_threshold_s)
-                })
-                .collect();
-            survival_auc = Some(Scored::new(&scores, &labels).roc_auc());
             let r = &split.replayed;
             let curves: Vec<Vec<f64>> = split
                 .valid
@@ -571,6 +563,19 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
                     survival_curve(ensemble, &row, edges.len())
                 })
                 .collect();
+            // P(long) read off the curves, on the validation VMs whose class is known (the
+            // classifier's validation examples).
+            let (scores, labels): (Vec<f64>, Vec<bool>) = split
+                .valid
+                .iter()
+                .zip(&curves)
+                .filter_map(|(&i, curve)| {
+                    let threshold = config.long_threshold_s;
+                    let long = r.full_label[i].at_least(threshold)?;
+                    Some((SurvivalCurve { edges_s: edges, survival: curve }.at(threshold), long))
+                })
+                .unzip();
+            survival_auc = Some(Scored::new(&scores, &labels).roc_auc());
             let observed: Vec<f64> = split.valid.iter().map(|&i| r.full_label[i].seconds).collect();
             let completed: Vec<bool> = split.valid.iter().map(|&i| !r.full_label[i].censored).collect();
             readings = READING_CANDIDATES
