@@ -30,7 +30,7 @@
 //!   lifetime read at request time) and the repredictions of running VMs (an oracle repredictor
 //!   answers the true remaining lifetime). Oracle class with model exits, model class with oracle
 //!   exits, model at request time with oracle repredictions, and the reverse, are rows of
-//!   `configs/experiments/hybrid.toml`.
+//!   `configs/experiments/survival-test.toml`.
 //! - **none**: no prediction (every VM is short-lived to the policies).
 //!
 //! Then `fallback_fraction` of the VMs, drawn at random, get the short-lived fallback the control
