@@ -485,6 +485,7 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
                 control.record_history(HistoryEvent::Started {
                     vm_id: placement.vm_id.to_string(),
                     tenant_id: vm.tenant_id.to_string(),
+                    vm_type: vm.vm_type.to_string(),
                     at_s: vm.requested_at_s.unwrap_or(arrival_s),
                 });
             }

@@ -104,7 +104,7 @@ mod tests {
     use super::*;
 
     fn started(vm: &str) -> HistoryEvent {
-        HistoryEvent::Started { vm_id: vm.to_owned(), tenant_id: "t".to_owned(), at_s: 1.0 }
+        HistoryEvent::Started { vm_id: vm.to_owned(), tenant_id: "t".to_owned(), vm_type: "D2".to_owned(), at_s: 1.0 }
     }
 
     #[test]

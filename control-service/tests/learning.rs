@@ -62,7 +62,8 @@ async fn tenants_after_the_cut_off_get_the_features_the_trainer_computes() {
     let from_s = bundle.feature_store().as_of_s + 86_400.0;
     let records = new_tenants_workload(60, from_s);
     for record in &records {
-        assert!(bundle.feature_store().history(&record.tenant_id).is_none(), "the bundle must not know the tenant");
+        let tenant = lifetime_model::history::HistoryKey::Tenant(record.tenant_id.clone());
+        assert!(bundle.feature_store().history(&tenant).is_none(), "the bundle must not know the tenant");
     }
     // Arrivals and releases in time order (a release before an arrival at the same instant).
     let last_start = records.last().unwrap().start_s;
@@ -103,7 +104,7 @@ async fn tenants_after_the_cut_off_get_the_features_the_trainer_computes() {
         let (served_row, trainer_row) = (row_of(line), trainer.row(i));
         assert!(same(&served_row, trainer_row), "{}: served {served_row:?}\ntrainer {trainer_row:?}", record.vm_id);
         // The tenant-history part of the row is not empty for every VM but each tenant's first.
-        let unknown = lifetime_model::history::TenantSummary::unknown();
+        let unknown = lifetime_model::history::Past::unknown();
         if !same(&served_row, &bundle.encoder().encode(&record.into(), &unknown, None)) {
             with_history += 1;
         }

@@ -95,12 +95,17 @@ pub struct PredictRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
 pub enum HistoryEvent {
-    /// A VM of `tenant_id` started (was placed) at `at_s`.
+    /// A VM of `tenant_id` and `vm_type` started (was placed) at `at_s`.
     Started {
         #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
         vm_id: String,
         #[cfg_attr(feature = "openapi", schema(max_length = 256))]
         tenant_id: String,
+        /// The VM's type: with the tenant, the job identity whose history the model may read.
+        /// Optional for senders older than the job features.
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+        vm_type: String,
         at_s: f64,
     },
     /// A VM ended (was released) at `at_s`.

@@ -374,12 +374,14 @@ fn check_history(
         let at = format!("{path}[{i}]");
         check_text(event.vm_id(), limits, &at, "vm_id")?;
         check_finite(event.at_s(), &at, "at_s")?;
-        if let HistoryEvent::Started { tenant_id, .. } = event {
-            if tenant_id.len() > limits.max_text_len || tenant_id.chars().any(char::is_control) {
-                return Err(ValidationError::invalid(
-                    child(&at, "tenant_id"),
-                    format!("must be at most {} bytes, without control characters", limits.max_text_len),
-                ));
+        if let HistoryEvent::Started { tenant_id, vm_type, .. } = event {
+            for (field, value) in [("tenant_id", tenant_id), ("vm_type", vm_type)] {
+                if value.len() > limits.max_text_len || value.chars().any(char::is_control) {
+                    return Err(ValidationError::invalid(
+                        child(&at, field),
+                        format!("must be at most {} bytes, without control characters", limits.max_text_len),
+                    ));
+                }
             }
         }
     }

@@ -165,7 +165,7 @@ fn predict_batch(
     let now = now_s();
     // The events the control service sent with the request come first: the prediction sees them.
     history.apply(&deployment.stable, &request.history);
-    history.with_summaries(|summary| {
+    history.with_past(|past| {
         request
             .instances
             .iter()
@@ -174,7 +174,7 @@ fn predict_batch(
                 let model = deployment.route(&key);
                 let started = Instant::now();
                 let features = RequestFeatures::from_instance(instance, now);
-                let row = model.encode_with(&features, &summary(model, &features.tenant_id, features.time_s));
+                let row = model.encode_with(&features, &past(model, &features));
                 history.record_row(&key, model.version(), &row);
                 let prediction = model.predict_row(&row, request.interval_class);
                 let version = model.version().to_owned();
@@ -194,7 +194,7 @@ fn remaining_batch(
 ) -> Vec<RemainingPrediction> {
     let now = now_s();
     history.apply(&deployment.stable, &[]);
-    history.with_summaries(|summary| {
+    history.with_past(|past| {
         request
             .instances
             .iter()
@@ -202,8 +202,7 @@ fn remaining_batch(
                 let model = deployment.route(&instance.vm.routing_key());
                 let started = Instant::now();
                 let features = RequestFeatures::from_instance(&instance.vm, now);
-                let tenant = summary(model, &features.tenant_id, features.time_s);
-                let remaining = model.predict_remaining_with(&features, &tenant, instance.uptime_s);
+                let remaining = model.predict_remaining_with(&features, &past(model, &features), instance.uptime_s);
                 let version = model.version().to_owned();
                 metrics::histogram!("inference_remaining_duration_seconds", "model_version" => version.clone())
                     .record(started.elapsed().as_secs_f64());

@@ -1,11 +1,13 @@
-//! The live tenant history this server predicts from (issue 18): the stable bundle's feature store
+//! The live history (tenants and job identities) this server predicts from (issue 18): the stable
+//! bundle's feature store
 //! kept current with the events the control service sends ([`lifetime_model::live`]). When the
 //! stable bundle changes, the history is rebased on the new bundle's snapshot. Off (`[history]
 //! live = false`), every bundle predicts from its own frozen feature store, and events are
 //! counted and dropped.
 
 use domain::HistoryEvent;
-use lifetime_model::history::{TenantHistory, TenantSummary};
+use lifetime_model::features::RequestFeatures;
+use lifetime_model::history::Past;
 use lifetime_model::live::{Applied, LiveCounters, LiveHistory, LiveLimits};
 use lifetime_model::LifetimeModel;
 use serde::{Deserialize, Serialize};
@@ -20,8 +22,10 @@ pub struct HistoryConfig {
     /// Keep the tenants' history current with the control service's events (else: the bundle's
     /// frozen feature store).
     pub live: bool,
-    /// Tenants kept; beyond, the least recently active one is forgotten.
-    pub max_tenants: usize,
+    /// Histories kept (tenants and job identities together); beyond, the least recently active
+    /// one is forgotten.
+    #[serde(alias = "max_tenants")]
+    pub max_histories: usize,
     /// Running VMs whose start is remembered, so that their end can be recorded.
     pub max_running_vms: usize,
     /// Events kept to apply again over a new stable bundle's feature store.
@@ -36,7 +40,7 @@ impl Default for HistoryConfig {
         let limits = LiveLimits::default();
         HistoryConfig {
             live: true,
-            max_tenants: limits.max_tenants,
+            max_histories: limits.max_histories,
             max_running_vms: limits.max_running_vms,
             max_journal: limits.max_journal,
             served_rows: None,
@@ -54,6 +58,8 @@ pub struct HistoryStatus {
     /// Its training cut-off: events at or before it are in its feature store already.
     pub as_of_s: Option<f64>,
     pub tenants: usize,
+    /// Job identities (a tenant's VMs of one type) with a history.
+    pub jobs: usize,
     pub running_vms: usize,
     pub journal_events: usize,
     /// What became of the events received since the server started.
@@ -89,7 +95,7 @@ impl ServerHistory {
 
     fn limits(&self) -> LiveLimits {
         LiveLimits {
-            max_tenants: self.config.max_tenants,
+            max_histories: self.config.max_histories,
             max_running_vms: self.config.max_running_vms,
             max_journal: self.config.max_journal,
         }
@@ -111,10 +117,11 @@ impl ServerHistory {
             let outcome = live.history.apply(event);
             metrics::counter!("inference_history_events_total", "outcome" => outcome_name(outcome)).increment(1);
         }
-        let (tenants, running, journal) = live.history.sizes();
-        metrics::gauge!("inference_history_tenants").set(tenants as f64);
-        metrics::gauge!("inference_history_running_vms").set(running as f64);
-        metrics::gauge!("inference_history_journal_events").set(journal as f64);
+        let sizes = live.history.sizes();
+        metrics::gauge!("inference_history_tenants").set(sizes.tenants as f64);
+        metrics::gauge!("inference_history_jobs").set(sizes.jobs as f64);
+        metrics::gauge!("inference_history_running_vms").set(sizes.running_vms as f64);
+        metrics::gauge!("inference_history_journal_events").set(sizes.journal_events as f64);
     }
 
     fn follows(&self, stable: &LifetimeModel) -> bool {
@@ -148,18 +155,14 @@ impl ServerHistory {
         }
     }
 
-    /// Runs `work` with a function that gives a tenant's past at an instant as `model` reads it:
-    /// from the live history, or (off) from `model`'s own feature store.
-    pub fn with_summaries<T>(&self, work: impl FnOnce(&dyn Fn(&LifetimeModel, &str, f64) -> TenantSummary) -> T) -> T {
-        if !self.config.live {
-            return work(&|model, tenant, now_s| model.tenant_summary(tenant, now_s));
-        }
+    /// Runs `work` with a function that gives a request's past as `model` reads it: from the live
+    /// history, or (off, or before the first event) from `model`'s own feature store.
+    pub fn with_past<T>(&self, work: impl FnOnce(&dyn Fn(&LifetimeModel, &RequestFeatures) -> Past) -> T) -> T {
         let live = self.live.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let history = live.as_ref().map(|live| &live.history);
-        work(&|model, tenant, now_s| {
-            let past: Option<&TenantHistory> =
-                history.and_then(|history| history.history(tenant)).filter(|_| !tenant.is_empty());
-            model.summary_of(past, now_s)
+        let history = live.as_ref().filter(|_| self.config.live).map(|live| &live.history);
+        work(&|model, request| match history {
+            Some(history) => model.past(history, request),
+            None => model.past(model.feature_store(), request),
         })
     }
 
@@ -175,14 +178,15 @@ impl ServerHistory {
 
     pub fn status(&self) -> HistoryStatus {
         let live = self.live.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (tenants, running_vms, journal_events) = live.as_ref().map_or((0, 0, 0), |l| l.history.sizes());
+        let sizes = live.as_ref().map(|l| l.history.sizes()).unwrap_or_default();
         HistoryStatus {
             live: self.config.live,
             base_version: live.as_ref().map(|l| l.base_version.clone()),
             as_of_s: live.as_ref().map(|l| l.history.as_of_s()),
-            tenants,
-            running_vms,
-            journal_events,
+            tenants: sizes.tenants,
+            jobs: sizes.jobs,
+            running_vms: sizes.running_vms,
+            journal_events: sizes.journal_events,
             counters: live.as_ref().map(|l| l.history.counters()).unwrap_or_default(),
             ignored: self.ignored.load(std::sync::atomic::Ordering::Relaxed),
         }

@@ -24,7 +24,7 @@
 
 use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
 use crate::gbdt::{ConstantRange, TreeEnsemble};
-use crate::history::{FeatureStore, TenantHistory, TenantSummary};
+use crate::history::{FeatureStore, Histories, Past};
 use crate::report::EvaluationReport;
 use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
@@ -636,36 +636,33 @@ impl LifetimeModel {
         &self.encoder
     }
 
-    /// The tenant's past as of `now_s`, from the bundle's feature store.
-    pub fn tenant_summary(&self, tenant_id: &str, now_s: f64) -> TenantSummary {
-        self.summary_of(self.store.history(tenant_id).filter(|_| !tenant_id.is_empty()), now_s)
+    /// The past of `request` (its tenant's and its job's, as of its request time) from `histories`
+    /// (the bundle's own feature store, or a live one), with this bundle's look-back window and
+    /// long-lived threshold.
+    pub fn past(&self, histories: &dyn Histories, request: &RequestFeatures) -> Past {
+        let schema = &self.manifest.schema;
+        histories.past(
+            &request.tenant_id,
+            &request.vm_type,
+            request.time_s,
+            schema.history_window_s,
+            schema.long_threshold_s,
+        )
     }
 
-    /// A tenant's past as of `now_s` from `history` (the bundle's, or a live one), with this
-    /// bundle's look-back window and long-lived threshold.
-    pub fn summary_of(&self, history: Option<&TenantHistory>, now_s: f64) -> TenantSummary {
-        match history {
-            Some(history) => {
-                history.summary(now_s, self.manifest.schema.history_window_s, self.manifest.schema.long_threshold_s)
-            }
-            None => TenantSummary::unknown(),
-        }
-    }
-
-    /// The tenants' history as of the end of the training data.
+    /// The histories as of the end of the training data.
     pub fn feature_store(&self) -> &FeatureStore {
         &self.store
     }
 
     /// The encoded base row of a request (what the long-lived and interval models take).
     pub fn encode(&self, request: &RequestFeatures) -> Vec<f64> {
-        let tenant = self.tenant_summary(&request.tenant_id, request.time_s);
-        self.encoder.encode(request, &tenant, None)
+        self.encoder.encode(request, &self.past(&self.store, request), None)
     }
 
-    /// The encoded base row of a request whose tenant's past is `tenant`.
-    pub fn encode_with(&self, request: &RequestFeatures, tenant: &TenantSummary) -> Vec<f64> {
-        self.encoder.encode(request, tenant, None)
+    /// The encoded base row of a request whose past is `past`.
+    pub fn encode_with(&self, request: &RequestFeatures, past: &Past) -> Vec<f64> {
+        self.encoder.encode(request, past, None)
     }
 
     /// Predicts from an encoded base row; the interval only when `with_interval` is set.
@@ -707,16 +704,15 @@ impl LifetimeModel {
 
     /// Predicted remaining lifetime in seconds of a VM that has been running for `uptime_s`.
     pub fn predict_remaining(&self, request: &RequestFeatures, uptime_s: f64) -> f64 {
-        let tenant = self.tenant_summary(&request.tenant_id, request.time_s);
-        self.predict_remaining_with(request, &tenant, uptime_s)
+        self.predict_remaining_with(request, &self.past(&self.store, request), uptime_s)
     }
 
-    /// [`LifetimeModel::predict_remaining`] for a tenant whose past is `tenant`.
-    pub fn predict_remaining_with(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: f64) -> f64 {
+    /// [`LifetimeModel::predict_remaining`] for a request whose past is `past`.
+    pub fn predict_remaining_with(&self, request: &RequestFeatures, past: &Past, uptime_s: f64) -> f64 {
         if self.survival.is_some() {
-            return self.predict_remaining_row(&self.encoder.encode(request, tenant, None), uptime_s);
+            return self.predict_remaining_row(&self.encoder.encode(request, past, None), uptime_s);
         }
-        let row = self.remaining_encoder.encode(request, tenant, Some(uptime_s));
+        let row = self.remaining_encoder.encode(request, past, Some(uptime_s));
         self.remaining_from_log10(self.remaining.predict(&row))
     }
 

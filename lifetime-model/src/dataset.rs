@@ -9,8 +9,7 @@
 //! after 1 h has no 2 h label and is left out.
 
 use crate::features::{FeatureEncoder, RequestFeatures};
-use crate::history::TenantHistory;
-use std::collections::HashMap;
+use crate::history::{FeatureStore, Histories};
 use traces::VmRecord;
 
 /// What is known of a VM's lifetime at the end of the data that labels it.
@@ -62,8 +61,9 @@ pub struct ReplayedTrace {
     pub train_label: Vec<ObservedLifetime>,
     /// Label with all the trace's data (for evaluation).
     pub full_label: Vec<ObservedLifetime>,
-    /// The tenant histories at the end of the replay: the feature store's content.
-    pub histories: HashMap<String, TenantHistory>,
+    /// The histories at the end of the replay (or where it was told to stop them): the feature
+    /// store's content.
+    pub histories: FeatureStore,
     pub trace_end_s: f64,
 }
 
@@ -130,11 +130,11 @@ pub fn replay(
         start_s: Vec::with_capacity(records.len()),
         train_label: Vec::with_capacity(records.len()),
         full_label: Vec::with_capacity(records.len()),
-        histories: HashMap::new(),
+        histories: FeatureStore::empty(stop_history_at_s),
         trace_end_s,
     };
-    let mut histories: HashMap<String, TenantHistory> = HashMap::new();
-    let mut frozen: Option<HashMap<String, TenantHistory>> = None;
+    let mut histories = FeatureStore::empty(stop_history_at_s);
+    let mut frozen: Option<FeatureStore> = None;
     let mut next_end = 0;
     for &i in &order {
         let record = &records[i];
@@ -145,16 +145,10 @@ pub fn replay(
         }
         apply_ends(records, &ends, &mut next_end, now, &mut histories);
         let request = RequestFeatures::from(record);
-        let summary = match histories.get(&record.tenant_id) {
-            Some(history) if !record.tenant_id.is_empty() => {
-                history.summary(now, schema.history_window_s, schema.long_threshold_s)
-            }
-            _ => crate::history::TenantSummary::unknown(),
-        };
-        encoder.encode_into(&request, &summary, None, &mut out.rows);
-        if !record.tenant_id.is_empty() {
-            histories.entry(record.tenant_id.clone()).or_default().record_start(now);
-        }
+        let past =
+            histories.past(&record.tenant_id, &record.vm_type, now, schema.history_window_s, schema.long_threshold_s);
+        encoder.encode_into(&request, &past, None, &mut out.rows);
+        histories.record_start(&record.tenant_id, &record.vm_type, now);
         out.start_s.push(now);
         out.train_label.push(ObservedLifetime::of(record, cutoff_s));
         out.full_label.push(ObservedLifetime::of(record, trace_end_s));
@@ -174,14 +168,12 @@ fn apply_ends(
     ends: &[(f64, usize)],
     next_end: &mut usize,
     until_s: f64,
-    histories: &mut HashMap<String, TenantHistory>,
+    histories: &mut FeatureStore,
 ) {
     while *next_end < ends.len() && ends[*next_end].0 <= until_s {
         let (end, i) = ends[*next_end];
         let record = &records[i];
-        if let Some(history) = histories.get_mut(&record.tenant_id) {
-            history.record_end(record.start_s, end);
-        }
+        histories.record_end(&record.tenant_id, &record.vm_type, record.start_s, end);
         *next_end += 1;
     }
 }

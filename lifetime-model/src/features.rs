@@ -1,15 +1,15 @@
 //! Features: one schema and one encoding function for training and serving.
 //!
 //! A [`FeatureSchema`] lists the model's input columns in order. [`FeatureSchema::encode`] turns what
-//! is known when a VM is requested ([`RequestFeatures`]) plus the tenant's past ([`TenantSummary`])
-//! into that row, and is the only place that does so. The schema travels in the bundle manifest;
+//! is known when a VM is requested ([`RequestFeatures`]) plus its tenant's and its job's past
+//! ([`Past`]) into that row, and is the only place that does so. The schema travels in the bundle manifest;
 //! its hash guards against serving a model with another encoding.
 //!
 //! Categorical values become numeric codes ranked by their mean training lifetime (rare categories,
 //! fewer than [`MIN_CATEGORY_COUNT`] examples, collapse into "other"; unseen values at serving time
 //! map to "other" as well), so that ordinary numeric splits separate short from long categories.
 
-use crate::history::TenantSummary;
+use crate::history::{Past, TenantSummary};
 use domain::{PredictInstance, Priority, VmRequest};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -108,8 +108,59 @@ pub enum NumericSource {
     TenantLog10LifetimeP50,
     TenantLog10LifetimeP75,
     TenantRunning,
+    /// A statistic of the job identity's history (the tenant's VMs of the same type).
+    Job(HistoryStat),
     /// log10(1 + uptime in seconds): the reprediction input of the remaining-lifetime model.
     Log10Uptime,
+}
+
+/// A statistic of a history ([`TenantSummary`]'s fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryStat {
+    VmsInWindow,
+    LongKnown,
+    LongShare,
+    Log10LifetimeP25,
+    Log10LifetimeP50,
+    Log10LifetimeP75,
+    Running,
+}
+
+impl HistoryStat {
+    pub const ALL: [HistoryStat; 7] = [
+        HistoryStat::VmsInWindow,
+        HistoryStat::LongKnown,
+        HistoryStat::LongShare,
+        HistoryStat::Log10LifetimeP25,
+        HistoryStat::Log10LifetimeP50,
+        HistoryStat::Log10LifetimeP75,
+        HistoryStat::Running,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HistoryStat::VmsInWindow => "vms_in_window",
+            HistoryStat::LongKnown => "long_known",
+            HistoryStat::LongShare => "long_share",
+            HistoryStat::Log10LifetimeP25 => "log10_lifetime_p25",
+            HistoryStat::Log10LifetimeP50 => "log10_lifetime_p50",
+            HistoryStat::Log10LifetimeP75 => "log10_lifetime_p75",
+            HistoryStat::Running => "running",
+        }
+    }
+
+    pub fn of(self, summary: &TenantSummary) -> f64 {
+        match self {
+            HistoryStat::VmsInWindow => summary.vms_in_window,
+            HistoryStat::LongKnown => summary.long_known,
+            HistoryStat::LongShare => summary.long_share,
+            HistoryStat::Log10LifetimeP25 => summary.log10_lifetime_p25,
+            HistoryStat::Log10LifetimeP50 => summary.log10_lifetime_p50,
+            HistoryStat::Log10LifetimeP75 => summary.log10_lifetime_p75,
+            HistoryStat::Running => summary.running,
+        }
+    }
 }
 
 /// The uptime input of the remaining-lifetime model: log10(1 + uptime in seconds), a negative (or
@@ -167,20 +218,23 @@ pub enum FeatureGroup {
     Weekday,
     /// The tenant-history features (`tenant_*`).
     Tenant,
+    /// The job-identity history features (`job_*`): the tenant's VMs of the same type.
+    Job,
 }
 
 /// A name that is not a [`FeatureGroup`].
 #[derive(Debug, thiserror::Error)]
-#[error("unknown feature group `{0}` (known: weekday, tenant)")]
+#[error("unknown feature group `{0}` (known: weekday, tenant, job)")]
 pub struct UnknownFeatureGroup(pub String);
 
 impl FeatureGroup {
-    pub const ALL: [FeatureGroup; 2] = [FeatureGroup::Weekday, FeatureGroup::Tenant];
+    pub const ALL: [FeatureGroup; 3] = [FeatureGroup::Weekday, FeatureGroup::Tenant, FeatureGroup::Job];
 
     pub fn name(self) -> &'static str {
         match self {
             FeatureGroup::Weekday => "weekday",
             FeatureGroup::Tenant => "tenant",
+            FeatureGroup::Job => "job",
         }
     }
 
@@ -197,6 +251,7 @@ impl FeatureGroup {
                 | NumericSource::TenantLog10LifetimeP75
                 | NumericSource::TenantRunning,
             ) => Some(FeatureGroup::Tenant),
+            FeatureKind::Numeric(NumericSource::Job(_)) => Some(FeatureGroup::Job),
             _ => None,
         }
     }
@@ -314,13 +369,8 @@ impl FeatureEncoder {
 
     /// Appends the row of `request` to `out`. `uptime_s` feeds the uptime feature when the schema has
     /// one (0 when not given).
-    pub fn encode_into(
-        &self,
-        request: &RequestFeatures,
-        tenant: &TenantSummary,
-        uptime_s: Option<f64>,
-        out: &mut Vec<f64>,
-    ) {
+    pub fn encode_into(&self, request: &RequestFeatures, past: &Past, uptime_s: Option<f64>, out: &mut Vec<f64>) {
+        let tenant = &past.tenant;
         for (spec, categories) in self.schema.features.iter().zip(&self.categories) {
             let value = match &spec.kind {
                 FeatureKind::Numeric(source) => match source {
@@ -344,6 +394,7 @@ impl FeatureEncoder {
                     NumericSource::TenantLog10LifetimeP50 => tenant.log10_lifetime_p50,
                     NumericSource::TenantLog10LifetimeP75 => tenant.log10_lifetime_p75,
                     NumericSource::TenantRunning => tenant.running,
+                    NumericSource::Job(stat) => stat.of(&past.job),
                     NumericSource::Log10Uptime => encode_uptime(uptime_s.unwrap_or(0.0)),
                 },
                 FeatureKind::Categorical { source, .. } => {
@@ -360,9 +411,9 @@ impl FeatureEncoder {
     }
 
     /// One row as a fresh vector.
-    pub fn encode(&self, request: &RequestFeatures, tenant: &TenantSummary, uptime_s: Option<f64>) -> Vec<f64> {
+    pub fn encode(&self, request: &RequestFeatures, past: &Past, uptime_s: Option<f64>) -> Vec<f64> {
         let mut row = Vec::with_capacity(self.schema.len());
-        self.encode_into(request, tenant, uptime_s, &mut row);
+        self.encode_into(request, past, uptime_s, &mut row);
         row
     }
 }
@@ -377,6 +428,7 @@ pub struct SchemaBuilder {
     /// Extra columns seen, and whether every non-empty value so far parsed as a number.
     extra_numeric: Vec<(String, bool)>,
     tenant_seen: bool,
+    vm_type_seen: bool,
 }
 
 impl SchemaBuilder {
@@ -387,6 +439,7 @@ impl SchemaBuilder {
             categories: HashMap::new(),
             extra_numeric: Vec::new(),
             tenant_seen: false,
+            vm_type_seen: false,
         }
     }
 
@@ -394,6 +447,7 @@ impl SchemaBuilder {
     /// is fine: it only orders categories).
     pub fn observe(&mut self, request: &RequestFeatures, log10_lifetime: Option<f64>) {
         self.tenant_seen |= !request.tenant_id.is_empty();
+        self.vm_type_seen |= !request.vm_type.is_empty();
         let mut count = |source: CategoricalSource, value: &str| {
             let entry = self.categories.entry(source).or_default().entry(value.to_owned()).or_default();
             entry.0 += 1;
@@ -448,6 +502,11 @@ impl SchemaBuilder {
                 numeric("tenant_log10_lifetime_p75", NumericSource::TenantLog10LifetimeP75),
                 numeric("tenant_running", NumericSource::TenantRunning),
             ]);
+        }
+        if self.vm_type_seen {
+            features.extend(
+                HistoryStat::ALL.map(|stat| numeric(&format!("job_{}", stat.name()), NumericSource::Job(stat))),
+            );
         }
         FeatureSchema {
             encoding_version: ENCODING_VERSION,
@@ -534,8 +593,8 @@ mod tests {
     fn encoding_is_the_same_for_training_and_serving_inputs() {
         let schema = schema();
         let encoder = schema.encoder();
-        let tenant = TenantSummary::unknown();
-        let row = encoder.encode(&request("rare", &[("batch_size", "4")]), &tenant, None);
+        let past = Past::unknown();
+        let row = encoder.encode(&request("rare", &[("batch_size", "4")]), &past, None);
         let names = schema.names();
         let get = |name: &str| row[names.iter().position(|n| n == name).unwrap()];
         assert_eq!(get("vm_type"), 1.0); // "other"
@@ -543,14 +602,14 @@ mod tests {
         assert_eq!(get("hour_of_day"), 13.5);
         assert_eq!(get("weekday"), 2.0);
         assert_eq!(get("memory_per_core"), 4.0);
-        assert!(get("tenant_long_share").is_nan());
+        assert!(get("tenant_long_share").is_nan() && get("job_long_share").is_nan());
 
         let vm: VmRequest = serde_json::from_value(serde_json::json!({
             "vm_id": "v", "tenant_id": "t", "vm_type": "rare", "demand": {"cores": 2, "memory_gib": 8},
             "requested_at_s": 86_400.0 * 9.0 + 3_600.0 * 13.5, "features": {"batch_size": 4}
         }))
         .unwrap();
-        let served = encoder.encode(&RequestFeatures::from_request(&vm, 0.0), &tenant, None);
+        let served = encoder.encode(&RequestFeatures::from_request(&vm, 0.0), &past, None);
         assert_eq!(format!("{row:?}"), format!("{served:?}"));
     }
 
@@ -564,18 +623,24 @@ mod tests {
     #[test]
     fn dropping_groups_keeps_the_other_columns_in_order() {
         let schema = schema();
-        assert_eq!(schema.groups(), [FeatureGroup::Weekday, FeatureGroup::Tenant]);
+        assert_eq!(schema.groups(), FeatureGroup::ALL);
         let smaller = schema.without(&[FeatureGroup::Weekday, FeatureGroup::Tenant]);
-        assert!(smaller.groups().is_empty());
+        assert_eq!(smaller.groups(), [FeatureGroup::Job]);
         assert!(!smaller.names().iter().any(|n| n == "weekday" || n.starts_with("tenant_")));
         assert!(smaller.names().iter().any(|n| n == "hour_of_day"));
         // The smaller schema encodes the kept columns of the full row.
-        let tenant = TenantSummary { vms_in_window: 3.0, running: 1.0, ..TenantSummary::unknown() };
+        let past = Past {
+            tenant: TenantSummary { vms_in_window: 3.0, running: 1.0, ..TenantSummary::unknown() },
+            job: TenantSummary { vms_in_window: 2.0, long_share: 0.5, ..TenantSummary::unknown() },
+        };
         let request = request("long", &[("batch_size", "2")]);
-        let full = schema.encoder().encode(&request, &tenant, None);
+        let full = schema.encoder().encode(&request, &past, None);
+        let names = schema.names();
+        assert_eq!(full[names.iter().position(|n| n == "job_long_share").unwrap()], 0.5);
+        assert_eq!(full[names.iter().position(|n| n == "tenant_running").unwrap()], 1.0);
         let kept: Vec<f64> =
             schema.kept_indices(&[FeatureGroup::Weekday, FeatureGroup::Tenant]).into_iter().map(|i| full[i]).collect();
-        assert_eq!(format!("{kept:?}"), format!("{:?}", smaller.encoder().encode(&request, &tenant, None)));
+        assert_eq!(format!("{kept:?}"), format!("{:?}", smaller.encoder().encode(&request, &past, None)));
         assert_ne!(schema.hash(), smaller.hash());
         assert_eq!(schema.without(&[]), schema);
     }
@@ -584,6 +649,7 @@ mod tests {
     fn feature_groups_parse_by_name() {
         assert_eq!("Weekday".parse::<FeatureGroup>().unwrap(), FeatureGroup::Weekday);
         assert_eq!(" tenant".parse::<FeatureGroup>().unwrap(), FeatureGroup::Tenant);
+        assert_eq!("JOB".parse::<FeatureGroup>().unwrap(), FeatureGroup::Job);
         assert!("hour".parse::<FeatureGroup>().is_err());
         assert_eq!(serde_json::to_string(&FeatureGroup::Tenant).unwrap(), "\"tenant\"");
     }

@@ -1,8 +1,11 @@
-//! Tenant history computed only from the past: what a tenant's VMs did before a given instant.
+//! History computed only from the past: what a tenant's VMs, and a job identity's VMs, did before a
+//! given instant.
 //!
-//! The trainer replays a trace through [`TenantHistory`] values so that every training example sees
-//! exactly what was known when its VM arrived; the same values, snapshotted at the end of training,
-//! form the bundle's feature store that the server consults. One code path, no train/serve skew.
+//! Two kinds of history ([`HistoryKey`]) are kept alike: a tenant's, and a job identity's (one
+//! tenant's VMs of one type: a recurring job, such as Google Borg's logical job name). The trainer
+//! replays a trace through [`TenantHistory`] values so that every training example sees exactly what
+//! was known when its VM arrived; the same values, snapshotted at the end of training, form the
+//! bundle's feature store that the server consults. One code path, no train/serve skew.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -42,6 +45,64 @@ pub struct TenantSummary {
     pub log10_lifetime_p75: f64,
     /// VMs running now.
     pub running: f64,
+}
+
+/// The past of a request: its tenant's and its job identity's history, as features.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Past {
+    pub tenant: TenantSummary,
+    pub job: TenantSummary,
+}
+
+impl Past {
+    /// The past of a request whose tenant and job were never seen before.
+    pub fn unknown() -> Self {
+        Past { tenant: TenantSummary::unknown(), job: TenantSummary::unknown() }
+    }
+}
+
+/// Whose past a history holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HistoryKey {
+    /// A tenant's VMs.
+    Tenant(String),
+    /// One tenant's VMs of one type ([`job_id`]).
+    Job(String),
+}
+
+/// Separates the tenant from the VM type in a job id: tenant ids carry no control characters, so
+/// no two (tenant, type) pairs share an id.
+const JOB_ID_SEPARATOR: char = '\u{1f}';
+
+/// The id of a job identity: the tenant's VMs of type `vm_type`.
+pub fn job_id(tenant_id: &str, vm_type: &str) -> String {
+    format!("{tenant_id}{JOB_ID_SEPARATOR}{vm_type}")
+}
+
+impl HistoryKey {
+    /// The histories a VM counts in: its tenant's (when it has one) and its job identity's (when it
+    /// has a type).
+    pub fn of(tenant_id: &str, vm_type: &str) -> [Option<HistoryKey>; 2] {
+        [
+            (!tenant_id.is_empty()).then(|| HistoryKey::Tenant(tenant_id.to_owned())),
+            (!vm_type.is_empty()).then(|| HistoryKey::Job(job_id(tenant_id, vm_type))),
+        ]
+    }
+}
+
+/// Where histories are looked up: the bundle's frozen store or a live one.
+pub trait Histories {
+    fn get(&self, key: &HistoryKey) -> Option<&TenantHistory>;
+
+    /// The past of a VM of `tenant_id` and `vm_type` as of `now_s`, over a look-back window of
+    /// `window_s`, counting VMs of at least `long_threshold_s` as long-lived.
+    fn past(&self, tenant_id: &str, vm_type: &str, now_s: f64, window_s: f64, long_threshold_s: f64) -> Past {
+        let [tenant, job] = HistoryKey::of(tenant_id, vm_type).map(|key| {
+            key.and_then(|key| self.get(&key))
+                .map_or(TenantSummary::unknown(), |history| history.summary(now_s, window_s, long_threshold_s))
+        });
+        Past { tenant, job }
+    }
 }
 
 impl TenantSummary {
@@ -126,24 +187,79 @@ impl TenantHistory {
     }
 }
 
-/// Tenant histories by tenant id: the feature store of a model bundle.
+/// Histories by tenant id and by job id: the feature store of a model bundle.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FeatureStore {
     /// Instant the store was snapshotted at (end of the training data).
     pub as_of_s: f64,
     pub tenants: HashMap<String, TenantHistory>,
+    /// Job identities by [`job_id`] (none in bundles older than the job features).
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub jobs: HashMap<String, TenantHistory>,
+}
+
+impl Histories for FeatureStore {
+    fn get(&self, key: &HistoryKey) -> Option<&TenantHistory> {
+        match key {
+            HistoryKey::Tenant(id) => self.tenants.get(id),
+            HistoryKey::Job(id) => self.jobs.get(id),
+        }
+    }
 }
 
 impl FeatureStore {
-    pub fn history(&self, tenant_id: &str) -> Option<&TenantHistory> {
-        self.tenants.get(tenant_id)
+    /// An empty store as of `as_of_s`.
+    pub fn empty(as_of_s: f64) -> Self {
+        FeatureStore { as_of_s, ..FeatureStore::default() }
     }
 
-    /// Keeps only tenants active within `window_s` of `as_of_s` (or with VMs still running):
-    /// the others would contribute nothing but empty windows.
-    pub fn snapshot(tenants: HashMap<String, TenantHistory>, as_of_s: f64, window_s: f64) -> Self {
-        let tenants = tenants.into_iter().filter(|(_, h)| h.last_activity() > as_of_s - window_s).collect();
-        FeatureStore { as_of_s, tenants }
+    /// The history of `key`, if known.
+    pub fn history(&self, key: &HistoryKey) -> Option<&TenantHistory> {
+        self.get(key)
+    }
+
+    /// Every history, tenants first.
+    pub fn iter(&self) -> impl Iterator<Item = (HistoryKey, &TenantHistory)> {
+        let tenants = self.tenants.iter().map(|(id, h)| (HistoryKey::Tenant(id.clone()), h));
+        tenants.chain(self.jobs.iter().map(|(id, h)| (HistoryKey::Job(id.clone()), h)))
+    }
+
+    /// Records that a VM of `tenant_id` and `vm_type` started at `start_s`.
+    pub fn record_start(&mut self, tenant_id: &str, vm_type: &str, start_s: f64) {
+        for key in HistoryKey::of(tenant_id, vm_type).into_iter().flatten() {
+            let map = match &key {
+                HistoryKey::Tenant(_) => &mut self.tenants,
+                HistoryKey::Job(_) => &mut self.jobs,
+            };
+            let (HistoryKey::Tenant(id) | HistoryKey::Job(id)) = key;
+            map.entry(id).or_default().record_start(start_s);
+        }
+    }
+
+    /// Records that a VM of `tenant_id` and `vm_type` started at `start_s` ended at `end_s`.
+    pub fn record_end(&mut self, tenant_id: &str, vm_type: &str, start_s: f64, end_s: f64) {
+        for key in HistoryKey::of(tenant_id, vm_type).into_iter().flatten() {
+            let history = match &key {
+                HistoryKey::Tenant(id) => self.tenants.get_mut(id),
+                HistoryKey::Job(id) => self.jobs.get_mut(id),
+            };
+            if let Some(history) = history {
+                history.record_end(start_s, end_s);
+            }
+        }
+    }
+
+    /// This store as of `as_of_s`, keeping only histories active within `window_s` of it (or with
+    /// VMs still running), the others contributing nothing but empty windows; and only the tenants'
+    /// or the jobs' when the model reads them.
+    pub fn snapshot(self, as_of_s: f64, window_s: f64, tenants: bool, jobs: bool) -> Self {
+        let keep = |keep: bool, histories: HashMap<String, TenantHistory>| -> HashMap<String, TenantHistory> {
+            if !keep {
+                return HashMap::new();
+            }
+            histories.into_iter().filter(|(_, h)| h.last_activity() > as_of_s - window_s).collect()
+        };
+        FeatureStore { as_of_s, tenants: keep(tenants, self.tenants), jobs: keep(jobs, self.jobs) }
     }
 }
 
@@ -186,8 +302,29 @@ mod tests {
         let mut running = TenantHistory::default();
         running.record_start(0.0);
         let tenants = HashMap::from([("idle".to_owned(), idle), ("running".to_owned(), running)]);
-        let store = FeatureStore::snapshot(tenants, 100.0 * HOUR, 24.0 * HOUR);
-        assert!(store.history("idle").is_none());
-        assert!(store.history("running").is_some());
+        let store =
+            FeatureStore { tenants, ..FeatureStore::empty(0.0) }.snapshot(100.0 * HOUR, 24.0 * HOUR, true, true);
+        assert!(store.history(&HistoryKey::Tenant("idle".into())).is_none());
+        assert!(store.history(&HistoryKey::Tenant("running".into())).is_some());
+    }
+
+    #[test]
+    fn a_vm_counts_in_its_tenants_history_and_its_jobs() {
+        let mut store = FeatureStore::empty(0.0);
+        store.record_start("t", "nightly", 0.0);
+        store.record_start("t", "web", 0.0);
+        store.record_start("u", "nightly", 0.0);
+        store.record_end("t", "nightly", 0.0, 600.0);
+        let past = store.past("t", "nightly", HOUR, 24.0 * HOUR, 2.0 * HOUR);
+        assert_eq!((past.tenant.vms_in_window, past.tenant.running), (2.0, 1.0));
+        assert_eq!((past.job.vms_in_window, past.job.running), (1.0, 0.0));
+        assert!((past.job.log10_lifetime_p50 - 600f64.log10()).abs() < 1e-12);
+        // Another tenant's job of the same name is another job; a VM without a tenant or type has
+        // no history of that kind.
+        assert_eq!(store.past("u", "nightly", HOUR, 24.0 * HOUR, 2.0 * HOUR).job.running, 1.0);
+        assert_eq!(HistoryKey::of("", ""), [None, None]);
+        // Tenants-only snapshots (a model without the job features) drop the jobs.
+        let tenants_only = store.snapshot(HOUR, 24.0 * HOUR, true, false);
+        assert!(tenants_only.jobs.is_empty() && tenants_only.tenants.len() == 2);
     }
 }

@@ -1,15 +1,15 @@
-//! Live tenant history (issue 18): the serving bundle's feature store, kept current with every VM
+//! Live history (issue 18): the serving bundle's feature store, kept current with every VM
 //! arrival and exit the control service reports ([`HistoryEvent`]).
 //!
-//! A bundle's feature store is the tenants' history as of its training cut-off (`as_of_s`). Frozen,
-//! every tenant that appears later is unknown to the model, and every known tenant's history goes
-//! stale. [`LiveHistory`] starts from that snapshot and applies the events after it, through the
+//! A bundle's feature store is the tenants' and job identities' history as of its training cut-off
+//! (`as_of_s`). Frozen, every tenant or job that appears later is unknown to the model, and every
+//! known one's history goes stale. [`LiveHistory`] starts from that snapshot and applies the events after it, through the
 //! very [`TenantHistory`] calls the trainer's replay makes ([`crate::dataset::replay`]): the
 //! features served at an instant are those the trainer computes for the same VM from the same
 //! events.
 //!
-//! What it holds is bounded: per tenant by [`TenantHistory`]'s own limits, in total by
-//! [`LiveLimits`] (tenants, tracked running VMs, the journal), the least recently active tenants
+//! What it holds is bounded: per history by [`TenantHistory`]'s own limits, in total by
+//! [`LiveLimits`] (histories, tracked running VMs, the journal), the least recently active histories
 //! evicted first. Events it cannot use are counted, never fatal: a second start of a running VM
 //! (duplicate), the end of a VM it does not know, events from before the snapshot (the snapshot
 //! has them), an end before its start.
@@ -17,7 +17,7 @@
 //! A new bundle brings a new snapshot: [`LiveHistory::rebase`] starts from it and applies again
 //! the events of the journal that came after its cut-off.
 
-use crate::history::{FeatureStore, TenantHistory};
+use crate::history::{FeatureStore, Histories, HistoryKey, TenantHistory};
 use domain::HistoryEvent;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -26,8 +26,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LiveLimits {
-    /// Tenants kept; beyond, the least recently active one is forgotten.
-    pub max_tenants: usize,
+    /// Histories kept (tenants and job identities together); beyond, the least recently active one
+    /// is forgotten.
+    #[serde(alias = "max_tenants")]
+    pub max_histories: usize,
     /// Running VMs whose start is remembered (to record their end); beyond, a start still counts
     /// but its end will not be known.
     pub max_running_vms: usize,
@@ -37,7 +39,7 @@ pub struct LiveLimits {
 
 impl Default for LiveLimits {
     fn default() -> Self {
-        LiveLimits { max_tenants: 200_000, max_running_vms: 500_000, max_journal: 1_000_000 }
+        LiveLimits { max_histories: 200_000, max_running_vms: 500_000, max_journal: 1_000_000 }
     }
 }
 
@@ -47,8 +49,8 @@ pub struct LiveCounters {
     pub applied: u64,
     /// A start of a VM already running, or a second end.
     pub duplicates: u64,
-    /// The end of a VM whose start is not known (it started before the snapshot, or its tenant
-    /// was evicted, or it was never tracked).
+    /// The end of a VM whose start is not known (it started before the snapshot, or its
+    /// histories were evicted, or it was never tracked).
     pub unknown_vms: u64,
     /// Events at or before the snapshot's instant: the snapshot has them.
     pub before_snapshot: u64,
@@ -56,6 +58,7 @@ pub struct LiveCounters {
     pub invalid: u64,
     /// Events older than the latest one applied (applied all the same).
     pub out_of_order: u64,
+    /// Histories (tenants' or jobs') forgotten to stay within the limit.
     pub tenants_evicted: u64,
     /// Starts whose VM could not be tracked (too many running VMs).
     pub untracked: u64,
@@ -78,7 +81,7 @@ pub enum Applied {
     Invalid,
 }
 
-/// A tenant's history and when it was last touched (for eviction).
+/// A history and when it was last touched (for eviction).
 #[derive(Clone, Debug)]
 struct LiveTenant {
     history: TenantHistory,
@@ -88,7 +91,8 @@ struct LiveTenant {
 /// A running VM whose end can be recorded.
 #[derive(Clone, Debug)]
 struct RunningVm {
-    tenant: String,
+    /// The histories it counts in ([`HistoryKey::of`]).
+    keys: [Option<HistoryKey>; 2],
     start_s: f64,
 }
 
@@ -97,9 +101,9 @@ struct RunningVm {
 pub struct LiveHistory {
     limits: LiveLimits,
     as_of_s: f64,
-    tenants: HashMap<String, LiveTenant>,
-    /// Tenants by when they were last touched: the first is the next to evict.
-    by_touch: BTreeMap<u64, String>,
+    histories: HashMap<HistoryKey, LiveTenant>,
+    /// Histories by when they were last touched: the first is the next to evict.
+    by_touch: BTreeMap<u64, HistoryKey>,
     clock: u64,
     running: HashMap<String, RunningVm>,
     /// Ends that came before their VM's start (events sent concurrently can arrive out of order),
@@ -119,7 +123,7 @@ impl LiveHistory {
         let mut live = LiveHistory {
             limits,
             as_of_s: snapshot.as_of_s,
-            tenants: HashMap::new(),
+            histories: HashMap::new(),
             by_touch: BTreeMap::new(),
             clock: 0,
             running: HashMap::new(),
@@ -136,15 +140,15 @@ impl LiveHistory {
 
     fn load(&mut self, snapshot: &FeatureStore) {
         self.as_of_s = snapshot.as_of_s;
-        self.tenants.clear();
+        self.histories.clear();
         self.by_touch.clear();
         self.running.clear();
         self.latest_s = snapshot.as_of_s;
-        // The least recently active tenants first, so that the limit keeps the most recent ones.
-        let mut tenants: Vec<(&String, &TenantHistory)> = snapshot.tenants.iter().collect();
-        tenants.sort_by(|a, b| a.1.last_activity().total_cmp(&b.1.last_activity()).then(a.0.cmp(b.0)));
-        for (tenant, history) in tenants {
-            self.insert_tenant(tenant, history.clone());
+        // The least recently active histories first, so that the limit keeps the most recent ones.
+        let mut histories: Vec<(HistoryKey, &TenantHistory)> = snapshot.iter().collect();
+        histories.sort_by(|a, b| a.1.last_activity().total_cmp(&b.1.last_activity()).then(a.0.cmp(&b.0)));
+        for (key, history) in histories {
+            self.insert(key, history.clone());
         }
     }
 
@@ -153,17 +157,19 @@ impl LiveHistory {
         self.as_of_s
     }
 
-    pub fn history(&self, tenant_id: &str) -> Option<&TenantHistory> {
-        self.tenants.get(tenant_id).map(|tenant| &tenant.history)
-    }
-
     pub fn counters(&self) -> LiveCounters {
         self.counters
     }
 
-    /// Tenants, tracked running VMs and journal events held now.
-    pub fn sizes(&self) -> (usize, usize, usize) {
-        (self.tenants.len(), self.running.len(), self.journal.len())
+    /// What is held now.
+    pub fn sizes(&self) -> LiveSizes {
+        let tenants = self.histories.keys().filter(|key| matches!(key, HistoryKey::Tenant(_))).count();
+        LiveSizes {
+            tenants,
+            jobs: self.histories.len() - tenants,
+            running_vms: self.running.len(),
+            journal_events: self.journal.len(),
+        }
     }
 
     /// Applies one event (see the module documentation for what is not used, and why).
@@ -190,22 +196,27 @@ impl LiveHistory {
             return Applied::BeforeSnapshot;
         }
         match event {
-            HistoryEvent::Started { vm_id, tenant_id, .. } => {
+            HistoryEvent::Started { vm_id, tenant_id, vm_type, .. } => {
                 if self.running.contains_key(vm_id) {
                     self.counters.duplicates += 1;
                     return Applied::Duplicate;
                 }
                 self.note_time(at_s);
-                // An empty tenant is no tenant (traces without one): nothing to learn.
-                if !tenant_id.is_empty() {
-                    self.touch(tenant_id).history.record_start(at_s);
+                // An empty tenant is no tenant, an empty type no job: nothing to learn of them.
+                let keys = HistoryKey::of(tenant_id, vm_type);
+                if keys.iter().any(Option::is_some) {
+                    for key in keys.iter().flatten() {
+                        self.touch(key).history.record_start(at_s);
+                    }
                     match self.early_ends.remove(vm_id) {
                         Some(end_s) if end_s >= at_s => {
-                            self.touch(tenant_id).history.record_end(at_s, end_s);
+                            for key in keys.iter().flatten() {
+                                self.touch(key).history.record_end(at_s, end_s);
+                            }
                             self.counters.reordered += 1;
                         }
                         _ if self.running.len() < self.limits.max_running_vms => {
-                            self.running.insert(vm_id.clone(), RunningVm { tenant: tenant_id.clone(), start_s: at_s });
+                            self.running.insert(vm_id.clone(), RunningVm { keys, start_s: at_s });
                         }
                         _ => self.counters.untracked += 1,
                     }
@@ -232,8 +243,10 @@ impl LiveHistory {
                 }
                 let Some(vm) = self.running.remove(vm_id) else { return Applied::UnknownVm };
                 self.note_time(at_s);
-                if self.tenants.contains_key(&vm.tenant) {
-                    self.touch(&vm.tenant).history.record_end(vm.start_s, at_s);
+                for key in vm.keys.iter().flatten() {
+                    if self.histories.contains_key(key) {
+                        self.touch(key).history.record_end(vm.start_s, at_s);
+                    }
                 }
             }
         }
@@ -248,29 +261,29 @@ impl LiveHistory {
         self.latest_s = self.latest_s.max(at_s);
     }
 
-    /// The tenant's entry, created if need be, marked as the most recently active.
-    fn touch(&mut self, tenant: &str) -> &mut LiveTenant {
-        if !self.tenants.contains_key(tenant) {
-            self.insert_tenant(tenant, TenantHistory::default());
+    /// The history's entry, created if need be, marked as the most recently active.
+    fn touch(&mut self, key: &HistoryKey) -> &mut LiveTenant {
+        if !self.histories.contains_key(key) {
+            self.insert(key.clone(), TenantHistory::default());
         }
         self.clock += 1;
         let clock = self.clock;
-        let entry = self.tenants.get_mut(tenant).expect("inserted above");
+        let entry = self.histories.get_mut(key).expect("inserted above");
         self.by_touch.remove(&entry.touched);
         entry.touched = clock;
-        self.by_touch.insert(clock, tenant.to_owned());
+        self.by_touch.insert(clock, key.clone());
         entry
     }
 
-    fn insert_tenant(&mut self, tenant: &str, history: TenantHistory) {
-        while self.tenants.len() >= self.limits.max_tenants.max(1) {
+    fn insert(&mut self, key: HistoryKey, history: TenantHistory) {
+        while self.histories.len() >= self.limits.max_histories.max(1) {
             let Some((_, oldest)) = self.by_touch.pop_first() else { break };
-            self.tenants.remove(&oldest);
+            self.histories.remove(&oldest);
             self.counters.tenants_evicted += 1;
         }
         self.clock += 1;
-        self.by_touch.insert(self.clock, tenant.to_owned());
-        self.tenants.insert(tenant.to_owned(), LiveTenant { history, touched: self.clock });
+        self.by_touch.insert(self.clock, key.clone());
+        self.histories.insert(key, LiveTenant { history, touched: self.clock });
     }
 
     /// Starts again from a new bundle's `snapshot` and applies the journal's events that came after
@@ -287,10 +300,11 @@ impl LiveHistory {
         let cut_off = snapshot.as_of_s;
         for event in journal.iter().take_while(|event| event.at_s() <= cut_off) {
             match event {
-                HistoryEvent::Started { vm_id, tenant_id, at_s }
+                HistoryEvent::Started { vm_id, tenant_id, vm_type, at_s }
                     if self.running.len() < self.limits.max_running_vms =>
                 {
-                    self.running.insert(vm_id.clone(), RunningVm { tenant: tenant_id.clone(), start_s: *at_s });
+                    let keys = HistoryKey::of(tenant_id, vm_type);
+                    self.running.insert(vm_id.clone(), RunningVm { keys, start_s: *at_s });
                 }
                 HistoryEvent::Ended { vm_id, .. } => {
                     self.running.remove(vm_id);
@@ -316,6 +330,21 @@ impl LiveHistory {
     }
 }
 
+impl Histories for LiveHistory {
+    fn get(&self, key: &HistoryKey) -> Option<&TenantHistory> {
+        self.histories.get(key).map(|entry| &entry.history)
+    }
+}
+
+/// What a live history holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveSizes {
+    pub tenants: usize,
+    pub jobs: usize,
+    pub running_vms: usize,
+    pub journal_events: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,7 +353,7 @@ mod tests {
     const HOUR: f64 = 3_600.0;
 
     fn started(vm: &str, tenant: &str, at_s: f64) -> HistoryEvent {
-        HistoryEvent::Started { vm_id: vm.to_owned(), tenant_id: tenant.to_owned(), at_s }
+        HistoryEvent::Started { vm_id: vm.to_owned(), tenant_id: tenant.to_owned(), vm_type: String::new(), at_s }
     }
 
     fn ended(vm: &str, at_s: f64) -> HistoryEvent {
@@ -332,14 +361,25 @@ mod tests {
     }
 
     fn summary(live: &LiveHistory, tenant: &str, now_s: f64) -> TenantSummary {
-        live.history(tenant).map_or(TenantSummary::unknown(), |h| h.summary(now_s, 24.0 * HOUR, 2.0 * HOUR))
+        live.past(tenant, "", now_s, 24.0 * HOUR, 2.0 * HOUR).tenant
+    }
+
+    impl LiveHistory {
+        fn tenant(&self, tenant_id: &str) -> Option<&TenantHistory> {
+            self.get(&HistoryKey::Tenant(tenant_id.to_owned()))
+        }
+    }
+
+    fn with_tenants(as_of_s: f64, tenants: Vec<(&str, TenantHistory)>) -> FeatureStore {
+        let tenants = tenants.into_iter().map(|(id, h)| (id.to_owned(), h)).collect();
+        FeatureStore { tenants, ..FeatureStore::empty(as_of_s) }
     }
 
     #[test]
     fn events_after_the_snapshot_are_what_the_trainer_records() {
         let mut snapshot_history = TenantHistory::default();
         snapshot_history.record_start(50.0);
-        let snapshot = FeatureStore { as_of_s: 100.0, tenants: HashMap::from([("old".to_owned(), snapshot_history)]) };
+        let snapshot = with_tenants(100.0, vec![("old", snapshot_history)]);
         let mut live = LiveHistory::new(&snapshot, LiveLimits::default());
         // What the trainer's replay does with the same events.
         let mut trainer = TenantHistory::default();
@@ -349,22 +389,22 @@ mod tests {
         for event in [started("a", "new", 200.0), started("b", "new", 300.0), ended("a", 200.0 + 3.0 * HOUR)] {
             assert_eq!(live.apply(&event), Applied::Applied);
         }
-        assert_eq!(live.history("new"), Some(&trainer));
+        assert_eq!(live.tenant("new"), Some(&trainer));
         assert_eq!(summary(&live, "new", 5.0 * HOUR), trainer.summary(5.0 * HOUR, 24.0 * HOUR, 2.0 * HOUR));
-        assert!(live.history("old").is_some(), "the snapshot's tenants stay");
+        assert!(live.tenant("old").is_some(), "the snapshot's tenants stay");
     }
 
     #[test]
     fn unusable_events_are_counted_and_change_nothing() {
-        let snapshot = FeatureStore { as_of_s: 100.0, tenants: HashMap::new() };
+        let snapshot = FeatureStore::empty(100.0);
         let mut live = LiveHistory::new(&snapshot, LiveLimits::default());
         assert_eq!(live.apply(&started("a", "t", 200.0)), Applied::Applied);
-        let before = live.history("t").cloned();
+        let before = live.tenant("t").cloned();
         assert_eq!(live.apply(&started("a", "t", 250.0)), Applied::Duplicate);
         assert_eq!(live.apply(&ended("ghost", 300.0)), Applied::UnknownVm);
         assert_eq!(live.apply(&started("old", "t", 90.0)), Applied::BeforeSnapshot);
         assert_eq!(live.apply(&ended("a", 150.0)), Applied::Invalid);
-        assert_eq!(live.history("t").cloned(), before);
+        assert_eq!(live.tenant("t").cloned(), before);
         assert_eq!(live.apply(&ended("a", 400.0)), Applied::Applied);
         assert_eq!(live.apply(&ended("a", 500.0)), Applied::UnknownVm, "a second end");
         let c = live.counters();
@@ -373,65 +413,89 @@ mod tests {
 
     #[test]
     fn an_end_that_overtook_its_start_is_recorded_when_the_start_comes() {
-        let snapshot = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let snapshot = FeatureStore::empty(0.0);
         let mut live = LiveHistory::new(&snapshot, LiveLimits::default());
         assert_eq!(live.apply(&ended("a", 3.0 * HOUR)), Applied::UnknownVm);
         assert_eq!(live.apply(&started("a", "t", 10.0)), Applied::Applied);
         let mut expected = TenantHistory::default();
         expected.record_start(10.0);
         expected.record_end(10.0, 3.0 * HOUR);
-        assert_eq!(live.history("t"), Some(&expected));
+        assert_eq!(live.tenant("t"), Some(&expected));
         assert_eq!(live.counters().reordered, 1);
-        assert_eq!(live.sizes().1, 0, "not running");
+        assert_eq!(live.sizes().running_vms, 0, "not running");
     }
 
     #[test]
     fn memory_stays_bounded_under_a_flood_of_new_tenants() {
-        let snapshot = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
-        let limits = LiveLimits { max_tenants: 100, max_running_vms: 150, max_journal: 500 };
+        let snapshot = FeatureStore::empty(0.0);
+        let limits = LiveLimits { max_histories: 100, max_running_vms: 150, max_journal: 500 };
         let mut live = LiveHistory::new(&snapshot, limits);
         for i in 0..10_000 {
             live.apply(&started(&format!("vm{i}"), &format!("t{i}"), 1.0 + f64::from(i)));
         }
-        let (tenants, running, journal) = live.sizes();
-        assert_eq!((tenants, running, journal), (100, 150, 500));
+        let sizes = live.sizes();
+        assert_eq!((sizes.tenants, sizes.running_vms, sizes.journal_events), (100, 150, 500));
         let c = live.counters();
         assert_eq!((c.tenants_evicted, c.untracked, c.journal_dropped), (9_900, 9_850, 9_500));
         // The most recent tenants are the ones kept.
-        assert!(live.history("t9999").is_some() && live.history("t0").is_none());
+        assert!(live.tenant("t9999").is_some() && live.tenant("t0").is_none());
     }
 
     #[test]
     fn a_new_snapshot_keeps_what_happened_after_its_cut_off() {
-        let empty = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let empty = FeatureStore::empty(0.0);
         let mut live = LiveHistory::new(&empty, LiveLimits::default());
         for event in [started("a", "t", 10.0), started("b", "t", 20.0), ended("a", 30.0), started("c", "t", 40.0)] {
             live.apply(&event);
         }
-        let expected = live.history("t").cloned();
+        let expected = live.tenant("t").cloned();
         // A bundle trained up to 25 s: it knows a and b started; the rest comes from the journal.
         let mut known = TenantHistory::default();
         known.record_start(10.0);
         known.record_start(20.0);
-        let newer = FeatureStore { as_of_s: 25.0, tenants: HashMap::from([("t".to_owned(), known)]) };
+        let newer = with_tenants(25.0, vec![("t", known)]);
         assert_eq!(live.rebase(&newer), (2, false));
-        assert_eq!(live.history("t").cloned(), expected);
+        assert_eq!(live.tenant("t").cloned(), expected);
         assert_eq!(live.as_of_s(), 25.0);
         // b started before the new cut-off: its end is still recorded.
         assert_eq!(live.apply(&ended("b", 50.0)), Applied::Applied);
         let mut after = expected.expect("t");
         after.record_end(20.0, 50.0);
-        assert_eq!(live.history("t"), Some(&after));
+        assert_eq!(live.tenant("t"), Some(&after));
     }
 
     #[test]
     fn a_rebase_over_events_the_journal_forgot_says_so() {
-        let empty = FeatureStore { as_of_s: 0.0, tenants: HashMap::new() };
+        let empty = FeatureStore::empty(0.0);
         let mut live = LiveHistory::new(&empty, LiveLimits { max_journal: 2, ..LiveLimits::default() });
         for (i, at) in [10.0, 20.0, 30.0].into_iter().enumerate() {
             live.apply(&started(&format!("v{i}"), "t", at));
         }
-        let (replayed, lost) = live.rebase(&FeatureStore { as_of_s: 5.0, tenants: HashMap::new() });
+        let (replayed, lost) = live.rebase(&FeatureStore::empty(5.0));
         assert_eq!((replayed, lost), (2, true));
+    }
+
+    #[test]
+    fn a_vm_counts_in_its_jobs_history_as_the_trainer_counts_it() {
+        let mut live = LiveHistory::new(&FeatureStore::empty(0.0), LiveLimits::default());
+        let mut trainer = FeatureStore::empty(0.0);
+        let job = |vm: &str, vm_type: &str, at_s: f64| HistoryEvent::Started {
+            vm_id: vm.to_owned(),
+            tenant_id: "t".to_owned(),
+            vm_type: vm_type.to_owned(),
+            at_s,
+        };
+        for (vm, vm_type, at_s) in [("a", "nightly", 10.0), ("b", "web", 20.0), ("c", "nightly", 30.0)] {
+            live.apply(&job(vm, vm_type, at_s));
+            trainer.record_start("t", vm_type, at_s);
+        }
+        live.apply(&ended("a", 3.0 * HOUR));
+        trainer.record_end("t", "nightly", 10.0, 3.0 * HOUR);
+        let at = |h: &dyn Histories| h.past("t", "nightly", 4.0 * HOUR, 24.0 * HOUR, 2.0 * HOUR);
+        assert_eq!(at(&live), at(&trainer));
+        assert_eq!((at(&live).job.vms_in_window, at(&live).job.long_known), (2.0, 2.0));
+        assert_eq!(at(&live).tenant.vms_in_window, 3.0);
+        let sizes = live.sizes();
+        assert_eq!((sizes.tenants, sizes.jobs, sizes.running_vms), (1, 2, 2));
     }
 }

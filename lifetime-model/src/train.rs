@@ -34,7 +34,6 @@ use crate::report::{
 use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use lightgbm3::{Booster, Dataset};
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use traces::VmRecord;
 
@@ -56,7 +55,7 @@ const MIN_VALIDATION_EXAMPLES: usize = 50;
 /// Which feature groups the bundle keeps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum FeatureChoice {
-    /// Chosen by validation AUC among: all groups, without weekday, without tenant, without both.
+    /// Chosen by validation AUC among every subset of the groups (weekday, tenant, job) dropped.
     #[default]
     Auto,
     /// Exactly these groups dropped, nothing tried (to reproduce a bundle).
@@ -443,34 +442,23 @@ fn validation_curve_best(model: Model, ensemble: &TreeEnsemble, valid: &Examples
     best
 }
 
-/// The candidate feature sets (as dropped groups) the schema allows: two that keep the same
-/// columns are one candidate.
+/// The candidate feature sets (as dropped groups): every subset of the groups the schema has,
+/// dropping none first.
 fn candidates(schema: &FeatureSchema, choice: &FeatureChoice) -> Vec<Vec<FeatureGroup>> {
-    let mut sets: Vec<Vec<FeatureGroup>> = match choice {
-        FeatureChoice::Auto => vec![
-            vec![],
-            vec![FeatureGroup::Weekday],
-            vec![FeatureGroup::Tenant],
-            vec![FeatureGroup::Weekday, FeatureGroup::Tenant],
-        ],
+    match choice {
+        FeatureChoice::Auto => {
+            let present = schema.groups();
+            (0..1u32 << present.len())
+                .map(|mask| present.iter().enumerate().filter(|(i, _)| mask >> i & 1 == 1).map(|(_, g)| *g).collect())
+                .collect()
+        }
         FeatureChoice::Drop(groups) => {
             let mut groups = groups.clone();
             groups.sort();
             groups.dedup();
-            return vec![groups];
-        }
-    };
-    let present = schema.groups();
-    for set in &mut sets {
-        set.retain(|g| present.contains(g));
-    }
-    let mut unique: Vec<Vec<FeatureGroup>> = Vec::new();
-    for set in sets {
-        if !unique.contains(&set) {
-            unique.push(set);
+            vec![groups]
         }
     }
-    unique
 }
 
 /// Index of the chosen candidate: the fewest features among those within [`AUC_TIE`] of the best
@@ -723,13 +711,14 @@ pub fn train_bundle(
 
     progress.stage("replaying the trace (features from the past only)");
     let replayed = replay(&records, &encoder, cutoff, trace_end, cutoff);
-    // Without tenant features the tenant histories are never read: an empty store keeps the
-    // bundle small.
-    let store = if schema.groups().contains(&FeatureGroup::Tenant) {
-        FeatureStore::snapshot(replayed.histories.clone(), cutoff, config.history_window_s)
-    } else {
-        FeatureStore { as_of_s: cutoff, tenants: HashMap::new() }
-    };
+    // Histories the model does not read are left out: they would only make the bundle bigger.
+    let groups = schema.groups();
+    let store = replayed.histories.clone().snapshot(
+        cutoff,
+        config.history_window_s,
+        groups.contains(&FeatureGroup::Tenant),
+        groups.contains(&FeatureGroup::Job),
+    );
     let train_idx: Vec<usize> = (0..replayed.len()).filter(|&i| replayed.start_s[i] < cutoff).collect();
     let eval_idx: Vec<usize> = (0..replayed.len()).filter(|&i| replayed.start_s[i] >= cutoff).collect();
     let all_cols: Vec<usize> = (0..replayed.n_features).collect();
@@ -1345,12 +1334,12 @@ mod tests {
         let with_tenant = RequestFeatures { tenant_id: "t".into(), vm_type: "a".into(), ..RequestFeatures::default() };
         builder.observe(&with_tenant, Some(2.0));
         let schema = builder.build();
-        assert_eq!(candidates(&schema, &FeatureChoice::Auto).len(), 4);
-        let no_tenant = schema.without(&[FeatureGroup::Tenant]);
+        assert_eq!(candidates(&schema, &FeatureChoice::Auto).len(), 8);
+        let no_tenant = schema.without(&[FeatureGroup::Tenant, FeatureGroup::Job]);
         assert_eq!(
             candidates(&no_tenant, &FeatureChoice::Auto),
             [vec![], vec![FeatureGroup::Weekday]],
-            "dropping an absent group is the same candidate"
+            "an absent group is never a candidate to drop"
         );
         let forced = FeatureChoice::Drop(vec![FeatureGroup::Tenant, FeatureGroup::Weekday, FeatureGroup::Tenant]);
         assert_eq!(candidates(&schema, &forced), [vec![FeatureGroup::Weekday, FeatureGroup::Tenant]]);

@@ -173,8 +173,8 @@ fn the_feature_search_picks_a_set_and_the_bundle_schema_keeps_only_it() {
     let validation = manifest.evaluation.validation.as_ref().expect("a validation report");
     let features = &validation.features;
     assert!(!features.forced);
-    // The synthetic trace has tenants: all groups, without weekday, without tenant, without both.
-    assert_eq!(features.candidates.len(), 4, "{features:?}");
+    // The synthetic trace has tenants and VM types: every subset of the three groups is tried.
+    assert_eq!(features.candidates.len(), 8, "{features:?}");
     assert!(features.candidates.iter().all(|c| c.auc.is_finite() && c.best_iteration >= 1));
     assert!(features.candidates.iter().any(|c| c.dropped == features.dropped));
     let names = manifest.schema.names();
@@ -182,6 +182,7 @@ fn the_feature_search_picks_a_set_and_the_bundle_schema_keeps_only_it() {
         let present = match group {
             FeatureGroup::Weekday => names.iter().any(|n| n == "weekday"),
             FeatureGroup::Tenant => names.iter().any(|n| n.starts_with("tenant_")),
+            FeatureGroup::Job => names.iter().any(|n| n.starts_with("job_")),
         };
         assert_eq!(present, !features.dropped.contains(&group), "{group} in {names:?}");
     }
@@ -213,18 +214,18 @@ fn forced_feature_groups_are_dropped_without_a_search() {
     let records = generate(&SyntheticConfig { span_days: 6.0, seed: 5, ..SyntheticConfig::default() });
     let data = TrainData { source: "synthetic seed 5".to_owned(), train: records, eval: None, trace_end_s: None };
     let config = TrainConfig {
-        features: FeatureChoice::Drop(vec![FeatureGroup::Tenant, FeatureGroup::Weekday]),
+        features: FeatureChoice::Drop(vec![FeatureGroup::Job, FeatureGroup::Tenant, FeatureGroup::Weekday]),
         ..quick_config()
     };
     let manifest = train_bundle(data, &config, dir.path(), &()).unwrap();
     let features = &manifest.evaluation.validation.as_ref().unwrap().features;
     assert!(features.forced);
     assert_eq!(features.candidates.len(), 1);
-    assert_eq!(features.dropped, [FeatureGroup::Weekday, FeatureGroup::Tenant]);
+    assert_eq!(features.dropped, FeatureGroup::ALL);
     assert!(manifest.schema.groups().is_empty(), "{:?}", manifest.schema.names());
-    // No tenant feature: the feature store is empty, and the bundle still predicts.
+    // No tenant or job feature: the feature store is empty, and the bundle still predicts.
     let store = std::fs::read_to_string(dir.path().join("feature_store.json")).unwrap();
-    assert!(store.contains("\"tenants\":{}"), "{}", &store[..store.len().min(200)]);
+    assert!(store.contains("\"tenants\":{}") && !store.contains("jobs"), "{}", &store[..store.len().min(200)]);
     let model = LifetimeModel::load(dir.path()).unwrap();
     let p = model.predict(&RequestFeatures { tenant_id: "t1".into(), cores: 2.0, ..RequestFeatures::default() }, false);
     assert!((0.0..=1.0).contains(&p.p_long));

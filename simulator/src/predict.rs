@@ -41,7 +41,7 @@
 
 use crate::workload::{Workload, CENSORED_LIFETIME_S};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource, VmId};
-use lifetime_model::history::{TenantHistory, TenantSummary};
+use lifetime_model::history::{FeatureStore, Histories};
 use lifetime_model::survival::LifetimeReading;
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use placement::reprediction::{BundleRepredictor, Repredictor};
@@ -534,32 +534,26 @@ fn model_predictions(
         workload.vms.iter().enumerate().filter_map(|(i, vm)| vm.end_s.map(|end| (end, i))).collect();
     ends.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut next_end = 0;
-    let mut histories: HashMap<String, TenantHistory> = HashMap::new();
+    let mut histories = FeatureStore::empty(f64::NEG_INFINITY);
     let mut row = Vec::with_capacity(schema.len());
     let mut out = Vec::with_capacity(workload.vms.len());
     for (i, vm) in workload.vms.iter().enumerate() {
         let now = vm.start_s;
         while next_end < ends.len() && ends[next_end].0 <= now {
             let (end, j) = ends[next_end];
-            if let Some(history) = histories.get_mut(tenant_of(j)) {
-                history.record_end(workload.vms[j].start_s, end);
-            }
+            let ended = &workload.vms[j];
+            histories.record_end(tenant_of(j), &ended.request.vm_type, ended.start_s, end);
             next_end += 1;
         }
         let tenant = tenant_of(i);
         let mut features = RequestFeatures::from_request(&vm.request, now);
         features.tenant_id = tenant.to_owned();
-        let summary = match histories.get(tenant) {
-            Some(history) if !tenant.is_empty() => history.summary(now, window_s, long_threshold_s),
-            _ => TenantSummary::unknown(),
-        };
+        let past = histories.past(tenant, &features.vm_type, now, window_s, long_threshold_s);
         row.clear();
-        model.encoder().encode_into(&features, &summary, None, &mut row);
+        model.encoder().encode_into(&features, &past, None, &mut row);
         let prediction = model.predict_row(&row, with_interval);
         out.push(Some(model.to_wire(&prediction, PredictionSource::Model)));
-        if !tenant.is_empty() {
-            histories.entry(tenant.to_owned()).or_default().record_start(now);
-        }
+        histories.record_start(tenant, &features.vm_type, now);
     }
     out
 }

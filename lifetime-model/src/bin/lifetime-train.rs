@@ -62,7 +62,7 @@ struct Cli {
     /// Fewest rounds of a refitted model.
     #[arg(long, default_value_t = 10)]
     min_rounds: usize,
-    /// Feature groups to drop, comma-separated (weekday, tenant), or `none` to keep them all; without
+    /// Feature groups to drop, comma-separated (weekday, tenant, job), or `none` to keep them all; without
     /// it the groups are chosen on the validation split.
     #[arg(long, value_delimiter = ',', value_name = "GROUPS")]
     drop: Option<Vec<String>>,
@@ -144,7 +144,7 @@ fn main() -> Result<()> {
                 .iter()
                 .map(|n| n.parse::<FeatureGroup>())
                 .collect::<Result<_, _>>()
-                .with_context(|| "--drop takes `none` or a comma-separated list of weekday, tenant")?,
+                .with_context(|| "--drop takes `none` or a comma-separated list of weekday, tenant, job")?,
         ),
     };
     let started = Instant::now();
