@@ -86,6 +86,9 @@ pub struct TrainConfig {
     pub num_leaves: usize,
     /// At most this many VMs are expanded into remaining-lifetime examples (evenly sampled).
     pub max_remaining_vms: usize,
+    /// About this many person-period rows per lifetime interval at most train the survival model
+    /// (sampled and weighted per interval: see `hazard_examples`).
+    pub max_hazard_rows_per_interval: usize,
     /// Upper edges of the survival model's lifetime intervals; empty: no survival model.
     pub survival_edges_s: Vec<f64>,
     /// What the bundle serves of the distribution by default (the median: what the validation
@@ -113,6 +116,7 @@ impl Default for TrainConfig {
             learning_rate: 0.05,
             num_leaves: 63,
             max_remaining_vms: 150_000,
+            max_hazard_rows_per_interval: 50_000,
             survival_edges_s: crate::survival::default_edges_s(),
             survival_reading: LifetimeReading::default(),
             threads: 2,
@@ -257,42 +261,71 @@ impl Model {
         }
     }
 
-    /// The validation metric of raw scores (`k` per example) against `labels`.
-    fn value(self, raw: &[f64], labels: &[f32], k: usize) -> f64 {
-        let n = labels.len().max(1) as f64;
+    /// The validation metric of raw scores (`k` per example) against `examples`' labels; the losses
+    /// are weighted means when the examples carry weights.
+    fn value(self, raw: &[f64], examples: &Examples, k: usize) -> f64 {
+        let labels = &examples.labels;
+        let weighted_mean = |loss: &dyn Fn(usize) -> f64| {
+            let (mut sum, mut weights) = (0.0, 0.0);
+            for i in 0..labels.len() {
+                sum += examples.weight(i) * loss(i);
+                weights += examples.weight(i);
+            }
+            sum / weights.max(f64::MIN_POSITIVE)
+        };
         match self {
             // AUC depends only on the order, which the sigmoid keeps.
             Model::Binary => Scored::new(raw, &labels.iter().map(|&y| y > 0.5).collect::<Vec<_>>()).roc_auc(),
-            Model::Multiclass => {
-                let mut loss = 0.0;
-                for (scores, &y) in raw.chunks(k).zip(labels) {
-                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let log_sum = scores.iter().map(|s| (s - max).exp()).sum::<f64>().ln() + max;
-                    // LightGBM clips probabilities at 1e-15.
-                    loss -= (scores[y as usize] - log_sum).max(1e-15f64.ln());
-                }
-                loss / n
-            }
-            Model::Remaining => raw.iter().zip(labels).map(|(s, &y)| (s - f64::from(y)).powi(2)).sum::<f64>() / n,
+            Model::Multiclass => weighted_mean(&|i| {
+                let scores = &raw[i * k..(i + 1) * k];
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let log_sum = scores.iter().map(|s| (s - max).exp()).sum::<f64>().ln() + max;
+                // LightGBM clips probabilities at 1e-15.
+                -(scores[labels[i] as usize] - log_sum).max(1e-15f64.ln())
+            }),
+            Model::Remaining => weighted_mean(&|i| (raw[i] - f64::from(labels[i])).powi(2)),
             // log(1 + e^-x) for the event, log(1 + e^x) for survival, stable for large |x|.
             Model::Hazard => {
                 let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
-                raw.iter().zip(labels).map(|(&x, &y)| if y > 0.5 { softplus(-x) } else { softplus(x) }).sum::<f64>() / n
+                weighted_mean(&|i| if labels[i] > 0.5 { softplus(-raw[i]) } else { softplus(raw[i]) })
             }
         }
     }
 }
 
-/// Feature rows (row-major) with their labels.
+/// Feature rows (row-major) with their labels and, when sampled unevenly, their weights.
 struct Examples {
     n_features: usize,
     rows: Vec<f64>,
     labels: Vec<f32>,
+    /// One per row, or none: every row weighs 1.
+    weights: Vec<f32>,
 }
 
 impl Examples {
+    fn new(n_features: usize) -> Self {
+        Examples { n_features, rows: Vec::new(), labels: Vec::new(), weights: Vec::new() }
+    }
+
     fn row(&self, i: usize) -> &[f64] {
         &self.rows[i * self.n_features..(i + 1) * self.n_features]
+    }
+
+    fn weight(&self, i: usize) -> f64 {
+        self.weights.get(i).map_or(1.0, |&w| f64::from(w))
+    }
+
+    /// The rows as a LightGBM dataset (built against `reference`'s bins when given).
+    fn dataset(&self, reference: Option<&Dataset>) -> Result<Dataset, TrainError> {
+        let n = self.n_features as i32;
+        let mut dataset = match reference {
+            Some(reference) => Dataset::from_slice_with_reference(&self.rows, &self.labels, n, true, Some(reference))?,
+            None => Dataset::from_slice(&self.rows, &self.labels, n, true)?,
+        };
+        if !self.weights.is_empty() {
+            dataset.set_weights(&self.weights)?;
+        }
+        Ok(dataset)
     }
 }
 
@@ -304,7 +337,7 @@ fn push_row(out: &mut Vec<f64>, replayed: &ReplayedTrace, i: usize, cols: &[usiz
 
 /// The labelled VMs of `idx`, with columns `cols`.
 fn gather(replayed: &ReplayedTrace, idx: &[usize], cols: &[usize], label: impl Fn(usize) -> Option<f32>) -> Examples {
-    let mut examples = Examples { n_features: cols.len(), rows: Vec::new(), labels: Vec::new() };
+    let mut examples = Examples::new(cols.len());
     for &i in idx {
         if let Some(y) = label(i) {
             push_row(&mut examples.rows, replayed, i, cols);
@@ -400,9 +433,8 @@ fn best_rounds(model: Model, fit: &Examples, valid: &Examples, config: &TrainCon
     if valid.labels.len() < MIN_VALIDATION_EXAMPLES {
         return Ok(Best { iteration: 0, value: f64::NAN, scores: Vec::new(), ensemble: None });
     }
-    let n = fit.n_features as i32;
-    let train = Dataset::from_slice(&fit.rows, &fit.labels, n, true)?;
-    let validation = Dataset::from_slice_with_reference(&valid.rows, &valid.labels, n, true, Some(&train))?;
+    let train = fit.dataset(None)?;
+    let validation = valid.dataset(Some(&train))?;
     let parameters = params(
         &model.params(config),
         json!({"num_iterations": model.max_rounds(config), "early_stopping_rounds": config.early_stopping_rounds}),
@@ -429,7 +461,7 @@ fn validation_curve_best(model: Model, ensemble: &TreeEnsemble, valid: &Examples
                 *score += ensemble.tree_value(tree, valid.row(r));
             }
         }
-        let value = model.value(&raw, &valid.labels, k);
+        let value = model.value(&raw, valid, k);
         if best.iteration == 0 || model.better(value, best.value) {
             best.iteration = round + 1;
             best.value = value;
@@ -594,7 +626,7 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
 }
 
 /// The readings of the lifetime distribution the validation split compares.
-pub const READING_CANDIDATES: [LifetimeReading; 7] = [
+pub const READING_CANDIDATES: [LifetimeReading; 8] = [
     LifetimeReading::Quantile { q: 0.25 },
     LifetimeReading::Quantile { q: 0.5 },
     LifetimeReading::Quantile { q: 0.75 },
@@ -602,6 +634,7 @@ pub const READING_CANDIDATES: [LifetimeReading; 7] = [
     LifetimeReading::TruncatedMean { horizon_s: DAY },
     LifetimeReading::TruncatedMean { horizon_s: 3.0 * DAY },
     LifetimeReading::TruncatedMean { horizon_s: 7.0 * DAY },
+    LifetimeReading::GeometricMean,
 ];
 
 /// How well `reading` of the `curves` orders the exits of the VMs that live past the long-lived
@@ -648,7 +681,7 @@ fn refit(model: Model, examples: &Examples, rounds: usize, config: &TrainConfig)
     if examples.labels.len() < 50 {
         return Err(TrainError::NotEnoughData(format!("only {} labelled training examples", examples.labels.len())));
     }
-    let dataset = Dataset::from_slice(&examples.rows, &examples.labels, examples.n_features as i32, true)?;
+    let dataset = examples.dataset(None)?;
     Ok(Booster::train(dataset, &params(&model.params(config), json!({"num_iterations": rounds})))?)
 }
 
@@ -842,7 +875,7 @@ fn remaining_examples(
     label: impl Fn(usize) -> ObservedLifetime,
 ) -> Examples {
     let stride = idx.len().div_ceil(config.max_remaining_vms.max(1)).max(1);
-    let mut examples = Examples { n_features: cols.len() + 1, rows: Vec::new(), labels: Vec::new() };
+    let mut examples = Examples::new(cols.len() + 1);
     for &i in idx.iter().step_by(stride) {
         let observed = label(i);
         for fraction in UPTIME_FRACTIONS {
@@ -863,6 +896,12 @@ fn remaining_examples(
 /// for the interval the VM ended in and 0 for each interval it outlived. A censored VM gives only
 /// the intervals it outlived (it is never dropped: those rows are what it tells). A VM is
 /// followed up to the last edge; past it the model says nothing.
+///
+/// Early intervals have every VM at risk, late ones only the long-lived few, whose order is what
+/// the exit times need. So rows are sampled per interval, not per VM: an interval keeps at most
+/// about `max_hazard_rows_per_interval` of its rows, chosen at random (seeded), each weighted by
+/// the inverse of its interval's rate so that the likelihood stays the full data's. Every row of
+/// the sparse late intervals is kept.
 fn hazard_examples(
     replayed: &ReplayedTrace,
     idx: &[usize],
@@ -871,24 +910,48 @@ fn hazard_examples(
     label: impl Fn(usize) -> ObservedLifetime,
 ) -> Examples {
     let edges = &config.survival_edges_s;
-    let stride = idx.len().div_ceil(config.max_remaining_vms.max(1)).max(1);
-    let mut examples = Examples { n_features: cols.len() + 1, rows: Vec::new(), labels: Vec::new() };
-    for &i in idx.iter().step_by(stride) {
+    // The intervals VM `i` gives a row for, and whether it ended in the last of them.
+    let rows_of = |i: usize| -> (usize, bool) {
         let observed = label(i);
-        for (j, &upper) in edges.iter().enumerate() {
-            let ended_here = observed.seconds < upper;
-            if ended_here && observed.censored {
-                break; // still running inside this interval: no verdict on it
+        match edges.iter().position(|&upper| observed.seconds < upper) {
+            Some(j) if observed.censored => (j, false), // still running inside interval j: no verdict on it
+            Some(j) => (j + 1, true),
+            None => (edges.len(), false),
+        }
+    };
+    let mut at_risk = vec![0usize; edges.len()];
+    for &i in idx {
+        for count in &mut at_risk[..rows_of(i).0] {
+            *count += 1;
+        }
+    }
+    let cap = config.max_hazard_rows_per_interval.max(1) as f64;
+    let rate: Vec<f64> = at_risk.iter().map(|&n| (cap / n.max(1) as f64).min(1.0)).collect();
+    let mut examples = Examples::new(cols.len() + 1);
+    for &i in idx {
+        let (intervals, ended) = rows_of(i);
+        for j in 0..intervals {
+            if rate[j] < 1.0 && unit_hash(config.seed, i, j) >= rate[j] {
+                continue;
             }
             push_row(&mut examples.rows, replayed, i, cols);
             examples.rows.push(SurvivalSpec::interval_input(j));
-            examples.labels.push(if ended_here { 1.0 } else { 0.0 });
-            if ended_here {
-                break;
-            }
+            examples.labels.push(if ended && j + 1 == intervals { 1.0 } else { 0.0 });
+            examples.weights.push((1.0 / rate[j]) as f32);
         }
     }
     examples
+}
+
+/// A number in [0, 1) that depends only on (`seed`, `vm`, `interval`): a reproducible coin.
+fn unit_hash(seed: u64, vm: usize, interval: usize) -> f64 {
+    // splitmix64 of the three, mixed.
+    let mut z =
+        seed ^ (vm as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (interval as u64).wrapping_mul(0xd1b5_4a32_d192_ed03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The number of leading intervals of `edges` in which enough VMs of `labels` were seen at risk
@@ -1117,7 +1180,7 @@ fn evaluate_remaining(
     config: &TrainConfig,
 ) -> RemainingReport {
     let all_cols: Vec<usize> = (0..replayed.n_features).collect();
-    let Examples { rows, labels, n_features: n } =
+    let Examples { rows, labels, n_features: n, .. } =
         remaining_examples(replayed, eval_idx, &all_cols, config, |i| replayed.full_label[i]);
     let mae = rows.chunks(n).zip(&labels).map(|(row, &y)| (model.predict(row) - f64::from(y)).abs()).sum::<f64>()
         / labels.len().max(1) as f64;
@@ -1348,10 +1411,14 @@ mod tests {
     #[test]
     fn validation_metrics_of_raw_scores() {
         // Multiclass log loss: uniform scores over 4 classes cost ln 4 whatever the label.
-        let loss = Model::Multiclass.value(&[0.0; 8], &[1.0, 3.0], 4);
+        let labelled = |labels: &[f32]| Examples { labels: labels.to_vec(), ..Examples::new(1) };
+        let loss = Model::Multiclass.value(&[0.0; 8], &labelled(&[1.0, 3.0]), 4);
         assert!((loss - 4f64.ln()).abs() < 1e-12);
-        assert_eq!(Model::Remaining.value(&[1.0, 3.0], &[2.0, 2.0], 1), 1.0);
-        assert_eq!(Model::Binary.value(&[0.2, -1.0, 3.0], &[0.0, 0.0, 1.0], 1), 1.0);
+        assert_eq!(Model::Remaining.value(&[1.0, 3.0], &labelled(&[2.0, 2.0]), 1), 1.0);
+        assert_eq!(Model::Binary.value(&[0.2, -1.0, 3.0], &labelled(&[0.0, 0.0, 1.0]), 1), 1.0);
+        // Weighted: the second example counts three times.
+        let weighted = Examples { weights: vec![1.0, 3.0], ..labelled(&[2.0, 2.0]) };
+        assert_eq!(Model::Remaining.value(&[1.0, 4.0], &weighted, 1), (1.0 + 3.0 * 4.0) / 4.0);
         assert!(Model::Binary.better(0.8, 0.7) && Model::Remaining.better(0.7, 0.8));
         assert!(Model::Binary.better(0.5, f64::NAN) && !Model::Binary.better(f64::NAN, 0.5));
     }
@@ -1381,6 +1448,59 @@ mod tests {
         // 300 s: they count as alive through intervals 0 and 1, and say nothing of interval 2.
         let train = hazard_examples(&replayed, &idx, &cols, &config, |i| replayed.train_label[i]);
         assert_eq!(train.labels, [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn crowded_intervals_are_sampled_and_weighted_and_sparse_ones_kept_whole() {
+        // 2,000 VMs: all at risk in interval 0, half of them (those ending after 150 s) in 1.
+        let records: Vec<VmRecord> =
+            (0..2_000).map(|i| vm("D", f64::from(i), Some(f64::from(i) + 50.0 + f64::from(i % 2) * 200.0))).collect();
+        let config = TrainConfig {
+            survival_edges_s: vec![100.0, 200.0, 400.0],
+            max_hazard_rows_per_interval: 500,
+            ..TrainConfig::default()
+        };
+        let schema = build_schema(&records, 10_000.0, &config);
+        let replayed = replay(&records, &schema.encoder(), 10_000.0, 10_000.0, 10_000.0);
+        let cols: Vec<usize> = (0..replayed.n_features).collect();
+        let idx: Vec<usize> = (0..replayed.len()).collect();
+        let sampled = hazard_examples(&replayed, &idx, &cols, &config, |i| replayed.full_label[i]);
+        let interval_input = cols.len();
+        let sampled = &sampled;
+        let in_interval =
+            |j: usize| (0..sampled.labels.len()).filter(move |&k| sampled.row(k)[interval_input] == j as f64);
+        // Interval 0: 2,000 at risk, rate 1/4; interval 1: 1,000 at risk, rate 1/2; interval 2: 1,000 at risk.
+        for (j, at_risk) in [(0, 2_000.0), (1, 1_000.0), (2, 1_000.0)] {
+            let kept = in_interval(j).count() as f64;
+            let weight = sampled.weight(in_interval(j).next().unwrap());
+            assert!((weight - at_risk / 500.0).abs() < 1e-6, "interval {j}: weight {weight}");
+            assert!((kept * weight - at_risk).abs() < 0.15 * at_risk, "interval {j}: {kept} rows of weight {weight}");
+        }
+        // The weighted event rate of each interval is the full data's (half of the VMs end in 0, all
+        // the rest in 2), within the sampling's noise.
+        let rate = |j: usize| {
+            let (events, total) = in_interval(j).fold((0.0, 0.0), |(e, t), k| {
+                (e + sampled.weight(k) * f64::from(sampled.labels[k]), t + sampled.weight(k))
+            });
+            events / total
+        };
+        assert!(
+            (rate(0) - 0.5).abs() < 0.06 && rate(1) == 0.0 && rate(2) == 1.0,
+            "{} {} {}",
+            rate(0),
+            rate(1),
+            rate(2)
+        );
+        // Without a cap in the way, every row is kept with weight 1.
+        let whole = hazard_examples(
+            &replayed,
+            &idx,
+            &cols,
+            &TrainConfig { max_hazard_rows_per_interval: 10_000, ..config },
+            |i| replayed.full_label[i],
+        );
+        assert_eq!(whole.labels.len(), 2_000 + 1_000 + 1_000);
+        assert!(whole.weights.iter().all(|&w| w == 1.0));
     }
 
     #[test]

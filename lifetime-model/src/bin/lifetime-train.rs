@@ -72,6 +72,10 @@ struct Cli {
     /// At most this many VMs are expanded into remaining-lifetime examples.
     #[arg(long, default_value_t = 150_000)]
     max_remaining_vms: usize,
+    /// About this many person-period rows per lifetime interval at most train the survival model
+    /// (the crowded early intervals are sampled and weighted; the late ones are kept whole).
+    #[arg(long, default_value_t = 50_000)]
+    max_hazard_rows_per_interval: usize,
     /// What the bundle serves of its lifetime distribution: `median`, `quantile:Q` or `mean:SECONDS`
     /// (the expected lifetime truncated there). The simulator can read it otherwise.
     #[arg(long, default_value = "median", value_name = "READING")]
@@ -177,6 +181,7 @@ fn main() -> Result<()> {
         features,
         num_leaves: cli.num_leaves,
         max_remaining_vms: cli.max_remaining_vms,
+        max_hazard_rows_per_interval: cli.max_hazard_rows_per_interval,
         survival_edges_s: match (&cli.survival_edges_minutes, cli.no_survival) {
             (_, true) => Vec::new(),
             (Some(minutes), false) => minutes.iter().map(|m| m * 60.0).collect(),
