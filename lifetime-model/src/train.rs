@@ -930,14 +930,14 @@ fn hazard_examples(
     let mut examples = Examples::new(cols.len() + 1);
     for &i in idx {
         let (intervals, ended) = rows_of(i);
-        for j in 0..intervals {
-            if rate[j] < 1.0 && unit_hash(config.seed, i, j) >= rate[j] {
+        for (j, &rate) in rate[..intervals].iter().enumerate() {
+            if rate < 1.0 && unit_hash(config.seed, i, j) >= rate {
                 continue;
             }
             push_row(&mut examples.rows, replayed, i, cols);
             examples.rows.push(SurvivalSpec::interval_input(j));
             examples.labels.push(if ended && j + 1 == intervals { 1.0 } else { 0.0 });
-            examples.weights.push((1.0 / rate[j]) as f32);
+            examples.weights.push((1.0 / rate) as f32);
         }
     }
     examples
