@@ -200,16 +200,9 @@ pub struct ValidationReport {
     pub binary: ModelRounds,
     pub multiclass: ModelRounds,
     pub remaining: ModelRounds,
-    /// The survival model's hazards: rounds chosen by `c_long`, how the served reading orders the
-    /// long-lived VMs' exits ([`ValidationReport::hazard_ranking`]).
+    /// The survival model's hazards (binary log loss per person-period row).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hazard: Option<ModelRounds>,
-    /// The hazard model's exit ranking on the validation split every few rounds.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hazard_ranking: Vec<RankingCheckpoint>,
-    /// The round with the hazard model's best validation log loss (for comparison: not chosen).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hazard_logloss_best_rounds: Option<usize>,
     /// Validation AUC of P(long) read off the survival model, against the classifier's
     /// (`binary.best_value`): the better one serves P(long).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,24 +210,6 @@ pub struct ValidationReport {
     /// How each candidate reading of the distribution orders the long-lived VMs' exits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub readings: Vec<ReadingCandidate>,
-}
-
-/// How a hazard model cut at `rounds` orders the exits of the validation VMs living past the
-/// long-lived threshold (Harrell's C of the served reading).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RankingCheckpoint {
-    pub rounds: usize,
-    #[serde(with = "crate::nan_json")]
-    pub c_long_at_request: f64,
-    #[serde(with = "crate::nan_json")]
-    pub c_long_at_threshold: f64,
-}
-
-impl RankingCheckpoint {
-    /// What the rounds are chosen by: the mean of the two.
-    pub fn score(&self) -> f64 {
-        (self.c_long_at_request + self.c_long_at_threshold) / 2.0
-    }
 }
 
 /// One reading of the lifetime distribution on the validation split: Harrell's C among the VMs
@@ -410,18 +385,6 @@ impl EvaluationReport {
                     "| {name} | {} | {} | {} | {:.4} | {} |",
                     m.metric, m.validation_examples, m.best_iteration, m.best_value, m.rounds
                 );
-            }
-        }
-        if let Some(v) = self.validation.as_ref().filter(|v| !v.hazard_ranking.is_empty()) {
-            let _ = writeln!(
-                s,
-                "\nSurvival model rounds, chosen by the served reading's Harrell's C among the validation VMs \
-                 living >= threshold (mean of the two columns; the best log loss was at round {}):\n\n\
-                 | rounds | at request time | repredicted at the threshold |\n|---:|---:|---:|",
-                v.hazard_logloss_best_rounds.unwrap_or(0)
-            );
-            for c in &v.hazard_ranking {
-                let _ = writeln!(s, "| {} | {:.4} | {:.4} |", c.rounds, c.c_long_at_request, c.c_long_at_threshold);
             }
         }
         if let Some(v) = self.validation.as_ref().filter(|v| !v.readings.is_empty()) {

@@ -28,8 +28,8 @@ use crate::history::FeatureStore;
 use crate::metrics::{brier_at, harrell_c, uno_c, KaplanMeier, Scored};
 use crate::report::{
     AgeConcordance, BinaryReport, CalibrationPoint, Concordance, EvaluationReport, ExitTimeReport, FeatureCandidate,
-    FeatureSelection, ModelRounds, MulticlassReport, RankingCheckpoint, ReadingCandidate, RemainingReport,
-    RepredictionCurve, SurvivalReport, ValidationReport, RECALL_LEVELS,
+    FeatureSelection, ModelRounds, MulticlassReport, ReadingCandidate, RemainingReport, RepredictionCurve,
+    SurvivalReport, ValidationReport, RECALL_LEVELS,
 };
 use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use lightgbm3::{Booster, Dataset};
@@ -420,8 +420,7 @@ struct Best {
     value: f64,
     /// Probabilities at the best round (long-lived model only), for the decision threshold.
     scores: Vec<f64>,
-    /// The validation model, every round of it (hazard model only: its rounds are chosen by how
-    /// its curves order the exits).
+    /// The validation model, cut to its best round (hazard model only, to read P(long) off it).
     ensemble: Option<TreeEnsemble>,
 }
 
@@ -444,7 +443,7 @@ fn best_rounds(model: Model, fit: &Examples, valid: &Examples, config: &TrainCon
     let ensemble = TreeEnsemble::from_lightgbm_text(&booster.save_string()?)?;
     let mut best = validation_curve_best(model, &ensemble, valid);
     if model == Model::Hazard && best.iteration > 0 {
-        best.ensemble = Some(ensemble);
+        best.ensemble = Some(ensemble.truncated(best.iteration * ensemble.num_outputs()));
     }
     Ok(best)
 }
@@ -568,40 +567,22 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
     let remaining = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
     let multiclass = others.pop().unwrap_or_else(|| unreachable!("two models were validated"));
     let (mut hazard, mut survival_auc, mut readings) = (None, None, Vec::new());
-    let (mut ranking, mut logloss_best_rounds) = (Vec::new(), None);
     if !config.survival_edges_s.is_empty() {
         progress.stage("validation: rounds of the survival model");
         let (fit, valid) = split.examples(Model::Hazard, &cols, config);
-        // Trained to the most rounds: they are chosen by how the curves order the long-lived VMs'
-        // exits, which goes on improving after the log loss (ruled by the many short VMs) stops.
-        let full_length = TrainConfig { early_stopping_rounds: Model::Hazard.max_rounds(config), ..config.clone() };
-        let best = best_rounds(Model::Hazard, &fit, &valid, &full_length)?;
-        let edges = &config.survival_edges_s;
-        let r = &split.replayed;
-        let rows: Vec<Vec<f64>> = split.valid.iter().map(|&i| cols.iter().map(|&c| r.row(i)[c]).collect()).collect();
-        let observed: Vec<f64> = split.valid.iter().map(|&i| r.full_label[i].seconds).collect();
-        let completed: Vec<bool> = split.valid.iter().map(|&i| !r.full_label[i].censored).collect();
-        let chosen = best.ensemble.as_ref().map(|ensemble| {
-            let checkpoints = ranking_checkpoints(ensemble, &rows, &observed, &completed, config);
-            let chosen = choose_ranking_checkpoint(&checkpoints);
-            (ensemble.truncated(checkpoints[chosen].rounds), checkpoints, chosen)
-        });
-        let mut hazard_rounds = rounds(Model::Hazard, &best, valid.labels.len());
-        if let Some((_, checkpoints, chosen)) = &chosen {
-            let checkpoint = &checkpoints[*chosen];
-            hazard_rounds = ModelRounds {
-                metric: RANKING_METRIC.to_owned(),
-                best_iteration: checkpoint.rounds,
-                best_value: checkpoint.score(),
-                rounds: checkpoint.rounds.max(config.min_rounds).min(Model::Hazard.max_rounds(config)),
-                ..hazard_rounds
-            };
-            ranking = checkpoints.clone();
-            logloss_best_rounds = Some(best.iteration);
-        }
-        hazard = Some(hazard_rounds);
-        if let Some((ensemble, _, _)) = &chosen {
-            let curves: Vec<Vec<f64>> = rows.iter().map(|row| survival_curve(ensemble, row, edges.len())).collect();
+        let best = best_rounds(Model::Hazard, &fit, &valid, config)?;
+        hazard = Some(rounds(Model::Hazard, &best, valid.labels.len()));
+        if let Some(ensemble) = &best.ensemble {
+            let edges = &config.survival_edges_s;
+            let r = &split.replayed;
+            let curves: Vec<Vec<f64>> = split
+                .valid
+                .iter()
+                .map(|&i| {
+                    let row: Vec<f64> = cols.iter().map(|&c| r.row(i)[c]).collect();
+                    survival_curve(ensemble, &row, edges.len())
+                })
+                .collect();
             // P(long) read off the curves, on the validation VMs whose class is known (the
             // classifier's validation examples).
             let (scores, labels): (Vec<f64>, Vec<bool>) = split
@@ -615,6 +596,8 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
                 })
                 .unzip();
             survival_auc = Some(Scored::new(&scores, &labels).roc_auc());
+            let observed: Vec<f64> = split.valid.iter().map(|&i| r.full_label[i].seconds).collect();
+            let completed: Vec<bool> = split.valid.iter().map(|&i| !r.full_label[i].censored).collect();
             readings = READING_CANDIDATES
                 .iter()
                 .map(|&reading| reading_candidate(reading, edges, &curves, &observed, &completed, config))
@@ -637,8 +620,6 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
             hazard,
             survival_auc,
             readings,
-            hazard_ranking: ranking,
-            hazard_logloss_best_rounds: logloss_best_rounds,
         },
         decision_threshold,
     })
@@ -687,63 +668,6 @@ fn reading_candidate(
         c_long_at_request: c_at(0.0),
         c_long_at_threshold: c_at(age),
     }
-}
-
-/// The hazard model's validation metric: the mean of Harrell's C among the validation VMs living
-/// past the long-lived threshold, at request time and repredicted at the threshold, of the served
-/// reading.
-const RANKING_METRIC: &str = "c_long";
-
-/// How the validation curves order the long-lived VMs' exits after every few rounds of `ensemble`
-/// (about 20 checkpoints, the last round included).
-fn ranking_checkpoints(
-    ensemble: &TreeEnsemble,
-    rows: &[Vec<f64>],
-    observed: &[f64],
-    completed: &[bool],
-    config: &TrainConfig,
-) -> Vec<RankingCheckpoint> {
-    let total = ensemble.num_trees();
-    let step = total.div_ceil(20).max(1);
-    let long: Vec<usize> = (0..rows.len()).filter(|&k| observed[k] >= config.long_threshold_s).collect();
-    let observed: Vec<f64> = long.iter().map(|&k| observed[k]).collect();
-    let completed: Vec<bool> = long.iter().map(|&k| completed[k]).collect();
-    let intervals = config.survival_edges_s.len();
-    let mut checkpoints: Vec<usize> = (step..total).step_by(step).collect();
-    checkpoints.push(total);
-    checkpoints
-        .into_iter()
-        .map(|rounds| {
-            let cut = ensemble.truncated(rounds);
-            let curves: Vec<Vec<f64>> = long.iter().map(|&k| survival_curve(&cut, &rows[k], intervals)).collect();
-            let candidate = reading_candidate(
-                config.survival_reading,
-                &config.survival_edges_s,
-                &curves,
-                &observed,
-                &completed,
-                config,
-            );
-            RankingCheckpoint {
-                rounds,
-                c_long_at_request: candidate.c_long_at_request,
-                c_long_at_threshold: candidate.c_long_at_threshold,
-            }
-        })
-        .collect()
-}
-
-/// The checkpoint whose exits rank best (the fewest rounds among equals); the last one when none
-/// could be measured.
-fn choose_ranking_checkpoint(checkpoints: &[RankingCheckpoint]) -> usize {
-    let mut chosen = checkpoints.len() - 1;
-    for (k, checkpoint) in checkpoints.iter().enumerate() {
-        let (score, best) = (checkpoint.score(), checkpoints[chosen].score());
-        if score > best || (score == best && k < chosen) || (best.is_nan() && !score.is_nan()) {
-            chosen = k;
-        }
-    }
-    chosen
 }
 
 /// The survival curve of `row` (a base row) at the `intervals` edges of a hazard model.
