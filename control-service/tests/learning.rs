@@ -5,6 +5,7 @@
 mod support;
 
 use lifetime_model::dataset::replay;
+use lifetime_model::history::{Histories, HistoryKey};
 use lifetime_model::LifetimeModel;
 use serde_json::Value;
 use support::*;
@@ -62,8 +63,8 @@ async fn tenants_after_the_cut_off_get_the_features_the_trainer_computes() {
     let from_s = bundle.feature_store().as_of_s + 86_400.0;
     let records = new_tenants_workload(60, from_s);
     for record in &records {
-        let tenant = lifetime_model::history::HistoryKey::Tenant(record.tenant_id.clone());
-        assert!(bundle.feature_store().history(&tenant).is_none(), "the bundle must not know the tenant");
+        let tenant = HistoryKey::Tenant(record.tenant_id.clone());
+        assert!(bundle.feature_store().get(&tenant).is_none(), "the bundle must not know the tenant");
     }
     // Arrivals and releases in time order (a release before an arrival at the same instant).
     let last_start = records.last().unwrap().start_s;

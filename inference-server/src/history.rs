@@ -1,9 +1,8 @@
 //! The live history (tenants and job identities) this server predicts from (issue 18): the stable
-//! bundle's feature store
-//! kept current with the events the control service sends ([`lifetime_model::live`]). When the
-//! stable bundle changes, the history is rebased on the new bundle's snapshot. Off (`[history]
-//! live = false`), every bundle predicts from its own frozen feature store, and events are
-//! counted and dropped.
+//! bundle's feature store kept current with the events the control service sends
+//! ([`lifetime_model::live`]). When the stable bundle changes, the history is rebased on the new
+//! bundle's snapshot. Off (`[history] live = false`), every bundle predicts from its own frozen
+//! feature store, and events are counted and dropped.
 
 use domain::HistoryEvent;
 use lifetime_model::features::RequestFeatures;
@@ -19,8 +18,8 @@ use std::sync::{Mutex, RwLock};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HistoryConfig {
-    /// Keep the tenants' history current with the control service's events (else: the bundle's
-    /// frozen feature store).
+    /// Keep the tenants' and jobs' history current with the control service's events (else: the
+    /// bundle's frozen feature store).
     pub live: bool,
     /// Histories kept (tenants and job identities together); beyond, the least recently active
     /// one is forgotten.

@@ -88,6 +88,12 @@ impl HistoryKey {
             (!vm_type.is_empty()).then(|| HistoryKey::Job(job_id(tenant_id, vm_type))),
         ]
     }
+
+    /// The tenant id, or the job id.
+    pub fn id(&self) -> &str {
+        let (HistoryKey::Tenant(id) | HistoryKey::Job(id)) = self;
+        id
+    }
 }
 
 /// Where histories are looked up: the bundle's frozen store or a live one.
@@ -213,37 +219,31 @@ impl FeatureStore {
         FeatureStore { as_of_s, ..FeatureStore::default() }
     }
 
-    /// The history of `key`, if known.
-    pub fn history(&self, key: &HistoryKey) -> Option<&TenantHistory> {
-        self.get(key)
-    }
-
     /// Every history, tenants first.
     pub fn iter(&self) -> impl Iterator<Item = (HistoryKey, &TenantHistory)> {
         let tenants = self.tenants.iter().map(|(id, h)| (HistoryKey::Tenant(id.clone()), h));
         tenants.chain(self.jobs.iter().map(|(id, h)| (HistoryKey::Job(id.clone()), h)))
     }
 
+    /// The map that holds histories of `key`'s kind.
+    fn of_kind(&mut self, key: &HistoryKey) -> &mut HashMap<String, TenantHistory> {
+        match key {
+            HistoryKey::Tenant(_) => &mut self.tenants,
+            HistoryKey::Job(_) => &mut self.jobs,
+        }
+    }
+
     /// Records that a VM of `tenant_id` and `vm_type` started at `start_s`.
     pub fn record_start(&mut self, tenant_id: &str, vm_type: &str, start_s: f64) {
         for key in HistoryKey::of(tenant_id, vm_type).into_iter().flatten() {
-            let map = match &key {
-                HistoryKey::Tenant(_) => &mut self.tenants,
-                HistoryKey::Job(_) => &mut self.jobs,
-            };
-            let (HistoryKey::Tenant(id) | HistoryKey::Job(id)) = key;
-            map.entry(id).or_default().record_start(start_s);
+            self.of_kind(&key).entry(key.id().to_owned()).or_default().record_start(start_s);
         }
     }
 
     /// Records that a VM of `tenant_id` and `vm_type` started at `start_s` ended at `end_s`.
     pub fn record_end(&mut self, tenant_id: &str, vm_type: &str, start_s: f64, end_s: f64) {
         for key in HistoryKey::of(tenant_id, vm_type).into_iter().flatten() {
-            let history = match &key {
-                HistoryKey::Tenant(id) => self.tenants.get_mut(id),
-                HistoryKey::Job(id) => self.jobs.get_mut(id),
-            };
-            if let Some(history) = history {
+            if let Some(history) = self.of_kind(&key).get_mut(key.id()) {
                 history.record_end(start_s, end_s);
             }
         }
@@ -304,8 +304,8 @@ mod tests {
         let tenants = HashMap::from([("idle".to_owned(), idle), ("running".to_owned(), running)]);
         let store =
             FeatureStore { tenants, ..FeatureStore::empty(0.0) }.snapshot(100.0 * HOUR, 24.0 * HOUR, true, true);
-        assert!(store.history(&HistoryKey::Tenant("idle".into())).is_none());
-        assert!(store.history(&HistoryKey::Tenant("running".into())).is_some());
+        assert!(store.get(&HistoryKey::Tenant("idle".into())).is_none());
+        assert!(store.get(&HistoryKey::Tenant("running".into())).is_some());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! A bundle's feature store is the tenants' and job identities' history as of its training cut-off
 //! (`as_of_s`). Frozen, every tenant or job that appears later is unknown to the model, and every
-//! known one's history goes stale. [`LiveHistory`] starts from that snapshot and applies the events after it, through the
-//! very [`TenantHistory`] calls the trainer's replay makes ([`crate::dataset::replay`]): the
+//! known one's history goes stale. [`LiveHistory`] starts from that snapshot and applies the events
+//! after it, through the very [`TenantHistory`] calls the trainer's replay makes ([`crate::dataset::replay`]): the
 //! features served at an instant are those the trainer computes for the same VM from the same
 //! events.
 //!
@@ -83,7 +83,7 @@ pub enum Applied {
 
 /// A history and when it was last touched (for eviction).
 #[derive(Clone, Debug)]
-struct LiveTenant {
+struct LiveEntry {
     history: TenantHistory,
     touched: u64,
 }
@@ -101,7 +101,7 @@ struct RunningVm {
 pub struct LiveHistory {
     limits: LiveLimits,
     as_of_s: f64,
-    histories: HashMap<HistoryKey, LiveTenant>,
+    histories: HashMap<HistoryKey, LiveEntry>,
     /// Histories by when they were last touched: the first is the next to evict.
     by_touch: BTreeMap<u64, HistoryKey>,
     clock: u64,
@@ -262,7 +262,7 @@ impl LiveHistory {
     }
 
     /// The history's entry, created if need be, marked as the most recently active.
-    fn touch(&mut self, key: &HistoryKey) -> &mut LiveTenant {
+    fn touch(&mut self, key: &HistoryKey) -> &mut LiveEntry {
         if !self.histories.contains_key(key) {
             self.insert(key.clone(), TenantHistory::default());
         }
@@ -283,7 +283,7 @@ impl LiveHistory {
         }
         self.clock += 1;
         self.by_touch.insert(self.clock, key.clone());
-        self.histories.insert(key, LiveTenant { history, touched: self.clock });
+        self.histories.insert(key, LiveEntry { history, touched: self.clock });
     }
 
     /// Starts again from a new bundle's `snapshot` and applies the journal's events that came after
