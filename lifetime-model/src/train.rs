@@ -91,9 +91,10 @@ pub struct TrainConfig {
     pub max_hazard_rows_per_interval: usize,
     /// Upper edges of the survival model's lifetime intervals; empty: no survival model.
     pub survival_edges_s: Vec<f64>,
-    /// What the bundle serves of the distribution by default (the median: what the validation
-    /// windows of docs/evaluation.md chose for the recommended policy on Azure V1 and Huawei).
-    pub survival_reading: LifetimeReading,
+    /// What the bundle serves of the distribution by default: the median unless set (what the
+    /// validation windows of docs/evaluation.md chose for the recommended policy on Azure V1 and
+    /// Huawei), or the reading that ranks the validation split's long-lived VMs best.
+    pub survival_reading: ServedReading,
     pub threads: usize,
     pub seed: u64,
 }
@@ -118,7 +119,7 @@ impl Default for TrainConfig {
             max_remaining_vms: 150_000,
             max_hazard_rows_per_interval: 50_000,
             survival_edges_s: crate::survival::default_edges_s(),
-            survival_reading: LifetimeReading::default(),
+            survival_reading: ServedReading::Fixed(LifetimeReading::default()),
             threads: 2,
             seed: 7,
         }
@@ -183,7 +184,11 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if config.early_stopping_rounds == 0 || config.min_rounds == 0 {
         return bad("early-stopping rounds and the least number of rounds must be positive");
     }
-    if let Some(spec) = survival_spec(config, config.survival_reading, false) {
+    let reading = match config.survival_reading {
+        ServedReading::Fixed(reading) => reading,
+        ServedReading::BestRanked => LifetimeReading::default(),
+    };
+    if let Some(spec) = survival_spec(config, reading, false) {
         spec.check().map_err(TrainError::Config)?;
     }
     Ok(())
@@ -625,6 +630,39 @@ fn validate(split: &ValidationSplit, config: &TrainConfig, progress: &dyn Progre
     })
 }
 
+/// Which reading a bundle serves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ServedReading {
+    Fixed(LifetimeReading),
+    /// The candidate ([`READING_CANDIDATES`]) that orders the validation split's long-lived VMs'
+    /// exits best: the highest mean of Harrell's C at request time and at the threshold.
+    BestRanked,
+}
+
+/// `auto` ([`ServedReading::BestRanked`]) or a reading ([`LifetimeReading`]'s syntax).
+impl std::str::FromStr for ServedReading {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.trim() == "auto" {
+            return Ok(ServedReading::BestRanked);
+        }
+        text.parse().map(ServedReading::Fixed).map_err(|e| format!("{e}, or auto"))
+    }
+}
+
+/// The candidate reading whose validation C (mean of request time and the threshold) is highest;
+/// the median when none could be measured.
+fn best_ranked_reading(readings: &[ReadingCandidate]) -> LifetimeReading {
+    let score = |r: &ReadingCandidate| (r.c_long_at_request + r.c_long_at_threshold) / 2.0;
+    readings
+        .iter()
+        .zip(READING_CANDIDATES)
+        .filter(|(r, _)| score(r).is_finite())
+        .max_by(|a, b| score(a.0).total_cmp(&score(b.0)))
+        .map_or(LifetimeReading::default(), |(_, reading)| reading)
+}
+
 /// The readings of the lifetime distribution the validation split compares.
 pub const READING_CANDIDATES: [LifetimeReading; 8] = [
     LifetimeReading::Quantile { q: 0.25 },
@@ -773,7 +811,11 @@ pub fn train_bundle(
     };
     // P(long) comes from the distribution only when it validated better than the classifier.
     let p_long_from_survival = choice.survival_auc.is_some_and(|auc| auc > choice.binary.best_value);
-    let spec = survival_spec(config, config.survival_reading, p_long_from_survival);
+    let reading = match config.survival_reading {
+        ServedReading::Fixed(reading) => reading,
+        ServedReading::BestRanked => best_ranked_reading(&choice.readings),
+    };
+    let spec = survival_spec(config, reading, p_long_from_survival);
 
     progress.stage("evaluating on the held-out period");
     let binary_native = TreeEnsemble::from_lightgbm_text(&binary.save_string()?)?;
@@ -1501,6 +1543,24 @@ mod tests {
         );
         assert_eq!(whole.labels.len(), 2_000 + 1_000 + 1_000);
         assert!(whole.weights.iter().all(|&w| w == 1.0));
+    }
+
+    #[test]
+    fn auto_serves_the_reading_that_ranks_the_long_lived_exits_best() {
+        let candidate = |k: usize, request: f64, threshold: f64| ReadingCandidate {
+            reading: READING_CANDIDATES[k].to_string(),
+            long_vms: 10,
+            c_long_at_request: request,
+            c_long_at_threshold: threshold,
+        };
+        // The mean of the two columns decides: the third candidate's 0.65 beats the second's 0.6.
+        let readings =
+            [candidate(0, 0.5, 0.5), candidate(1, 0.55, 0.65), candidate(2, 0.6, 0.7), candidate(3, f64::NAN, 0.9)];
+        assert_eq!(best_ranked_reading(&readings), READING_CANDIDATES[2]);
+        assert_eq!(best_ranked_reading(&[]), LifetimeReading::default(), "nothing measured: the median");
+        assert_eq!("auto".parse::<ServedReading>(), Ok(ServedReading::BestRanked));
+        assert_eq!("geomean".parse::<ServedReading>(), Ok(ServedReading::Fixed(LifetimeReading::GeometricMean)));
+        assert!("mode".parse::<ServedReading>().unwrap_err().contains("or auto"));
     }
 
     #[test]

@@ -9,8 +9,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use lifetime_model::bundle::{seal, LoadLimits};
 use lifetime_model::features::FeatureGroup;
-use lifetime_model::survival::LifetimeReading;
-use lifetime_model::train::{train_bundle, FeatureChoice, Progress, TrainConfig, TrainData};
+use lifetime_model::train::{train_bundle, FeatureChoice, Progress, ServedReading, TrainConfig, TrainData};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use traces::{TraceSource, VmRecord};
@@ -76,10 +75,11 @@ struct Cli {
     /// (the crowded early intervals are sampled and weighted; the late ones are kept whole).
     #[arg(long, default_value_t = 50_000)]
     max_hazard_rows_per_interval: usize,
-    /// What the bundle serves of its lifetime distribution: `median`, `quantile:Q` or `mean:SECONDS`
-    /// (the expected lifetime truncated there). The simulator can read it otherwise.
+    /// What the bundle serves of its lifetime distribution: `median`, `quantile:Q`, `mean:SECONDS`
+    /// (the expected lifetime truncated there), `geomean`, or `auto` (the candidate that orders the
+    /// validation split's long-lived VMs' exits best). The simulator can read it otherwise.
     #[arg(long, default_value = "median", value_name = "READING")]
-    survival_reading: LifetimeReading,
+    survival_reading: ServedReading,
     /// Upper edges of the survival model's lifetime intervals in minutes, comma-separated and
     /// ascending (default: 5 minutes to 28 days, finer where most VMs end).
     #[arg(long, value_delimiter = ',', value_name = "MINUTES", conflicts_with = "no_survival")]
