@@ -308,6 +308,69 @@ fn exit_times_follow_repredictions_on_the_refresh_interval() {
     assert_eq!(a.stats().repredictions, 4);
 }
 
+/// A repredictor that keeps the features it was given and answers from them: 1 h left for a
+/// low-priority VM, 10 h for another, a minute more per extra feature, less its uptime.
+#[derive(Debug, Default)]
+struct Recording(std::sync::Mutex<Vec<lifetime_model::RequestFeatures>>);
+
+impl placement::reprediction::Repredictor for Recording {
+    fn version(&self) -> &str {
+        "recording"
+    }
+    fn encode(&self, _: &VmId, features: &lifetime_model::RequestFeatures) -> Vec<f64> {
+        self.0.lock().unwrap().push(features.clone());
+        vec![f64::from(u8::from(features.priority == domain::Priority::Low)), features.extra.len() as f64]
+    }
+    fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
+        (if row[0] == 1.0 { HOUR } else { 10.0 * HOUR }) + 60.0 * row[1] - uptime_s
+    }
+}
+
+/// A VM put back from the store (after a restart, or followed from another agent) or placed before
+/// the model was set is repredicted from the features its request had: its priority, OS, features
+/// and request time, not only its shape, so exit times do not change across a restart.
+#[test]
+fn restored_vms_are_repredicted_from_the_features_they_were_placed_with() {
+    use std::sync::Arc;
+    let spec = InventorySpec::homogeneous("z", 2, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    let config = AllocatorConfig { policy: PolicyConfig::preset("nilas"), ..Default::default() };
+    let with_model = |model: &Arc<Recording>| {
+        let mut a = Allocator::new(&spec, &config).unwrap();
+        a.set_repredictor(Some(model.clone()));
+        a
+    };
+    let (placed_model, restored_model, late_model) =
+        (Arc::new(Recording::default()), Arc::new(Recording::default()), Arc::new(Recording::default()));
+    let mut placed = with_model(&placed_model);
+    let mut request = vm("a", 2.0, Some(10.0 * HOUR));
+    request.priority = domain::Priority::Low;
+    request.os = Some("linux".into());
+    request.features.insert("batch_size".into(), domain::FeatureValue::Number(14.0));
+    request.requested_at_s = Some(86_400.0 * 3.0 + 7.0);
+    let host = place(&mut placed, request.clone(), 600.0);
+    let record = placed.state().vm(&VmId::new("a")).unwrap().record.clone();
+
+    let mut restored = with_model(&restored_model);
+    restored.restore(placement::state::NewVm::clone(&record), &host, 600.0).unwrap();
+    // A model set after the VM was placed reads the same features.
+    let mut late = Allocator::new(&spec, &config).unwrap();
+    assert_eq!(place(&mut late, request, 600.0), host);
+    late.set_repredictor(Some(late_model.clone()));
+
+    let seen = placed_model.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].priority, domain::Priority::Low);
+    assert_eq!(seen[0].time_s, 86_400.0 * 3.0 + 7.0, "the request's time, not the placement's");
+    assert_eq!(seen[0].extra.len(), 2, "the OS and the feature: {:?}", seen[0].extra);
+    assert_eq!(*restored_model.0.lock().unwrap(), seen);
+    assert_eq!(*late_model.0.lock().unwrap(), seen);
+    let index = placed.state().host_index(&host).unwrap();
+    let exit = placed.host_lifetime(index).exit_s;
+    assert_eq!(exit, 600.0 + HOUR + 120.0);
+    assert_eq!(restored.host_lifetime(index).exit_s, exit);
+    assert_eq!(late.host_lifetime(index).exit_s, exit);
+}
+
 /// The default bundle's remaining-lifetime model without its constant ranges: every reprediction
 /// evaluates the trees.
 #[derive(Debug)]

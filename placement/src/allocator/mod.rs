@@ -37,7 +37,7 @@ use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection
 use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, RequestFacts, StateError};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, Placement, Rejection,
-    RejectionCode, ResourceKind, RuleFilterStat, VmId, VmRequest,
+    RejectionCode, RuleFilterStat, VmId, VmRequest,
 };
 use lifetime_model::RequestFeatures;
 use serde::{Deserialize, Serialize};
@@ -395,10 +395,7 @@ impl Allocator {
     pub fn restore(&mut self, vm: NewVm, host: &HostId, now_s: f64) -> Result<(), StateError> {
         self.advance_clock(now_s);
         let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
-        let features = self
-            .repredictions
-            .has_model()
-            .then(|| stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s));
+        let features = self.repredictions.has_model().then(|| stored_features(&vm));
         let (id, placed_at_s) = (vm.id.clone(), vm.placed_at_s);
         let lifetime_s = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
         // No policy-state transition: the store's record of the host's policy state follows.
@@ -494,22 +491,22 @@ impl Allocator {
     }
 }
 
-/// What repredictions can know of a VM restored from the store: its identity, shape and placement
-/// time (the store does not keep the request's other features).
-fn stored_features(
-    tenant: &domain::TenantId,
-    vm_type: &str,
-    demand: &domain::Resources,
-    placed_at_s: f64,
-) -> RequestFeatures {
-    RequestFeatures {
-        tenant_id: tenant.to_string(),
-        vm_type: vm_type.to_owned(),
-        cores: demand.whole(ResourceKind::Cores),
-        memory_gib: demand.whole(ResourceKind::MemoryGib),
-        time_s: placed_at_s,
-        ..RequestFeatures::default()
-    }
+/// The features of a placed VM as its request gave them when it was placed (the store keeps its
+/// request time, priority, OS and features), so that a VM restored after a restart is repredicted
+/// from the very row it had before.
+fn stored_features(vm: &NewVm) -> RequestFeatures {
+    let instance = domain::PredictInstance {
+        key: Some(vm.id.to_string()),
+        tenant_id: vm.tenant.to_string(),
+        vm_type: vm.vm_type.clone(),
+        cores: vm.demand.cores(),
+        memory_gib: vm.demand.memory_gib(),
+        priority: vm.request.priority,
+        os: vm.request.os.clone(),
+        requested_at_s: vm.requested_at_s,
+        features: vm.request.features.clone(),
+    };
+    RequestFeatures::from_instance(&instance, vm.placed_at_s)
 }
 
 /// What the rules see of `vm` at `now_s`; its exit is read as at least `exit_floor_s` from now.

@@ -19,9 +19,7 @@ impl Allocator {
         }
         // Rows for the VMs already placed, from what the state keeps of them.
         let state = &self.state;
-        self.repredictions.set_model(model, |id| {
-            state.vm(id).map(|vm| stored_features(&vm.tenant, &vm.vm_type, &vm.demand, vm.placed_at_s))
-        });
+        self.repredictions.set_model(model, |id| state.vm(id).map(|vm| stored_features(vm)));
         self.refresh_exits();
     }
 
