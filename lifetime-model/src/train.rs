@@ -184,11 +184,7 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if config.early_stopping_rounds == 0 || config.min_rounds == 0 {
         return bad("early-stopping rounds and the least number of rounds must be positive");
     }
-    let reading = match config.survival_reading {
-        ServedReading::Fixed(reading) => reading,
-        ServedReading::BestRanked => LifetimeReading::default(),
-    };
-    if let Some(spec) = survival_spec(config, reading, false) {
+    if let Some(spec) = survival_spec(config, config.survival_reading.fixed().unwrap_or_default(), false) {
         spec.check().map_err(TrainError::Config)?;
     }
     Ok(())
@@ -639,6 +635,16 @@ pub enum ServedReading {
     BestRanked,
 }
 
+impl ServedReading {
+    /// The reading, when it is not chosen on validation.
+    pub fn fixed(self) -> Option<LifetimeReading> {
+        match self {
+            ServedReading::Fixed(reading) => Some(reading),
+            ServedReading::BestRanked => None,
+        }
+    }
+}
+
 /// `auto` ([`ServedReading::BestRanked`]) or a reading ([`LifetimeReading`]'s syntax).
 impl std::str::FromStr for ServedReading {
     type Err = String;
@@ -811,10 +817,7 @@ pub fn train_bundle(
     };
     // P(long) comes from the distribution only when it validated better than the classifier.
     let p_long_from_survival = choice.survival_auc.is_some_and(|auc| auc > choice.binary.best_value);
-    let reading = match config.survival_reading {
-        ServedReading::Fixed(reading) => reading,
-        ServedReading::BestRanked => best_ranked_reading(&choice.readings),
-    };
+    let reading = config.survival_reading.fixed().unwrap_or_else(|| best_ranked_reading(&choice.readings));
     let spec = survival_spec(config, reading, p_long_from_survival);
 
     progress.stage("evaluating on the held-out period");
