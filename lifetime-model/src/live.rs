@@ -104,6 +104,9 @@ pub struct LiveHistory {
     histories: HashMap<HistoryKey, LiveEntry>,
     /// Histories by when they were last touched: the first is the next to evict.
     by_touch: BTreeMap<u64, HistoryKey>,
+    /// How many of the histories are job identities' (kept as they change: the sizes are read after
+    /// every batch of events).
+    jobs: usize,
     clock: u64,
     running: HashMap<String, RunningVm>,
     /// Ends that came before their VM's start (events sent concurrently can arrive out of order),
@@ -125,6 +128,7 @@ impl LiveHistory {
             as_of_s: snapshot.as_of_s,
             histories: HashMap::new(),
             by_touch: BTreeMap::new(),
+            jobs: 0,
             clock: 0,
             running: HashMap::new(),
             early_ends: HashMap::new(),
@@ -142,6 +146,7 @@ impl LiveHistory {
         self.as_of_s = snapshot.as_of_s;
         self.histories.clear();
         self.by_touch.clear();
+        self.jobs = 0;
         self.running.clear();
         self.latest_s = snapshot.as_of_s;
         // The least recently active histories first, so that the limit keeps the most recent ones.
@@ -163,10 +168,9 @@ impl LiveHistory {
 
     /// What is held now.
     pub fn sizes(&self) -> LiveSizes {
-        let tenants = self.histories.keys().filter(|key| matches!(key, HistoryKey::Tenant(_))).count();
         LiveSizes {
-            tenants,
-            jobs: self.histories.len() - tenants,
+            tenants: self.histories.len() - self.jobs,
+            jobs: self.jobs,
             running_vms: self.running.len(),
             journal_events: self.journal.len(),
         }
@@ -279,10 +283,12 @@ impl LiveHistory {
         while self.histories.len() >= self.limits.max_histories.max(1) {
             let Some((_, oldest)) = self.by_touch.pop_first() else { break };
             self.histories.remove(&oldest);
+            self.jobs -= usize::from(matches!(oldest, HistoryKey::Job(_)));
             self.counters.tenants_evicted += 1;
         }
         self.clock += 1;
         self.by_touch.insert(self.clock, key.clone());
+        self.jobs += usize::from(matches!(key, HistoryKey::Job(_)));
         self.histories.insert(key, LiveEntry { history, touched: self.clock });
     }
 
@@ -497,5 +503,16 @@ mod tests {
         assert_eq!(at(&live).tenant.vms_in_window, 3.0);
         let sizes = live.sizes();
         assert_eq!((sizes.tenants, sizes.jobs, sizes.running_vms), (1, 2, 2));
+
+        // Evicted job histories leave the count too: two histories at most, the tenant's and the
+        // latest job's.
+        let mut small =
+            LiveHistory::new(&FeatureStore::empty(0.0), LiveLimits { max_histories: 2, ..LiveLimits::default() });
+        for (vm, vm_type, at_s) in [("a", "x", 10.0), ("b", "y", 20.0), ("c", "z", 30.0)] {
+            small.apply(&job(vm, vm_type, at_s));
+        }
+        let sizes = small.sizes();
+        assert_eq!((sizes.tenants, sizes.jobs), (1, 1));
+        assert!(small.get(&HistoryKey::Job(crate::history::job_id("t", "z"))).is_some());
     }
 }
