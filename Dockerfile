@@ -4,12 +4,13 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 # Prerequisites in a layer of their own, so that editing the sources does not reinstall them. Only
-# the build's (CMake, libclang, a C++ compiler): the tests' tools have no use in the image.
+# what the services' build needs (a C compiler for SQLite): they link no LightGBM, so no CMake or
+# libclang, and the tests' tools have no use in the image.
 COPY scripts/setup.sh scripts/setup.sh
-RUN ./scripts/setup.sh --build-only
+RUN ./scripts/setup.sh --run
 COPY . .
-# The cache mounts keep downloaded crates and the target directory (above all LightGBM's C++ build,
-# which takes minutes) from one image build to the next. The target directory is a cache, not part
+# The cache mounts keep downloaded crates and the target directory from one image build to the
+# next. The target directory is a cache, not part
 # of the layer, so the binaries are copied out of it in the same step. --locked: the image is built
 # from exactly the checked-in Cargo.lock.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -19,10 +20,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && find target/release -maxdepth 1 -type f -executable -exec cp {} /out/ \;
 
 FROM debian:bookworm-slim
-# curl: the health checks of docker-compose.yml; ca-certificates: HTTPS clients; libgomp1: LightGBM's
-# OpenMP runtime, when the build found OpenMP and linked it dynamically.
+# curl: the health checks of docker-compose.yml; ca-certificates: HTTPS clients.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl libgomp1 \
+    && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
 # The services run unprivileged. /var/lib/lava is the allocator's state directory: a new named
 # volume mounted there takes this ownership.

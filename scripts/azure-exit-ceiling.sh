@@ -12,7 +12,7 @@ OUT=target/azure-exit-ceiling
 TEST=$DATA/azure-v1-tracegen/trace-test.csv.gz
 DEV=$DATA/azure-v1-tracegen/trace-dev.csv.gz
 END_S=2591400   # the test trace's censoring time
-cargo build --release -p lifetime-model --bin lifetime-train
+cargo build --release -p lifetime-train --bin lifetime-train
 mkdir -p "$OUT"
 zcat "$TEST" | awk -F, -v even="$OUT/even.csv" -v odd="$OUT/odd.csv" '
     NR == 1 { print > even; print > odd; next }

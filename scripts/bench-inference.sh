@@ -10,7 +10,7 @@ bundle=$(realpath "${1:-models/default}")
 
 ./scripts/setup.sh > /dev/null
 cargo build --release -p inference-server --bins --benches -q
-cargo build --release -p lifetime-model --benches -q
+cargo build --release -p lifetime-train --benches -q
 
 venv=target/bench-venv
 if [ ! -x "$venv/bin/uvicorn" ]; then
@@ -42,7 +42,7 @@ for port in "$ours_port" "$python_port"; do
 done
 
 echo "== in process"
-cargo bench -q -p lifetime-model --bench bundle_predict -- "$bundle" 2>/dev/null
+cargo bench -q -p lifetime-train --bench bundle_predict -- "$bundle" 2>/dev/null
 echo
 echo "== over HTTP on loopback"
 cargo bench -q -p inference-server --bench http_latency -- \

@@ -57,7 +57,7 @@ fi
 mkdir -p "$work"
 if [ ! -x target/release/lifetime-train ] || [ ! -x target/release/vmtrace ]; then
     say "building vmtrace and lifetime-train"
-    cargo build --release -p traces -p lifetime-model --bins
+    cargo build --release -p traces -p lifetime-train --bins
 fi
 canary=canary-smoke
 say "training the canary bundle $canary (seed 43)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The README's main job: the whole stack on loopback, driven by a real trace.
-#   1. installs missing prerequisites and builds the workspace;
-#   2. makes sure the default model bundle exists (trains it if models/default is missing);
+#   1. installs what it runs when missing (scripts/setup.sh --run) and builds the services and the
+#      replay client, which link no LightGBM: no CMake, libclang or C++ build;
+#   2. makes sure the default model bundle exists (trains it if models/default is missing: only then
+#      are the trainer's prerequisites installed and LightGBM built);
 #   3. starts the three services natively with the checked-in configs and a fresh embedded allocator
 #      store (scripts/stack.sh up --fresh);
 #   4. replays day 10 of the seeded 14-day synthetic trace (held out: the default model trained on
@@ -14,11 +16,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/setup.sh
-cargo build --release --workspace --bins
+./scripts/setup.sh --run
+# What the demo runs: the three services (stack.sh), vmtrace and vmreplay.
+cargo build --release -p inference-server -p allocator -p control-service -p replay -p traces --bins
 
 if [ ! -f models/default/manifest.json ]; then
     echo "== no default model bundle: training one"
+    ./scripts/setup.sh --build-only
     ./scripts/train-default-model.sh
 fi
 

@@ -3,7 +3,7 @@
 # bundle into $MODELS/NAME with lifetime-train unless it is there already.
 DATA=${DATA:-../shared/data}
 MODELS=target/eval-models
-cargo build --release -p simulator -p lifetime-model -p traces --bins
+cargo build --release -p simulator -p lifetime-train -p traces --bins
 
 train() {
     local name=$1; shift

@@ -98,12 +98,12 @@ if [[ -z "$BIN_DIR" ]]; then
     BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/release"
     if [[ ! -x "$BIN_DIR/vmtrace" || ! -x "$BIN_DIR/lifetime-train" ]]; then
         say "building vmtrace and lifetime-train (release)"
-        (cd "$ROOT" && cargo build --release -p traces -p lifetime-model --bins) \
+        (cd "$ROOT" && cargo build --release -p traces -p lifetime-train --bins) \
             || die "building vmtrace and lifetime-train failed"
     fi
 fi
 for binary in vmtrace lifetime-train; do
-    [[ -x "$BIN_DIR/$binary" ]] || die "$BIN_DIR/$binary is missing: build it with \`cargo build --release -p traces -p lifetime-model --bins\`"
+    [[ -x "$BIN_DIR/$binary" ]] || die "$BIN_DIR/$binary is missing: build it with \`cargo build --release -p traces -p lifetime-train --bins\`"
 done
 
 if [[ -n "$WORK_DIR" ]]; then

@@ -6,19 +6,23 @@
 #   and Debian's Chromium and ChromeDriver (the dashboard's browser test,
 #   control-service/tests/dashboard.rs).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
-#   --build-only: only what `cargo build` needs (CMake, libclang, a C++ compiler); the Dockerfile's
-#   build stage uses it, since the tests' tools (schemathesis, PostgreSQL, Chromium) have no use there.
+#   --build-only: only what building the trainer (`lifetime-train`, LightGBM's C++) needs: CMake,
+#   libclang, a C++ compiler. The default model's training and the Dockerfile's build stage use it.
+#   --run: only what the README's main job runs (scripts/demo.sh): a C compiler (the embedded
+#   store's SQLite), curl and python3. The services link no LightGBM, so no CMake or libclang; no
+#   browser, PostgreSQL or fuzzer either.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."   # so a rust-toolchain override in the repo applies
 
 MIN_CMAKE=3.28
 say() { echo "setup: $*"; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
-BUILD_ONLY=0
+MODE=all
 case "${1:-}" in
-    --build-only) BUILD_ONLY=1 ;;
+    --build-only) MODE=build ;;
+    --run) MODE=run ;;
     "") ;;
-    *) die "usage: $0 [--build-only]" ;;
+    *) die "usage: $0 [--build-only | --run]" ;;
 esac
 
 # Root privileges only when actually needed: directly as root, else via sudo if it exists.
@@ -42,7 +46,9 @@ cmake_ver() { "$(cmake_path)" --version 2>/dev/null | awk 'NR==1 {print $3}'; }
 good_cmake() { cmake_path >/dev/null && version_ge "$(cmake_ver)" "$MIN_CMAKE"; }
 
 # --- 1. CMake >= 3.28 (Debian bookworm ships 3.25, so take the PyPI wheel) ---------------
-if good_cmake; then
+if [ "$MODE" = run ]; then
+    : # the services build no C++: LightGBM is the trainer's alone
+elif good_cmake; then
     say "cmake $(cmake_ver) present ($(cmake_path))"
 else
     say "cmake >= $MIN_CMAKE missing, installing via pip"
@@ -71,20 +77,29 @@ have_libclang() {
         compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
         compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null
 }
-if have_libclang; then say "libclang present"; else say "libclang missing, installing libclang-dev"; apt_install libclang-dev; fi
-
-if command -v c++ >/dev/null || command -v g++ >/dev/null; then
-    say "C++ compiler present"
+if [ "$MODE" = run ]; then
+    # The embedded store's SQLite (rusqlite, bundled) is C, built by the cc crate.
+    if command -v cc >/dev/null || command -v gcc >/dev/null; then
+        say "C compiler present"
+    else
+        say "C compiler missing, installing gcc"; apt_install gcc libc6-dev
+    fi
 else
-    say "C++ compiler missing, installing g++"; apt_install g++
+    if have_libclang; then say "libclang present"; else say "libclang missing, installing libclang-dev"; apt_install libclang-dev; fi
+    if command -v c++ >/dev/null || command -v g++ >/dev/null; then
+        say "C++ compiler present"
+    else
+        say "C++ compiler missing, installing g++"; apt_install g++
+    fi
 fi
 
-if [ "$BUILD_ONLY" -eq 1 ]; then say "build prerequisites present (--build-only)"; exit 0; fi
+if [ "$MODE" = build ]; then say "build prerequisites present (--build-only)"; exit 0; fi
 
 # --- 3. curl and python3 (the demo waits for readiness with curl and picks free ports with python3)
 for tool in curl python3; do
     if command -v "$tool" >/dev/null; then say "$tool present"; else say "$tool missing, installing"; apt_install "$tool"; fi
 done
+if [ "$MODE" = run ]; then say "what the main job runs is present (--run)"; exit 0; fi
 
 # --- 4. rustfmt and clippy ----------------------------------------------------------------
 command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p traces -p lifetime-model --bins
+cargo build --release -p traces -p lifetime-train --bins
 mkdir -p target/default-model
 target/release/vmtrace generate --out target/default-model/synthetic-14d.csv.gz --days 14 --seed 42
 target/release/lifetime-train \

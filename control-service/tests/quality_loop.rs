@@ -9,7 +9,7 @@
 mod support;
 
 use lifetime_model::dataset::shuffle_lifetimes;
-use lifetime_model::train::{train_bundle, TrainConfig, TrainData};
+use lifetime_train::train::{train_bundle, TrainConfig, TrainData};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -211,7 +211,7 @@ async fn a_slow_inference_server_times_out_into_short_lived_fallbacks() {
 /// A bundle trained with a one-minute threshold: almost every VM lives longer, so the model calls
 /// everything long-lived.
 fn all_long_models(dir: &std::path::Path) -> std::path::PathBuf {
-    use lifetime_model::train::{train_bundle, TrainConfig, TrainData};
+    use lifetime_train::train::{train_bundle, TrainConfig, TrainData};
     use traces::synthetic::{generate, SyntheticConfig};
     let records = generate(&SyntheticConfig { span_days: 3.0, seed: 11, ..SyntheticConfig::default() });
     let config = TrainConfig {

@@ -2,7 +2,7 @@
 //! swap under concurrent load, rejection of a corrupt bundle, and canary traffic shares.
 
 use lifetime_model::bundle::{BINARY_MODEL_FILE, MANIFEST_FILE};
-use lifetime_model::train::{train_bundle, TrainConfig, TrainData};
+use lifetime_train::train::{train_bundle, TrainConfig, TrainData};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

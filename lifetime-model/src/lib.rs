@@ -1,18 +1,17 @@
-//! The lifetime model: feature computation shared by training and serving, the LightGBM trainer,
-//! evaluation, model bundles and in-process prediction.
+//! The lifetime model as served: feature computation shared by training and serving, model bundles,
+//! the native evaluator and in-process prediction. It links no LightGBM: the trainer that writes the
+//! bundles is the `lifetime-train` crate.
 //!
 //! - [`features`] and [`history`]: the one encoding of a VM request (plus its tenant's past) into a
 //!   model row, for training and serving alike.
 //! - [`live`]: the feature store kept current with the arrivals and exits the control service
 //!   reports (live tenant history).
 //! - [`dataset`]: replaying a trace into rows and censoring-aware labels.
-//! - [`train`]: the LightGBM models (long-lived, lifetime interval, remaining lifetime, and the
-//!   survival model's hazards), the time-split evaluation, and bundle writing.
 //! - [`survival`]: the lifetime distribution (discrete-time hazards) and what policies read of it:
 //!   the lifetime at request time and the remaining lifetime at any age, from one curve.
 //! - [`bundle`]: the bundle format and [`LifetimeModel`], a loaded, validated bundle.
 //! - [`gbdt`]: a native evaluator of LightGBM models, thread-safe and lock-free.
-//! - [`metrics`] and [`report`]: evaluation figures, Markdown and SVG plots.
+//! - [`metrics`] and [`report`]: evaluation figures and their Markdown.
 //!
 //! It must never know HTTP: the inference server, the allocator and the simulator link it as a
 //! library.
@@ -28,7 +27,6 @@ mod nan_json;
 pub mod registry;
 pub mod report;
 pub mod survival;
-pub mod train;
 
 pub use bundle::{BundleError, LifetimeModel, Manifest, ModelPrediction};
 pub use features::{FeatureSchema, RequestFeatures};

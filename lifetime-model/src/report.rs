@@ -1,12 +1,10 @@
-//! The evaluation report written into every bundle manifest, printed by the trainer as Markdown, and
-//! plotted as SVG (ROC curve, reprediction curve).
+//! The evaluation report written into every bundle manifest and printed by the trainer as Markdown
+//! (the trainer, `lifetime-train`, also plots it).
 
 use crate::features::FeatureGroup;
 use crate::metrics::Confusion;
-use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// Recall levels at which precision is reported (paper 003 Table 1).
 pub const RECALL_LEVELS: [f64; 4] = [0.70, 0.75, 0.80, 0.85];
@@ -400,38 +398,10 @@ impl EvaluationReport {
         }
         s
     }
-
-    /// Writes `roc.svg` and `reprediction.svg` into `dir`.
-    pub fn write_plots(&self, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
-        plot_lines(
-            &dir.join("roc.svg"),
-            &format!("ROC, long-lived >= threshold (AUC {:.3})", self.binary.auc),
-            "false positive rate",
-            "true positive rate",
-            &[("model", self.binary.roc.clone()), ("chance", vec![(0.0, 0.0), (1.0, 1.0)])],
-        )?;
-        let series: Vec<(String, Vec<(f64, f64)>)> = self
-            .remaining
-            .curves
-            .iter()
-            .map(|c| {
-                let points = c.f1_by_quantile.iter().enumerate().map(|(k, &f1)| (k as f64, f1)).collect();
-                (format!("beyond {}", hours(c.threshold_s)), points)
-            })
-            .collect();
-        let series: Vec<(&str, Vec<(f64, f64)>)> = series.iter().map(|(n, p)| (n.as_str(), p.clone())).collect();
-        plot_lines(
-            &dir.join("reprediction.svg"),
-            "Reprediction: F1 by uptime (k/20 of lifetime)",
-            "uptime quantile k",
-            "F1",
-            &series,
-        )?;
-        Ok(())
-    }
 }
 
-fn hours(seconds: f64) -> String {
+/// A duration as a short label: `0`, `N h` or `N d`.
+pub fn hours(seconds: f64) -> String {
     if seconds == 0.0 {
         "0".to_owned()
     } else if seconds >= 86_400.0 {
@@ -439,34 +409,4 @@ fn hours(seconds: f64) -> String {
     } else {
         format!("{:.0} h", seconds / 3_600.0)
     }
-}
-
-fn plot_lines(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[(&str, Vec<(f64, f64)>)],
-) -> Result<(), Box<dyn std::error::Error>> {
-    let x_max = series.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x)).fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (640, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..x_max, 0.0..1.0)?;
-    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
-    let colors = [BLUE, RED, GREEN, MAGENTA];
-    for (i, (name, points)) in series.iter().enumerate() {
-        let color = colors[i % colors.len()];
-        chart
-            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-    }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
-    root.present()?;
-    Ok(())
 }

@@ -168,7 +168,8 @@ fn parse_args() -> Args {
             bundle = PathBuf::from(dir);
         } else if let Ok(hosts) = arg.parse::<usize>() {
             sizes.push(hosts);
-        } else if let Some(kind) = placement::policy::preset_names().into_iter().find(|name| *name == arg) {
+        } else if let Some(kind) = placement::Registry::standard().preset_names().into_iter().find(|name| *name == arg)
+        {
             policies.push(kind);
         }
         // Anything else (cargo passes `--bench`) is ignored.
@@ -199,7 +200,8 @@ struct ExitRow {
 fn main() {
     let args = parse_args();
     let reads_exits = |kind: &str| {
-        placement::Policy::from_config(&PolicyConfig::preset(kind), &HashMap::new()).is_ok_and(|p| p.reads_exit_times())
+        placement::Policy::from_config(&PolicyConfig::preset(kind), &HashMap::new(), &placement::Registry::standard())
+            .is_ok_and(|p| p.reads_exit_times())
     };
     let model = if args.policies.iter().any(|&k| reads_exits(k)) {
         workload::load_bundle(&args.bundle, "skipping the NILAS and LAVA rows")

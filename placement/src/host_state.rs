@@ -1,8 +1,8 @@
 //! Policy state kept per host: the one extension point for stateful policies (LAVA's empty / open /
 //! recycling hosts with their class, residual VMs and deadline are the first).
 //!
-//! A preference rule that reads such state names its kind ([`crate::rules::PreferenceRule::host_state`]);
-//! the allocator then keeps one [`HostStatePolicy`] of that kind from [`create`] and calls its hooks
+//! A preference rule that reads such state brings its kind ([`crate::rules::PreferenceRule::host_state`],
+//! a [`HostStateKind`]); the allocator then keeps one [`HostStatePolicy`] of that kind and calls its hooks
 //! on every placement, release, migration and timer. What the rule reads is the host's *code*
 //! ([`HostStatePolicy::code`]), which the allocator keeps in the host's lifetime summary so that the
 //! incremental index sees a host change exactly when its code does. The store keeps each host's
@@ -10,8 +10,9 @@
 //! as the placements that changed it, and gives it back on recovery ([`HostStatePolicy::restore`]).
 //! Nothing outside this module and the policy's own module knows what the state means.
 //!
-//! Adding a stateful policy: a module with a type implementing [`HostStatePolicy`] and its rule,
-//! and one line in [`REGISTRY`].
+//! Adding a stateful policy: a module with a type implementing [`HostStatePolicy`] and its rule
+//! (whose `host_state` returns the kind), and one registration line in [`crate::registry`] (or in an
+//! embedder's own registry).
 
 use crate::lifetime::ClassIndex;
 use crate::state::{HostIndex, HostRecord};
@@ -24,13 +25,13 @@ use std::fmt::Debug;
 /// Makes a stateful policy's state for that many hosts, all in their initial state.
 pub type Create = fn(usize) -> Box<dyn HostStatePolicy>;
 
-/// Every stateful policy by the name its rules ask for and its rows carry.
-pub const REGISTRY: &[(&str, Create)] = &[(crate::lava::NAME, crate::lava::Lava::boxed)];
-
-/// The state of a stateful policy for `hosts` hosts, all in their initial state; `None` for a name
-/// no stateful policy has.
-pub fn create(name: &str, hosts: usize) -> Option<Box<dyn HostStatePolicy>> {
-    REGISTRY.iter().find(|(n, _)| *n == name).map(|(_, make)| make(hosts))
+/// A kind of per-host state, as the rule that reads it brings it
+/// ([`crate::rules::PreferenceRule::host_state`]).
+#[derive(Copy, Clone, Debug)]
+pub struct HostStateKind {
+    /// The name its store rows carry (`lava`).
+    pub name: &'static str,
+    pub create: Create,
 }
 
 /// Why a stored host state could not be put back.

@@ -21,7 +21,7 @@
 //! store keeps. Deadline transitions take the deadline itself as their time, so replaying them after
 //! a restart gives the very same state.
 
-use crate::host_state::{HostStateError, HostStatePolicy, HostStateStats};
+use crate::host_state::{HostStateError, HostStateKind, HostStatePolicy, HostStateStats};
 use crate::lifetime::{ClassIndex, LifetimeClasses};
 use crate::rules::{
     BuiltRule, HostView, NoParams, PreferenceRule, RegisteredRule, RequestTrait, RuleContext, RuleRequest,
@@ -280,8 +280,8 @@ impl PreferenceRule for LavaPreference {
     fn reads(&self) -> &'static [RequestTrait] {
         &[RequestTrait::LifetimeClass]
     }
-    fn host_state(&self) -> Option<&'static str> {
-        Some(NAME)
+    fn host_state(&self) -> Option<HostStateKind> {
+        Some(HostStateKind { name: NAME, create: Lava::boxed })
     }
     fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
         self.score_of_code(self.host_code(host), request)

@@ -11,11 +11,15 @@
 //! - [`journal`]: [`journal::Change`], every state change the core makes, taken after each operation.
 //! - [`defrag`]: LARS drains: hosts emptied by migrations, longest remaining lifetime first.
 //! - [`rules`]: validator and preference rules, each a small type declaring what it reads.
-//! - [`policy`]: PBFR, DPBFR, LA-binary, LA-multiclass, NILAS, LAVA as ordered rule lists.
+//! - [`config`]: the `[policy]` settings as data.
+//! - [`policy`]: a policy built from its settings: validators and ordered preference rules.
+//! - [`registry`]: the composition root: every rule and preset (PBFR, DPBFR, LA-binary,
+//!   LA-multiclass, NILAS, LAVA) by name; an embedder adds its own.
 //! - [`select`]: the full-scan reference and the incremental index that choose a host.
 //! - [`allocator`]: [`Allocator`], the placement logic: gangs, idempotency, stats, explain.
 
 pub mod allocator;
+pub mod config;
 pub mod defrag;
 pub mod host_state;
 pub mod journal;
@@ -23,6 +27,7 @@ pub mod lava;
 pub mod lifetime;
 pub mod outcomes;
 pub mod policy;
+pub mod registry;
 pub mod reprediction;
 pub mod rules;
 pub mod select;
@@ -34,5 +39,6 @@ pub use allocator::{
 };
 pub use journal::Change;
 pub use policy::{Policy, PolicyConfig};
+pub use registry::Registry;
 pub use select::{IndexConfig, TieBreak};
 pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, RequestFacts, StateError};

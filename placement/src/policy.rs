@@ -10,17 +10,8 @@
 //!                {rule = "best-fit", buckets = 3}]
 //! ```
 //!
-//! Without `preferences`, `kind` names one of the six published policies, each a preset of that list
-//! ([`PRESETS`]):
-//!
-//! | policy | preference rules, in strict order |
-//! |---|---|
-//! | `pbfr` | prefer non-empty, best fit (k buckets) |
-//! | `dpbfr` | prefer non-empty, best fit with k_long buckets for long VMs, k_short for short |
-//! | `la-binary` | prefer non-empty, lifetime alignment over two classes (2 h), best fit |
-//! | `la-multiclass` | prefer non-empty, lifetime alignment over the interval classes, best fit |
-//! | `nilas` | prefer non-empty, temporal cost (repredicted host exit times), best fit |
-//! | `lava` | LAVA host state and class, temporal cost, best fit |
+//! Without `preferences`, `kind` names a preset of the registry ([`crate::registry`]: the six
+//! published policies, or an embedder's own).
 //!
 //! Every policy starts with the same validators (host available, hardware compatible when a
 //! compatibility table is configured, fits, tenant spread) unless it lists its own. Rule parameters
@@ -35,14 +26,13 @@
 //! the policy is built, naming the entry. A built [`Policy`] answers what it reads (predictions,
 //! interval classes, exit times, per-host state), so that no caller decides by the policy's name.
 
-use crate::host_state;
+pub use crate::config::{PolicyConfig, RuleEntry};
+use crate::host_state::{HostStateKind, HostStatePolicy};
 use crate::lifetime::{ClassIndex, ClassesError, LifetimeClasses};
-use crate::rules::{
-    registered, Buckets, BuiltRule, FitWeights, HostView, PreferenceRule, RequestTrait, RuleContext, RuleRequest,
-    ValidatorRule,
-};
+use crate::registry::Registry;
+use crate::rules::{BuiltRule, HostView, PreferenceRule, RequestTrait, RuleContext, RuleRequest, ValidatorRule};
 use domain::{Resources, RuleFilterStat};
-use serde::{Deserialize, Serialize};
+
 use std::collections::HashMap;
 
 /// Most preference rules in one policy.
@@ -52,140 +42,44 @@ pub const MAX_PREFERENCE_RULES: usize = 6;
 /// lexicographically (strict ordering), lower is better. Unused slots are 0.
 pub type ScoreKey = [u32; MAX_PREFERENCE_RULES];
 
-/// The six published policies as preference lists (rule names; parameters come from the policy's
-/// settings). `prefer-non-empty` is dropped when `prefer_non_empty = false`.
-pub const PRESETS: &[(&str, &[&str])] = &[
-    ("pbfr", &["prefer-non-empty", "best-fit"]),
-    ("dpbfr", &["prefer-non-empty", "dynamic-best-fit"]),
-    ("la-binary", &["prefer-non-empty", "lifetime-alignment", "best-fit"]),
-    ("la-multiclass", &["prefer-non-empty", "lifetime-alignment:intervals", "best-fit"]),
-    ("nilas", &["prefer-non-empty", "temporal-cost", "best-fit"]),
-    ("lava", &["lava", "temporal-cost", "best-fit"]),
-];
-
-/// The names of the presets, for command lines and messages.
-pub fn preset_names() -> Vec<&'static str> {
-    PRESETS.iter().map(|(name, _)| *name).collect()
+/// The preference list: the configured one, or the preset's from the registry.
+fn preference_entries(config: &PolicyConfig, registry: &Registry) -> Result<Vec<RuleEntry>, PolicyError> {
+    if let Some(list) = &config.preferences {
+        return Ok(list.clone());
+    }
+    let names = registry.preset(&config.kind).ok_or_else(|| PolicyError::Invalid {
+        field: "kind".to_owned(),
+        message: format!(
+            "unknown policy `{}`: name one of {}, or give the policy's own `preferences`",
+            config.kind,
+            registry.preset_names().join(", ")
+        ),
+    })?;
+    Ok(names
+        .iter()
+        .filter(|name| config.prefer_non_empty || **name != "prefer-non-empty")
+        .map(|name| match name.split_once(':') {
+            Some((rule, classes)) => {
+                let mut entry = RuleEntry::named(rule);
+                entry.params.insert("classes".to_owned(), serde_json::Value::from(classes));
+                entry
+            }
+            None => RuleEntry::named(name),
+        })
+        .collect())
 }
 
-/// One rule of a policy list: its registered name and its parameters.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RuleEntry {
-    pub rule: String,
-    #[serde(flatten)]
-    pub params: serde_json::Map<String, serde_json::Value>,
-}
-
-impl RuleEntry {
-    pub fn named(rule: &str) -> Self {
-        RuleEntry { rule: rule.to_owned(), params: serde_json::Map::new() }
+/// The validator list: the configured one, or the standard one.
+fn validator_entries(config: &PolicyConfig, compatibility: &HashMap<String, Vec<String>>) -> Vec<RuleEntry> {
+    if let Some(list) = &config.validators {
+        return list.clone();
     }
-}
-
-/// The `[policy]` section of the allocator's configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PolicyConfig {
-    /// The policy's name: one of the presets ([`PRESETS`]) or, with `preferences`, a name of the
-    /// operator's choosing.
-    pub kind: String,
-    /// The policy's own preference rules, in strict order (instead of the preset's).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preferences: Option<Vec<RuleEntry>>,
-    /// The policy's own validators (instead of host-available, hardware-compatible, fits-resources,
-    /// tenant-spread).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub validators: Option<Vec<RuleEntry>>,
-    /// Best-fit buckets (`pbfr`, `la-binary`, `la-multiclass`); a number or `"exact"`.
-    pub buckets: Buckets,
-    /// DPBFR: buckets for VMs predicted long-lived.
-    pub long_buckets: Buckets,
-    /// DPBFR: buckets for short-lived VMs.
-    pub short_buckets: Buckets,
-    /// Lifetime at which a VM counts as long-lived (`dpbfr`, `la-binary`).
-    pub long_threshold_s: f64,
-    /// Class cut-offs of `la-multiclass`; default 15 * 2^i minutes, i = 0..10 (the lifetime-interval
-    /// model's classes: configure the same cut-offs as the model bundle).
-    pub class_cutoffs_s: Option<Vec<f64>>,
-    pub prefer_non_empty: bool,
-    pub weights: FitWeights,
-    /// NILAS and LAVA: the temporal cost's bucket bounds in seconds (0 first, increasing); default
-    /// the paper's 0, 30 min, ..., 168 h.
-    pub temporal_buckets_s: Option<Vec<f64>>,
-    /// A VM is placed as long-lived when its prediction's P(long) is at least this, instead of the
-    /// model's own decision threshold (a lower one trades precision for recall).
-    pub long_probability: Option<f64>,
-    /// NILAS and LAVA: the temporal cost reads an arriving VM's exit as at least this many seconds
-    /// from now (0 by default). Every VM then counts as staying a while, so that hosts predicted to
-    /// empty sooner are left to empty: a misprediction of "short" costs least there.
-    pub exit_floor_s: f64,
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        PolicyConfig {
-            kind: "pbfr".to_owned(),
-            preferences: None,
-            validators: None,
-            buckets: Buckets::Quantized(3),
-            long_buckets: Buckets::Quantized(5),
-            short_buckets: Buckets::Quantized(3),
-            long_threshold_s: domain::prediction::DEFAULT_LONG_THRESHOLD_S,
-            class_cutoffs_s: None,
-            prefer_non_empty: true,
-            weights: FitWeights::default(),
-            temporal_buckets_s: None,
-            long_probability: None,
-            exit_floor_s: 0.0,
-        }
+    let mut names = vec!["host-available"];
+    if !compatibility.is_empty() {
+        names.push("hardware-compatible");
     }
-}
-
-impl PolicyConfig {
-    /// A published policy ([`PRESETS`]) with default settings.
-    pub fn preset(name: &str) -> Self {
-        PolicyConfig { kind: name.to_owned(), ..PolicyConfig::default() }
-    }
-
-    /// The preference list: the configured one, or the preset's.
-    fn preference_entries(&self) -> Result<Vec<RuleEntry>, PolicyError> {
-        if let Some(list) = &self.preferences {
-            return Ok(list.clone());
-        }
-        let (_, names) = PRESETS.iter().find(|(name, _)| *name == self.kind).ok_or_else(|| PolicyError::Invalid {
-            field: "kind".to_owned(),
-            message: format!(
-                "unknown policy `{}`: name one of {}, or give the policy's own `preferences`",
-                self.kind,
-                preset_names().join(", ")
-            ),
-        })?;
-        Ok(names
-            .iter()
-            .filter(|name| self.prefer_non_empty || **name != "prefer-non-empty")
-            .map(|name| match name.split_once(':') {
-                Some((rule, classes)) => {
-                    let mut entry = RuleEntry::named(rule);
-                    entry.params.insert("classes".to_owned(), serde_json::Value::from(classes));
-                    entry
-                }
-                None => RuleEntry::named(name),
-            })
-            .collect())
-    }
-
-    /// The validator list: the configured one, or the standard one.
-    fn validator_entries(&self, compatibility: &HashMap<String, Vec<String>>) -> Vec<RuleEntry> {
-        if let Some(list) = &self.validators {
-            return list.clone();
-        }
-        let mut names = vec!["host-available"];
-        if !compatibility.is_empty() {
-            names.push("hardware-compatible");
-        }
-        names.extend(["fits-resources", "tenant-spread"]);
-        names.into_iter().map(RuleEntry::named).collect()
-    }
+    names.extend(["fits-resources", "tenant-spread"]);
+    names.into_iter().map(RuleEntry::named).collect()
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -202,8 +96,6 @@ pub enum PolicyError {
     TwoTemporalRules,
     #[error("host-coded preference rule `{0}` must come first, above a temporal rule")]
     MisplacedHostCodedRule(&'static str),
-    #[error("preference rule `{rule}` reads per-host state `{state}`, which no stateful policy provides")]
-    UnknownHostState { rule: &'static str, state: &'static str },
     #[error("preference rules `{0}` and `{1}` read two different kinds of per-host state; a policy keeps one")]
     TwoHostStates(&'static str, &'static str),
     #[error("policy.{field}: {message}")]
@@ -232,7 +124,7 @@ pub struct Policy {
     /// and ranks them per request.
     coded_first: bool,
     /// The per-host state the rules read ([`crate::host_state`]), if any.
-    host_state: Option<&'static str>,
+    host_state: Option<HostStateKind>,
     /// The least time from now a temporal rule reads as an arriving VM's exit.
     exit_floor_s: f64,
 }
@@ -247,11 +139,13 @@ pub struct ClassKey {
 }
 
 impl Policy {
-    /// The policy a configuration describes; `compatibility` maps VM types to the hardware
+    /// The policy a configuration describes, its rules and presets looked up in `registry`
+    /// ([`Registry::standard`] for the built-in ones); `compatibility` maps VM types to the hardware
     /// generations they run on (types not listed run everywhere).
     pub fn from_config(
         config: &PolicyConfig,
         compatibility: &HashMap<String, Vec<String>>,
+        registry: &Registry,
     ) -> Result<Self, PolicyError> {
         if config.long_probability.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
             return Err(PolicyError::Invalid { field: "long_probability".into(), message: "must be in [0, 1]".into() });
@@ -261,15 +155,15 @@ impl Policy {
         }
         let context = RuleContext { policy: config, compatibility };
         let build = |list: &str, position: usize, entry: &RuleEntry| {
-            let builder = registered(&entry.rule).ok_or_else(|| {
-                let known: Vec<&str> = crate::rules::REGISTRY.iter().map(|(name, _)| *name).collect();
-                entry_error(list, position, entry, format!("unknown rule; the rules are {}", known.join(", ")))
+            let builder = registry.rule(&entry.rule).ok_or_else(|| {
+                let known = registry.rule_names().join(", ");
+                entry_error(list, position, entry, format!("unknown rule; the rules are {known}"))
             })?;
             builder(serde_json::Value::Object(entry.params.clone()), &context)
                 .map_err(|message| entry_error(list, position, entry, message))
         };
         let mut validators: Vec<Box<dyn ValidatorRule>> = Vec::new();
-        for (position, entry) in config.validator_entries(compatibility).iter().enumerate() {
+        for (position, entry) in validator_entries(config, compatibility).iter().enumerate() {
             match build("validators", position, entry)? {
                 BuiltRule::Validator(rule) => validators.push(rule),
                 BuiltRule::Preference(..) => {
@@ -284,7 +178,7 @@ impl Policy {
         }
         let mut preferences: Vec<Box<dyn PreferenceRule>> = Vec::new();
         let mut classes: Option<LifetimeClasses> = None;
-        for (position, entry) in config.preference_entries()?.iter().enumerate() {
+        for (position, entry) in preference_entries(config, registry)?.iter().enumerate() {
             match build("preferences", position, entry)? {
                 BuiltRule::Preference(rule, reads) => {
                     match (&classes, reads) {
@@ -361,12 +255,9 @@ impl Policy {
         let mut stateful = preferences.iter().filter_map(|r| r.host_state().map(|state| (r.name(), state)));
         let host_state = stateful.next();
         if let Some(((first, state), (second, other))) = host_state.zip(stateful.next()) {
-            if state != other {
+            if state.name != other.name {
                 return Err(PolicyError::TwoHostStates(first, second));
             }
-        }
-        if let Some((rule, state)) = host_state.filter(|(_, state)| host_state::create(state, 0).is_none()) {
-            return Err(PolicyError::UnknownHostState { rule, state });
         }
         // A host-coded rule is ranked per request where the index already walks the groups above
         // the temporal level, so it must be the first rule and a temporal rule must follow it.
@@ -432,9 +323,15 @@ impl Policy {
         self.classes.reads_interval() && self.classes.count() > 2 && self.reads_predictions()
     }
 
-    /// The per-host state the rules read ([`crate::host_state`]), which the allocator then keeps.
+    /// The name of the per-host state the rules read ([`crate::host_state`]), which the allocator
+    /// then keeps.
     pub fn host_state(&self) -> Option<&'static str> {
-        self.host_state
+        self.host_state.map(|kind| kind.name)
+    }
+
+    /// That state for `hosts` hosts, all in their initial state.
+    pub fn create_host_state(&self, hosts: usize) -> Option<Box<dyn HostStatePolicy>> {
+        self.host_state.map(|kind| (kind.create)(hosts))
     }
 
     /// Whether any rule may read a host's lifetime summary (class, exit time, LAVA state): when
@@ -547,6 +444,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::FitWeights;
 
     fn rule_names(policy: &Policy) -> (Vec<&str>, Vec<&str>) {
         (
@@ -558,30 +456,33 @@ mod tests {
     #[test]
     fn policies_have_their_rules_in_order() {
         let none = HashMap::new();
-        let pbfr = Policy::from_config(&PolicyConfig::preset("pbfr"), &none).unwrap();
+        let pbfr = Policy::from_config(&PolicyConfig::preset("pbfr"), &none, &Registry::standard()).unwrap();
         assert_eq!(
             rule_names(&pbfr),
             (vec!["host-available", "fits-resources", "tenant-spread"], vec!["prefer-non-empty", "best-fit"])
         );
         assert_eq!(pbfr.cached_validators(), 2);
-        let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none).unwrap();
+        let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none, &Registry::standard()).unwrap();
         assert_eq!(rule_names(&lar).1, vec!["prefer-non-empty", "lifetime-alignment", "best-fit"]);
         assert_eq!(lar.classes().count(), 2);
-        let multi = Policy::from_config(&PolicyConfig::preset("la-multiclass"), &none).unwrap();
+        let multi = Policy::from_config(&PolicyConfig::preset("la-multiclass"), &none, &Registry::standard()).unwrap();
         assert_eq!(multi.classes().count(), 11);
-        let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none).unwrap();
+        let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none, &Registry::standard()).unwrap();
         assert_eq!(rule_names(&nilas).1, vec!["prefer-non-empty", "temporal-cost", "best-fit"]);
         assert_eq!(nilas.temporal_level(), Some(1));
-        let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none).unwrap();
+        let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none, &Registry::standard()).unwrap();
         assert_eq!(rule_names(&lava).1, vec!["lava", "temporal-cost", "best-fit"]);
         assert!(lava.host_state() == Some("lava") && lava.reads_exit_times() && !multi.reads_exit_times());
         assert!(multi.reads_interval_classes() && !lar.reads_interval_classes() && !nilas.reads_interval_classes());
         assert!(!pbfr.reads_predictions() && lar.reads_predictions() && nilas.reads_predictions());
         assert_eq!(lava.classes().count(), 5);
         let compat = HashMap::from([("M128".to_owned(), vec!["gen8".to_owned()])]);
-        let dpbfr =
-            Policy::from_config(&PolicyConfig { prefer_non_empty: false, ..PolicyConfig::preset("dpbfr") }, &compat)
-                .unwrap();
+        let dpbfr = Policy::from_config(
+            &PolicyConfig { prefer_non_empty: false, ..PolicyConfig::preset("dpbfr") },
+            &compat,
+            &Registry::standard(),
+        )
+        .unwrap();
         assert_eq!(
             rule_names(&dpbfr),
             (
@@ -601,20 +502,20 @@ mod tests {
             exit_s: 5_000.0,
             spread: None,
         };
-        let pbfr = Policy::from_config(&PolicyConfig::default(), &none).unwrap();
+        let pbfr = Policy::from_config(&PolicyConfig::default(), &none, &Registry::standard()).unwrap();
         assert_eq!(
             pbfr.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None }
         );
-        let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none).unwrap();
+        let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none, &Registry::standard()).unwrap();
         assert_eq!(lar.class_key(&request).lifetime_class, Some(1));
-        let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none).unwrap();
+        let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none, &Registry::standard()).unwrap();
         assert_eq!(
             nilas.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
             "the exit time is not part of the class"
         );
-        let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none).unwrap();
+        let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none, &Registry::standard()).unwrap();
         assert_eq!(
             lava.class_key(&request),
             ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
@@ -626,22 +527,25 @@ mod tests {
     fn bad_configurations_name_the_field() {
         let none = HashMap::new();
         let bad_threshold = PolicyConfig { long_threshold_s: -1.0, ..PolicyConfig::preset("la-binary") };
-        let err = Policy::from_config(&bad_threshold, &none).unwrap_err().to_string();
+        let err = Policy::from_config(&bad_threshold, &none, &Registry::standard()).unwrap_err().to_string();
         assert!(err.contains("long_threshold_s"), "{err}");
         let bad_cutoffs =
             PolicyConfig { class_cutoffs_s: Some(vec![10.0, 5.0]), ..PolicyConfig::preset("la-multiclass") };
-        assert!(Policy::from_config(&bad_cutoffs, &none).unwrap_err().to_string().contains("class_cutoffs_s"));
+        assert!(Policy::from_config(&bad_cutoffs, &none, &Registry::standard())
+            .unwrap_err()
+            .to_string()
+            .contains("class_cutoffs_s"));
         let bad_weights = PolicyConfig {
             weights: FitWeights { cores: 0.0, memory_gib: 0.0, ssd_gib: 0.0 },
             ..PolicyConfig::default()
         };
-        let err = Policy::from_config(&bad_weights, &none).unwrap_err().to_string();
+        let err = Policy::from_config(&bad_weights, &none, &Registry::standard()).unwrap_err().to_string();
         assert!(err.contains("preferences[1]") && err.contains("`best-fit`: weights"), "{err}");
     }
 
     fn from_toml(text: &str) -> Result<Policy, String> {
         let config: PolicyConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        Policy::from_config(&config, &HashMap::new()).map_err(|e| e.to_string())
+        Policy::from_config(&config, &HashMap::new(), &Registry::standard()).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -652,7 +556,8 @@ mod tests {
                               {rule = "best-fit", buckets = 3}]"#,
         )
         .unwrap();
-        let preset = Policy::from_config(&PolicyConfig::preset("la-binary"), &HashMap::new()).unwrap();
+        let preset =
+            Policy::from_config(&PolicyConfig::preset("la-binary"), &HashMap::new(), &Registry::standard()).unwrap();
         assert_eq!(rule_names(&listed), rule_names(&preset));
         assert_eq!(listed.classes(), preset.classes());
         assert_eq!(listed.name(), "my-la");

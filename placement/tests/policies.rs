@@ -491,8 +491,13 @@ fn a_policy_written_only_in_toml_uses_a_newly_registered_rule() {
 /// `--engine`) are the names its configuration reads.
 #[test]
 fn every_name_the_library_lists_is_one_it_reads() {
-    for name in placement::policy::preset_names() {
-        let policy = placement::Policy::from_config(&PolicyConfig::preset(name), &Default::default()).unwrap();
+    for name in placement::Registry::standard().preset_names() {
+        let policy = placement::Policy::from_config(
+            &PolicyConfig::preset(name),
+            &Default::default(),
+            &placement::Registry::standard(),
+        )
+        .unwrap();
         assert_eq!(policy.name(), name);
     }
     let tie_breaks: Vec<TieBreak> =

@@ -10,7 +10,7 @@
 //!     --served live=live.csv --served frozen=frozen.csv
 //! ```
 //!
-//! Offline is the trainer's evaluation (`lifetime_model::train`): the training trace before the
+//! Offline is the trainer's evaluation (`lifetime_train::train`): the training trace before the
 //! bundle's cut-off and the evaluation trace replayed in time order through
 //! `lifetime_model::dataset::replay` with the bundle's encoder, so every VM's tenant history is the
 //! trace's own past (every arrival and exit before it); labels are the trainer's, censoring-aware

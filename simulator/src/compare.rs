@@ -21,6 +21,7 @@
 //! which a quality safeguard's floors are chosen (docs/evaluation.md, section 3).
 
 use crate::engine::{self, DrainPlan, SimConfig, SimError, SimResult};
+#[cfg(feature = "plots")]
 use crate::plot::{self, Bar, PlotError, Series};
 use crate::predict::PredictionConfig;
 use crate::workload::Workload;
@@ -43,6 +44,7 @@ pub enum CompareError {
     #[error("writing results as JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error(transparent)]
+    #[cfg(feature = "plots")]
     Plot(#[from] PlotError),
     #[error("run `{0}` did not finish (its thread panicked)")]
     Unfinished(String),
@@ -482,7 +484,8 @@ impl Comparison {
 
 /// Policies whose rules read no lifetime: predictions cannot change their runs.
 fn ignores_predictions(policy: &PolicyConfig) -> bool {
-    Policy::from_config(policy, &std::collections::HashMap::new()).is_ok_and(|policy| !policy.reads_predictions())
+    Policy::from_config(policy, &std::collections::HashMap::new(), &placement::Registry::standard())
+        .is_ok_and(|policy| !policy.reads_predictions())
 }
 
 impl Experiment {
@@ -1011,7 +1014,8 @@ fn write(path: &Path, text: &str) -> Result<(), CompareError> {
     std::fs::write(path, text).map_err(|source| CompareError::Write { path: path.to_owned(), source })
 }
 
-/// Writes `results.json`, `summary.md` and the plots into `dir`; returns the files written.
+/// Writes `results.json`, `summary.md` and (with the `plots` feature) the plots into `dir`; returns
+/// the files written.
 pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>, CompareError> {
     std::fs::create_dir_all(dir).map_err(|source| CompareError::Write { path: dir.to_owned(), source })?;
     let mut written = Vec::new();
@@ -1026,6 +1030,14 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
     let md = dir.join("summary.md");
     write(&md, &markdown(comparison))?;
     written.push(md);
+    #[cfg(feature = "plots")]
+    write_plots(comparison, dir, &mut written)?;
+    Ok(written)
+}
+
+/// The comparison's SVG plots (time series of the first seed, gains, sweeps) into `dir`.
+#[cfg(feature = "plots")]
+fn write_plots(comparison: &Comparison, dir: &Path, written: &mut Vec<PathBuf>) -> Result<(), CompareError> {
     let hours = |run: &CompareRun, f: &dyn Fn(&crate::metrics::InstantMetrics) -> f64| {
         let from = run.result.workload.from_s;
         run.result.series.iter().map(|m| ((m.time_s - from) / 3600.0, f(m))).collect::<Vec<_>>()
@@ -1132,7 +1144,7 @@ pub fn write_outputs(comparison: &Comparison, dir: &Path) -> Result<Vec<PathBuf>
             written.push(path);
         }
     }
-    Ok(written)
+    Ok(())
 }
 
 #[cfg(test)]

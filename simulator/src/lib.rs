@@ -19,6 +19,7 @@ pub mod agents;
 pub mod compare;
 pub mod engine;
 pub mod metrics;
+#[cfg(feature = "plots")]
 pub mod plot;
 pub mod predict;
 pub mod workload;

@@ -352,7 +352,8 @@ pub fn predict(
         PredictionSourceConfig::Model { bundle, reading } => {
             let model = load_model(bundle, *reading)?;
             // Only a policy that reads interval classes as its own classes needs the model's.
-            let built = Policy::from_config(policy, &HashMap::new()).map_err(|e| invalid("policy", e.to_string()))?;
+            let built = Policy::from_config(policy, &HashMap::new(), &placement::Registry::standard())
+                .map_err(|e| invalid("policy", e.to_string()))?;
             let with_interval = built.reads_interval_classes();
             if with_interval {
                 let policy_cutoffs = built.classes().cutoffs_s().to_vec();

@@ -27,10 +27,11 @@ pub use follow::UndoError;
 pub use stats::AllocatorStats;
 
 use crate::defrag::Drain;
-use crate::host_state::{self, HostStatePolicy};
+use crate::host_state::HostStatePolicy;
 use crate::journal::Change;
 use crate::lifetime::{HostLifetime, OrderedTime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError};
+use crate::registry::Registry;
 use crate::reprediction::{RepredictionConfig, Repredictions};
 use crate::rules::{HostView, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
@@ -85,8 +86,6 @@ pub enum AllocatorError {
     Inventory(#[from] StateError),
     #[error("the inventory has no host")]
     NoHosts,
-    #[error("policy state `{0}` is not a registered stateful policy")]
-    UnknownHostState(&'static str),
 }
 
 /// A request that contradicts what is already placed.
@@ -132,17 +131,24 @@ pub struct Allocator {
 }
 
 impl Allocator {
+    /// An allocator under `config`'s policy, built from the standard rules and presets.
     pub fn new(spec: &InventorySpec, config: &AllocatorConfig) -> Result<Self, AllocatorError> {
-        let policy = Policy::from_config(&config.policy, &config.compatibility)?;
+        Allocator::with_registry(spec, config, &Registry::standard())
+    }
+
+    /// An allocator whose policy may name the rules and presets of `registry` (an embedder's own).
+    pub fn with_registry(
+        spec: &InventorySpec,
+        config: &AllocatorConfig,
+        registry: &Registry,
+    ) -> Result<Self, AllocatorError> {
+        let policy = Policy::from_config(&config.policy, &config.compatibility, registry)?;
         let state = InventoryState::from_spec(spec)?;
         if state.hosts().is_empty() {
             return Err(AllocatorError::NoHosts);
         }
         let hosts = state.hosts().len();
-        let host_state = match policy.host_state() {
-            Some(name) => Some(host_state::create(name, hosts).ok_or(AllocatorError::UnknownHostState(name))?),
-            None => None,
-        };
+        let host_state = policy.create_host_state(hosts);
         Ok(Allocator {
             policy,
             state,

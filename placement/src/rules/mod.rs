@@ -6,40 +6,27 @@
 //! one cached evaluation ([`crate::select`]). Validators that read the tenant (spread) depend on the
 //! single request, so they are applied on top of the cached order instead of inside it.
 //!
-//! Every rule is registered under its name with its parameters ([`REGISTRY`], [`RegisteredRule`]),
-//! so that a policy is data: an ordered list of `{rule = "...", ...parameters}` entries in the
-//! allocator's TOML ([`crate::policy`]). Adding a rule is one file in this directory (the type, its
+//! Every rule is registered under its name with its parameters ([`crate::registry`],
+//! [`RegisteredRule`]), so that a policy is data: an ordered list of `{rule = "...", ...parameters}`
+//! entries in the allocator's TOML ([`crate::policy`]). Adding a rule is one module (the type, its
 //! [`PreferenceRule`] or [`ValidatorRule`] impl, its [`RegisteredRule`] impl and its tests) plus its
-//! `mod` line and its line in [`REGISTRY`]; `prefer_hardware.rs` is the worked example. The engine
-//! does not change.
+//! line in [`crate::registry::Registry::standard`], or in an embedder's own registry;
+//! `prefer_hardware.rs` is the worked example. The engine does not change.
 
 mod prefer_hardware;
 
+use crate::config::PolicyConfig;
+use crate::host_state::HostStateKind;
 use crate::lifetime::{ClassIndex, HostLifetime, LifetimeClasses};
-use crate::policy::PolicyConfig;
 use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
-use domain::{HostState, ResourceKind, Resources, RESOURCE_DIMS};
+use domain::{HostState, Resources};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Debug;
 
+pub use crate::config::{Buckets, FitWeights};
 pub use prefer_hardware::PreferHardware;
-
-/// Every rule a policy can name, with the function that builds it from its parameters.
-pub const REGISTRY: &[(&str, Builder)] = &[
-    (<HostAvailable as RegisteredRule>::NAME, build::<HostAvailable>),
-    (<HardwareCompatible as RegisteredRule>::NAME, build::<HardwareCompatible>),
-    (<FitsResources as RegisteredRule>::NAME, build::<FitsResources>),
-    (<TenantSpreadRule as RegisteredRule>::NAME, build::<TenantSpreadRule>),
-    (<PreferNonEmpty as RegisteredRule>::NAME, build::<PreferNonEmpty>),
-    (<BestFit as RegisteredRule>::NAME, build::<BestFit>),
-    (<DynamicBestFit as RegisteredRule>::NAME, build::<DynamicBestFit>),
-    (<LifetimeAlignment as RegisteredRule>::NAME, build::<LifetimeAlignment>),
-    (<TemporalCost as RegisteredRule>::NAME, build::<TemporalCost>),
-    (<crate::lava::LavaPreference as RegisteredRule>::NAME, build::<crate::lava::LavaPreference>),
-    (<PreferHardware as RegisteredRule>::NAME, build::<PreferHardware>),
-];
 
 /// Builds a registered rule from its parameters (the entry's fields other than `rule`).
 pub type Builder = fn(serde_json::Value, &RuleContext) -> Result<BuiltRule, String>;
@@ -89,14 +76,10 @@ pub trait RegisteredRule {
 #[serde(deny_unknown_fields)]
 pub struct NoParams {}
 
-fn build<R: RegisteredRule>(params: serde_json::Value, context: &RuleContext) -> Result<BuiltRule, String> {
+/// The [`Builder`] of a registered rule: its parameters decoded, then [`RegisteredRule::build`].
+pub fn build<R: RegisteredRule>(params: serde_json::Value, context: &RuleContext) -> Result<BuiltRule, String> {
     let params = serde_json::from_value(params).map_err(|e| e.to_string())?;
     R::build(params, context)
-}
-
-/// The builder of the rule named `name`.
-pub fn registered(name: &str) -> Option<Builder> {
-    REGISTRY.iter().find(|(n, _)| *n == name).map(|(_, build)| *build)
 }
 
 /// A trait of the request that a rule may read.
@@ -180,8 +163,9 @@ pub trait PreferenceRule: Debug + Send + Sync {
     }
 
     /// The kind of per-host policy state the rule reads ([`crate::host_state`]), which the
-    /// allocator then keeps; at most one kind per policy.
-    fn host_state(&self) -> Option<&'static str> {
+    /// allocator then keeps; at most one kind per policy. The rule brings its state with it, so
+    /// registering the rule is all a stateful policy needs.
+    fn host_state(&self) -> Option<HostStateKind> {
         None
     }
 
@@ -290,101 +274,6 @@ impl PreferenceRule for PreferNonEmpty {
     }
     fn score(&self, host: &HostView, _: &RuleRequest) -> u32 {
         u32::from(host.record.is_empty())
-    }
-}
-
-/// How a continuous score in [0, 1] is quantized.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Buckets {
-    /// `ceil(S * k)`: k buckets (plus 0 for a perfect fit).
-    Quantized(u32),
-    /// No quantization (k = infinity): exact best fit.
-    Exact,
-}
-
-impl Buckets {
-    /// Resolution of the exact score: far finer than any two distinct fits differ by.
-    const EXACT_STEPS: f64 = 1e9;
-
-    pub fn quantize(self, score: f64) -> u32 {
-        let score = score.clamp(0.0, 1.0);
-        match self {
-            Buckets::Quantized(k) => (score * f64::from(k)).ceil() as u32,
-            Buckets::Exact => (score * Self::EXACT_STEPS).round() as u32,
-        }
-    }
-}
-
-impl Serialize for Buckets {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Buckets::Quantized(k) => serializer.serialize_u32(*k),
-            Buckets::Exact => serializer.serialize_str("exact"),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Buckets {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Wire {
-            Count(u32),
-            Name(String),
-        }
-        match Wire::deserialize(deserializer)? {
-            Wire::Count(k) if k >= 1 => Ok(Buckets::Quantized(k)),
-            Wire::Name(name) if name == "exact" => Ok(Buckets::Exact),
-            _ => Err(serde::de::Error::custom("buckets must be a whole number >= 1 or \"exact\"")),
-        }
-    }
-}
-
-/// Weights of the resource dimensions in the best-fit score; higher for scarcer resources.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FitWeights {
-    pub cores: f64,
-    pub memory_gib: f64,
-    pub ssd_gib: f64,
-}
-
-impl Default for FitWeights {
-    /// CPU is the usual bottleneck (paper 001 s6.2), so it weighs twice memory; SSD is ignored.
-    fn default() -> Self {
-        FitWeights { cores: 2.0, memory_gib: 1.0, ssd_gib: 0.0 }
-    }
-}
-
-impl FitWeights {
-    fn as_array(&self) -> [f64; RESOURCE_DIMS] {
-        let mut weights = [0.0; RESOURCE_DIMS];
-        weights[ResourceKind::Cores.index()] = self.cores;
-        weights[ResourceKind::MemoryGib.index()] = self.memory_gib;
-        weights[ResourceKind::SsdGib.index()] = self.ssd_gib;
-        weights
-    }
-
-    /// Weighted share of the host left free after placing `demand`, in [0, 1]: 0 is a perfect fit.
-    /// Dimensions the host has none of are left out.
-    pub fn leftover_share(&self, capacity: &Resources, free: &Resources, demand: &Resources) -> f64 {
-        let weights = self.as_array();
-        let (mut sum, mut total) = (0.0, 0.0);
-        for kind in ResourceKind::ALL {
-            let cap = capacity.base(kind);
-            let weight = weights[kind.index()];
-            if cap == 0 || weight <= 0.0 {
-                continue;
-            }
-            let left = free.base(kind).saturating_sub(demand.base(kind));
-            sum += weight * left as f64 / cap as f64;
-            total += weight;
-        }
-        if total > 0.0 {
-            sum / total
-        } else {
-            0.0
-        }
     }
 }
 

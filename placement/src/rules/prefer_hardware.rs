@@ -73,7 +73,7 @@ mod tests {
     fn built(params: serde_json::Value) -> Result<BuiltRule, String> {
         let policy = PolicyConfig::default();
         let context = RuleContext { policy: &policy, compatibility: &HashMap::new() };
-        super::super::registered("prefer-hardware").expect("registered")(params, &context)
+        crate::registry::Registry::standard().rule("prefer-hardware").expect("registered")(params, &context)
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use super::{run_agents, AgentsConfig, AgentsResult, Assignment, Avoidance, Lag, OnFailure, RetryMode};
 use crate::compare::Spread;
 use crate::engine::{SimConfig, SimError};
+#[cfg(feature = "plots")]
 use crate::plot::{self, Panel, RangedSeries};
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
@@ -304,12 +305,14 @@ pub fn markdown(sweep: &Sweep) -> String {
     out
 }
 
+#[cfg(feature = "plots")]
 /// The plot: conflict rate and packing density lost against the number of agents, one line per
 /// lag, whiskers over the seeds' range.
 pub fn plot(sweep: &Sweep, path: &Path) -> Result<(), plot::PlotError> {
     plot_many(&[("", sweep)], &sweep.title, path)
 }
 
+#[cfg(feature = "plots")]
 /// [`plot`] of several sweeps in one figure (e.g. with and without conflict avoidance): one line
 /// per sweep and lag, named by the sweep's label and the lag.
 pub fn plot_many(sweeps: &[(&str, &Sweep)], title: &str, path: &Path) -> Result<(), plot::PlotError> {
@@ -351,7 +354,7 @@ pub fn plot_many(sweeps: &[(&str, &Sweep)], title: &str, path: &Path) -> Result<
     plot::panels_log2_svg(path, title, "agents (N)", &panels)
 }
 
-/// Writes `results.json`, `summary.md` and `agents.svg` into `dir`.
+/// Writes `results.json`, `summary.md` and (with the `plots` feature) `agents.svg` into `dir`.
 pub fn write_outputs(sweep: &Sweep, dir: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let json = dir.join("results.json");
@@ -359,7 +362,13 @@ pub fn write_outputs(sweep: &Sweep, dir: &Path) -> Result<Vec<PathBuf>, String> 
     std::fs::write(&json, text).map_err(|e| format!("writing {}: {e}", json.display()))?;
     let summary = dir.join("summary.md");
     std::fs::write(&summary, markdown(sweep)).map_err(|e| format!("writing {}: {e}", summary.display()))?;
-    let svg = dir.join("agents.svg");
-    plot(sweep, &svg).map_err(|e| e.to_string())?;
-    Ok(vec![json, summary, svg])
+    #[cfg_attr(not(feature = "plots"), allow(unused_mut))]
+    let mut written = vec![json, summary];
+    #[cfg(feature = "plots")]
+    {
+        let svg = dir.join("agents.svg");
+        plot(sweep, &svg).map_err(|e| e.to_string())?;
+        written.push(svg);
+    }
+    Ok(written)
 }

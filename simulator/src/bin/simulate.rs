@@ -190,7 +190,7 @@ struct RunArgs {
     max_vms: Option<usize>,
 
     /// Placement policy: one of the library's presets (a policy of your own rules goes in --config).
-    #[arg(long, value_parser = PossibleValuesParser::new(placement::policy::preset_names()))]
+    #[arg(long, value_parser = PossibleValuesParser::new(placement::Registry::standard().preset_names()))]
     policy: Option<String>,
     /// Best-fit buckets: a number, or `exact` (no quantization).
     #[arg(long)]

@@ -7,8 +7,8 @@ use lifetime_model::bundle::{
 };
 use lifetime_model::features::FeatureGroup;
 use lifetime_model::survival::LifetimeReading;
-use lifetime_model::train::{train_bundle, FeatureChoice, TrainConfig, TrainData};
 use lifetime_model::RequestFeatures;
+use lifetime_train::train::{train_bundle, FeatureChoice, TrainConfig, TrainData};
 use traces::synthetic::{generate, SyntheticConfig};
 
 fn quick_config() -> TrainConfig {

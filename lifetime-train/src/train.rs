@@ -11,27 +11,27 @@
 //! long-lived classifier's AUC) and each model's number of rounds (early stopping), then refits the
 //! models on the whole training period with those rounds.
 //!
-//! The survival model ([`crate::survival`]) is a fourth LightGBM model: a binary hazard per
+//! The survival model ([`lifetime_model::survival`]) is a fourth LightGBM model: a binary hazard per
 //! person-period row (one row per VM and lifetime interval it was alive at the start of), so that
 //! every VM counts, censored ones included, each for the intervals it was seen to outlive. A validation slice of a few hours
 //! (the former last tenth) is so noisy that early stopping on it kept 2-18 trees; a quarter of the
 //! period, and a refit that also learns from it, does not waste the most recent data.
 
-use crate::bundle::{
+use lifetime_model::bundle::{
     sha256_hex, LifetimeModel, Manifest, ProbeCase, TrainingWindow, BINARY_MODEL_FILE, FEATURE_STORE_FILE,
     FORMAT_VERSION, MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE, SURVIVAL_MODEL_FILE,
 };
-use crate::dataset::{replay, ObservedLifetime, ReplayedTrace};
-use crate::features::{encode_uptime, FeatureGroup, FeatureSchema, RequestFeatures, SchemaBuilder};
-use crate::gbdt::{OutputTransform, TreeEnsemble};
-use crate::history::FeatureStore;
-use crate::metrics::{brier_at, harrell_c, uno_c, KaplanMeier, Scored};
-use crate::report::{
+use lifetime_model::dataset::{replay, ObservedLifetime, ReplayedTrace};
+use lifetime_model::features::{encode_uptime, FeatureGroup, FeatureSchema, RequestFeatures, SchemaBuilder};
+use lifetime_model::gbdt::{OutputTransform, TreeEnsemble};
+use lifetime_model::history::FeatureStore;
+use lifetime_model::metrics::{brier_at, harrell_c, uno_c, KaplanMeier, Scored};
+use lifetime_model::report::{
     AgeConcordance, BinaryReport, CalibrationPoint, Concordance, EvaluationReport, ExitTimeReport, FeatureCandidate,
     FeatureSelection, ModelRounds, MulticlassReport, ReadingCandidate, RemainingReport, RepredictionCurve,
     SurvivalReport, ValidationReport, RECALL_LEVELS,
 };
-use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
+use lifetime_model::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use lightgbm3::{Booster, Dataset};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -118,7 +118,7 @@ impl Default for TrainConfig {
             num_leaves: 63,
             max_remaining_vms: 150_000,
             max_hazard_rows_per_interval: 50_000,
-            survival_edges_s: crate::survival::default_edges_s(),
+            survival_edges_s: lifetime_model::survival::default_edges_s(),
             survival_reading: ServedReading::Fixed(LifetimeReading::default()),
             threads: 2,
             seed: 7,
@@ -131,7 +131,7 @@ pub enum TrainError {
     #[error("LightGBM: {0}")]
     LightGbm(#[from] lightgbm3::Error),
     #[error("the trained model does not parse back: {0}")]
-    Parse(#[from] crate::gbdt::GbdtError),
+    Parse(#[from] lifetime_model::gbdt::GbdtError),
     #[error("writing {path}: {source}")]
     Write {
         path: PathBuf,
@@ -139,7 +139,7 @@ pub enum TrainError {
         source: std::io::Error,
     },
     #[error("the written bundle does not load: {0}")]
-    Reload(#[from] crate::bundle::BundleError),
+    Reload(#[from] lifetime_model::bundle::BundleError),
     #[error("not enough data: {0}")]
     NotEnoughData(String),
     #[error("invalid configuration: {0}")]
@@ -1205,7 +1205,7 @@ fn evaluate_multiclass(
     for &i in eval_idx {
         let Some(truth) = replayed.full_label[i].interval_class(cutoffs) else { continue };
         model.predict_into(replayed.row(i), &mut probabilities);
-        let predicted = crate::argmax(&probabilities);
+        let predicted = lifetime_model::argmax(&probabilities);
         examples += 1;
         exact += usize::from(predicted == truth);
         near += usize::from(predicted.abs_diff(truth) <= 1);
@@ -1255,7 +1255,7 @@ fn evaluate_remaining(
                     let predicted_total = uptime + 10f64.powf(model.predict(&row));
                     (predicted_total >= threshold, life >= threshold)
                 });
-                crate::metrics::Confusion::from_pairs(pairs.collect::<Vec<_>>()).f1()
+                lifetime_model::metrics::Confusion::from_pairs(pairs.collect::<Vec<_>>()).f1()
             })
             .collect();
         curves.push(RepredictionCurve { threshold_s: threshold, positives, vms: completed.len(), f1_by_quantile });
@@ -1342,8 +1342,8 @@ fn write_file(dir: &Path, file: &str, contents: Vec<u8>) -> Result<(), TrainErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::{FeatureKind, OTHER};
     use domain::Priority;
+    use lifetime_model::features::{FeatureKind, OTHER};
     use traces::record::ExtraColumns;
 
     fn vm(vm_type: &str, start_s: f64, end_s: Option<f64>) -> VmRecord {

@@ -9,7 +9,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use lifetime_model::bundle::{seal, LoadLimits};
 use lifetime_model::features::FeatureGroup;
-use lifetime_model::train::{train_bundle, FeatureChoice, Progress, ServedReading, TrainConfig, TrainData};
+use lifetime_train::train::{train_bundle, FeatureChoice, Progress, ServedReading, TrainConfig, TrainData};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use traces::{TraceSource, VmRecord};
@@ -209,7 +209,7 @@ fn main() -> Result<()> {
 
     let report = manifest.evaluation.to_markdown();
     std::fs::write(out.join("evaluation.md"), &report).with_context(|| "writing evaluation.md")?;
-    if let Err(err) = manifest.evaluation.write_plots(&out) {
+    if let Err(err) = lifetime_train::plots::write_plots(&manifest.evaluation, &out) {
         eprintln!("warning: could not draw the plots: {err}");
     }
     println!("bundle {} (version {}) written to {}", manifest.name, manifest.version, out.display());

@@ -1,0 +1,222 @@
+//! The architecture's dependency invariants (ARCHITECTURE.md, "Architecture invariants"), checked on
+//! the real dependency graph with `cargo tree`: the libraries that hold domain logic link no HTTP
+//! stack, async runtime, database, LightGBM, CLI or plotting crate, and the services link no
+//! LightGBM. A dependency added where it does not belong fails here, naming the path that brought
+//! it in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+
+const HTTP: &[&str] = &["axum", "hyper", "reqwest", "tower", "tower-http"];
+const RUNTIME: &[&str] = &["tokio", "async-std", "smol"];
+const DATABASE: &[&str] = &["rusqlite", "libsqlite3-sys", "postgres", "tokio-postgres"];
+/// LightGBM and what builds its C++.
+const LIGHTGBM: &[&str] = &["lightgbm3", "lightgbm3-sys", "cmake", "bindgen"];
+/// What only a binary needs: argument parsing, progress bars, plots.
+const CLI_AND_PLOTS: &[&str] = &["clap", "indicatif", "plotters"];
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e sits in the workspace").to_owned()
+}
+
+/// Every crate `package` links (normal and build dependencies, its own features only), as `cargo
+/// tree` resolves them for a build of that package alone.
+fn linked_crates(package: &str, default_features: bool) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command.current_dir(workspace_root()).args([
+        "tree",
+        "--locked",
+        "-p",
+        package,
+        "-e",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]);
+    if !default_features {
+        command.arg("--no-default-features");
+    }
+    let output = command.output().expect("cargo tree runs");
+    assert!(output.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The forbidden crates `package` links, with `cargo tree -i` paths to show how.
+fn violations(package: &str, default_features: bool, forbidden: &[&[&str]]) -> Vec<String> {
+    let linked = linked_crates(package, default_features);
+    forbidden
+        .iter()
+        .flat_map(|set| set.iter())
+        .filter(|name| linked.contains(**name))
+        .map(|name| name.to_string())
+        .collect()
+}
+
+fn assert_clean(package: &str, default_features: bool, forbidden: &[&[&str]]) {
+    let found = violations(package, default_features, forbidden);
+    let flags = if default_features { "" } else { " --no-default-features" };
+    assert!(
+        found.is_empty(),
+        "{package} links {found:?}, which its layer must not (see how: cargo tree -p {package} -e normal,build{flags} -i {})",
+        found[0]
+    );
+}
+
+#[test]
+fn the_domain_libraries_link_no_http_runtime_database_lightgbm_cli_or_plots() {
+    let all: &[&[&str]] = &[HTTP, RUNTIME, DATABASE, LIGHTGBM, CLI_AND_PLOTS];
+    for package in ["domain", "placement", "lifetime-model"] {
+        assert_clean(package, true, all);
+    }
+    // The trace reader and the simulator as libraries: their CLIs (and the simulator's plots) are
+    // default features that an embedder turns off.
+    for package in ["traces", "simulator"] {
+        assert_clean(package, false, all);
+    }
+    // With their CLIs on they still link no HTTP, runtime or LightGBM.
+    assert_clean("simulator", true, &[HTTP, RUNTIME, LIGHTGBM]);
+}
+
+#[test]
+fn the_services_link_no_lightgbm() {
+    for package in ["allocator", "inference-server", "control-service", "replay"] {
+        assert_clean(package, true, &[LIGHTGBM]);
+    }
+}
+
+/// The check can fail: it sees what the crates that do link these crates link.
+#[test]
+fn the_check_sees_forbidden_crates_where_they_are() {
+    assert_eq!(violations("lifetime-train", true, &[LIGHTGBM]), ["lightgbm3", "lightgbm3-sys", "cmake", "bindgen"]);
+    let allocator = violations("allocator", true, &[HTTP, RUNTIME, DATABASE]);
+    for expected in ["axum", "tokio", "rusqlite", "postgres"] {
+        assert!(allocator.iter().any(|c| c == expected), "allocator should link {expected}: {allocator:?}");
+    }
+    assert_eq!(violations("traces", true, &[CLI_AND_PLOTS]), ["clap", "indicatif"]);
+}
+
+/// The modules of a crate's `src/` by their top-level name, each with the top-level modules its
+/// non-test code names through `crate::` (a module's own submodules are itself).
+fn module_graph(crate_dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = workspace_root().join(crate_dir).join("src");
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut files = vec![src.clone()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path).expect("src is readable").map(|e| e.expect("a directory entry").path()),
+            );
+            continue;
+        }
+        let relative = path.strip_prefix(&src).expect("under src");
+        let top = relative
+            .components()
+            .next()
+            .expect("a file")
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if ["lib", "main", "bin", "tests"].contains(&top.as_str())
+            || relative.ends_with("tests.rs")
+            || path.extension().is_none_or(|e| e != "rs")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        // Unit tests sit at the end of a file, behind `#[cfg(test)]`; comments (doc links) import nothing.
+        let code: String = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let uses = graph.entry(top.clone()).or_default();
+        for (index, _) in code.match_indices("crate::") {
+            let after = &code[index + "crate::".len()..];
+            let name: String = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            // `use crate::{a, b::c}` names several.
+            let names: Vec<String> = if after.starts_with('{') {
+                let group = &after[1..after.find('}').unwrap_or(after.len())];
+                group
+                    .split(',')
+                    .filter_map(|item| item.trim().split("::").next())
+                    .map(|s| s.trim().to_owned())
+                    .collect()
+            } else {
+                vec![name]
+            };
+            uses.extend(names.into_iter().filter(|n| !n.is_empty() && *n != top));
+        }
+    }
+    let modules: BTreeSet<String> = graph.keys().cloned().collect();
+    for uses in graph.values_mut() {
+        uses.retain(|m| modules.contains(m));
+    }
+    graph
+}
+
+/// A cycle of the graph, if it has one (depth-first search).
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+fn assert_no_import_circle(crate_dir: &str) {
+    let graph = module_graph(crate_dir);
+    assert!(graph.len() > 3, "{crate_dir}: modules not found");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("{crate_dir}: an import circle between modules: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn no_import_circles_between_the_modules_of_placement() {
+    assert_no_import_circle("placement");
+}
+
+#[test]
+fn the_circle_check_finds_a_circle() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]
+        .into_iter()
+        .map(|(from, to)| (from.to_owned(), BTreeSet::from([to.to_owned()])))
+        .collect();
+    assert_eq!(find_cycle(&graph), Some(["a", "b", "c", "a"].map(String::from).to_vec()));
+    let acyclic: BTreeMap<String, BTreeSet<String>> =
+        [("a", "b"), ("b", "c")].into_iter().map(|(f, t)| (f.to_owned(), BTreeSet::from([t.to_owned()]))).collect();
+    assert_eq!(find_cycle(&acyclic), None);
+}
