@@ -11,63 +11,23 @@
 // Handlers return early with a ready `Response` (a problem body); it is built once per request.
 #![allow(clippy::result_large_err)]
 
-use crate::auth::{ApiKeys, AuthError, Caller};
-use crate::inference::InferenceClient;
-use crate::predictions::Resolver;
-use crate::rate_limit::RateLimiter;
-use crate::upstream::{Allocators, Answer, UpstreamError};
+use crate::auth::Caller;
+use crate::control::{micros, unix_now_s, AllocateFailure, Allocated, Control};
+pub use crate::http::AppState;
+use crate::http::{authorize, field_problem, invalid_field, operator, pass_through, request_id, upstream_failure};
+use crate::upstream::{Answer, UpstreamError};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use domain::problem::FieldProblem;
-use domain::{
-    AllocationDecision, AllocationOutcome, AllocationRequest, ControlDecision, ControlStats, HistoryEvent, Problem,
-    StageLatency, ValidationLimits, VmPrediction, ZoneId, ZoneStats,
-};
+use domain::{AllocationRequest, ControlStats, HistoryEvent, StageLatency, VmPrediction, ZoneId};
 use serde::Deserialize;
-use service_common::layers::REQUEST_ID_HEADER;
-use service_common::problem::{json_body, problem, problem_response};
-use service_common::telemetry::PrometheusHandle;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use service_common::problem::{json_body, problem};
+use std::time::Instant;
 use utoipa::OpenApi;
-
-/// Everything the handlers share.
-pub struct Control {
-    pub resolver: Resolver<InferenceClient>,
-    pub allocators: Allocators,
-    pub default_zone: ZoneId,
-    pub limits: ValidationLimits,
-    /// Origin of the safeguard's and the rate limiter's monotonic clock.
-    pub started: Instant,
-    pub counters: Counters,
-    pub keys: ApiKeys,
-    pub rate_limiter: RateLimiter,
-    /// How far a tenant's `requested_at_s` may be from the server's clock, in seconds.
-    pub max_skew_s: f64,
-    /// The console's figures over time.
-    pub timeline: crate::timeline::Timeline,
-}
-
-/// Request outcomes since start.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub requests: AtomicU64,
-    pub placed: AtomicU64,
-    pub rejected: AtomicU64,
-    pub failed: AtomicU64,
-}
-
-#[derive(Clone)]
-pub struct AppState {
-    pub control: Arc<Control>,
-    pub metrics: Option<PrometheusHandle>,
-}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -224,58 +184,6 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     problem(StatusCode::NOT_FOUND, "not-found", "Not found", format!("no route for `{}`", uri.path()))
 }
 
-pub(crate) fn unix_now_s() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn request_id(headers: &HeaderMap) -> Option<&str> {
-    headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok())
-}
-
-pub(crate) fn invalid_field(field: String, message: String) -> Response {
-    field_problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", field, message)
-}
-
-fn field_problem(status: StatusCode, kind: &str, title: &str, field: String, message: String) -> Response {
-    let mut body = Problem::new(status.as_u16(), kind, title, format!("field `{field}`: {message}"));
-    body.errors.push(FieldProblem { field, message });
-    problem_response(body)
-}
-
-/// The caller of a request (401 without a valid key), after its tenant's rate limit (429).
-fn authorize(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let caller = control.keys.authenticate(authorization).map_err(|error| {
-        metrics::counter!("control_auth_failures_total", "reason" => match error {
-            AuthError::Missing => "missing",
-            AuthError::Unknown => "unknown",
-        })
-        .increment(1);
-        let mut response = problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", error.to_string());
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        response
-    })?;
-    if let Some(tenant) = caller.tenant() {
-        if let Err(wait) = control.rate_limiter.check(tenant, control.started.elapsed().as_secs_f64()) {
-            metrics::counter!("control_rate_limited_total").increment(1);
-            let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
-            let mut response = problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate-limited",
-                "Too many requests",
-                format!("tenant `{tenant}` is over its request rate; retry in {retry_after_s} s"),
-            );
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
-            return Err(response);
-        }
-    }
-    Ok(caller)
-}
-
 /// A tenant key places only its own tenant's VMs (403 naming the field otherwise), and its request
 /// times are the server's clock: a client's `requested_at_s` must be within the allowed skew (422
 /// naming the field), so no client steers its prediction through the time features.
@@ -351,44 +259,6 @@ fn check_public_request(control: &Control, request: &AllocationRequest) -> Resul
     Ok(zone)
 }
 
-pub(crate) fn upstream_failure(error: UpstreamError) -> Response {
-    let detail = error.to_string();
-    match error {
-        UpstreamError::Timeout { .. } => problem(
-            StatusCode::GATEWAY_TIMEOUT,
-            "allocator-timeout",
-            "Allocator timed out",
-            format!("{detail}; the outcome is unknown, and retrying with the same VM ids is safe"),
-        ),
-        // The failure already counted against the allocator's health (`Allocators::send`).
-        UpstreamError::Unreachable { .. } => {
-            let mut response =
-                problem(StatusCode::BAD_GATEWAY, "allocator-unreachable", "Allocator unreachable", detail);
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            response
-        }
-        UpstreamError::UnknownZone(_) => {
-            problem(StatusCode::UNPROCESSABLE_ENTITY, "unknown-zone", "Unknown zone", detail)
-        }
-    }
-}
-
-/// An allocator answer passed on as it came.
-pub(crate) fn pass_through(answer: Answer) -> Response {
-    let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut response = (status, answer.body).into_response();
-    for (name, value) in [(header::CONTENT_TYPE, answer.content_type), (header::RETRY_AFTER, answer.retry_after)] {
-        if let Some(value) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
-            response.headers_mut().insert(name, value);
-        }
-    }
-    response
-}
-
-fn record_stage(stage: &'static str, us: u64) {
-    metrics::histogram!("control_stage_duration_seconds", "stage" => stage).record(us as f64 / 1e6);
-}
-
 /// Places a VM (`{"vm": {...}}`) or a tenant gang (`{"gang": {...}}`) in the request's zone (the
 /// default zone when it names none), with a lifetime prediction for every VM.
 ///
@@ -431,91 +301,19 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
         return response;
     }
     let validate_us = micros(started.elapsed());
-    control.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let request_id = request_id(&headers);
-
-    let clock_s = control.started.elapsed().as_secs_f64();
-    let resolved = control.resolver.resolve(request.vms(), arrival_s, clock_s, request_id).await;
-    for (vm, prediction) in request.vms_mut().iter_mut().zip(&resolved.predictions) {
-        vm.prediction = Some(prediction.clone());
-    }
-
-    let forwarded = Instant::now();
-    let answer = control.allocators.allocate(&zone, &request, request_id).await;
-    let allocator_us = micros(forwarded.elapsed());
-    record_stage("validate", validate_us);
-    record_stage("cache", resolved.cache_us);
-    if resolved.inference_us > 0 {
-        record_stage("inference", resolved.inference_us);
-    }
-    record_stage("allocator", allocator_us);
-
-    let answer = match answer {
-        Ok(answer) => answer,
-        Err(error) => {
-            control.counters.failed.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
-            return upstream_failure(error);
+    match control.allocate(zone, request, arrival_s, request_id(&headers), started, validate_us).await {
+        Ok(Allocated { status, decision }) => {
+            (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), Json(decision)).into_response()
         }
-    };
-    if !matches!(answer.status.as_u16(), 200 | 201) {
-        control.counters.failed.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
-        return pass_through(answer);
+        Err(AllocateFailure::Upstream(error)) => upstream_failure(error),
+        Err(AllocateFailure::Refused(answer)) => pass_through(answer),
+        Err(AllocateFailure::Unreadable { zone, status, error }) => problem(
+            StatusCode::BAD_GATEWAY,
+            "bad-allocator-answer",
+            "Unreadable allocator answer",
+            format!("the allocator of zone `{zone}` answered {status} with an unreadable decision: {error}"),
+        ),
     }
-    let decision: AllocationDecision = match serde_json::from_slice(&answer.body) {
-        Ok(decision) => decision,
-        Err(error) => {
-            control.counters.failed.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(%error, "unreadable decision from the allocator");
-            return problem(
-                StatusCode::BAD_GATEWAY,
-                "bad-allocator-answer",
-                "Unreadable allocator answer",
-                format!(
-                    "the allocator of zone `{zone}` answered {} with an unreadable decision: {error}",
-                    answer.status
-                ),
-            );
-        }
-    };
-    if let AllocationOutcome::Placed { placements } = &decision.outcome {
-        if !decision.replayed {
-            for (vm, placement) in request.vms().iter().zip(placements) {
-                control.record_history(HistoryEvent::Started {
-                    vm_id: placement.vm_id.to_string(),
-                    tenant_id: vm.tenant_id.to_string(),
-                    vm_type: vm.vm_type.to_string(),
-                    at_s: vm.requested_at_s.unwrap_or(arrival_s),
-                });
-            }
-        }
-    }
-    let (counter, outcome) = if decision.is_placed() {
-        (&control.counters.placed, "placed")
-    } else {
-        (&control.counters.rejected, "rejected")
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
-    metrics::counter!("control_requests_total", "outcome" => outcome).increment(1);
-
-    let predictions = request
-        .vms()
-        .iter()
-        .zip(resolved.predictions)
-        .map(|(vm, prediction)| VmPrediction { vm_id: vm.vm_id.clone(), prediction })
-        .collect();
-    let total_us = micros(started.elapsed());
-    record_stage("total", total_us);
-    let latency_us = StageLatency {
-        validate_us,
-        cache_us: resolved.cache_us,
-        inference_us: resolved.inference_us,
-        allocator_us,
-        total_us,
-    };
-    let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::OK);
-    (status, Json(ControlDecision { zone, decision, predictions, latency_us })).into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -692,52 +490,6 @@ async fn lookup(
     vm_call(&state, &headers, vm_id, query, VmCall::Lookup).await
 }
 
-impl Control {
-    /// Feeds an arrival or an exit to the inference servers' tenant history, if they are fed.
-    pub fn record_history(&self, event: HistoryEvent) {
-        if let Some(feed) = self.resolver.predictor().history() {
-            feed.record(event);
-        }
-    }
-
-    /// Takes a sample of the counters and the zones' occupancy for the console's timeline.
-    pub async fn sample_timeline(&self) {
-        let stats = self.stats(None).await;
-        self.timeline.push(crate::timeline::sample(&stats, unix_now_s()));
-    }
-
-    /// The control service's counters and each zone's allocator statistics.
-    pub async fn stats(&self, request_id: Option<&str>) -> ControlStats {
-        let mut zones = std::collections::BTreeMap::new();
-        for (zone, agents) in self.allocators.zones() {
-            let all = agents.iter().map(|a| a.base.as_str()).collect::<Vec<_>>().join(", ");
-            let (allocator, stats, error) = match self.allocators.stats(zone, request_id).await {
-                Ok(answer) if answer.status.is_success() => match serde_json::from_slice(&answer.body) {
-                    Ok(value) => (answer.agent, Some(value), None),
-                    Err(error) => (answer.agent, None, Some(format!("unreadable statistics: {error}"))),
-                },
-                Ok(answer) => (answer.agent, None, Some(format!("the allocator answered {}", answer.status))),
-                Err(error) => (all, None, Some(error.to_string())),
-            };
-            zones.insert(zone.to_string(), ZoneStats { allocator, stats, error });
-        }
-        let clock_s = self.started.elapsed().as_secs_f64();
-        ControlStats {
-            requests: self.counters.requests.load(Ordering::Relaxed),
-            placed: self.counters.placed.load(Ordering::Relaxed),
-            rejected: self.counters.rejected.load(Ordering::Relaxed),
-            failed: self.counters.failed.load(Ordering::Relaxed),
-            cache: self.resolver.cache().stats(),
-            predictions_by_source: self.resolver.counts_by_source(),
-            fallbacks: self.resolver.fallbacks_by_reason(),
-            safeguard: self.resolver.safeguard().status(clock_s),
-            inference_servers: self.resolver.predictor().health(),
-            zones,
-            quality: self.resolver.quality().map(|watch| watch.status()).unwrap_or_default(),
-        }
-    }
-}
-
 /// Counters of the control service (requests, cache, predictions by source, fallbacks by reason,
 /// safeguard) and each zone's allocator statistics (`zones.<zone>.stats`). Fleet-wide: the
 /// operator's key (or open mode) only.
@@ -751,22 +503,6 @@ async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match operator(&state.control, &headers) {
         Ok(_) => Json(state.control.stats(request_id(&headers)).await).into_response(),
         Err(response) => response,
-    }
-}
-
-/// The caller of a fleet-wide read (statistics, the zone views): the operator's key or open mode;
-/// 401 without a valid key, 403 for a tenant key.
-pub(crate) fn operator(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
-    let caller = authorize(control, headers)?;
-    if caller.is_operator() {
-        Ok(caller)
-    } else {
-        Err(problem(
-            StatusCode::FORBIDDEN,
-            "operator-only",
-            "Operator only",
-            "fleet-wide statistics and the zone views need the operator's API key",
-        ))
     }
 }
 

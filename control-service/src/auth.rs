@@ -5,9 +5,69 @@
 //! A presented key is hashed and compared with every stored hash in constant time, so neither the
 //! timing of a comparison nor of a lookup tells an attacker anything about a stored key.
 
-use crate::config::{ApiKeyConfig, AuthConfig, AuthMode, ConfigError, KeysFile};
 use domain::TenantId;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+
+/// Whether callers must present an API key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthMode {
+    /// No authentication: every caller acts as the operator. For local demos only; logged loudly.
+    Open,
+    /// Every call of the public API needs `Authorization: Bearer <key>` of a configured key.
+    Keys,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `open` or `keys`. Unset: `keys` when any key is configured (here or in `keys_file`), else
+    /// `open`.
+    pub mode: Option<AuthMode>,
+    /// API keys, by their SHA-256 (never the key itself).
+    pub keys: Vec<ApiKeyConfig>,
+    /// A TOML file of more keys (`[[keys]]` entries like `auth.keys`), relative to this config
+    /// file's directory; kept apart so that the keys can be managed without the rest.
+    pub keys_file: Option<PathBuf>,
+}
+
+/// One API key: its hash and whom it acts for (a tenant, or the operator).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`).
+    pub sha256: String,
+    /// The tenant this key acts as; exactly one of `tenant` and `admin = true`.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// An operator key: acts for any tenant, sets request times freely (trace replays), reads
+    /// `/v1/stats`, and is not rate limited.
+    #[serde(default)]
+    pub admin: bool,
+    /// A name for logs (the key is never logged).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// The file named by `auth.keys_file`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysFile {
+    pub keys: Vec<ApiKeyConfig>,
+}
+
+/// Why the `[auth]` settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+}
 
 /// The caller of one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,11 +145,11 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(difference) == 0
 }
 
-fn invalid(field: String, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { field, message: message.into() }
+fn invalid(field: String, message: impl Into<String>) -> KeysError {
+    KeysError::Invalid { field, message: message.into() }
 }
 
-fn stored(entry: &ApiKeyConfig, field: &str) -> Result<StoredKey, ConfigError> {
+fn stored(entry: &ApiKeyConfig, field: &str) -> Result<StoredKey, KeysError> {
     let sha256 = from_hex(&entry.sha256).ok_or_else(|| {
         invalid(
             format!("{field}.sha256"),
@@ -115,16 +175,16 @@ impl ApiKeys {
     }
 
     /// The keys of the config and of its keys file, and the mode.
-    pub fn from_config(config: &AuthConfig) -> Result<Self, ConfigError> {
+    pub fn from_config(config: &AuthConfig) -> Result<Self, KeysError> {
         let mut keys = Vec::new();
         for (i, entry) in config.keys.iter().enumerate() {
             keys.push(stored(entry, &format!("auth.keys[{i}]"))?);
         }
         if let Some(path) = &config.keys_file {
             let text =
-                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                std::fs::read_to_string(path).map_err(|source| KeysError::Read { path: path.to_owned(), source })?;
             let file: KeysFile = toml::from_str(&text)
-                .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+                .map_err(|e| KeysError::Parse { path: path.to_owned(), message: e.to_string() })?;
             for (i, entry) in file.keys.iter().enumerate() {
                 keys.push(stored(entry, &format!("{}: keys[{i}]", path.display()))?);
             }

@@ -2,6 +2,8 @@
 //! content, which defaults to one zone on the allocator's default address). Documented, field by
 //! field, in `docs/control-service.md`.
 
+use crate::auth::ApiKeys;
+pub use crate::auth::{ApiKeyConfig, AuthConfig, AuthMode, KeysFile};
 use crate::health::HealthPolicy;
 use domain::ValidationLimits;
 use serde::{Deserialize, Serialize};
@@ -38,54 +40,6 @@ pub struct ControlConfig {
     /// Threads of the async runtime.
     pub runtime_threads: usize,
     pub http: LayerConfig,
-}
-
-/// Whether callers must present an API key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AuthMode {
-    /// No authentication: every caller acts as the operator. For local demos only; logged loudly.
-    Open,
-    /// Every call of the public API needs `Authorization: Bearer <key>` of a configured key.
-    Keys,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuthConfig {
-    /// `open` or `keys`. Unset: `keys` when any key is configured (here or in `keys_file`), else
-    /// `open`.
-    pub mode: Option<AuthMode>,
-    /// API keys, by their SHA-256 (never the key itself).
-    pub keys: Vec<ApiKeyConfig>,
-    /// A TOML file of more keys (`[[keys]]` entries like `auth.keys`), relative to this config
-    /// file's directory; kept apart so that the keys can be managed without the rest.
-    pub keys_file: Option<PathBuf>,
-}
-
-/// One API key: its hash and whom it acts for (a tenant, or the operator).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiKeyConfig {
-    /// Hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`).
-    pub sha256: String,
-    /// The tenant this key acts as; exactly one of `tenant` and `admin = true`.
-    #[serde(default)]
-    pub tenant: Option<String>,
-    /// An operator key: acts for any tenant, sets request times freely (trace replays), reads
-    /// `/v1/stats`, and is not rate limited.
-    #[serde(default)]
-    pub admin: bool,
-    /// A name for logs (the key is never logged).
-    #[serde(default)]
-    pub name: Option<String>,
-}
-
-/// The file named by `auth.keys_file`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct KeysFile {
-    pub keys: Vec<ApiKeyConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -409,6 +363,9 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    /// `[auth]`: a key, the keys file or the mode.
+    #[error(transparent)]
+    Keys(#[from] crate::auth::KeysError),
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -538,7 +495,7 @@ impl ControlConfig {
         if !(skew.is_finite() && skew >= 0.0) {
             return Err(invalid("request_time.max_skew_s", format!("must be a finite number >= 0, got {skew}")));
         }
-        crate::auth::ApiKeys::from_config(&self.auth)?;
+        ApiKeys::from_config(&self.auth)?;
         if self.http.request_timeout_ms <= self.inference.timeout_ms + self.allocator.timeout_ms {
             return Err(invalid(
                 "http.request_timeout_ms",

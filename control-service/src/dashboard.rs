@@ -9,7 +9,7 @@
 // Handlers return early with a ready `Response` (a problem body), as in `api`.
 #![allow(clippy::result_large_err)]
 
-use crate::api::{invalid_field, operator, pass_through, request_id, upstream_failure, AppState};
+use crate::http::{invalid_field, operator, pass_through, request_id, upstream_failure, AppState};
 use crate::upstream::encode_segment;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};

@@ -2,17 +2,20 @@
 //! client, round robin over the servers that are up. A call that cannot connect or gets a 5xx counts
 //! as a failure of that server (and the next one is tried, while the caller's budget lasts); after
 //! the configured run of consecutive failures the server is skipped until its readiness probes
-//! succeed again ([`crate::health`]).
+//! succeed again ([`crate::health`]). Also the rollout calls of the quality gate: the models the
+//! servers list, and carrying a canary decision out.
 
 use crate::health::{HealthPolicy, Upstream};
 use crate::history::HistoryFeed;
 use crate::predictions::{PredictError, Predictor};
+use crate::quality::ModelStatus;
 use domain::{
     HistoryEvent, HistoryRequest, InferenceServerHealth, LifetimePrediction, PredictRequest, PredictResponse,
 };
 use service_common::layers::REQUEST_ID_HEADER;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub struct InferenceClient {
     client: reqwest::Client,
@@ -88,6 +91,35 @@ impl InferenceClient {
 
     pub fn servers(&self) -> &[Arc<Upstream>] {
         &self.servers
+    }
+
+    /// The models the first server that answers lists (`GET /v1/models`).
+    pub async fn models(&self, timeout: Duration) -> Option<Vec<ModelStatus>> {
+        for server in &self.servers {
+            let Ok(response) = self.client.get(server.url("/v1/models")).timeout(timeout).send().await else {
+                continue;
+            };
+            if let Ok(models) = response.json::<Vec<ModelStatus>>().await {
+                return Some(models);
+            }
+        }
+        None
+    }
+
+    /// Carries a canary decision out on every server (`POST /v1/models/promote` or `/rollback`
+    /// with the admin token); returns the servers that did not take it.
+    pub async fn carry_out(&self, verdict: &str, token: &str, timeout: Duration) -> Vec<String> {
+        let path = format!("/v1/models/{verdict}");
+        let mut failures = Vec::new();
+        for server in &self.servers {
+            let sent = self.client.post(server.url(&path)).bearer_auth(token).timeout(timeout).send().await;
+            match sent {
+                Ok(response) if response.status().is_success() => {}
+                Ok(response) => failures.push(format!("{}: HTTP {}", server.base, response.status())),
+                Err(error) => failures.push(format!("{}: {error}", server.base)),
+            }
+        }
+        failures
     }
 
     pub fn health(&self) -> Vec<InferenceServerHealth> {

@@ -8,17 +8,21 @@
 //! [`rate_limit`] (per-tenant token buckets) decide who may call and how often; [`history`] feeds
 //! every arrival and exit to the inference servers' tenant history; [`quality`] gates a model whose
 //! realized quality falls below its floors and judges canaries by evidence; [`inference`] and
-//! [`upstream`] are the HTTP clients, [`health`] their readiness, [`api`] the axum layer and
-//! [`dashboard`] the operator's web console with its zone views, [`timeline`] its figures over time.
+//! [`upstream`] are the HTTP clients (every upstream call is theirs), [`health`] their readiness.
+//! [`control`] is the service's state and the allocate logic, with no HTTP in it; [`api`] is the
+//! axum layer over it, [`http`] what its handlers share, [`dashboard`] the operator's web console
+//! with its zone views, [`timeline`] its figures over time.
 
 pub mod api;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod control;
 pub mod dashboard;
 pub mod feature_key;
 pub mod health;
 pub mod history;
+pub mod http;
 pub mod inference;
 pub mod predictions;
 pub mod quality;

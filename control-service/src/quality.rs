@@ -16,14 +16,12 @@
 //! The decisions ([`QualityWatch::observe`], [`judge_canary`], [`merge_versions`]) are plain
 //! functions of their inputs; [`poll`] does the HTTP.
 
-use crate::api::Control;
 use crate::config::QualityConfig;
 use domain::quality::{CanaryDecision, QualityReport, QualityStatus, QualityTally, VersionQuality};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// What the inference servers serve: the stable model's version and the canary's, with its
 /// criteria when it is to be judged automatically.
@@ -51,12 +49,13 @@ pub struct AutoCanary {
 }
 
 /// One bundle as `GET /v1/models` lists it (the fields used here).
+/// One model as an inference server lists it (`GET /v1/models`).
 #[derive(Clone, Debug, Deserialize)]
-struct ModelStatus {
-    version: Option<String>,
-    state: String,
+pub struct ModelStatus {
+    pub version: Option<String>,
+    pub state: String,
     #[serde(default)]
-    auto: Option<AutoCanary>,
+    pub auto: Option<AutoCanary>,
 }
 
 /// The gate's state and the last figures; see the module documentation.
@@ -276,11 +275,9 @@ pub fn merge_versions(reports: &[QualityReport]) -> Vec<VersionQuality> {
         .collect()
 }
 
-/// The rollout as the first inference server that answers lists it.
-async fn rollout(control: &Control, http: &reqwest::Client, timeout: Duration) -> Option<RolloutView> {
-    for server in control.resolver.predictor().servers() {
-        let Ok(response) = http.get(server.url("/v1/models")).timeout(timeout).send().await else { continue };
-        let Ok(models) = response.json::<Vec<ModelStatus>>().await else { continue };
+impl RolloutView {
+    /// The rollout an inference server lists (`GET /v1/models`).
+    pub fn of(models: Vec<ModelStatus>) -> Self {
         let mut view = RolloutView::default();
         for model in models {
             match (model.state.as_str(), model.version) {
@@ -289,78 +286,12 @@ async fn rollout(control: &Control, http: &reqwest::Client, timeout: Duration) -
                 _ => {}
             }
         }
-        return Some(view);
-    }
-    None
-}
-
-/// Every zone's quality report (zones that do not answer are left out).
-async fn zone_reports(control: &Control) -> Vec<QualityReport> {
-    let mut reports = Vec::new();
-    for (zone, _) in control.allocators.zones() {
-        match control.allocators.quality(zone).await {
-            Ok(answer) if answer.status.is_success() => match serde_json::from_slice(&answer.body) {
-                Ok(report) => reports.push(report),
-                Err(error) => tracing::warn!(%zone, %error, "unreadable quality report"),
-            },
-            Ok(answer) => tracing::debug!(%zone, status = %answer.status, "no quality report"),
-            Err(error) => tracing::debug!(%zone, %error, "no quality report"),
-        }
-    }
-    reports
-}
-
-/// Carries a canary decision out on every inference server (`POST /v1/models/promote` or
-/// `/rollback` with the admin token).
-async fn apply(
-    control: &Control,
-    http: &reqwest::Client,
-    token: Option<&str>,
-    timeout: Duration,
-    decision: &mut CanaryDecision,
-) {
-    let Some(token) = token else {
-        decision.detail = Some("no `quality.inference_admin_token` configured: decided, not carried out".to_owned());
-        return;
-    };
-    let path = format!("/v1/models/{}", decision.verdict);
-    let mut failures = Vec::new();
-    for server in control.resolver.predictor().servers() {
-        let sent = http.post(server.url(&path)).bearer_auth(token).timeout(timeout).send().await;
-        match sent {
-            Ok(response) if response.status().is_success() => {}
-            Ok(response) => failures.push(format!("{}: HTTP {}", server.base, response.status())),
-            Err(error) => failures.push(format!("{}: {error}", server.base)),
-        }
-    }
-    decision.applied = failures.len() < control.resolver.predictor().servers().len();
-    if !failures.is_empty() {
-        decision.detail = Some(failures.join("; "));
+        view
     }
 }
 
-/// One round: the rollout, the zones' quality, the gate, and a canary decision if one is due.
-pub async fn poll(control: &Control, http: &reqwest::Client, timeout: Duration) {
-    let Some(watch) = control.resolver.quality() else { return };
-    let Some(view) = rollout(control, http, timeout).await else { return };
-    let versions = merge_versions(&zone_reports(control).await);
-    record_metrics(&view, &versions);
-    if let Some(mut decision) = watch.observe(&view, versions) {
-        let token = watch.config().inference_admin_token.clone();
-        apply(control, http, token.as_deref(), timeout, &mut decision).await;
-        tracing::info!(
-            verdict = %decision.verdict, canary = %decision.canary_version, stable = %decision.stable_version,
-            canary_average_precision = decision.canary_average_precision,
-            stable_average_precision = decision.stable_average_precision,
-            canary_resolved = decision.canary_resolved, stable_resolved = decision.stable_resolved,
-            margin = decision.margin, applied = decision.applied, detail = ?decision.detail,
-            "canary judged by its realized quality"
-        );
-        watch.record_decision(decision);
-    }
-}
-
-fn record_metrics(view: &RolloutView, versions: &[VersionQuality]) {
+/// Records the quality figures of the stable and the canary model as gauges.
+pub fn record_metrics(view: &RolloutView, versions: &[VersionQuality]) {
     for version in versions {
         let role = if view.stable.as_deref() == Some(version.version.as_str()) {
             "stable"

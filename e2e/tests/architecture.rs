@@ -205,8 +205,9 @@ fn assert_no_import_circle(crate_dir: &str) {
 }
 
 #[test]
-fn no_import_circles_between_the_modules_of_placement() {
+fn no_import_circles_between_the_modules_of_placement_or_the_control_service() {
     assert_no_import_circle("placement");
+    assert_no_import_circle("control-service");
 }
 
 #[test]

@@ -2,10 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use control_service::api::{router, AppState, Control, Counters};
+use control_service::api::{router, AppState};
 use control_service::auth::ApiKeys;
 use control_service::cache::PredictionCache;
 use control_service::config::{ControlConfig, ZoneConfig};
+use control_service::control::{Control, Counters};
 use control_service::health::spawn_probes;
 use control_service::inference::InferenceClient;
 use control_service::predictions::{Resolver, ResolverConfig};
@@ -80,7 +81,6 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
     let inference_http = http_client(config.inference.max_idle_connections)?;
     let allocator_http = http_client(config.allocator.max_idle_connections)?;
-    let quality_http = http_client(2)?;
     let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
     if keys.is_open() {
         // Every start, so that an open front door is never a silent default in production.
@@ -166,8 +166,8 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
         let watching = Arc::clone(&control);
         let timeout = Duration::from_millis(config.allocator.timeout_ms.max(1_000));
         every(Duration::from_millis(config.quality.poll_ms), move || {
-            let (watching, http) = (Arc::clone(&watching), quality_http.clone());
-            async move { control_service::quality::poll(&watching, &http, timeout).await }
+            let watching = Arc::clone(&watching);
+            async move { watching.poll_quality(timeout).await }
         });
     }
     let app = service_common::layers::apply(router(AppState { control, metrics: Some(metrics) }), &config.http);

@@ -1,0 +1,119 @@
+//! What the control service's HTTP handlers share ([`crate::api`] and [`crate::dashboard`]): the
+//! caller of a request (API key, rate limit, operator-only reads), the problem answers for invalid
+//! fields and failed upstream calls, and passing an allocator's answer on as it came.
+
+// Handlers answer early with a whole `Response` as the error: the size is the point.
+#![allow(clippy::result_large_err)]
+
+use crate::auth::{AuthError, Caller};
+use crate::control::Control;
+use crate::upstream::{Answer, UpstreamError};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use domain::problem::FieldProblem;
+use domain::Problem;
+use service_common::layers::REQUEST_ID_HEADER;
+use service_common::problem::{problem, problem_response};
+use service_common::telemetry::PrometheusHandle;
+use std::sync::Arc;
+
+/// The state every handler gets: the service and the metrics it renders.
+#[derive(Clone)]
+pub struct AppState {
+    pub control: Arc<Control>,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok())
+}
+
+pub(crate) fn invalid_field(field: String, message: String) -> Response {
+    field_problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", field, message)
+}
+
+pub(crate) fn field_problem(status: StatusCode, kind: &str, title: &str, field: String, message: String) -> Response {
+    let mut body = Problem::new(status.as_u16(), kind, title, format!("field `{field}`: {message}"));
+    body.errors.push(FieldProblem { field, message });
+    problem_response(body)
+}
+
+/// The caller of a request (401 without a valid key), after its tenant's rate limit (429).
+pub(crate) fn authorize(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let caller = control.keys.authenticate(authorization).map_err(|error| {
+        metrics::counter!("control_auth_failures_total", "reason" => match error {
+            AuthError::Missing => "missing",
+            AuthError::Unknown => "unknown",
+        })
+        .increment(1);
+        let mut response = problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", error.to_string());
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+    })?;
+    if let Some(tenant) = caller.tenant() {
+        if let Err(wait) = control.rate_limiter.check(tenant, control.started.elapsed().as_secs_f64()) {
+            metrics::counter!("control_rate_limited_total").increment(1);
+            let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let mut response = problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Too many requests",
+                format!("tenant `{tenant}` is over its request rate; retry in {retry_after_s} s"),
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+            return Err(response);
+        }
+    }
+    Ok(caller)
+}
+
+pub(crate) fn upstream_failure(error: UpstreamError) -> Response {
+    let detail = error.to_string();
+    match error {
+        UpstreamError::Timeout { .. } => problem(
+            StatusCode::GATEWAY_TIMEOUT,
+            "allocator-timeout",
+            "Allocator timed out",
+            format!("{detail}; the outcome is unknown, and retrying with the same VM ids is safe"),
+        ),
+        // The failure already counted against the allocator's health (`Allocators::send`).
+        UpstreamError::Unreachable { .. } => {
+            let mut response =
+                problem(StatusCode::BAD_GATEWAY, "allocator-unreachable", "Allocator unreachable", detail);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+        UpstreamError::UnknownZone(_) => {
+            problem(StatusCode::UNPROCESSABLE_ENTITY, "unknown-zone", "Unknown zone", detail)
+        }
+    }
+}
+
+/// An allocator answer passed on as it came.
+pub(crate) fn pass_through(answer: Answer) -> Response {
+    let status = StatusCode::from_u16(answer.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = (status, answer.body).into_response();
+    for (name, value) in [(header::CONTENT_TYPE, answer.content_type), (header::RETRY_AFTER, answer.retry_after)] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+/// The caller of a fleet-wide read (statistics, the zone views): the operator's key or open mode;
+/// 401 without a valid key, 403 for a tenant key.
+pub(crate) fn operator(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
+    let caller = authorize(control, headers)?;
+    if caller.is_operator() {
+        Ok(caller)
+    } else {
+        Err(problem(
+            StatusCode::FORBIDDEN,
+            "operator-only",
+            "Operator only",
+            "fleet-wide statistics and the zone views need the operator's API key",
+        ))
+    }
+}
