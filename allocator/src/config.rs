@@ -44,6 +44,10 @@ pub struct ServiceConfig {
     pub admin_token: Option<String>,
     /// Most commands per group commit; 1 commits every request on its own.
     pub max_batch: usize,
+    /// The allocator's clock: `wall` (Unix time, the default) or `request`: the latest request time
+    /// seen (`requested_at_s` of an allocation, `ended_at_s` of a release), for trace replays at
+    /// compressed time, where NILAS's and LAVA's exit times must run on the trace's clock.
+    pub clock: Clock,
     /// Most commands waiting for the worker; handlers wait for room beyond it (the HTTP layer's
     /// concurrency limit sheds load before that matters).
     pub queue: usize,
@@ -71,6 +75,17 @@ pub struct ServiceConfig {
     /// The trace export of placements and exits (`GET /v1/export`) and how long exits are kept.
     pub export: ExportConfig,
     pub http: LayerConfig,
+}
+
+/// What time the allocator places and releases VMs at ([`ServiceConfig::clock`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// Seconds since the Unix epoch.
+    #[default]
+    Wall,
+    /// The latest request time seen; it never goes back. Requests without one run at the latest.
+    Request,
 }
 
 /// `[export]`: the VMs that left, kept for the trace export.
@@ -142,6 +157,7 @@ impl Default for ServiceConfig {
             store: StoreLocation::Sqlite(PathBuf::from("allocator.db")),
             admin_token: None,
             max_batch: 256,
+            clock: Clock::Wall,
             queue: 4096,
             runtime_threads: 1,
             inventory_file: None,

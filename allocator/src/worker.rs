@@ -11,7 +11,9 @@
 //! A panic while a batch runs (a bug) drops that batch's replies, so its requests are answered with
 //! an error, and the state is rebuilt from the store before the next batch.
 
+use crate::config::Clock;
 use crate::durable::{Command, CommandError, DurableAllocator, Reply};
+use domain::AllocationRequest;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use tokio::sync::{mpsc, oneshot};
@@ -36,12 +38,17 @@ pub fn unix_now_s() -> f64 {
 
 impl Worker {
     /// Starts the worker thread. `max_batch` is the most commands per batch (at least 1);
-    /// `queue` the most commands waiting (senders wait beyond it).
-    pub fn spawn(durable: DurableAllocator, max_batch: usize, queue: usize) -> std::io::Result<(Self, JoinHandle<()>)> {
+    /// `queue` the most commands waiting (senders wait beyond it); `clock` what time batches run at.
+    pub fn spawn(
+        durable: DurableAllocator,
+        max_batch: usize,
+        queue: usize,
+        clock: Clock,
+    ) -> std::io::Result<(Self, JoinHandle<()>)> {
         let (jobs, receiver) = mpsc::channel(queue.max(1));
         let handle = std::thread::Builder::new()
             .name("allocator-worker".to_owned())
-            .spawn(move || run(durable, receiver, max_batch.max(1)))?;
+            .spawn(move || run(durable, receiver, max_batch.max(1), clock))?;
         Ok((Worker { jobs }, handle))
     }
 
@@ -58,7 +65,22 @@ impl Worker {
     }
 }
 
-fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Job>, max_batch: usize) {
+/// The latest time a command carries: an allocation's request time, a release's end.
+fn request_time_s(command: &Command) -> Option<f64> {
+    let times: Vec<f64> = match command {
+        Command::Allocate(AllocationRequest::Vm(vm)) => vm.requested_at_s.into_iter().collect(),
+        Command::Allocate(AllocationRequest::Gang(gang)) => {
+            gang.vms.iter().filter_map(|vm| vm.requested_at_s).collect()
+        }
+        Command::Release { ended_at_s, .. } => ended_at_s.iter().copied().collect(),
+        _ => Vec::new(),
+    };
+    times.into_iter().filter(|t| t.is_finite()).reduce(f64::max)
+}
+
+fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Job>, max_batch: usize, clock: Clock) {
+    // The request clock starts where the store's state is (its latest placement) and never goes back.
+    let mut request_clock_s = durable.allocator().map_or(0.0, |a| a.clock_s());
     let mut commands = Vec::with_capacity(max_batch);
     let mut replies = Vec::with_capacity(max_batch);
     while let Some(first) = receiver.blocking_recv() {
@@ -73,7 +95,15 @@ fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Job>, max_bat
                 Err(_) => break,
             }
         }
-        let now_s = unix_now_s();
+        let now_s = match clock {
+            Clock::Wall => unix_now_s(),
+            Clock::Request => {
+                if let Some(latest) = commands.iter().filter_map(request_time_s).reduce(f64::max) {
+                    request_clock_s = request_clock_s.max(latest);
+                }
+                request_clock_s
+            }
+        };
         match catch_unwind(AssertUnwindSafe(|| durable.execute(&commands, now_s))) {
             Ok(answers) => {
                 for (reply, answer) in replies.drain(..).zip(answers) {

@@ -12,17 +12,12 @@
 //! and every VM must land on the same host (or be rejected) in both. The inventory is small enough
 //! that the long VMs pile up and some VMs are rejected, so rejections are compared too.
 //!
-//! The service's clock is wall time (Unix seconds) while the simulator's is trace time, so the
-//! policies are chosen to make no decision depend on the clock:
-//! - **PBFR** reads no time at all.
-//! - **LA-binary** with oracle predictions reads each host's lifetime class (< 2 h or not), which
-//!   depends on time only through a VM's remaining lifetime crossing 2 h. Here short VMs live at
-//!   most 405 s (always below 2 h) and long ones at least 14 days (always above 2 h for far longer
-//!   than either run lasts: 3,000 trace seconds, a few wall seconds), so both clocks see the same
-//!   classes at every decision. Lifetimes are whole seconds so that they cross JSON exactly.
-//!
-//! NILAS and LAVA read exit times as numbers, which differ between the two clocks; they are not
-//! compared here.
+//! The service runs on the request clock (`clock = "request"`): its time is each allocation's
+//! `requested_at_s` (the VM's arrival) and each release's `ended_at_s` (its exit), so that both
+//! runs decide at the same instants and every policy can be compared, NILAS and LAVA included,
+//! whose exit times are numbers on that clock. Oracle predictions, and no model in either run: the
+//! running VMs' remaining lifetimes are their predictions minus their ages in both. Lifetimes are
+//! whole seconds so that they cross JSON exactly.
 //!
 //! The binary must be built beside this test's (`cargo build --release --workspace`, or `cargo
 //! test --release --workspace`, which builds it first).
@@ -108,7 +103,7 @@ async fn start_service(dir: &Path, kind: &str) -> Service {
         let config = dir.join(format!("allocator-{kind}-{attempt}.toml"));
         let store = dir.join(format!("allocator-{kind}-{attempt}.db"));
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n\n[generate]\nzone = \"{SIM_ZONE}\"\nhosts = {HOSTS}\n\
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\nclock = \"request\"\n\n[generate]\nzone = \"{SIM_ZONE}\"\nhosts = {HOSTS}\n\
              hosts_per_rack = {HOSTS_PER_RACK}\ncores = 16\nmemory_gib = 64\n\n[allocator]\ntie_break = \"random\"\n\
              seed = {SEED}\n\n[allocator.policy]\nkind = \"{kind}\"\n",
             store.display()
@@ -157,13 +152,15 @@ async fn replay_over_http(service: &Service, workload: &Workload, kind: &str) ->
             (Some(at), arrival) if arrival.is_none_or(|a| at <= a) => {
                 let Some(Reverse((_, index))) = exits.pop() else { unreachable!() };
                 let id = &workload.vms[index].request.vm_id;
-                let response = client.delete(format!("{}/v1/allocations/{id}", service.base)).send().await.unwrap();
+                let url = format!("{}/v1/allocations/{id}?ended_at_s={at}", service.base);
+                let response = client.delete(url).send().await.unwrap();
                 assert_eq!(response.status().as_u16(), 204, "releasing {id}");
             }
             (_, Some(_)) => {
                 let vm = &workload.vms[next];
                 let mut request = vm.request.clone();
                 request.prediction = predictions.per_vm[next].clone();
+                request.requested_at_s = Some(vm.arrival_s);
                 let response = client
                     .post(format!("{}/v1/allocations", service.base))
                     .json(&AllocationRequest::Vm(request))
@@ -224,4 +221,14 @@ async fn pbfr_places_the_trace_like_the_service() {
 #[tokio::test]
 async fn la_binary_with_oracle_predictions_places_the_trace_like_the_service() {
     check_parity("la-binary", "la-binary").await;
+}
+
+#[tokio::test]
+async fn nilas_with_oracle_predictions_places_the_trace_like_the_service() {
+    check_parity("nilas", "nilas").await;
+}
+
+#[tokio::test]
+async fn lava_with_oracle_predictions_places_the_trace_like_the_service() {
+    check_parity("lava", "lava").await;
 }

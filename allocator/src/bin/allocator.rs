@@ -1,7 +1,7 @@
 //! `allocator`: serves one zone's placement over HTTP, with durable state.
 
 use allocator::api::{router, AppState};
-use allocator::config::ServiceConfig;
+use allocator::config::{Clock, ServiceConfig};
 use allocator::durable::{Command, DurableAllocator, RepredictorHandle};
 use allocator::store::StoreLocation;
 use allocator::worker::{unix_now_s, Worker};
@@ -47,7 +47,12 @@ fn main() -> Result<()> {
     let inventory = config.inventory()?;
     let zones: Arc<[ZoneId]> = inventory.zones.iter().map(|zone| zone.id.clone()).collect();
     let started = Instant::now();
-    let mut durable = DurableAllocator::open(&inventory, &config.allocator, config.store.clone(), unix_now_s())
+    // On the request clock, a store is reopened at its own latest time (the clock never goes back).
+    let opened_at_s = match config.clock {
+        Clock::Wall => unix_now_s(),
+        Clock::Request => 0.0,
+    };
+    let mut durable = DurableAllocator::open(&inventory, &config.allocator, config.store.clone(), opened_at_s)
         .with_context(|| format!("recovering the allocator state from `store` = {}", config.store))?;
     durable.set_outcome_config(config.quality.outcome_config());
     durable.set_exit_retention(config.export.retention());
@@ -57,7 +62,8 @@ fn main() -> Result<()> {
         recovery_ms = started.elapsed().as_millis() as u64, "state recovered"
     );
     let reads_exits = durable.allocator().is_some_and(|a| a.policy().reads_exit_times());
-    let (worker, handle) = Worker::spawn(durable, config.max_batch, config.queue).context("starting the worker")?;
+    let (worker, handle) =
+        Worker::spawn(durable, config.max_batch, config.queue, config.clock).context("starting the worker")?;
 
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
     if let (Some(dir), true) = (config.models_dir.clone(), reads_exits) {
