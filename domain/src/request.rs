@@ -54,6 +54,19 @@ pub enum FeatureValue {
     Text(String),
 }
 
+// Request numbers are finite (JSON has no NaN, and validation refuses infinities), so equality
+// is an equivalence and the bits hash it: requests with equal features share a placement class.
+impl Eq for FeatureValue {}
+
+impl std::hash::Hash for FeatureValue {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            FeatureValue::Number(n) => (0u8, n.to_bits()).hash(state),
+            FeatureValue::Text(text) => (1u8, text).hash(state),
+        }
+    }
+}
+
 impl fmt::Display for FeatureValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -28,10 +28,12 @@
 
 pub use crate::config::{PolicyConfig, RuleEntry};
 use crate::host_state::{HostStateKind, HostStatePolicy};
-use crate::lifetime::{ClassIndex, ClassesError, LifetimeClasses};
+use crate::lifetime::{ClassesError, LifetimeClasses};
 use crate::registry::Registry;
-use crate::rules::{BuiltRule, HostView, PreferenceRule, RequestTrait, RuleContext, RuleRequest, ValidatorRule};
-use domain::{Resources, RuleFilterStat};
+use crate::rules::{
+    BuiltRule, HostView, PreferenceRule, RequestTrait, RequestTraits, RuleContext, RuleRequest, ValidatorRule,
+};
+use domain::RuleFilterStat;
 
 use std::collections::HashMap;
 
@@ -129,14 +131,10 @@ pub struct Policy {
     exit_floor_s: f64,
 }
 
-/// The traits of a request that its equivalence class is made of: two requests with the same key
-/// get the same validity and scores on every host from the cacheable rules.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ClassKey {
-    pub demand: Option<Resources>,
-    pub lifetime_class: Option<ClassIndex>,
-    pub vm_type: Option<String>,
-}
+/// The traits of a request that its equivalence class is made of: its [`RequestTraits`] with only
+/// what the policy's cacheable rules read ([`RequestTraits::masked`]); two requests with the same
+/// key get the same validity and scores on every host from those rules.
+pub type ClassKey = RequestTraits;
 
 impl Policy {
     /// The policy a configuration describes, its rules and presets looked up in `registry`
@@ -370,12 +368,7 @@ impl Policy {
 
     /// The equivalence class of a request.
     pub fn class_key(&self, request: &RuleRequest) -> ClassKey {
-        let reads = |t| self.class_traits.contains(&t);
-        ClassKey {
-            demand: reads(RequestTrait::Demand).then_some(request.demand),
-            lifetime_class: reads(RequestTrait::LifetimeClass).then_some(request.lifetime_class),
-            vm_type: reads(RequestTrait::VmType).then(|| request.vm_type.to_owned()),
-        }
+        request.traits.masked(&self.class_traits)
     }
 
     /// Index of the first validator in `range` that rejects the host, if any.
@@ -495,30 +488,21 @@ mod tests {
     #[test]
     fn class_key_holds_only_what_rules_read() {
         let none = HashMap::new();
-        let request = RuleRequest {
-            demand: Resources::from_whole(2.0, 8.0, 0.0).unwrap(),
-            lifetime_class: 1,
-            vm_type: "D2",
-            exit_s: 5_000.0,
-            spread: None,
-        };
+        let mut traits = RequestTraits::new(domain::Resources::from_whole(2.0, 8.0, 0.0).unwrap(), 1, "D2");
+        traits.priority = domain::Priority::Low;
+        traits.os = Some("linux".into());
+        let request = RuleRequest { traits: std::borrow::Cow::Owned(traits.clone()), exit_s: 5_000.0, spread: None };
+        let demand_only = RequestTraits { demand: traits.demand, ..RequestTraits::default() };
         let pbfr = Policy::from_config(&PolicyConfig::default(), &none, &Registry::standard()).unwrap();
-        assert_eq!(
-            pbfr.class_key(&request),
-            ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None }
-        );
+        assert_eq!(pbfr.class_key(&request), demand_only, "nor priority, OS or features, which no rule reads");
         let lar = Policy::from_config(&PolicyConfig::preset("la-binary"), &none, &Registry::standard()).unwrap();
-        assert_eq!(lar.class_key(&request).lifetime_class, Some(1));
+        assert_eq!(lar.class_key(&request), RequestTraits { lifetime_class: 1, ..demand_only.clone() });
         let nilas = Policy::from_config(&PolicyConfig::preset("nilas"), &none, &Registry::standard()).unwrap();
-        assert_eq!(
-            nilas.class_key(&request),
-            ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
-            "the exit time is not part of the class"
-        );
+        assert_eq!(nilas.class_key(&request), demand_only, "the exit time is not part of the class");
         let lava = Policy::from_config(&PolicyConfig::preset("lava"), &none, &Registry::standard()).unwrap();
         assert_eq!(
             lava.class_key(&request),
-            ClassKey { demand: Some(request.demand), lifetime_class: None, vm_type: None },
+            demand_only,
             "LAVA's rule ranks cached host codes per request: its lifetime class is not part of the class"
         );
     }

@@ -16,12 +16,13 @@
 
 use crate::lifetime::{HostLifetime, OrderedTime};
 use crate::policy::{ClassKey, Policy, ScoreKey};
-use crate::rules::{HostView, RuleRequest};
+use crate::rules::{HostView, RequestTraits, RuleRequest};
 use crate::state::{HostIndex, InventoryState};
-use domain::{Resources, RuleFilterStat};
+use domain::RuleFilterStat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// How a host is drawn among those with the best score.
@@ -219,31 +220,17 @@ struct Bucket {
     members: TieSet,
 }
 
-/// A request as its class caches it: the traits that class's rules read.
-#[derive(Clone, Debug)]
-struct Representative {
-    demand: Resources,
-    lifetime_class: u8,
-    vm_type: String,
-}
-
-impl Representative {
-    fn request(&self) -> RuleRequest<'_> {
-        RuleRequest {
-            demand: self.demand,
-            lifetime_class: self.lifetime_class,
-            vm_type: &self.vm_type,
-            // Never read: the temporal rule is evaluated per request, not cached.
-            exit_s: f64::NAN,
-            spread: None,
-        }
-    }
+/// The request that first built a class: what its cached evaluation is computed for (the class's
+/// rules read only traits that every request of the class shares).
+fn representative_request(traits: &RequestTraits) -> RuleRequest<'_> {
+    // The exit time is never read: the temporal rule is evaluated per request, not cached.
+    RuleRequest { traits: Cow::Borrowed(traits), exit_s: f64::NAN, spread: None }
 }
 
 /// The cached evaluation of one equivalence class.
 #[derive(Debug)]
 struct ClassCache {
-    representative: Representative,
+    representative: RequestTraits,
     /// Journal revision this cache has seen.
     revision: u64,
     last_used: u64,
@@ -274,7 +261,7 @@ impl ClassCache {
         policy: &Policy,
         state: &InventoryState,
         lifetimes: &[HostLifetime],
-        representative: Representative,
+        representative: RequestTraits,
         revision: u64,
         ordered: bool,
     ) -> Self {
@@ -304,7 +291,7 @@ impl ClassCache {
     /// A host whose key (and exit time, for a temporal policy) did not change stays where it is:
     /// most changes move a host within a coarse best-fit bucket, so this skips most moves.
     fn refresh(&mut self, policy: &Policy, state: &InventoryState, lifetimes: &[HostLifetime], host: HostIndex) {
-        let request = self.representative.request();
+        let request = representative_request(&self.representative);
         let view = view(state, lifetimes, host);
         let current = self.slots[host.get()].bucket;
         match policy.first_rejection(&view, &request, 0..policy.cached_validators()) {
@@ -736,11 +723,7 @@ impl IncrementalIndex {
             }
         }
         // Built only when a class is (re)built: most requests find their class cached.
-        let representative = || Representative {
-            demand: request.demand,
-            lifetime_class: request.lifetime_class,
-            vm_type: request.vm_type.to_owned(),
-        };
+        let representative = || request.traits.clone().into_owned();
         let cache = self
             .classes
             .entry(key)

@@ -189,6 +189,20 @@ pub struct NewVm {
     pub request: RequestFacts,
 }
 
+impl NewVm {
+    /// The VM's request as it was placed: shape, type, tenant, prediction, request time, priority,
+    /// OS and features (not the tenant's spread limit, which the store does not keep).
+    pub fn vm_request(&self) -> VmRequest {
+        let mut request = VmRequest::new(self.id.as_str(), self.tenant.as_str(), &self.vm_type, self.demand);
+        request.prediction = self.prediction.clone();
+        request.requested_at_s = self.requested_at_s;
+        request.priority = self.request.priority;
+        request.os = self.request.os.clone();
+        request.features = self.request.features.clone();
+        request
+    }
+}
+
 /// The request features of a placed VM that placement does not act on but a trace export needs
 /// ([`domain::VmRequest`]'s `priority`, `os` and `features`). The default (regular priority, no OS,
 /// no features) is the common case: it allocates nothing, and the stores keep it as nothing.

@@ -198,10 +198,11 @@ impl Allocator {
         }
     }
 
-    /// The VM as the placement policy sees it when it migrates: its repredicted remaining lifetime
-    /// as the prediction (paper 002 H: "with the current VM state").
+    /// The VM as the placement policy sees it when it migrates: its whole request as placed
+    /// (priority, OS, features included), with its repredicted remaining lifetime as the prediction
+    /// (paper 002 H: "with the current VM state").
     fn migration_request(&mut self, id: &VmId, vm: &PlacedVm) -> VmRequest {
-        let mut request = VmRequest::new(id.as_str(), vm.tenant.as_str(), &vm.vm_type, vm.demand);
+        let mut request = vm.record.vm_request();
         request.prediction = vm.prediction.clone().map(|mut prediction| {
             if !prediction.source.is_fallback() {
                 prediction.expected_lifetime_s = Some(self.remaining_s(id, vm));

@@ -33,7 +33,7 @@ use crate::lifetime::{HostLifetime, OrderedTime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError};
 use crate::registry::Registry;
 use crate::reprediction::{RepredictionConfig, Repredictions};
-use crate::rules::{HostView, RuleRequest, TenantSpread};
+use crate::rules::{HostView, RequestTraits, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
 use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, RequestFacts, StateError};
 use domain::{
@@ -525,9 +525,7 @@ fn rule_request<'a>(
 ) -> RuleRequest<'a> {
     static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
     RuleRequest {
-        demand: vm.demand,
-        lifetime_class: lifetime.class,
-        vm_type: &vm.vm_type,
+        traits: std::borrow::Cow::Owned(RequestTraits::of(vm, lifetime.class)),
         exit_s: now_s + lifetime.lifetime_s.max(exit_floor_s),
         spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
             max_per_rack,

@@ -19,10 +19,11 @@ use crate::config::PolicyConfig;
 use crate::host_state::HostStateKind;
 use crate::lifetime::{ClassIndex, HostLifetime, LifetimeClasses};
 use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
-use domain::{HostState, Resources};
+use domain::{FeatureValue, HostState, Priority, Resources, VmRequest};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 
 pub use crate::config::{Buckets, FitWeights};
@@ -96,6 +97,12 @@ pub enum RequestTrait {
     ExitTime,
     /// The tenant and its placement constraints: specific to one request, never cached.
     Tenant,
+    /// The VM's priority (regular or low).
+    Priority,
+    /// The VM's operating system.
+    Os,
+    /// The request's extra features.
+    Features,
 }
 
 /// A tenant's spread constraint for one request: at most `max_per_rack` of its VMs on one rack.
@@ -106,17 +113,75 @@ pub struct TenantSpread<'a> {
     pub vms_per_rack: &'a HashMap<RackIndex, u32>,
 }
 
-/// What rules may read of a request.
+/// What rules may read of a request that its placement class is made of: built once per request
+/// from the request itself ([`RequestTraits::of`]), and once per migration from the placed VM's
+/// whole request. Owned, so that the index keeps one as its class's representative; two requests
+/// whose traits agree on everything a policy's rules read ([`RequestTraits::masked`]) get the same
+/// validity and scores on every host. A new trait that a rule reads is a field here, its line in
+/// [`RequestTraits::of`] and in [`RequestTraits::masked`], and the rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RequestTraits {
+    /// The demand vector.
+    pub demand: Resources,
+    /// The VM's lifetime class under the policy's classes.
+    pub lifetime_class: ClassIndex,
+    pub vm_type: String,
+    pub priority: Priority,
+    pub os: Option<String>,
+    /// The request's extra features (for example a trace's `batch_size`).
+    pub features: BTreeMap<String, FeatureValue>,
+}
+
+impl RequestTraits {
+    /// The traits of `vm`, in lifetime class `lifetime_class`.
+    pub fn of(vm: &VmRequest, lifetime_class: ClassIndex) -> Self {
+        RequestTraits {
+            demand: vm.demand,
+            lifetime_class,
+            vm_type: vm.vm_type.clone(),
+            priority: vm.priority,
+            os: vm.os.clone(),
+            features: vm.features.clone(),
+        }
+    }
+
+    /// A request of `demand` in class `lifetime_class` of type `vm_type`, the rest at defaults
+    /// (for tests and tools).
+    pub fn new(demand: Resources, lifetime_class: ClassIndex, vm_type: &str) -> Self {
+        RequestTraits { demand, lifetime_class, vm_type: vm_type.to_owned(), ..RequestTraits::default() }
+    }
+
+    /// Only what `reads` names, the rest at defaults: the key of the request's placement class.
+    pub fn masked(&self, reads: &[RequestTrait]) -> Self {
+        let reads = |t| reads.contains(&t);
+        RequestTraits {
+            demand: if reads(RequestTrait::Demand) { self.demand } else { Resources::default() },
+            lifetime_class: if reads(RequestTrait::LifetimeClass) { self.lifetime_class } else { 0 },
+            vm_type: if reads(RequestTrait::VmType) { self.vm_type.clone() } else { String::new() },
+            priority: if reads(RequestTrait::Priority) { self.priority } else { Priority::default() },
+            os: if reads(RequestTrait::Os) { self.os.clone() } else { None },
+            features: if reads(RequestTrait::Features) { self.features.clone() } else { BTreeMap::new() },
+        }
+    }
+}
+
+/// What rules may read of a request: its traits, and what is specific to this one request (its
+/// exit time and its tenant's spread), which no placement class caches.
 #[derive(Clone, Debug)]
 pub struct RuleRequest<'a> {
-    pub demand: Resources,
-    pub lifetime_class: ClassIndex,
-    pub vm_type: &'a str,
+    pub traits: Cow<'a, RequestTraits>,
     /// When the VM is predicted to exit (request time + predicted lifetime), in the allocator's
     /// clock; infinite when only "long" is known.
     pub exit_s: f64,
     /// Present only when the request asks for spread.
     pub spread: Option<TenantSpread<'a>>,
+}
+
+impl std::ops::Deref for RuleRequest<'_> {
+    type Target = RequestTraits;
+    fn deref(&self) -> &RequestTraits {
+        &self.traits
+    }
 }
 
 /// What rules may read of a host.
@@ -211,7 +276,7 @@ impl ValidatorRule for HardwareCompatible {
         &[RequestTrait::VmType]
     }
     fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
-        self.allowed.get(request.vm_type).is_none_or(|generations| generations.contains(&host.record.hardware))
+        self.allowed.get(&request.vm_type).is_none_or(|generations| generations.contains(&host.record.hardware))
     }
 }
 

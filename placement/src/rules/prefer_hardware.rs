@@ -16,6 +16,8 @@
 //! ]
 //! ```
 
+#[cfg(test)]
+use super::RequestTraits;
 use super::{BuiltRule, HostView, PreferenceRule, RegisteredRule, RequestTrait, RuleContext, RuleRequest};
 use serde::Deserialize;
 
@@ -97,13 +99,8 @@ mod tests {
             })
             .collect();
         let state = InventoryState::from_spec(&spec).unwrap();
-        let request = RuleRequest {
-            demand: Resources::from_whole(1.0, 1.0, 0.0).unwrap(),
-            lifetime_class: 0,
-            vm_type: "D",
-            exit_s: 0.0,
-            spread: None,
-        };
+        let traits = RequestTraits::new(Resources::from_whole(1.0, 1.0, 0.0).unwrap(), 0, "D");
+        let request = RuleRequest { traits: std::borrow::Cow::Owned(traits), exit_s: 0.0, spread: None };
         let scores: Vec<u32> = (0..3)
             .map(|i| {
                 let view = HostView {
