@@ -19,26 +19,27 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use domain::problem::FieldProblem;
+pub use domain::ExplainRequest;
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, Problem, RackId, Rejection,
-    RejectionCode, TenantId, Validate, ValidationError, ValidationLimits, VmId, VmRequest, ZoneId,
+    RejectionCode, TenantId, ValidationLimits, VmId, ZoneId,
 };
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::{AllocateError, DrainError};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use service_common::auth::require_bearer;
 use service_common::problem::{problem, problem_response, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use service_common::ValidJson;
 use std::sync::Arc;
 use std::time::Instant;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 
 /// Default and largest page of `GET /v1/hosts`.
 pub const DEFAULT_HOST_PAGE: usize = 1000;
 pub const MAX_HOST_PAGE: usize = 10_000;
 /// Largest `top` of `POST /v1/explain`.
-pub const MAX_EXPLAIN_TOP: usize = 100;
+pub use domain::hosts::MAX_EXPLAIN_TOP;
 /// Most rows of one export (`max_rows`).
 pub const MAX_EXPORT_ROWS: u64 = 1_000_000_000;
 /// Exports running at once; another answers 503 `export-busy`.
@@ -66,42 +67,6 @@ pub struct AppState {
 impl HasLimits for AppState {
     fn limits(&self) -> &ValidationLimits {
         &self.limits
-    }
-}
-
-/// The body of `POST /v1/explain`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExplainRequest {
-    /// The VM to place, as in an allocation request.
-    pub vm: VmRequest,
-    /// A host to explain the verdict on (a host of the inventory, else 422).
-    #[serde(default)]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 256)]
-    pub why_not: Option<HostId>,
-    /// How many of the best hosts to list (default 5, at most 100).
-    #[serde(default, deserialize_with = "domain::whole_number::option")]
-    #[schema(minimum = 1, maximum = 100)]
-    pub top: Option<usize>,
-}
-
-impl Validate for ExplainRequest {
-    fn validate(&self, limits: &ValidationLimits, _path: &str) -> Result<(), ValidationError> {
-        self.vm.validate(limits, "vm")?;
-        if let Some(host) = &self.why_not {
-            if host.as_str().is_empty() || host.as_str().len() > limits.max_text_len {
-                return Err(ValidationError::invalid(
-                    "why_not",
-                    format!("must be a host id of 1 to {} bytes", limits.max_text_len),
-                ));
-            }
-        }
-        if let Some(top) = self.top {
-            if top == 0 || top > MAX_EXPLAIN_TOP {
-                return Err(ValidationError::invalid("top", format!("must be between 1 and {MAX_EXPLAIN_TOP}")));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -20,9 +20,12 @@
 //! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
 
 use crate::store::{self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
+pub use domain::hosts::{
+    HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
+};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
-    LifetimePrediction, QualityReport, RackId, Resources, TenantId, VmId, VmRequest,
+    QualityReport, RackId, TenantId, VmId, VmRequest,
 };
 use placement::allocator::{
     AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError,
@@ -37,7 +40,6 @@ use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
-use utoipa::ToSchema;
 
 /// Why the durable state could not be opened or rebuilt.
 #[derive(Debug, thiserror::Error)]
@@ -144,118 +146,6 @@ impl Command {
                 | Command::CompleteMigration(_)
         )
     }
-}
-
-/// One placed VM as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct VmInfo {
-    #[schema(value_type = String)]
-    pub vm_id: VmId,
-    #[schema(value_type = String)]
-    pub host_id: HostId,
-    #[schema(value_type = String)]
-    pub rack_id: RackId,
-    #[schema(value_type = String)]
-    pub cluster_id: ClusterId,
-    #[schema(value_type = String)]
-    pub tenant_id: TenantId,
-    pub vm_type: String,
-    /// `{"cores", "memory_gib", "ssd_gib"}` in whole units.
-    #[schema(value_type = Object)]
-    pub demand: Resources,
-    /// When it was placed (allocator clock: Unix seconds).
-    pub placed_at_s: f64,
-    /// Its lifetime class under the policy (0 = shortest).
-    pub lifetime_class: u8,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prediction: Option<LifetimePrediction>,
-}
-
-/// What every host view shows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct HostInfo {
-    #[schema(value_type = String)]
-    pub host_id: HostId,
-    #[schema(value_type = String)]
-    pub rack_id: RackId,
-    #[schema(value_type = String)]
-    pub cluster_id: ClusterId,
-    pub hardware: String,
-    /// `available`, `unavailable` (drained) or `failed`.
-    #[schema(value_type = String)]
-    pub state: HostState,
-    #[schema(value_type = Object)]
-    pub capacity: Resources,
-    #[schema(value_type = Object)]
-    pub used: Resources,
-    #[schema(value_type = Object)]
-    pub free: Resources,
-    /// The host's lifetime class: that of the longest predicted remaining lifetime of its VMs.
-    pub lifetime_class: u8,
-    /// When its last VM is predicted to exit (absent when empty or unbounded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predicted_exit_s: Option<f64>,
-    pub vm_count: usize,
-    /// Its state under a stateful policy (LAVA: state, class, deadline, residual VMs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy_state: Option<PolicyHostState>,
-}
-
-/// A host's state under the stateful policy, as that policy keeps it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct PolicyHostState {
-    /// The stateful policy (`lava`).
-    pub policy: String,
-    /// Its state of the host (LAVA: `state`, `class`, `deadline_s`, `residual_vms`).
-    #[schema(value_type = Object)]
-    pub state: serde_json::Value,
-}
-
-/// A host in a listing: its VMs by id.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct HostSummary {
-    #[serde(flatten)]
-    pub host: HostInfo,
-    /// Its VMs in placement order.
-    #[schema(value_type = Vec<String>)]
-    pub vms: Vec<VmId>,
-}
-
-/// One host in full: its VMs with their details.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct HostDetail {
-    #[serde(flatten)]
-    pub host: HostInfo,
-    /// Its VMs in placement order.
-    pub vms: Vec<VmInfo>,
-}
-
-/// A page of hosts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct HostPage {
-    /// Hosts matching the filter, before paging.
-    pub total: usize,
-    pub offset: usize,
-    pub hosts: Vec<HostSummary>,
-}
-
-/// The answer to a host state change.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct HostStateChange {
-    #[schema(value_type = String)]
-    pub host_id: HostId,
-    #[schema(value_type = String)]
-    pub previous: HostState,
-    #[schema(value_type = String)]
-    pub state: HostState,
-}
-
-/// Whether the durable state is usable.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct StoreStatus {
-    pub store: String,
-    pub hosts: usize,
-    pub vms: usize,
 }
 
 /// The answer to one [`Command`].
@@ -919,6 +809,7 @@ fn list_hosts(allocator: &Allocator, filter: &HostFilter) -> HostPage {
 mod tests {
     use super::*;
     use domain::ResourceKind;
+    use domain::Resources;
 
     fn spec() -> InventorySpec {
         InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap())
@@ -1022,6 +913,7 @@ mod tests {
 #[cfg(test)]
 mod policy_state_restart_tests {
     use super::*;
+    use domain::Resources;
 
     #[test]
     fn a_deadline_that_passed_unrecorded_applies_again_after_a_restart() {

@@ -56,7 +56,7 @@ use utoipa::OpenApi;
     ),
     components(schemas(
         crate::dashboard::ZoneList,
-        crate::dashboard::ExplainRequest,
+        domain::ExplainRequest,
         crate::timeline::History,
         crate::timeline::Sample,
         crate::timeline::ZoneSample,
@@ -67,32 +67,13 @@ use utoipa::OpenApi;
         ControlStats,
         StageLatency,
         VmPrediction,
-        VmInfo,
+        domain::VmInfo,
         domain::LifetimePrediction,
         domain::Problem
     )),
     modifiers(&DocumentCompletion)
 )]
 pub struct ApiDoc;
-
-/// A placed VM as its zone's allocator shows it (the allocator's `VmInfo`, passed on as it came).
-/// Only a schema: the control service never reads it.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-struct VmInfo {
-    vm_id: String,
-    host_id: String,
-    rack_id: String,
-    cluster_id: String,
-    tenant_id: String,
-    vm_type: String,
-    demand: domain::Resources,
-    /// When it was placed (allocator clock: Unix seconds).
-    placed_at_s: f64,
-    /// Its lifetime class under the allocator's policy (0 = shortest).
-    lifetime_class: u8,
-    prediction: Option<domain::LifetimePrediction>,
-}
 
 /// The public request has no `prediction` (the control service fills it in; sending one is a
 /// 422); `/v1/allocate` aliases `/allocate`; the standard responses.
@@ -472,7 +453,7 @@ async fn release(
 #[utoipa::path(get, path = "/allocate/{vm_id}",
     params(("vm_id" = String, Path, description = "The VM's id (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128),
            ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent.")),
-    responses((status = 200, description = "Where the VM is placed.", body = VmInfo),
+    responses((status = 200, description = "Where the VM is placed.", body = domain::VmInfo),
               (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
               (status = 401, description = "No valid API key.", body = domain::Problem),
               (status = 404, description = "No zone has the VM (or it is another tenant's, for a tenant key).", body = domain::Problem),

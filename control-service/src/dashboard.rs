@@ -210,7 +210,7 @@ pub async fn zone_host(
 /// Fleet-wide: the operator's key.
 #[utoipa::path(post, path = "/v1/zones/{zone}/explain",
     params(("zone" = String, Path, description = "A zone this control service routes.")),
-    request_body = ExplainRequest,
+    request_body = domain::ExplainRequest,
     responses((status = 200, description = "The allocator's `Explanation`.", content_type = "application/json"),
               (status = 400, description = "Malformed JSON or a missing field (named in `errors`).", body = domain::Problem),
               (status = 401, description = "No valid API key.", body = domain::Problem),
@@ -230,23 +230,6 @@ pub async fn zone_explain(
         Err(response) => return response,
     };
     forward(state.control.allocators.explain(&zone, body, request_id(&headers)).await)
-}
-
-/// The allocator's dry-run request (`POST /v1/explain` of the allocator). Only a schema: the body is
-/// passed on as it came, and the allocator validates it.
-#[derive(serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct ExplainRequest {
-    /// The VM, as in an allocation request, with the `prediction` to place it with (short-lived
-    /// when absent). The document points this at `ExplainedVm`: `VmRequest` with its `prediction`.
-    vm: domain::VmRequest,
-    /// A host of the zone to explain the verdict on (422 when not in the inventory).
-    #[schema(min_length = 1, max_length = 256)]
-    why_not: Option<String>,
-    /// How many of the best hosts to list (default 5).
-    #[schema(minimum = 1, maximum = 100)]
-    top: Option<u64>,
 }
 
 /// The zone of a zone view's path, for the operator only: 404 for a zone this service does not

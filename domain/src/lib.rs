@@ -12,6 +12,7 @@
 
 pub mod control;
 pub mod decision;
+pub mod hosts;
 pub mod ids;
 pub mod inference;
 pub mod inventory;
@@ -30,6 +31,9 @@ pub use control::{
     ZoneStats,
 };
 pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
+pub use hosts::{
+    ExplainRequest, HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
+};
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
 pub use inference::{
     HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, PredictResponse, RemainingInstance,
