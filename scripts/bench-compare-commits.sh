@@ -9,7 +9,7 @@
 #   2. instructions executed inside the simulator's event loop (`simulator::engine::run`), counted by
 #      callgrind on the first 60,000 VMs (2000 hosts): repeatable to the instruction, whatever else the
 #      machine does (CALLGRIND=0 skips it);
-#   3. the decision-latency bench (10k hosts, PBFR and LA-binary), old, new, new, old.
+#   3. the decision-latency bench (10k hosts, PBFR, LA-binary, NILAS, LAVA), old, new, new, old.
 set -u
 OLD=${OLD:?the old build target/release}
 NEW=${NEW:-target/release}
@@ -38,6 +38,6 @@ if [ "${CALLGRIND:-1}" != 0 ]; then
 fi
 for side in old new new2 old2; do
   bench=$OLD_BENCH; case $side in new*) bench=$NEW_BENCH;; esac
-  $bench 10000 pbfr la-binary --bench > $out/bench-$side.txt 2>&1
+  $bench 10000 pbfr la-binary nilas lava --bench > $out/bench-$side.txt 2>&1
   echo "bench $side done"
 done

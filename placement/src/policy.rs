@@ -118,6 +118,8 @@ pub struct Policy {
     classes: LifetimeClasses,
     /// Traits read by the rules that can be cached (everything but the tenant).
     class_traits: Vec<RequestTrait>,
+    /// Traits read by any rule: what a request's [`RequestTraits`] are filled with.
+    read_traits: Vec<RequestTrait>,
     /// How many leading validators are cacheable; the rest read the tenant.
     cached_validators: usize,
     /// The level of the temporal preference rule (NILAS), if any.
@@ -279,12 +281,21 @@ impl Policy {
         class_traits.retain(|t| *t != RequestTrait::ExitTime);
         class_traits.sort_by_key(|t| *t as u8);
         class_traits.dedup();
+        let mut read_traits: Vec<RequestTrait> = validators
+            .iter()
+            .flat_map(|v| v.reads())
+            .chain(preferences.iter().flat_map(|p| p.reads()))
+            .copied()
+            .collect();
+        read_traits.sort_by_key(|t| *t as u8);
+        read_traits.dedup();
         Ok(Policy {
             name: name.into(),
             validators,
             preferences,
             classes,
             class_traits,
+            read_traits,
             cached_validators,
             temporal_level,
             coded_first,
@@ -364,6 +375,11 @@ impl Policy {
     /// Number of leading validators whose result depends only on the request's class.
     pub fn cached_validators(&self) -> usize {
         self.cached_validators
+    }
+
+    /// What any of the policy's rules reads of a request: a request's traits need nothing else.
+    pub fn read_traits(&self) -> &[RequestTrait] {
+        &self.read_traits
     }
 
     /// The equivalence class of a request.

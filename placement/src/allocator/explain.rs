@@ -72,7 +72,7 @@ impl Allocator {
             .transpose()?;
         let selection = self.select(vm, Some(self.chooser.clone()));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        let request = rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s());
+        let request = rule_request(&self.state, &self.policy, vm, lifetime, self.clock_s);
         let ranked = self.rank(&request);
         let top = ranked.iter().take(top).map(|(key, h)| self.ranked(*h, key)).collect();
         let verdict = why_not.map(|host| self.verdict(host, &request, selection.score, selection.host));

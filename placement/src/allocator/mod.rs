@@ -198,7 +198,7 @@ impl Allocator {
     /// What the rules see of `vm` now: for checking a decision against [`crate::select::full_scan`].
     pub fn rule_request<'a>(&'a self, vm: &'a VmRequest) -> RuleRequest<'a> {
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        rule_request(&self.state, vm, lifetime, self.clock_s, self.policy.exit_floor_s())
+        rule_request(&self.state, &self.policy, vm, lifetime, self.clock_s)
     }
 
     /// The allocator's clock: the latest time it was given.
@@ -424,7 +424,7 @@ impl Allocator {
         // Split borrows: the request reads the state while the index and chooser change.
         let Allocator { policy, state, lifetimes, index, chooser, clock_s, .. } = self;
         let chooser = dry.as_mut().unwrap_or(chooser);
-        let request = rule_request(state, vm, lifetime, *clock_s, policy.exit_floor_s());
+        let request = rule_request(state, policy, vm, lifetime, *clock_s);
         match index {
             Some(index) => index.select(policy, state, lifetimes, &request, chooser),
             None => full_scan(policy, state, lifetimes, &request, chooser),
@@ -515,17 +515,19 @@ fn stored_features(vm: &NewVm) -> RequestFeatures {
     RequestFeatures::from_instance(&instance, vm.placed_at_s)
 }
 
-/// What the rules see of `vm` at `now_s`; its exit is read as at least `exit_floor_s` from now.
+/// What `policy`'s rules see of `vm` at `now_s`; its exit is read as at least the policy's exit
+/// floor from now.
 fn rule_request<'a>(
     state: &'a InventoryState,
+    policy: &Policy,
     vm: &'a VmRequest,
     lifetime: VmLifetime,
     now_s: f64,
-    exit_floor_s: f64,
 ) -> RuleRequest<'a> {
+    let exit_floor_s = policy.exit_floor_s();
     static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
     RuleRequest {
-        traits: std::borrow::Cow::Owned(RequestTraits::of(vm, lifetime.class)),
+        traits: std::borrow::Cow::Owned(RequestTraits::of(vm, lifetime.class, policy.read_traits())),
         exit_s: now_s + lifetime.lifetime_s.max(exit_floor_s),
         spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
             max_per_rack,

@@ -117,9 +117,10 @@ pub struct TenantSpread<'a> {
 /// from the request itself ([`RequestTraits::of`]), and once per migration from the placed VM's
 /// whole request. Owned, so that the index keeps one as its class's representative; two requests
 /// whose traits agree on everything a policy's rules read ([`RequestTraits::masked`]) get the same
-/// validity and scores on every host. A new trait that a rule reads is a field here, its line in
-/// [`RequestTraits::of`] and in [`RequestTraits::masked`], and the rule.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+/// validity and scores on every host. A new trait that a rule reads is a field here, its
+/// [`RequestTrait`], its line in [`RequestTraits::of`] and in [`RequestTraits::masked`], and the
+/// rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestTraits {
     /// The demand vector.
     pub demand: Resources,
@@ -133,15 +134,18 @@ pub struct RequestTraits {
 }
 
 impl RequestTraits {
-    /// The traits of `vm`, in lifetime class `lifetime_class`.
-    pub fn of(vm: &VmRequest, lifetime_class: ClassIndex) -> Self {
+    /// The traits of `vm`, in lifetime class `lifetime_class`: those that `reads` names (what a
+    /// policy's rules read, [`crate::Policy::read_traits`]), the rest at defaults, so that a
+    /// request copies no text a rule does not read.
+    pub fn of(vm: &VmRequest, lifetime_class: ClassIndex, reads: &[RequestTrait]) -> Self {
+        let reads = |t| reads.contains(&t);
         RequestTraits {
             demand: vm.demand,
             lifetime_class,
-            vm_type: vm.vm_type.clone(),
+            vm_type: if reads(RequestTrait::VmType) { vm.vm_type.clone() } else { String::new() },
             priority: vm.priority,
-            os: vm.os.clone(),
-            features: vm.features.clone(),
+            os: if reads(RequestTrait::Os) { vm.os.clone() } else { None },
+            features: if reads(RequestTrait::Features) { vm.features.clone() } else { BTreeMap::new() },
         }
     }
 
@@ -161,6 +165,27 @@ impl RequestTraits {
             priority: if reads(RequestTrait::Priority) { self.priority } else { Priority::default() },
             os: if reads(RequestTrait::Os) { self.os.clone() } else { None },
             features: if reads(RequestTrait::Features) { self.features.clone() } else { BTreeMap::new() },
+        }
+    }
+}
+
+/// Hashed on every request (the index's class lookup), so the traits most policies leave at their
+/// defaults add nothing to hash; equal traits still hash alike.
+impl std::hash::Hash for RequestTraits {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.demand.hash(state);
+        self.lifetime_class.hash(state);
+        if !self.vm_type.is_empty() {
+            self.vm_type.hash(state);
+        }
+        if self.priority != Priority::default() {
+            self.priority.hash(state);
+        }
+        if let Some(os) = &self.os {
+            os.hash(state);
+        }
+        if !self.features.is_empty() {
+            self.features.hash(state);
         }
     }
 }
