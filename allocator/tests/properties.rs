@@ -285,15 +285,16 @@ proptest! {
                     let AllocationRequest::Vm(vm) = *request else { unreachable!() };
                     // The reference on the state as it is now, after this instant's class drops.
                     allocator.release(&VmId::from("no-such-vm"), driver.now_s).ok();
+                    let traits = allocator.request_traits(&vm);
                     let reference = full_scan(
                         allocator.policy(), allocator.state(), allocator.lifetimes(),
-                        &allocator.rule_request(&vm), &mut Chooser::new(TieBreak::LowestIndex, 0));
+                        &allocator.rule_request(&vm, &traits), &mut Chooser::new(TieBreak::LowestIndex, 0));
                     let host_scores = |allocator: &Allocator, host: &HostId| {
                         let index = allocator.state().host_index(host).unwrap();
                         let view = placement::rules::HostView {
                             index, record: &allocator.state().hosts()[index.get()], lifetime: &allocator.lifetimes()[index.get()],
                         };
-                        allocator.policy().score(&view, &allocator.rule_request(&vm))
+                        allocator.policy().score(&view, &allocator.rule_request(&vm, &allocator.request_traits(&vm)))
                     };
                     // Scores of every host before the placement changes them.
                     let before: Vec<_> = allocator.state().hosts().iter().map(|h| host_scores(&allocator, &h.id)).collect();

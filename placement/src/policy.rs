@@ -507,7 +507,7 @@ mod tests {
         let mut traits = RequestTraits::new(domain::Resources::from_whole(2.0, 8.0, 0.0).unwrap(), 1, "D2");
         traits.priority = domain::Priority::Low;
         traits.os = Some("linux".into());
-        let request = RuleRequest { traits: std::borrow::Cow::Owned(traits.clone()), exit_s: 5_000.0, spread: None };
+        let request = RuleRequest { traits: &traits, exit_s: 5_000.0, spread: None };
         let demand_only = RequestTraits { demand: traits.demand, ..RequestTraits::default() };
         let pbfr = Policy::from_config(&PolicyConfig::default(), &none, &Registry::standard()).unwrap();
         assert_eq!(pbfr.class_key(&request), demand_only, "nor priority, OS or features, which no rule reads");

@@ -22,7 +22,6 @@ use domain::RuleFilterStat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// How a host is drawn among those with the best score.
@@ -224,7 +223,7 @@ struct Bucket {
 /// rules read only traits that every request of the class shares).
 fn representative_request(traits: &RequestTraits) -> RuleRequest<'_> {
     // The exit time is never read: the temporal rule is evaluated per request, not cached.
-    RuleRequest { traits: Cow::Borrowed(traits), exit_s: f64::NAN, spread: None }
+    RuleRequest { traits, exit_s: f64::NAN, spread: None }
 }
 
 /// The cached evaluation of one equivalence class.
@@ -723,7 +722,7 @@ impl IncrementalIndex {
             }
         }
         // Built only when a class is (re)built: most requests find their class cached.
-        let representative = || request.traits.clone().into_owned();
+        let representative = || request.traits.clone();
         let cache = self
             .classes
             .entry(key)

@@ -100,7 +100,8 @@ impl Allocator {
     /// orders ties by host index, and cutting there would send every agent to the same
     /// lowest-index hosts.
     fn among_top(&mut self, vm: &VmRequest, top: usize, share: Option<&HostShare>) -> Option<HostIndex> {
-        let ranked = self.rank(&self.rule_request(vm));
+        let traits = self.request_traits(vm);
+        let ranked = self.rank(&self.rule_request(vm, &traits));
         let n = ranked.len().min(top);
         let boundary = &ranked.get(n.checked_sub(1)?)?.0;
         let tied_from = ranked.partition_point(|(key, _)| key < boundary);

@@ -3,7 +3,7 @@
 
 use super::{rule_request, Allocator};
 use crate::policy::ScoreKey;
-use crate::rules::RuleRequest;
+use crate::rules::{RequestTraits, RuleRequest};
 use crate::state::{HostIndex, StateError};
 use domain::{HostId, RuleFilterStat, VmRequest};
 use serde::{Deserialize, Serialize};
@@ -72,7 +72,8 @@ impl Allocator {
             .transpose()?;
         let selection = self.select(vm, Some(self.chooser.clone()));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        let request = rule_request(&self.state, &self.policy, vm, lifetime, self.clock_s);
+        let traits = RequestTraits::of(vm, lifetime.class, self.policy.read_traits());
+        let request = rule_request(&self.state, &self.policy, vm, &traits, lifetime, self.clock_s);
         let ranked = self.rank(&request);
         let top = ranked.iter().take(top).map(|(key, h)| self.ranked(*h, key)).collect();
         let verdict = why_not.map(|host| self.verdict(host, &request, selection.score, selection.host));

@@ -195,10 +195,17 @@ impl Allocator {
         &self.lifetimes
     }
 
-    /// What the rules see of `vm` now: for checking a decision against [`crate::select::full_scan`].
-    pub fn rule_request<'a>(&'a self, vm: &'a VmRequest) -> RuleRequest<'a> {
+    /// What the policy's rules read of `vm` (the first half of [`Allocator::rule_request`]).
+    pub fn request_traits(&self, vm: &VmRequest) -> RequestTraits {
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        rule_request(&self.state, &self.policy, vm, lifetime, self.clock_s)
+        RequestTraits::of(vm, lifetime.class, self.policy.read_traits())
+    }
+
+    /// What the rules see of `vm` now, with its `traits` ([`Allocator::request_traits`]): for
+    /// checking a decision against [`crate::select::full_scan`].
+    pub fn rule_request<'a>(&'a self, vm: &'a VmRequest, traits: &'a RequestTraits) -> RuleRequest<'a> {
+        let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
+        rule_request(&self.state, &self.policy, vm, traits, lifetime, self.clock_s)
     }
 
     /// The allocator's clock: the latest time it was given.
@@ -424,7 +431,8 @@ impl Allocator {
         // Split borrows: the request reads the state while the index and chooser change.
         let Allocator { policy, state, lifetimes, index, chooser, clock_s, .. } = self;
         let chooser = dry.as_mut().unwrap_or(chooser);
-        let request = rule_request(state, policy, vm, lifetime, *clock_s);
+        let traits = RequestTraits::of(vm, lifetime.class, policy.read_traits());
+        let request = rule_request(state, policy, vm, &traits, lifetime, *clock_s);
         match index {
             Some(index) => index.select(policy, state, lifetimes, &request, chooser),
             None => full_scan(policy, state, lifetimes, &request, chooser),
@@ -521,13 +529,14 @@ fn rule_request<'a>(
     state: &'a InventoryState,
     policy: &Policy,
     vm: &'a VmRequest,
+    traits: &'a RequestTraits,
     lifetime: VmLifetime,
     now_s: f64,
 ) -> RuleRequest<'a> {
     let exit_floor_s = policy.exit_floor_s();
     static NO_VMS: std::sync::LazyLock<HashMap<RackIndex, u32>> = std::sync::LazyLock::new(HashMap::new);
     RuleRequest {
-        traits: std::borrow::Cow::Owned(RequestTraits::of(vm, lifetime.class, policy.read_traits())),
+        traits,
         exit_s: now_s + lifetime.lifetime_s.max(exit_floor_s),
         spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
             max_per_rack,

@@ -22,7 +22,6 @@ use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
 use domain::{FeatureValue, HostState, Priority, Resources, VmRequest};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 
@@ -190,11 +189,12 @@ impl std::hash::Hash for RequestTraits {
     }
 }
 
-/// What rules may read of a request: its traits, and what is specific to this one request (its
+/// What rules may read of a request: its traits (built by the caller, once per request), and what
+/// is specific to this one request (its
 /// exit time and its tenant's spread), which no placement class caches.
 #[derive(Clone, Debug)]
 pub struct RuleRequest<'a> {
-    pub traits: Cow<'a, RequestTraits>,
+    pub traits: &'a RequestTraits,
     /// When the VM is predicted to exit (request time + predicted lifetime), in the allocator's
     /// clock; infinite when only "long" is known.
     pub exit_s: f64,
@@ -205,7 +205,7 @@ pub struct RuleRequest<'a> {
 impl std::ops::Deref for RuleRequest<'_> {
     type Target = RequestTraits;
     fn deref(&self) -> &RequestTraits {
-        &self.traits
+        self.traits
     }
 }
 

@@ -100,7 +100,7 @@ mod tests {
             .collect();
         let state = InventoryState::from_spec(&spec).unwrap();
         let traits = RequestTraits::new(Resources::from_whole(1.0, 1.0, 0.0).unwrap(), 0, "D");
-        let request = RuleRequest { traits: std::borrow::Cow::Owned(traits), exit_s: 0.0, spread: None };
+        let request = RuleRequest { traits: &traits, exit_s: 0.0, spread: None };
         let scores: Vec<u32> = (0..3)
             .map(|i| {
                 let view = HostView {
