@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
 
 /// How a host is drawn among those with the best score.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +218,41 @@ impl TieSet {
 struct Bucket {
     key: ScoreKey,
     members: TieSet,
+}
+
+/// Hashes class keys on every decision: a multiply-rotate hash (FxHash's), far less code and work
+/// than SipHash on the hot path. Flooding it is harmless: the map holds at most `max_classes`
+/// classes and evicts the least recently used.
+#[derive(Default)]
+struct ClassKeyHasher(u64);
+
+impl std::hash::Hasher for ClassKeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+        for &byte in chunks.remainder() {
+            self.write_u64(u64::from(byte));
+        }
+    }
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u8(&mut self, byte: u8) {
+        self.write_u64(u64::from(byte));
+    }
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// The request that first built a class: what its cached evaluation is computed for (the class's
@@ -666,7 +702,7 @@ impl ClassCache {
 #[derive(Debug)]
 pub struct IncrementalIndex {
     config: IndexConfig,
-    classes: HashMap<ClassKey, ClassCache>,
+    classes: HashMap<ClassKey, ClassCache, BuildHasherDefault<ClassKeyHasher>>,
     journal: Journal,
     tick: u64,
     /// Journal entries kept at most, beyond which lagging classes are rebuilt instead.
@@ -677,7 +713,7 @@ impl IncrementalIndex {
     pub fn new(config: IndexConfig, hosts: usize) -> Self {
         IncrementalIndex {
             config,
-            classes: HashMap::new(),
+            classes: HashMap::default(),
             journal: Journal::default(),
             tick: 0,
             journal_limit: hosts.max(4096),
