@@ -13,7 +13,6 @@
 
 use crate::config::Clock;
 use crate::durable::{Command, CommandError, DurableAllocator, Reply};
-use domain::AllocationRequest;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use tokio::sync::{mpsc, oneshot};
@@ -67,19 +66,17 @@ impl Worker {
 
 /// The latest time a command carries: an allocation's request time, a release's end.
 fn request_time_s(command: &Command) -> Option<f64> {
-    let times: Vec<f64> = match command {
-        Command::Allocate(AllocationRequest::Vm(vm)) => vm.requested_at_s.into_iter().collect(),
-        Command::Allocate(AllocationRequest::Gang(gang)) => {
-            gang.vms.iter().filter_map(|vm| vm.requested_at_s).collect()
+    match command {
+        Command::Allocate(request) => {
+            request.vms().iter().filter_map(|vm| vm.requested_at_s).filter(|t| t.is_finite()).reduce(f64::max)
         }
-        Command::Release { ended_at_s, .. } => ended_at_s.iter().copied().collect(),
-        _ => Vec::new(),
-    };
-    times.into_iter().filter(|t| t.is_finite()).reduce(f64::max)
+        Command::Release { ended_at_s, .. } => ended_at_s.filter(|t| t.is_finite()),
+        _ => None,
+    }
 }
 
 fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Job>, max_batch: usize, clock: Clock) {
-    // The request clock starts where the store's state is (its latest placement) and never goes back.
+    // The request clock starts at the allocator's clock as opened and never goes back.
     let mut request_clock_s = durable.allocator().map_or(0.0, |a| a.clock_s());
     let mut commands = Vec::with_capacity(max_batch);
     let mut replies = Vec::with_capacity(max_batch);

@@ -49,7 +49,7 @@ fn linked_crates(package: &str, default_features: bool) -> BTreeSet<String> {
         .collect()
 }
 
-/// The forbidden crates `package` links, with `cargo tree -i` paths to show how.
+/// The forbidden crates `package` links (the failure message names the `cargo tree -i` that shows how).
 fn violations(package: &str, default_features: bool, forbidden: &[&[&str]]) -> Vec<String> {
     let linked = linked_crates(package, default_features);
     forbidden
