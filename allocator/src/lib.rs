@@ -15,5 +15,5 @@ pub mod durable;
 pub mod store;
 pub mod worker;
 
-pub use durable::{Command, CommandError, DurableAllocator, DurableError, Reply};
+pub use durable::{CommandError, DurableAllocator, DurableError, Request};
 pub use store::{PlacementStore, SqliteStore, StoreError, StoreLocation};

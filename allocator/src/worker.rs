@@ -1,7 +1,7 @@
 //! The thread that owns the [`DurableAllocator`] and group-commits what the HTTP handlers send it.
 //!
-//! Handlers send a [`Command`] over a bounded channel with a `tokio::sync::oneshot` for the reply
-//! and await it. The worker thread blocks for the first command, then takes whatever else is already
+//! Handlers send a command ([`Request`]) over a bounded channel as a [`Job`] and await its typed
+//! [`Answer`](crate::durable::Answer). The worker thread blocks for the first command, then takes whatever else is already
 //! queued without waiting, up to `max_batch` commands in all, and runs them as one batch: one SQLite
 //! transaction and one `fsync` for all of their writes ([`DurableAllocator::execute`]). Under load
 //! the batches grow by themselves (requests queue while the previous batch commits); an idle
@@ -12,22 +12,15 @@
 //! an error, and the state is rebuilt from the store before the next batch.
 
 use crate::config::Clock;
-use crate::durable::{Command, CommandError, DurableAllocator, Reply};
+use crate::durable::{job, CommandError, DurableAllocator, Job, Request};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
-use tokio::sync::{mpsc, oneshot};
-
-type Answer = Result<Reply, CommandError>;
-
-struct Job {
-    command: Command,
-    reply: oneshot::Sender<Answer>,
-}
+use tokio::sync::mpsc;
 
 /// A handle on the worker thread; cheap to clone. The thread stops when every handle is dropped.
 #[derive(Clone, Debug)]
 pub struct Worker {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
 /// Seconds since the Unix epoch: the allocator's clock in the service.
@@ -51,76 +44,46 @@ impl Worker {
         Ok((Worker { jobs }, handle))
     }
 
-    /// Runs one command in the next batch and waits for its reply, which comes only after the
+    /// Runs one command in the next batch and waits for its answer, which comes only after the
     /// batch's commit.
-    pub async fn call(&self, command: Command) -> Answer {
-        let (reply, answer) = oneshot::channel();
-        if self.jobs.send(Job { command, reply }).await.is_err() {
+    pub async fn call<R: Request>(&self, request: R) -> Result<R::Output, CommandError> {
+        let (job, answer) = job(request);
+        if self.jobs.send(job).await.is_err() {
             return Err(CommandError::Unavailable("the allocator worker has stopped".to_owned()));
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(CommandError::Unavailable("the allocator worker failed on this batch; it was not applied".to_owned()))
-        })
+        answer.wait().await
     }
 }
 
-/// The latest time a command carries: an allocation's request time, a release's end.
-fn request_time_s(command: &Command) -> Option<f64> {
-    match command {
-        Command::Allocate(request) => {
-            request.vms().iter().filter_map(|vm| vm.requested_at_s).filter(|t| t.is_finite()).reduce(f64::max)
-        }
-        Command::Release { ended_at_s, .. } => ended_at_s.filter(|t| t.is_finite()),
-        _ => None,
-    }
-}
-
-fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Job>, max_batch: usize, clock: Clock) {
+fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Box<dyn Job>>, max_batch: usize, clock: Clock) {
     // The request clock starts at the allocator's clock as opened and never goes back.
     let mut request_clock_s = durable.allocator().map_or(0.0, |a| a.clock_s());
-    let mut commands = Vec::with_capacity(max_batch);
-    let mut replies = Vec::with_capacity(max_batch);
     while let Some(first) = receiver.blocking_recv() {
-        commands.push(first.command);
-        replies.push(first.reply);
-        while commands.len() < max_batch {
+        let mut batch = Vec::with_capacity(max_batch);
+        batch.push(first);
+        while batch.len() < max_batch {
             match receiver.try_recv() {
-                Ok(job) => {
-                    commands.push(job.command);
-                    replies.push(job.reply);
-                }
+                Ok(job) => batch.push(job),
                 Err(_) => break,
             }
         }
         let now_s = match clock {
             Clock::Wall => unix_now_s(),
             Clock::Request => {
-                if let Some(latest) = commands.iter().filter_map(request_time_s).reduce(f64::max) {
+                if let Some(latest) = batch.iter().filter_map(|job| job.time_s()).reduce(f64::max) {
                     request_clock_s = request_clock_s.max(latest);
                 }
                 request_clock_s
             }
         };
-        match catch_unwind(AssertUnwindSafe(|| durable.execute(&commands, now_s))) {
-            Ok(answers) => {
-                for (reply, answer) in replies.drain(..).zip(answers) {
-                    // The client may have gone; its answer is simply dropped.
-                    let _ = reply.send(answer);
-                }
-            }
-            Err(_) => {
-                tracing::error!(
-                    commands = commands.len(),
-                    "the allocator panicked on a batch; rebuilding from the store"
-                );
-                replies.clear();
-                if let Err(error) = durable.rebuild(now_s) {
-                    tracing::error!(%error, "rebuilding after a panic failed");
-                }
+        let commands = batch.len();
+        // A panic drops the batch's jobs unanswered: their callers are told it was not applied.
+        if catch_unwind(AssertUnwindSafe(|| durable.execute(batch, now_s))).is_err() {
+            tracing::error!(commands, "the allocator panicked on a batch; rebuilding from the store");
+            if let Err(error) = durable.rebuild(now_s) {
+                tracing::error!(%error, "rebuilding after a panic failed");
             }
         }
-        commands.clear();
-        replies.clear();
     }
     tracing::info!("allocator worker stopped");
 }

@@ -12,7 +12,8 @@
 
 mod support;
 
-use allocator::durable::{Command, DurableAllocator, Reply};
+use allocator::durable::{job, Allocate, Answer, DurableAllocator, Job, Release, SetHostState};
+use domain::{AllocationDecision, HostStateChange, VmInfo};
 use domain::{
     AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Priority, Resources, TenantId, VmId, VmRequest,
@@ -342,25 +343,40 @@ fn request(id: String, rng: &mut ChaCha8Rng) -> VmRequest {
     }
 }
 
-fn command(id: &mut usize, live: &mut Vec<VmId>, rng: &mut ChaCha8Rng) -> Command {
+/// A command sent in a batch, with what it asked and its answer.
+enum Sent {
+    Allocate(Box<AllocationRequest>, Answer<AllocationDecision>),
+    Release(VmId, Answer<VmInfo>),
+    SetHostState(HostId, HostState, Answer<HostStateChange>),
+}
+
+fn command(id: &mut usize, live: &mut Vec<VmId>, rng: &mut ChaCha8Rng) -> (Box<dyn Job>, Sent) {
     match rng.random_range(0..10) {
         0..=5 => {
             *id += 1;
-            if rng.random_bool(0.2) {
+            let request = if rng.random_bool(0.2) {
                 let tenant = TenantId::from("gang");
                 let vms = (0..3)
                     .map(|k| VmRequest { tenant_id: tenant.clone(), ..request(format!("g{id}-{k}"), rng) })
                     .collect();
-                Command::Allocate(AllocationRequest::Gang(GangRequest { tenant_id: tenant, vms }))
+                AllocationRequest::Gang(GangRequest { tenant_id: tenant, vms })
             } else {
-                Command::Allocate(AllocationRequest::Vm(request(format!("vm-{id}"), rng)))
-            }
+                AllocationRequest::Vm(request(format!("vm-{id}"), rng))
+            };
+            let (job, answer) = job(Allocate(request.clone()));
+            (job, Sent::Allocate(Box::new(request), answer))
         }
-        6..=8 if !live.is_empty() => Command::release(live.swap_remove(rng.random_range(0..live.len()))),
-        _ => Command::SetHostState {
-            host: HostId(format!("z-h{}", rng.random_range(0..10))),
-            state: [HostState::Available, HostState::Unavailable, HostState::Failed][rng.random_range(0..3)],
-        },
+        6..=8 if !live.is_empty() => {
+            let vm = live.swap_remove(rng.random_range(0..live.len()));
+            let (job, answer) = job(Release::vm(vm.clone()));
+            (job, Sent::Release(vm, answer))
+        }
+        _ => {
+            let host = HostId(format!("z-h{}", rng.random_range(0..10)));
+            let state = [HostState::Available, HostState::Unavailable, HostState::Failed][rng.random_range(0..3)];
+            let (job, answer) = job(SetHostState { host: host.clone(), state });
+            (job, Sent::SetHostState(host, state, answer))
+        }
     }
 }
 
@@ -392,29 +408,27 @@ fn reopened_durable_allocator_equals_the_state_before() {
     let mut now = 1_000.0;
     for round in 0..4 {
         for _ in 0..40 {
-            let batch: Vec<Command> =
-                (0..rng.random_range(1..8)).map(|_| command(&mut id, &mut live, &mut rng)).collect();
+            let (batch, sent): (Vec<_>, Vec<_>) =
+                (0..rng.random_range(1..8)).map(|_| command(&mut id, &mut live, &mut rng)).unzip();
             now += 30.0;
-            let replies = durable.execute(&batch, now);
-            for (command, reply) in batch.iter().zip(&replies) {
-                match command {
-                    Command::Allocate(request) => {
-                        let expected = twin.allocate(request, now).unwrap();
-                        assert!(
-                            matches!(reply, Ok(Reply::Allocated(d)) if *d == expected),
-                            "{reply:?} != {expected:?}"
-                        );
+            durable.execute(batch, now);
+            for sent in sent {
+                match sent {
+                    Sent::Allocate(request, answer) => {
+                        let expected = twin.allocate(&request, now).unwrap();
+                        let reply = answer.ready();
+                        assert_eq!(reply.as_ref(), Ok(&expected));
                         if expected.is_placed() {
                             live.extend(request.vms().iter().map(|v| v.vm_id.clone()));
                         }
                     }
-                    Command::Release { vm, .. } => {
-                        assert_eq!(twin.release(vm, now).is_ok(), reply.is_ok(), "{reply:?}");
+                    Sent::Release(vm, answer) => {
+                        let reply = answer.ready();
+                        assert_eq!(twin.release(&vm, now).is_ok(), reply.is_ok(), "{reply:?}");
                     }
-                    Command::SetHostState { host, state } => {
-                        assert_eq!(twin.set_host_state(host, *state).is_ok(), reply.is_ok());
+                    Sent::SetHostState(host, state, answer) => {
+                        assert_eq!(twin.set_host_state(&host, state).is_ok(), answer.ready().is_ok());
                     }
-                    _ => {}
                 }
             }
         }

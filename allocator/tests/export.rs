@@ -10,10 +10,11 @@
 
 mod support;
 
-use allocator::durable::{Command, DurableAllocator, Reply};
+use allocator::durable::{job, Allocate, Answer, DurableAllocator, Job, Release};
 use allocator::store::{
     self, ExitRetention, ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, StoreLocation, TraceExport,
 };
+use domain::{AllocationDecision, VmInfo};
 use domain::{AllocationRequest, FeatureValue, HostId, InventorySpec, Priority, Resources, VmId, VmRequest};
 use placement::allocator::AllocatorConfig;
 use placement::journal::Change;
@@ -35,12 +36,20 @@ fn request(id: &str, requested_at_s: Option<f64>) -> VmRequest {
     request
 }
 
-fn allocate(request: VmRequest) -> Command {
-    Command::Allocate(AllocationRequest::Vm(request))
+/// A command of the workload and its answer, which must be a success.
+enum Expect {
+    Placed(Answer<AllocationDecision>),
+    Released(Answer<VmInfo>),
 }
 
-fn release(id: &str, ended_at_s: Option<f64>) -> Command {
-    Command::Release { vm: VmId::from(id), owner: None, ended_at_s }
+fn allocate(request: VmRequest) -> (Box<dyn Job>, Expect) {
+    let (job, answer) = job(Allocate(AllocationRequest::Vm(request)));
+    (job, Expect::Placed(answer))
+}
+
+fn release(id: &str, ended_at_s: Option<f64>) -> (Box<dyn Job>, Expect) {
+    let (job, answer) = job(Release { vm: VmId::from(id), owner: None, ended_at_s });
+    (job, Expect::Released(answer))
 }
 
 /// The allocator's clock of the workload's placements (Unix-like, far from the model's).
@@ -72,11 +81,17 @@ fn workload(durable: &mut DurableAllocator) {
         (vec![allocate(request("e", Some(300.0))), release("e", Some(350.0))], PLACED_AT + 100.0),
     ];
     for (commands, now) in batches {
-        for reply in durable.execute(&commands, now) {
-            match reply {
-                Ok(Reply::Allocated(decision)) => assert!(decision.is_placed(), "{decision:?}"),
-                Ok(Reply::Released(_)) => {}
-                other => panic!("{other:?}"),
+        let (jobs, expected): (Vec<_>, Vec<_>) = commands.into_iter().unzip();
+        durable.execute(jobs, now);
+        for expect in expected {
+            match expect {
+                Expect::Placed(answer) => {
+                    let decision = answer.ready().unwrap();
+                    assert!(decision.is_placed(), "{decision:?}");
+                }
+                Expect::Released(answer) => {
+                    answer.ready().unwrap();
+                }
             }
         }
     }

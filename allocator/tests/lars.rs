@@ -2,7 +2,7 @@
 //! never over-commit a host, drained hosts that end empty and stay unavailable until restored, and
 //! drains that survive a restart.
 
-use allocator::durable::{Command, DurableAllocator, Reply};
+use allocator::durable::{Allocate, CompleteMigration, DurableAllocator, StartDrain};
 use domain::{
     AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Resources, VmId, VmRequest,
@@ -269,7 +269,7 @@ fn a_drain_survives_a_restart() {
     let config = AllocatorConfig { policy: PolicyConfig::preset("lava"), ..Default::default() };
     let mut durable = DurableAllocator::open(&spec, &config, &path, 0.0).unwrap();
     for (i, (id, lifetime)) in ARRIVALS.iter().enumerate() {
-        durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm(id, 2.0, *lifetime))), i as f64).unwrap();
+        durable.execute_one(Allocate(AllocationRequest::Vm(vm(id, 2.0, *lifetime))), i as f64).unwrap();
     }
     let source = host_of(durable.allocator().unwrap(), "a-1h");
     let request = DrainRequest {
@@ -277,12 +277,10 @@ fn a_drain_survives_a_restart() {
         order: MigrationOrder::LongestRemainingFirst,
         max_in_flight: 2,
     };
-    let Ok(Reply::Drain(started)) = durable.execute_one(Command::StartDrain(request), 10.0) else {
-        panic!("drain refused")
-    };
+    let Ok(started) = durable.execute_one(StartDrain(request), 10.0) else { panic!("drain refused") };
     assert_eq!(started.in_flight.len(), 2);
     let first = started.in_flight[0].vm_id.clone();
-    durable.execute_one(Command::CompleteMigration(first.clone()), 20.0).unwrap();
+    durable.execute_one(CompleteMigration(first.clone()), 20.0).unwrap();
     let live = durable.allocator().unwrap();
     let (state_before, report_before) = (live.state().clone(), live.drain_report());
     let lava_before: Vec<_> = (0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect();
@@ -294,8 +292,7 @@ fn a_drain_survives_a_restart() {
     assert_eq!(live.drain_report(), report_before);
     assert_eq!((0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect::<Vec<_>>(), lava_before);
     let next = report_before.unwrap().in_flight[0].vm_id.clone();
-    let Ok(Reply::MigrationCompleted(done)) = reopened.execute_one(Command::CompleteMigration(next.clone()), 30.0)
-    else {
+    let Ok(done) = reopened.execute_one(CompleteMigration(next.clone()), 30.0) else {
         panic!("the restored migration cannot be confirmed")
     };
     assert_eq!(host_of(reopened.allocator().unwrap(), next.as_str()), done.target);

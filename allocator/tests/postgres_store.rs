@@ -5,14 +5,17 @@
 
 mod support;
 
-use allocator::durable::{Command, CommandError, DurableAllocator, Reply};
+use allocator::durable::{
+    job, Allocate, CommandError, CompleteMigration, DrainStatus, DurableAllocator, GetAllocation, GetHost, Release,
+    SetHostState, StartDrain, Stats,
+};
 use allocator::store::{self, StoreError, StoreLocation, StoredState};
 use domain::{
     AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Priority, Resources, VmId, VmRequest,
 };
 use placement::allocator::AllocatorConfig;
-use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use placement::defrag::{DrainHosts, DrainReport, DrainRequest, MigrationOrder};
 use placement::journal::Change;
 use placement::policy::PolicyConfig;
 use placement::state::{NewVm, RequestFacts};
@@ -86,39 +89,45 @@ fn workload(durable: &mut DurableAllocator) {
     let mut now = 1_000.0;
     for step in 0..400 {
         now += 10.0;
-        let command = if step == 200 {
-            Command::StartDrain(DrainRequest {
+        // A drain's answer: confirm every migration in flight, as the operator's migration tool would.
+        let drain = |durable: &mut DurableAllocator, report: Result<DrainReport, CommandError>| {
+            for migration in report.map(|r| r.in_flight).unwrap_or_default() {
+                let _ = durable.execute_one(CompleteMigration(migration.vm_id), now + 1.0);
+            }
+        };
+        if step == 200 {
+            let request = DrainRequest {
                 hosts: DrainHosts::Pick(2),
                 order: MigrationOrder::LongestRemainingFirst,
                 max_in_flight: 2,
-            })
-        } else {
-            match rng.random_range(0..10) {
-                0..=5 => {
-                    let id = format!("vm-{step}");
-                    let lifetime = [600.0, 20_000.0, 500_000.0][rng.random_range(0..3)];
-                    let request = vm(&id, f64::from(rng.random_range(1..=4u8)), lifetime);
-                    Command::Allocate(AllocationRequest::Vm(with_facts(request, step)))
-                }
-                6..=7 if !placed.is_empty() => Command::release(placed.swap_remove(rng.random_range(0..placed.len()))),
-                8 if step % 50 == 8 => Command::SetHostState {
-                    host: HostId(format!("z-h{}", rng.random_range(0..8))),
-                    state: [HostState::Unavailable, HostState::Available][rng.random_range(0..2)],
-                },
-                _ => Command::DrainStatus,
-            }
-        };
-        match durable.execute_one(command, now) {
-            Ok(Reply::Allocated(decision)) if decision.is_placed() && !decision.replayed => {
-                placed.push(VmId(format!("vm-{step}")));
-            }
-            Ok(Reply::Drain(report)) => {
-                // Confirm every migration in flight, as the operator's migration tool would.
-                for migration in report.in_flight {
-                    let _ = durable.execute_one(Command::CompleteMigration(migration.vm_id), now + 1.0);
+            };
+            let report = durable.execute_one(StartDrain(request), now);
+            drain(durable, report);
+            continue;
+        }
+        match rng.random_range(0..10) {
+            0..=5 => {
+                let id = format!("vm-{step}");
+                let lifetime = [600.0, 20_000.0, 500_000.0][rng.random_range(0..3)];
+                let request = vm(&id, f64::from(rng.random_range(1..=4u8)), lifetime);
+                let decision = durable.execute_one(Allocate(AllocationRequest::Vm(with_facts(request, step))), now);
+                if decision.is_ok_and(|d| d.is_placed() && !d.replayed) {
+                    placed.push(VmId(id));
                 }
             }
-            _ => {}
+            6..=7 if !placed.is_empty() => {
+                let vm = placed.swap_remove(rng.random_range(0..placed.len()));
+                let _ = durable.execute_one(Release::vm(vm), now);
+            }
+            8 if step % 50 == 8 => {
+                let host = HostId(format!("z-h{}", rng.random_range(0..8)));
+                let state = [HostState::Unavailable, HostState::Available][rng.random_range(0..2)];
+                let _ = durable.execute_one(SetHostState { host, state }, now);
+            }
+            _ => {
+                let report = durable.execute_one(DrainStatus, now);
+                drain(durable, report);
+            }
         }
     }
 }
@@ -173,8 +182,8 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
             "{location}: the restart rebuilds the hosts"
         );
         assert!(records(reopened.allocator().unwrap().state()) == live_vms, "{location}: the restart rebuilds the VMs");
-        let Ok(Reply::Stats(s)) = reopened.execute_one(Command::Stats, 6_000.0) else { panic!("no stats") };
-        stats.push(serde_json::to_value(&*s).unwrap());
+        let Ok(s) = reopened.execute_one(Stats, 6_000.0) else { panic!("no stats") };
+        stats.push(serde_json::to_value(&s).unwrap());
         stored.push(canonical(store::open(location, &spec()).unwrap().load().unwrap()));
         assert_workload_facts(stored.last().unwrap(), location);
     }
@@ -301,7 +310,7 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
     assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
     let request = with_facts(vm("new", 2.0, 600.0), 3);
-    assert!(host_of(&durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
+    assert!(host_of(&durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
     drop(durable);
     let stored = store::open(&location, &spec()).unwrap().load().unwrap();
     let ids: Vec<_> = stored.vms.iter().map(|v| v.vm.id.as_str()).collect();
@@ -315,7 +324,7 @@ fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
     let location = StoreLocation::from(pg.url.clone());
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
     let request = with_facts(vm("kept", 2.0, 600.0), 3);
-    assert!(host_of(&durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
+    assert!(host_of(&durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
     drop(durable);
     // Version 2 is version 3 without the exits table.
     pg.psql("DROP TABLE exits; UPDATE meta SET value = 2 WHERE key = 'schema_version'");
@@ -323,7 +332,7 @@ fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
     assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
-    let release = Command::Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
+    let release = Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
     durable.execute_one(release, 21.0).unwrap();
     let start = facts(3).0.unwrap();
     assert_eq!(
@@ -386,7 +395,7 @@ fn an_inventory_that_shrinks_a_host_below_its_vms_is_refused_naming_the_fix() {
     let location = StoreLocation::from(pg.url.clone());
     let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 0.0).unwrap();
     for i in 0..8 {
-        durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm(&format!("v{i}"), 12.0, 600.0))), 1.0).unwrap();
+        durable.execute_one(Allocate(AllocationRequest::Vm(vm(&format!("v{i}"), 12.0, 600.0))), 1.0).unwrap();
     }
     drop(durable);
     let smaller = InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(8.0, 64.0, 0.0).unwrap());
@@ -399,11 +408,13 @@ fn an_outage_answers_unavailable_writes_nothing_half_and_recovers_by_itself() {
     let mut pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
     let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 0.0).unwrap();
-    let allocate = |id: &str| Command::Allocate(AllocationRequest::Vm(vm(id, 2.0, 600.0)));
-    assert!(matches!(durable.execute_one(allocate("before"), 1.0), Ok(Reply::Allocated(d)) if d.is_placed()));
+    let allocate = |id: &str| Allocate(AllocationRequest::Vm(vm(id, 2.0, 600.0)));
+    assert!(matches!(durable.execute_one(allocate("before"), 1.0), Ok(d) if d.is_placed()));
     pg.stop();
-    let during = durable.execute(&[allocate("during-1"), allocate("during-2")], 2.0);
-    for reply in &during {
+    let (first, during_1) = job(allocate("during-1"));
+    let (second, during_2) = job(allocate("during-2"));
+    durable.execute(vec![first, second], 2.0);
+    for reply in [during_1.ready(), during_2.ready()] {
         assert!(
             matches!(reply, Err(CommandError::NotDurable(_) | CommandError::Unavailable(_))),
             "a write during the outage is refused: {reply:?}"
@@ -411,7 +422,7 @@ fn an_outage_answers_unavailable_writes_nothing_half_and_recovers_by_itself() {
     }
     assert!(matches!(durable.execute_one(allocate("still-down"), 3.0), Err(CommandError::Unavailable(_))));
     pg.restart();
-    assert!(matches!(durable.execute_one(allocate("after"), 4.0), Ok(Reply::Allocated(d)) if d.is_placed()));
+    assert!(matches!(durable.execute_one(allocate("after"), 4.0), Ok(d) if d.is_placed()));
     let ids: Vec<_> =
         store::open(&location, &spec()).unwrap().load().unwrap().vms.into_iter().map(|v| v.vm.id.0).collect();
     assert_eq!(ids, ["before", "after"], "nothing of the refused writes was kept");
@@ -421,13 +432,13 @@ fn pbfr() -> AllocatorConfig {
     AllocatorConfig { policy: PolicyConfig::preset("pbfr"), ..Default::default() }
 }
 
-fn allocate(id: &str, cores: f64) -> Command {
-    Command::Allocate(AllocationRequest::Vm(vm(id, cores, 600.0)))
+fn allocate(id: &str, cores: f64) -> Allocate {
+    Allocate(AllocationRequest::Vm(vm(id, cores, 600.0)))
 }
 
-fn host_of(reply: &Result<Reply, CommandError>) -> Option<HostId> {
+fn host_of(reply: &Result<domain::AllocationDecision, CommandError>) -> Option<HostId> {
     match reply {
-        Ok(Reply::Allocated(decision)) => match &decision.outcome {
+        Ok(decision) => match &decision.outcome {
             domain::AllocationOutcome::Placed { placements } => Some(placements[0].host_id.clone()),
             domain::AllocationOutcome::Rejected { .. } => None,
         },
@@ -441,7 +452,7 @@ fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
     let location = StoreLocation::from(pg.url.clone());
     let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
     let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
-    let x_request = Command::Allocate(AllocationRequest::Vm(with_facts(vm("x", 4.0, 600.0), 3)));
+    let x_request = Allocate(AllocationRequest::Vm(with_facts(vm("x", 4.0, 600.0), 3)));
     let x = host_of(&a.execute_one(x_request, 1.0)).expect("placed");
     // B decides after following A: it sees x where A put it, and what x's request carried.
     let y = host_of(&b.execute_one(allocate("y", 4.0), 2.0)).expect("placed");
@@ -455,23 +466,18 @@ fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
     assert_eq!(record(&b, "x"), record(&a, "x"));
     assert_eq!((record(&b, "x").requested_at_s, record(&b, "x").request.clone()), facts(3));
     // A follows B's placement.
-    let Ok(Reply::Allocation(seen)) = a.execute_one(Command::GetAllocation(VmId::from("y")), 2.5) else {
-        panic!("A does not see y")
-    };
+    let Ok(seen) = a.execute_one(GetAllocation(VmId::from("y")), 2.5) else { panic!("A does not see y") };
     assert_eq!(seen.host_id, y);
     // A client's retry of x sent to B gets A's answer.
-    let Ok(Reply::Allocated(retry)) = b.execute_one(allocate("x", 4.0), 3.0) else { panic!("retry refused") };
+    let Ok(retry) = b.execute_one(allocate("x", 4.0), 3.0) else { panic!("retry refused") };
     assert!(retry.replayed);
-    assert_eq!(host_of(&Ok(Reply::Allocated(retry))), Some(x));
+    assert_eq!(host_of(&Ok(retry)), Some(x));
     // A release through B is seen by A.
-    b.execute_one(Command::release(VmId::from("x")), 4.0).unwrap();
-    assert_eq!(
-        a.execute_one(Command::GetAllocation(VmId::from("x")), 5.0),
-        Err(CommandError::UnknownVm(VmId::from("x")))
-    );
+    b.execute_one(Release::vm(VmId::from("x")), 4.0).unwrap();
+    assert_eq!(a.execute_one(GetAllocation(VmId::from("x")), 5.0), Err(CommandError::UnknownVm(VmId::from("x"))));
     // Host states too.
-    a.execute_one(Command::SetHostState { host: HostId::from("z-h5"), state: HostState::Failed }, 6.0).unwrap();
-    let Ok(Reply::Host(host)) = b.execute_one(Command::GetHost(HostId::from("z-h5")), 7.0) else { panic!("no host") };
+    a.execute_one(SetHostState { host: HostId::from("z-h5"), state: HostState::Failed }, 6.0).unwrap();
+    let Ok(host) = b.execute_one(GetHost(HostId::from("z-h5")), 7.0) else { panic!("no host") };
     assert_eq!(host.host.state, HostState::Failed);
 }
 
@@ -491,11 +497,11 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
                     let now = 10.0 + step as f64;
                     if !live.is_empty() && rng.random_range(0..3) == 0 {
                         let id = live.swap_remove(rng.random_range(0..live.len()));
-                        durable.execute_one(Command::release(id), now).expect("a release of an own VM");
+                        durable.execute_one(Release::vm(id), now).expect("a release of an own VM");
                     } else {
                         let id = format!("a{agent}-{step}");
                         match durable.execute_one(allocate(&id, f64::from(rng.random_range(1..=6u8))), now) {
-                            Ok(Reply::Allocated(d)) if d.is_placed() => live.push(VmId(id)),
+                            Ok(d) if d.is_placed() => live.push(VmId(id)),
                             Ok(_) => {}
                             Err(_) => refused += 1,
                         }
@@ -523,6 +529,6 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
     );
     // A new agent, and every agent after following, sees that state.
     let mut late = DurableAllocator::open(&spec(), &pbfr(), location, 0.0).unwrap();
-    let Ok(Reply::Stats(stats)) = late.execute_one(Command::Stats, 400.0) else { panic!("no stats") };
+    let Ok(stats) = late.execute_one(Stats, 400.0) else { panic!("no stats") };
     assert_eq!(stats.vms, acknowledged.len());
 }

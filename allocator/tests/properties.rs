@@ -2,7 +2,7 @@
 //! releases, all-or-nothing gangs, lifetime classes that drop on time, and the incremental index
 //! agreeing with the full-scan reference on every decision.
 
-use allocator::durable::{Command, DurableAllocator};
+use allocator::durable::{Allocate, DurableAllocator, Explain, Release, SetHostState};
 use domain::{
     AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
     LifetimePrediction, PredictionSource, Resources, TenantId, VmId, VmRequest,
@@ -343,20 +343,25 @@ proptest! {
         let mut durable = DurableAllocator::open(&inventory(), &config, &path, 0.0).unwrap();
         let mut driver = Driver::new();
         for op in &ops {
-            let command = match driver.step(op) {
-                Step::Allocate(request) => Command::Allocate(*request),
-                Step::Release(vm) => Command::release(vm),
-                Step::SetState(host, state) => Command::SetHostState { host, state },
-                Step::Wait => continue,
-            };
-            let reply = durable.execute_one(command, driver.now_s);
-            if let Ok(allocator::durable::Reply::Allocated(decision)) = &reply {
-                driver.record(&decision.outcome);
+            let now_s = driver.now_s;
+            match driver.step(op) {
+                Step::Allocate(request) => {
+                    if let Ok(decision) = durable.execute_one(Allocate(*request), now_s) {
+                        driver.record(&decision.outcome);
+                    }
+                }
+                Step::Release(vm) => {
+                    let _ = durable.execute_one(Release::vm(vm), now_s);
+                }
+                Step::SetState(host, state) => {
+                    let _ = durable.execute_one(SetHostState { host, state }, now_s);
+                }
+                Step::Wait => {}
             }
         }
         // Bring the clock to the same instant the reopened allocator starts at (a dry run moves it).
         let probe = VmRequest::new("probe", "t", "D", Resources::from_whole(1.0, 1.0, 0.0).unwrap());
-        durable.execute_one(Command::Explain { vm: Box::new(probe), why_not: None, top: 0 }, driver.now_s).unwrap();
+        durable.execute_one(Explain { vm: probe, why_not: None, top: 0 }, driver.now_s).unwrap();
         let live = durable.allocator().unwrap();
         let before = live.state().clone();
         let exits_before: Vec<f64> = live.lifetimes().iter().map(|l| l.exit_s).collect();

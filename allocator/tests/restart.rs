@@ -5,7 +5,7 @@
 //! stopped. The VMs carry what the model
 //! reads beyond their shape: low and regular priority, an OS, extra features and request times.
 
-use allocator::durable::{Command, DurableAllocator, Reply};
+use allocator::durable::{Allocate, DurableAllocator, Release};
 use domain::{
     AllocationOutcome, AllocationRequest, FeatureValue, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Priority, Resources, VmId, VmRequest,
@@ -49,8 +49,8 @@ fn request(i: usize, now_s: f64) -> VmRequest {
 }
 
 fn allocate(durable: &mut DurableAllocator, i: usize, now_s: f64) -> String {
-    match durable.execute_one(Command::Allocate(AllocationRequest::Vm(request(i, now_s))), now_s) {
-        Ok(Reply::Allocated(decision)) => match decision.outcome {
+    match durable.execute_one(Allocate(AllocationRequest::Vm(request(i, now_s))), now_s) {
+        Ok(decision) => match decision.outcome {
             AllocationOutcome::Placed { placements } => placements[0].host_id.to_string(),
             AllocationOutcome::Rejected { rejection } => format!("rejected: {:?}", rejection.code),
         },
@@ -94,7 +94,7 @@ fn restart_changes_nothing(policy: &str) {
         assert_eq!(allocate(&mut a, i, now_s), allocate(&mut b, i, now_s), "vm-{i} before the restart");
         if i % 4 == 3 {
             for durable in [&mut a, &mut b] {
-                durable.execute_one(Command::release(VmId::from(format!("vm-{}", i - 2).as_str())), now_s).unwrap();
+                durable.execute_one(Release::vm(VmId::from(format!("vm-{}", i - 2).as_str())), now_s).unwrap();
             }
         }
     }

@@ -9,7 +9,7 @@
 //! Schema version 4 (no request time or request facts per VM): `fixtures/store-v4.sql`, written by
 //! that release's `DurableAllocator` and dumped; its VMs come back with none of either.
 
-use allocator::durable::{Command, DurableAllocator, Reply};
+use allocator::durable::{Allocate, CompleteMigration, DrainStatus, DurableAllocator, GetHost, Release, Stats};
 use allocator::store::SqliteStore;
 use domain::{AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, Priority, Resources, VmId, VmRequest};
 use placement::{AllocatorConfig, PolicyConfig, RequestFacts, TieBreak};
@@ -62,7 +62,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
 
     for before in answers["hosts"].as_array().unwrap() {
         let id = before["host_id"].as_str().unwrap();
-        let Ok(Reply::Host(now)) = durable.execute_one(Command::GetHost(HostId::from(id)), stopped_at) else {
+        let Ok(now) = durable.execute_one(GetHost(HostId::from(id)), stopped_at) else {
             panic!("host {id} is in the inventory")
         };
         let now = serde_json::to_value(&now).unwrap();
@@ -83,15 +83,13 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
             assert_eq!(now["policy_state"]["policy"], "lava");
         }
     }
-    let Ok(Reply::Drain(drain)) = durable.execute_one(Command::DrainStatus, stopped_at) else {
-        panic!("the drain in flight is recovered")
-    };
+    let Ok(drain) = durable.execute_one(DrainStatus, stopped_at) else { panic!("the drain in flight is recovered") };
     assert_eq!(serde_json::to_value(&drain).unwrap(), answers["drain"]);
 
     // A migration and a release go on as before, and the upgraded store opens again as it is.
-    durable.execute_one(Command::CompleteMigration("vm-1".into()), stopped_at + 1.0).unwrap();
-    durable.execute_one(Command::release("vm-3".into()), stopped_at + 2.0).unwrap();
-    let Ok(Reply::Stats(stats)) = durable.execute_one(Command::Stats, stopped_at + 2.0) else { panic!("stats") };
+    durable.execute_one(CompleteMigration("vm-1".into()), stopped_at + 1.0).unwrap();
+    durable.execute_one(Release::vm("vm-3".into()), stopped_at + 2.0).unwrap();
+    let Ok(stats) = durable.execute_one(Stats, stopped_at + 2.0) else { panic!("stats") };
     // The release is kept as an exit; a VM of version 3 has no request time, so it started and
     // ended on the allocator's clock.
     let exit: (String, f64, f64) = rusqlite::Connection::open(&path)
@@ -145,7 +143,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     assert_eq!(stored.vms[2].vm.prediction, None);
     assert!(stored.vms[0].vm.prediction.is_some());
     assert_eq!(stored.host_states, [(HostId::from("z-h3"), HostState::Unavailable)]);
-    let Ok(Reply::Stats(stats)) = durable.execute_one(Command::Stats, now) else { panic!("stats") };
+    let Ok(stats) = durable.execute_one(Stats, now) else { panic!("stats") };
     assert_eq!((stats.vms, stats.allocated_cores), (5, 20.0));
 
     // A placement under this release keeps its request's facts, next to the upgraded rows.
@@ -154,7 +152,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     request.priority = Priority::Low;
     request.os = Some("windows".to_owned());
     request.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
-    durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), now + 1.0).unwrap();
+    durable.execute_one(Allocate(AllocationRequest::Vm(request)), now + 1.0).unwrap();
     drop(durable);
     let reopened = DurableAllocator::open(&spec, &config, &path, now + 2.0).unwrap();
     let vm6 = reopened.allocator().unwrap().state().vm(&VmId::from("vm-6")).unwrap().record.clone();
@@ -176,7 +174,7 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
     let mut request = VmRequest::new("vm-0", "tenant-a", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap());
     request.requested_at_s = Some(1_000.0);
     let mut durable = DurableAllocator::open(&spec, &config, &path, 10.0).unwrap();
-    durable.execute_one(Command::Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
+    durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
     drop(durable);
     // Version 5 is version 6 without the exits table.
     rusqlite::Connection::open(&path)
@@ -194,7 +192,7 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
     assert!(tables.contains(&"exits".to_owned()), "{tables:?}");
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
     // Its VM's release is kept as an exit, at the end the release names.
-    let release = Command::Release { vm: VmId::from("vm-0"), owner: None, ended_at_s: Some(1_600.0) };
+    let release = Release { vm: VmId::from("vm-0"), owner: None, ended_at_s: Some(1_600.0) };
     durable.execute_one(release, 21.0).unwrap();
     let exit: (String, f64, f64) = rusqlite::Connection::open(&path)
         .unwrap()

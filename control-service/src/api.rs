@@ -14,7 +14,7 @@
 use crate::auth::Caller;
 use crate::control::{micros, unix_now_s, AllocateFailure, Allocated, Control};
 pub use crate::http::AppState;
-use crate::http::{authorize, field_problem, invalid_field, operator, pass_through, request_id, upstream_failure};
+use crate::http::{authorize, operator, pass_through, request_id, upstream_failure};
 use crate::upstream::{Answer, UpstreamError};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -23,9 +23,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use domain::ProblemKind;
 use domain::{AllocationRequest, ControlStats, HistoryEvent, StageLatency, VmPrediction, ZoneId};
 use serde::Deserialize;
-use service_common::problem::{json_body, problem};
+use service_common::problem::{field_problem, json_body, problem};
 use std::time::Instant;
 use utoipa::OpenApi;
 
@@ -162,7 +163,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {
-    problem(StatusCode::NOT_FOUND, "not-found", "Not found", format!("no route for `{}`", uri.path()))
+    problem(ProblemKind::NotFound, format!("no route for `{}`", uri.path()))
 }
 
 /// A tenant key places only its own tenant's VMs (403 naming the field otherwise), and its request
@@ -183,9 +184,7 @@ fn apply_caller(
             AllocationRequest::Gang(_) => "gang.tenant_id",
         };
         return Err(field_problem(
-            StatusCode::FORBIDDEN,
-            "forbidden-tenant",
-            "Forbidden tenant",
+            ProblemKind::ForbiddenTenant,
             field.to_owned(),
             format!("this API key acts as tenant `{tenant}` only, got `{}`", request.tenant_id()),
         ));
@@ -193,7 +192,8 @@ fn apply_caller(
     for i in 0..request.vms().len() {
         if let Some(at) = request.vms()[i].requested_at_s {
             if (at - now_s).abs() > control.max_skew_s {
-                return Err(invalid_field(
+                return Err(field_problem(
+                    ProblemKind::InvalidRequest,
                     format!("{}.requested_at_s", vm_path(request, i)),
                     format!(
                         "must be within {} s of the server's clock ({now_s:.0}), got {at}; leave it out to use \
@@ -222,7 +222,8 @@ fn vm_path(request: &AllocationRequest, i: usize) -> String {
 fn check_public_request(control: &Control, request: &AllocationRequest) -> Result<ZoneId, Response> {
     for (i, vm) in request.vms().iter().enumerate() {
         if vm.prediction.is_some() {
-            return Err(invalid_field(
+            return Err(field_problem(
+                ProblemKind::InvalidRequest,
                 format!("{}.prediction", vm_path(request, i)),
                 "is filled in by the control service; leave it out".to_owned(),
             ));
@@ -232,7 +233,8 @@ fn check_public_request(control: &Control, request: &AllocationRequest) -> Resul
     if !control.allocators.contains(&zone) {
         let i = request.vms().iter().position(|vm| vm.zone.is_some()).unwrap_or(0);
         let known: Vec<&str> = control.allocators.zones().map(|(zone, _)| zone.as_str()).collect();
-        return Err(invalid_field(
+        return Err(field_problem(
+            ProblemKind::InvalidRequest,
             format!("{}.zone", vm_path(request, i)),
             format!("unknown zone `{zone}`; this control service routes {}", known.join(", ")),
         ));
@@ -289,9 +291,7 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
         Err(AllocateFailure::Upstream(error)) => upstream_failure(error),
         Err(AllocateFailure::Refused(answer)) => pass_through(answer),
         Err(AllocateFailure::Unreadable { zone, status, error }) => problem(
-            StatusCode::BAD_GATEWAY,
-            "bad-allocator-answer",
-            "Unreadable allocator answer",
+            ProblemKind::BadAllocatorAnswer,
             format!("the allocator of zone `{zone}` answered {status} with an unreadable decision: {error}"),
         ),
     }
@@ -312,7 +312,11 @@ fn zones_to_ask(control: &Control, query: ZoneQuery) -> Result<Vec<ZoneId>, Resp
         Some(zone) => {
             let zone = ZoneId(zone);
             if !control.allocators.contains(&zone) {
-                return Err(invalid_field("zone".to_owned(), format!("unknown zone `{zone}`")));
+                return Err(field_problem(
+                    ProblemKind::InvalidRequest,
+                    "zone".to_owned(),
+                    format!("unknown zone `{zone}`"),
+                ));
             }
             Ok(vec![zone])
         }
@@ -336,14 +340,12 @@ where
     }
     match last {
         Some(answer) => pass_through(answer),
-        None => problem(StatusCode::NOT_FOUND, "unknown-vm", "Unknown VM", "no zone is configured"),
+        None => problem(ProblemKind::UnknownVm, "no zone is configured"),
     }
 }
 
 fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    param.map(|Path(value)| value).map_err(|rejection| {
-        problem(rejection.status(), "malformed-path", "Malformed path parameter", rejection.body_text())
-    })
+    param.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
 }
 
 /// What to do with a VM id at its zone's allocator.
@@ -368,26 +370,24 @@ async fn vm_call(
     };
     let query = match query {
         Ok(Query(query)) => query,
-        Err(rejection) => {
-            return problem(rejection.status(), "malformed-query", "Malformed query", rejection.body_text())
-        }
+        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
     };
     let now_s = unix_now_s();
     let ended_at_s = match (call, query.ended_at_s) {
         (VmCall::Lookup, Some(_)) => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                "malformed-query",
-                "Malformed query",
-                "`ended_at_s` belongs to releases only",
-            )
+            return problem(ProblemKind::MalformedQuery, "`ended_at_s` belongs to releases only")
         }
         (_, Some(at)) if !at.is_finite() => {
-            return invalid_field("ended_at_s".to_owned(), format!("must be a finite number, got {at}"))
+            return field_problem(
+                ProblemKind::InvalidRequest,
+                "ended_at_s".to_owned(),
+                format!("must be a finite number, got {at}"),
+            )
         }
         // A tenant key's clock is the server's, as for `requested_at_s`.
         (_, Some(at)) if caller.tenant().is_some() && (at - now_s).abs() > control.max_skew_s => {
-            return invalid_field(
+            return field_problem(
+                ProblemKind::InvalidRequest,
                 "ended_at_s".to_owned(),
                 format!(
                     "must be within {} s of the server's clock ({now_s:.0}), got {at}; leave it out to use the \
@@ -404,7 +404,7 @@ async fn vm_call(
         (Err(response), _) | (_, Err(response)) => return response,
     };
     if let Err(error) = domain::validate::check_id(&vm_id, "vm_id") {
-        return invalid_field(error.field().to_owned(), error.message().to_owned());
+        return field_problem(ProblemKind::InvalidRequest, error.field().to_owned(), error.message().to_owned());
     }
     let request_id = request_id(headers);
     let vm_id = vm_id.as_str();
@@ -512,12 +512,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if down.is_empty() {
         "ready".into_response()
     } else {
-        problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not-ready",
-            "Not ready",
-            format!("no answer from the allocator of {}", down.join(", ")),
-        )
+        problem(ProblemKind::NotReady, format!("no answer from the allocator of {}", down.join(", ")))
     }
 }
 
@@ -527,7 +522,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
               (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     let Some(handle) = &state.metrics else {
-        return problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics off", "this server does not record metrics");
+        return problem(ProblemKind::NoMetrics, "this server does not record metrics");
     };
     let control = &state.control;
     let cache = control.resolver.cache().stats();

@@ -9,18 +9,19 @@
 // Handlers return early with a ready `Response` (a problem body), as in `api`.
 #![allow(clippy::result_large_err)]
 
-use crate::http::{invalid_field, operator, pass_through, request_id, upstream_failure, AppState};
+use crate::http::{operator, pass_through, request_id, upstream_failure, AppState};
 use crate::upstream::encode_segment;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use domain::ProblemKind;
 use domain::ZoneId;
 use serde::Serialize;
-use service_common::problem::problem;
+use service_common::problem::{field_problem, problem};
 
 const INDEX_HTML: &str = include_str!("../assets/dashboard/index.html");
 const APP_JS: &str = include_str!("../assets/dashboard/app.js");
@@ -151,23 +152,23 @@ pub async fn zone_hosts(
     };
     let pairs = match query {
         Ok(Query(pairs)) => pairs,
-        Err(rejection) => {
-            return problem(StatusCode::BAD_REQUEST, "malformed-query", "Malformed query", rejection.body_text())
-        }
+        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
     };
     let mut path = String::from("/v1/hosts");
     for (i, (key, value)) in pairs.iter().enumerate() {
         if !HOST_FILTERS.contains(&key.as_str()) {
             return problem(
-                StatusCode::BAD_REQUEST,
-                "invalid-query",
-                "Invalid query",
+                ProblemKind::MalformedQuery,
                 format!("unknown filter `{key}`; the filters are {}", HOST_FILTERS.join(", ")),
             );
         }
         // The document says int64: beyond it the allocator would answer an empty page, not an error.
         if key == "offset" && value.parse::<u128>().is_ok_and(|offset| offset > i64::MAX as u128) {
-            return invalid_field("offset".to_owned(), format!("must be at most {}, got {value}", i64::MAX));
+            return field_problem(
+                ProblemKind::InvalidRequest,
+                "offset".to_owned(),
+                format!("must be at most {}, got {value}", i64::MAX),
+            );
         }
         path.push(if i == 0 { '?' } else { '&' });
         path.push_str(&format!("{key}={}", encode_segment(value)));
@@ -193,9 +194,7 @@ pub async fn zone_host(
 ) -> Response {
     let (zone, host_id) = match path {
         Ok(Path(pair)) => pair,
-        Err(rejection) => {
-            return problem(StatusCode::BAD_REQUEST, "malformed-path", "Malformed path", rejection.body_text())
-        }
+        Err(rejection) => return problem(ProblemKind::MalformedPath, rejection.body_text()),
     };
     let zone = match known_zone(&state, &headers, Ok(Path(zone))) {
         Ok(zone) => zone,
@@ -240,20 +239,13 @@ fn known_zone(
     zone: Result<Path<String>, PathRejection>,
 ) -> Result<ZoneId, Response> {
     operator(&state.control, headers)?;
-    let Path(zone) = zone.map_err(|rejection| {
-        problem(StatusCode::BAD_REQUEST, "malformed-path", "Malformed path", rejection.body_text())
-    })?;
+    let Path(zone) = zone.map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))?;
     let zone = ZoneId(zone);
     if state.control.allocators.contains(&zone) {
         return Ok(zone);
     }
     let known: Vec<&str> = state.control.allocators.zones().map(|(zone, _)| zone.as_str()).collect();
-    Err(problem(
-        StatusCode::NOT_FOUND,
-        "unknown-zone",
-        "Unknown zone",
-        format!("no zone `{zone}`; this control service routes {}", known.join(", ")),
-    ))
+    Err(problem(ProblemKind::NotFound, format!("no zone `{zone}`; this control service routes {}", known.join(", "))))
 }
 
 fn forward(answer: Result<crate::upstream::Answer, crate::upstream::UpstreamError>) -> Response {

@@ -10,10 +10,9 @@ use crate::control::Control;
 use crate::upstream::{Answer, UpstreamError};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use domain::problem::FieldProblem;
-use domain::Problem;
+use domain::ProblemKind;
 use service_common::layers::REQUEST_ID_HEADER;
-use service_common::problem::{problem, problem_response};
+use service_common::problem::problem;
 use service_common::telemetry::PrometheusHandle;
 use std::sync::Arc;
 
@@ -28,16 +27,6 @@ pub(crate) fn request_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok())
 }
 
-pub(crate) fn invalid_field(field: String, message: String) -> Response {
-    field_problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request", field, message)
-}
-
-pub(crate) fn field_problem(status: StatusCode, kind: &str, title: &str, field: String, message: String) -> Response {
-    let mut body = Problem::new(status.as_u16(), kind, title, format!("field `{field}`: {message}"));
-    body.errors.push(FieldProblem { field, message });
-    problem_response(body)
-}
-
 /// The caller of a request (401 without a valid key), after its tenant's rate limit (429).
 pub(crate) fn authorize(control: &Control, headers: &HeaderMap) -> Result<Caller, Response> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
@@ -47,7 +36,7 @@ pub(crate) fn authorize(control: &Control, headers: &HeaderMap) -> Result<Caller
             AuthError::Unknown => "unknown",
         })
         .increment(1);
-        let mut response = problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", error.to_string());
+        let mut response = problem(ProblemKind::Unauthorized, error.to_string());
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         response
     })?;
@@ -56,9 +45,7 @@ pub(crate) fn authorize(control: &Control, headers: &HeaderMap) -> Result<Caller
             metrics::counter!("control_rate_limited_total").increment(1);
             let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
             let mut response = problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate-limited",
-                "Too many requests",
+                ProblemKind::RateLimited,
                 format!("tenant `{tenant}` is over its request rate; retry in {retry_after_s} s"),
             );
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
@@ -72,21 +59,16 @@ pub(crate) fn upstream_failure(error: UpstreamError) -> Response {
     let detail = error.to_string();
     match error {
         UpstreamError::Timeout { .. } => problem(
-            StatusCode::GATEWAY_TIMEOUT,
-            "allocator-timeout",
-            "Allocator timed out",
+            ProblemKind::AllocatorTimeout,
             format!("{detail}; the outcome is unknown, and retrying with the same VM ids is safe"),
         ),
         // The failure already counted against the allocator's health (`Allocators::send`).
         UpstreamError::Unreachable { .. } => {
-            let mut response =
-                problem(StatusCode::BAD_GATEWAY, "allocator-unreachable", "Allocator unreachable", detail);
+            let mut response = problem(ProblemKind::AllocatorUnreachable, detail);
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
-        UpstreamError::UnknownZone(_) => {
-            problem(StatusCode::UNPROCESSABLE_ENTITY, "unknown-zone", "Unknown zone", detail)
-        }
+        UpstreamError::UnknownZone(_) => problem(ProblemKind::UnknownZone, detail),
     }
 }
 
@@ -109,11 +91,6 @@ pub(crate) fn operator(control: &Control, headers: &HeaderMap) -> Result<Caller,
     if caller.is_operator() {
         Ok(caller)
     } else {
-        Err(problem(
-            StatusCode::FORBIDDEN,
-            "operator-only",
-            "Operator only",
-            "fleet-wide statistics and the zone views need the operator's API key",
-        ))
+        Err(problem(ProblemKind::OperatorOnly, "fleet-wide statistics and the zone views need the operator's API key"))
     }
 }

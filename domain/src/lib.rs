@@ -41,7 +41,7 @@ pub use inference::{
 };
 pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};
-pub use problem::{Problem, PROBLEM_CONTENT_TYPE};
+pub use problem::{Problem, ProblemKind, PROBLEM_CONTENT_TYPE};
 pub use quality::{
     CanaryDecision, QualityFigures, QualityReport, QualityStatus, QualityTally, ResolvedOutcome, VersionQuality,
 };

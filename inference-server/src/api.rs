@@ -4,10 +4,11 @@ use crate::config::ServerConfig;
 use crate::history::{HistoryStatus, ServerHistory};
 use crate::registry::{BundleStatus, CanarySpec, Deployment, Registry, Rollout};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use domain::ProblemKind;
 use domain::{
     HistoryEvent, HistoryRequest, LifetimePrediction, PredictRequest, PredictResponse, PredictionSource,
     RemainingPrediction, RemainingRequest, RemainingResponse, ValidationLimits,
@@ -150,7 +151,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 fn no_model() -> Response {
-    problem(StatusCode::SERVICE_UNAVAILABLE, "no-model", "No model loaded", "no valid model bundle is deployed yet")
+    problem(ProblemKind::NoModel, "no valid model bundle is deployed yet")
 }
 
 fn now_s() -> f64 {
@@ -269,7 +270,7 @@ async fn record_history(State(state): State<AppState>, ValidJson(request): Valid
     .await;
     match recorded {
         Ok(status) => Json(status).into_response(),
-        Err(error) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string()),
+        Err(error) => problem(ProblemKind::Internal, error.to_string()),
     }
 }
 
@@ -295,7 +296,7 @@ async fn answer<T: serde::Serialize + Send + 'static>(
     } else {
         tokio::task::spawn_blocking(move || work(&deployment))
             .await
-            .map_err(|e| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Prediction failed", e.to_string()))
+            .map_err(|e| problem(ProblemKind::Internal, format!("prediction failed: {e}")))
     };
     metrics::histogram!("inference_request_duration_seconds", "endpoint" => endpoint)
         .record(started.elapsed().as_secs_f64());
@@ -325,12 +326,10 @@ async fn blocking_admin<T: Send + 'static>(
         Ok(Ok(statuses)) => Json(statuses).into_response(),
         Ok(Err(error @ crate::registry::RegistryError::UnknownBundle(_)))
         | Ok(Err(error @ crate::registry::RegistryError::Invalid(_))) => {
-            problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-rollout", "Invalid rollout", error.to_string())
+            problem(ProblemKind::InvalidRollout, error.to_string())
         }
-        Ok(Err(error)) => {
-            problem(StatusCode::INTERNAL_SERVER_ERROR, "rollout-failed", "Rollout failed", error.to_string())
-        }
-        Err(error) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string()),
+        Ok(Err(error)) => problem(ProblemKind::RolloutFailed, error.to_string()),
+        Err(error) => problem(ProblemKind::Internal, error.to_string()),
     }
 }
 
@@ -358,9 +357,7 @@ async fn reload_models(State(state): State<AppState>, headers: HeaderMap) -> Res
 async fn set_canary(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let spec: CanarySpec = match serde_json::from_slice(&body) {
         Ok(spec) => spec,
-        Err(error) => {
-            return problem(StatusCode::BAD_REQUEST, "malformed-request", "Malformed request body", error.to_string())
-        }
+        Err(error) => return problem(ProblemKind::MalformedRequest, error.to_string()),
     };
     blocking_admin(&state, &headers, move |registry| {
         let mut rollout = registry.rollout();
@@ -436,6 +433,6 @@ async fn readyz(State(state): State<AppState>) -> Response {
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     match &state.metrics {
         Some(handle) => service_common::telemetry::render_metrics(handle),
-        None => problem(StatusCode::NOT_FOUND, "no-metrics", "Metrics disabled", "no metrics recorder is installed"),
+        None => problem(ProblemKind::NoMetrics, "no metrics recorder is installed"),
     }
 }

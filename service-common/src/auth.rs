@@ -1,18 +1,14 @@
 //! Bearer-token protection of admin routes.
 
 use crate::problem::problem;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::Response;
+use domain::ProblemKind;
 
 /// Checks `Authorization: Bearer <token>`. Without a configured token, admin routes are closed.
 pub fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
     let Some(expected) = token.filter(|t| !t.is_empty()) else {
-        return Err(problem(
-            StatusCode::FORBIDDEN,
-            "admin-disabled",
-            "Admin API disabled",
-            "no admin token is configured for this service",
-        ));
+        return Err(problem(ProblemKind::AdminDisabled, "no admin token is configured for this service"));
     };
     let given =
         headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
@@ -23,8 +19,7 @@ pub fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Re
     if matches {
         Ok(())
     } else {
-        let mut response =
-            problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", "a valid bearer token is required");
+        let mut response = problem(ProblemKind::Unauthorized, "a valid bearer token is required");
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
         Err(response)
     }

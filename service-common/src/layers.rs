@@ -6,6 +6,7 @@ use axum::error_handling::HandleErrorLayer;
 use axum::http::{header, HeaderName, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
+use domain::ProblemKind;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tower::ServiceBuilder;
@@ -65,12 +66,7 @@ impl Default for LayerConfig {
 
 /// The answer to a request beyond the admission limit: 503, `Retry-After: 1`, a problem body.
 pub(crate) fn overloaded() -> Response {
-    let mut response = problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "overloaded",
-        "Service overloaded",
-        "too many requests in flight; retry shortly",
-    );
+    let mut response = problem(ProblemKind::Overloaded, "too many requests in flight; retry shortly");
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
@@ -78,9 +74,9 @@ pub(crate) fn overloaded() -> Response {
 async fn overload_or_timeout(error: BoxError) -> Response {
     if error.is::<tower::timeout::error::Elapsed>() {
         refusals::record(Refusal::Timeout);
-        return problem(StatusCode::SERVICE_UNAVAILABLE, "timeout", "Request timed out", "the request took too long");
+        return problem(ProblemKind::Timeout, "the request took too long");
     }
-    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", error.to_string())
+    problem(ProblemKind::Internal, error.to_string())
 }
 
 /// Wraps `router` in the standard stack.
@@ -118,12 +114,7 @@ fn problem_for_oversized_body(response: Response, max_body_bytes: usize) -> Resp
     if response.status() != StatusCode::PAYLOAD_TOO_LARGE || is_problem {
         return response;
     }
-    problem(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body-too-large",
-        "Request body too large",
-        format!("the request body is over the limit of {max_body_bytes} bytes"),
-    )
+    problem(ProblemKind::BodyTooLarge, format!("the request body is over the limit of {max_body_bytes} bytes"))
 }
 
 /// Logs a failed request. A 503 is the service refusing work by design (overloaded, timed out, not

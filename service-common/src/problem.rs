@@ -4,7 +4,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use domain::{decode_json, Problem, Validate, ValidationLimits, PROBLEM_CONTENT_TYPE};
+use domain::{decode_json, Problem, ProblemKind, Validate, ValidationLimits, PROBLEM_CONTENT_TYPE};
 use serde::de::DeserializeOwned;
 
 /// A problem body with its status and `application/problem+json` content type.
@@ -16,9 +16,14 @@ pub fn problem_response(problem: Problem) -> Response {
     response
 }
 
-/// A shortcut for problems that are not validation errors.
-pub fn problem(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Response {
-    problem_response(Problem::new(status.as_u16(), kind, title, detail))
+/// A problem of `kind` (its status, `type` and title), saying what happened in `detail`.
+pub fn problem(kind: ProblemKind, detail: impl Into<String>) -> Response {
+    problem_response(Problem::of(kind, detail))
+}
+
+/// A problem of `kind` naming the offending field in `errors`.
+pub fn field_problem(kind: ProblemKind, field: impl Into<String>, message: impl Into<String>) -> Response {
+    problem_response(Problem::field(kind, field, message))
 }
 
 /// A JSON body parsed and validated by `domain::decode_json` with the limits found in the router
@@ -40,7 +45,12 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         require_json(request.headers())?;
         let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            problem(rejection.status(), "unreadable-body", "Unreadable request body", rejection.body_text())
+            let kind = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ProblemKind::BodyTooLarge
+            } else {
+                ProblemKind::UnreadableBody
+            };
+            problem(kind, rejection.body_text())
         })?;
         decode_json(&bytes, state.limits()).map(ValidJson).map_err(|err| problem_response(Problem::from(&err)))
     }
@@ -64,12 +74,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), Response> {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/problem+json"));
     if !is_json {
-        return Err(problem(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "Unsupported media type",
-            "send the body as `Content-Type: application/json`",
-        ));
+        return Err(problem(ProblemKind::UnsupportedMediaType, "send the body as `Content-Type: application/json`"));
     }
     Ok(())
 }

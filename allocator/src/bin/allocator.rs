@@ -2,7 +2,7 @@
 
 use allocator::api::{router, AppState};
 use allocator::config::{Clock, ServiceConfig};
-use allocator::durable::{Command, DurableAllocator, RepredictorHandle};
+use allocator::durable::{DurableAllocator, SetRepredictor};
 use allocator::store::StoreLocation;
 use allocator::worker::{unix_now_s, Worker};
 use anyhow::{Context, Result};
@@ -96,10 +96,9 @@ async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
                 let model = registry.deployment().map(|d| d.stable.clone());
                 let version = model.as_ref().map(|m| m.version().to_owned());
                 if version != current {
-                    let handle = RepredictorHandle(
-                        model.map(|m| Arc::new(BundleRepredictor(m)) as Arc<dyn placement::reprediction::Repredictor>),
-                    );
-                    match worker.call(Command::SetRepredictor(handle)).await {
+                    let model =
+                        model.map(|m| Arc::new(BundleRepredictor(m)) as Arc<dyn placement::reprediction::Repredictor>);
+                    match worker.call(SetRepredictor(model)).await {
                         Ok(_) => {
                             tracing::info!(models = %dir.display(), version = ?version, "repredicting with the deployed bundle");
                             current = version;

@@ -17,27 +17,29 @@
 //!
 //! Rejected allocations, conflicting requests, idempotent replays and reads write nothing.
 //!
-//! This module does no HTTP and needs no async runtime; [`crate::worker`] runs it on a thread.
+//! Each command is a struct with the type of its answer ([`Request`], in `commands`); a batch is a
+//! list of [`Job`]s, each answered once the batch is over. This module does no HTTP and needs no
+//! async runtime; [`crate::worker`] runs it on a thread.
+
+mod commands;
 
 use crate::store::{self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
+pub use commands::{
+    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, GetAllocation, GetHost, HostFilter, Job,
+    ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
+};
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
 };
-use domain::{
-    AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, InventorySpec,
-    QualityReport, RackId, TenantId, VmId, VmRequest,
-};
+use domain::{HostId, InventorySpec, QualityReport, VmId};
 use placement::allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError,
-    Explanation, HostShare,
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, ConflictAvoidance, DrainError, HostShare,
 };
-use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::journal::{Change, LoggedChange};
 use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::reprediction::Repredictor;
 use placement::state::NewVm;
-use placement::state::{HostIndex, StateError};
-use serde::{Deserialize, Serialize};
+use placement::state::StateError;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,117 +56,6 @@ pub enum DurableError {
     HostState { store: String, host: HostId, source: Box<StateError> },
     #[error("a refused batch could not be taken back in memory: {0}")]
     Undo(String),
-}
-
-/// Which hosts `GET /v1/hosts` lists.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HostFilter {
-    pub state: Option<HostState>,
-    pub rack: Option<RackId>,
-    pub cluster: Option<ClusterId>,
-    /// Only hosts with no VM (`true`) or with some (`false`).
-    pub empty: Option<bool>,
-    pub limit: usize,
-    pub offset: usize,
-}
-
-impl Default for HostFilter {
-    fn default() -> Self {
-        HostFilter { state: None, rack: None, cluster: None, empty: None, limit: usize::MAX, offset: 0 }
-    }
-}
-
-/// One command of a batch.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Command {
-    /// Place a VM or a gang (write).
-    Allocate(AllocationRequest),
-    /// Release a VM (write). With `owner`, only if that tenant placed it: the ownership check and
-    /// the release happen in one step, so no other request can release and re-place the id in
-    /// between; a VM of another tenant answers as unknown, so its id does not leak. `ended_at_s` is
-    /// the exit on the model's clock, for the VM's realized outcome (the latest request time when
-    /// absent).
-    Release {
-        vm: VmId,
-        owner: Option<TenantId>,
-        ended_at_s: Option<f64>,
-    },
-    /// Drain, fail or restore a host (write).
-    SetHostState {
-        host: HostId,
-        state: HostState,
-    },
-    /// Where a VM is.
-    GetAllocation(VmId),
-    ListHosts(HostFilter),
-    GetHost(HostId),
-    Stats,
-    /// A dry run of one VM's placement.
-    Explain {
-        vm: Box<VmRequest>,
-        why_not: Option<HostId>,
-        top: usize,
-    },
-    /// Whether the store is usable, with a few figures.
-    Status,
-    /// The realized quality of the predictions VMs were placed with.
-    Quality,
-    /// Start draining hosts (LARS) (write).
-    StartDrain(DrainRequest),
-    /// A migration finished: the VM moves to its target (write).
-    CompleteMigration(VmId),
-    /// Where the current drain stands.
-    DrainStatus,
-    /// Repredict with this model from now on (a new bundle was deployed).
-    SetRepredictor(RepredictorHandle),
-}
-
-/// A repredicting model in a command (compared by version).
-#[derive(Clone, Debug)]
-pub struct RepredictorHandle(pub Option<Arc<dyn Repredictor>>);
-
-impl PartialEq for RepredictorHandle {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.as_ref().map(|m| m.version()) == other.0.as_ref().map(|m| m.version())
-    }
-}
-
-impl Command {
-    /// Release `vm`, whoever placed it, ending now.
-    pub fn release(vm: VmId) -> Self {
-        Command::Release { vm, owner: None, ended_at_s: None }
-    }
-
-    /// True for commands that change the state.
-    pub fn is_write(&self) -> bool {
-        matches!(
-            self,
-            Command::Allocate(_)
-                | Command::Release { .. }
-                | Command::SetHostState { .. }
-                | Command::StartDrain(_)
-                | Command::CompleteMigration(_)
-        )
-    }
-}
-
-/// The answer to one [`Command`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reply {
-    Allocated(AllocationDecision),
-    Released(VmInfo),
-    HostStateSet(HostStateChange),
-    Allocation(VmInfo),
-    Hosts(HostPage),
-    Host(HostDetail),
-    Stats(Box<AllocatorStats>),
-    Explained(Box<Explanation>),
-    Status(StoreStatus),
-    Quality(Box<QualityReport>),
-    Drain(Box<DrainReport>),
-    MigrationCompleted(Box<Migration>),
-    /// The repredicting model's version now, if any.
-    RepredictorSet(Option<String>),
 }
 
 /// Why a command was not carried out.
@@ -435,26 +326,30 @@ impl DurableAllocator {
     }
 
     /// Runs one command as a batch of its own.
-    pub fn execute_one(&mut self, command: Command, now_s: f64) -> Result<Reply, CommandError> {
-        self.execute(std::slice::from_ref(&command), now_s)
-            .pop()
-            .unwrap_or_else(|| Err(CommandError::Unavailable("no reply".to_owned())))
+    pub fn execute_one<R: Request>(&mut self, request: R, now_s: f64) -> Result<R::Output, CommandError> {
+        let (job, answer) = job(request);
+        self.execute(vec![job], now_s);
+        answer.ready()
     }
 
-    /// Runs a batch of commands with one commit; returns one reply per command, in order. See the
-    /// module documentation.
-    pub fn execute(&mut self, commands: &[Command], now_s: f64) -> Vec<Result<Reply, CommandError>> {
-        metrics::histogram!("allocator_batch_commands").record(commands.len() as f64);
-        for command in commands {
-            if let Command::SetRepredictor(RepredictorHandle(model)) = command {
-                // Kept for rebuilds as well.
-                self.repredictor = model.clone();
-            }
+    /// Runs a batch of commands with one commit, then answers each (see the module
+    /// documentation).
+    pub fn execute(&mut self, mut jobs: Vec<Box<dyn Job>>, now_s: f64) {
+        self.run_batch(&mut jobs, now_s);
+        for job in jobs {
+            job.answer();
         }
+    }
+
+    fn run_batch(&mut self, jobs: &mut [Box<dyn Job>], now_s: f64) {
+        metrics::histogram!("allocator_batch_commands").record(jobs.len() as f64);
         let mut attempt = 1;
         loop {
-            if let Some(replies) = self.catch_up(commands, now_s) {
-                return replies;
+            if let Err(reason) = self.catch_up(now_s) {
+                for job in jobs.iter_mut() {
+                    job.fail(CommandError::Unavailable(reason.clone()));
+                }
+                return;
             }
             let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
             if let Some(me) = live.store.agent() {
@@ -480,17 +375,22 @@ impl DurableAllocator {
                 }));
             }
             let mut outcomes: Vec<&'static str> = Vec::new();
-            let mut replies: Vec<Result<Reply, CommandError>> = commands
-                .iter()
-                .map(|command| {
-                    apply(&mut live.allocator, command, now_s, &mut outcomes, &self.location, &self.outcomes)
-                })
-                .collect();
+            let mut cx = Context {
+                allocator: &mut live.allocator,
+                now_s,
+                location: &self.location,
+                tracker: &self.outcomes,
+                outcomes: &mut outcomes,
+                repredictor: &mut self.repredictor,
+            };
+            for job in jobs.iter_mut() {
+                job.run(&mut cx);
+            }
             // Exactly what the batch changed, as the placement core recorded it.
             let ops: Vec<_> = live.allocator.take_changes().collect();
             if ops.is_empty() {
                 record_outcomes(&outcomes);
-                return replies;
+                return;
             }
             metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
             let started = Instant::now();
@@ -513,7 +413,7 @@ impl DurableAllocator {
                         }
                         self.follow_store();
                     }
-                    return replies;
+                    return;
                 }
                 // Another agent committed first what makes this batch impossible (its view was
                 // stale): take the batch back, follow the store, and decide the batch again. Only
@@ -542,35 +442,40 @@ impl DurableAllocator {
             if let Err(error) = &rebuilt {
                 tracing::error!(%error, "rebuilding from the store failed; answering 503 until it works");
             }
-            for (reply, command) in replies.iter_mut().zip(commands) {
-                *reply = if command.is_write() {
-                    Err(CommandError::NotDurable(reason.clone()))
-                } else {
-                    match &mut self.live {
-                        Some(live) => read(&mut live.allocator, command, now_s, &self.location, &self.outcomes),
-                        None => Err(CommandError::Unavailable(reason.clone())),
-                    }
-                };
+            // The writes are answered as not durable; the reads again, from the rebuilt state.
+            let mut outcomes = Vec::new();
+            for job in jobs.iter_mut() {
+                match &mut self.live {
+                    _ if job.is_write() => job.fail(CommandError::NotDurable(reason.clone())),
+                    Some(live) => job.run(&mut Context {
+                        allocator: &mut live.allocator,
+                        now_s,
+                        location: &self.location,
+                        tracker: &self.outcomes,
+                        outcomes: &mut outcomes,
+                        repredictor: &mut self.repredictor,
+                    }),
+                    None => job.fail(CommandError::Unavailable(reason.clone())),
+                }
             }
-            return replies;
+            return;
         }
     }
 
     /// Brings the live state up to what the store holds before a batch: rebuilt if there is none,
-    /// then the changes other agents committed since, followed. Answers the whole batch (with
-    /// `Unavailable`) when the store cannot be used.
-    fn catch_up(&mut self, commands: &[Command], now_s: f64) -> Option<Vec<Result<Reply, CommandError>>> {
+    /// then the changes other agents committed since, followed. Says why when the store cannot be
+    /// used.
+    fn catch_up(&mut self, now_s: f64) -> Result<(), String> {
         self.follow_store();
         if self.live.is_none() {
             if let Err(error) = self.rebuild(now_s) {
                 tracing::error!(%error, "the allocator's store is still unusable");
             }
         }
-        if self.live.is_some() {
-            return None;
+        match self.live {
+            Some(_) => Ok(()),
+            None => Err(self.broken.clone().unwrap_or_else(|| "not open".to_owned())),
         }
-        let reason = self.broken.clone().unwrap_or_else(|| "not open".to_owned());
-        Some(commands.iter().map(|_| Err(CommandError::Unavailable(reason.clone()))).collect())
     }
 
     /// Applies the changes committed to the store that the live view lacks; drops the live view
@@ -644,172 +549,11 @@ fn record_outcomes(outcomes: &[&'static str]) {
     }
 }
 
-/// Applies one command to the allocator (its effects go to the allocator's journal), recording the
-/// outcome of allocations in `outcomes`.
-fn apply(
-    allocator: &mut Allocator,
-    command: &Command,
-    now_s: f64,
-    outcomes: &mut Vec<&'static str>,
-    location: &StoreLocation,
-    tracker: &OutcomeTracker,
-) -> Result<Reply, CommandError> {
-    match command {
-        Command::Allocate(request) => {
-            let started = Instant::now();
-            let result = allocator.allocate(request, now_s);
-            metrics::histogram!("allocator_decision_duration_seconds").record(started.elapsed().as_secs_f64());
-            let decision = match result {
-                Ok(decision) => decision,
-                Err(conflict) => {
-                    outcomes.push("conflict");
-                    return Err(CommandError::Conflict(conflict));
-                }
-            };
-            match &decision.outcome {
-                AllocationOutcome::Placed { .. } if decision.replayed => outcomes.push("replayed"),
-                AllocationOutcome::Placed { .. } => outcomes.push("placed"),
-                AllocationOutcome::Rejected { .. } => outcomes.push("rejected"),
-            }
-            Ok(Reply::Allocated(decision))
-        }
-        Command::Release { vm, owner, ended_at_s } => {
-            // Describe it while it is still there.
-            let info = vm_info(allocator, vm)
-                .filter(|info| owner.as_ref().is_none_or(|owner| info.tenant_id == *owner))
-                .ok_or_else(|| CommandError::UnknownVm(vm.clone()))?;
-            // The journal's release carries the end, for the store's exits.
-            allocator.release_ended(vm, now_s, *ended_at_s).map_err(|_| CommandError::UnknownVm(vm.clone()))?;
-            Ok(Reply::Released(info))
-        }
-        Command::SetHostState { host, state } => {
-            let previous =
-                allocator.set_host_state(host, *state).map_err(|_| CommandError::UnknownHost(host.clone()))?;
-            Ok(Reply::HostStateSet(HostStateChange { host_id: host.clone(), previous, state: *state }))
-        }
-        Command::StartDrain(request) => {
-            let report = allocator.start_drain(request, now_s)?;
-            Ok(Reply::Drain(Box::new(report)))
-        }
-        Command::CompleteMigration(vm) => {
-            let migration = allocator.complete_migration(vm, now_s)?;
-            outcomes.push("migrated");
-            Ok(Reply::MigrationCompleted(Box::new(migration)))
-        }
-        read_only => read(allocator, read_only, now_s, location, tracker),
-    }
-}
-
-/// Answers a read-only command.
-fn read(
-    allocator: &mut Allocator,
-    command: &Command,
-    now_s: f64,
-    location: &StoreLocation,
-    tracker: &OutcomeTracker,
-) -> Result<Reply, CommandError> {
-    match command {
-        Command::GetAllocation(vm) => {
-            vm_info(allocator, vm).map(Reply::Allocation).ok_or_else(|| CommandError::UnknownVm(vm.clone()))
-        }
-        Command::ListHosts(filter) => Ok(Reply::Hosts(list_hosts(allocator, filter))),
-        Command::GetHost(host) => {
-            let index = allocator.state().host_index(host).ok_or_else(|| CommandError::UnknownHost(host.clone()))?;
-            let record = &allocator.state().hosts()[index.get()];
-            let vms = record.vms.iter().filter_map(|vm| vm_info(allocator, vm)).collect();
-            Ok(Reply::Host(HostDetail { host: host_info(allocator, index), vms }))
-        }
-        Command::Stats => Ok(Reply::Stats(Box::new(allocator.stats()))),
-        Command::Quality => Ok(Reply::Quality(Box::new(tracker.report()))),
-        Command::Explain { vm, why_not, top } => match allocator.explain(vm, why_not.as_ref(), *top, now_s) {
-            Ok(explanation) => Ok(Reply::Explained(Box::new(explanation))),
-            Err(StateError::UnknownHostId(host)) => Err(CommandError::UnknownHost(host)),
-            Err(other) => Err(CommandError::Unavailable(other.to_string())),
-        },
-        Command::Status => Ok(Reply::Status(StoreStatus {
-            store: location.to_string(),
-            hosts: allocator.state().hosts().len(),
-            vms: allocator.state().vm_count(),
-        })),
-        Command::SetRepredictor(RepredictorHandle(model)) => {
-            allocator.set_repredictor(model.clone());
-            Ok(Reply::RepredictorSet(allocator.repredictor_version().map(str::to_owned)))
-        }
-        Command::DrainStatus => {
-            allocator.drain_report().map(|r| Reply::Drain(Box::new(r))).ok_or(CommandError::Drain(DrainError::NoDrain))
-        }
-        Command::Allocate(_)
-        | Command::Release { .. }
-        | Command::SetHostState { .. }
-        | Command::StartDrain(_)
-        | Command::CompleteMigration(_) => {
-            Err(CommandError::Unavailable("a write cannot be answered as a read".to_owned()))
-        }
-    }
-}
-
-fn vm_info(allocator: &Allocator, id: &VmId) -> Option<VmInfo> {
-    let vm = allocator.state().vm(id)?;
-    let host = allocator.state().host(vm.host)?;
-    Some(VmInfo {
-        vm_id: id.clone(),
-        host_id: host.id.clone(),
-        rack_id: host.rack.clone(),
-        cluster_id: host.cluster.clone(),
-        tenant_id: vm.tenant.clone(),
-        vm_type: vm.vm_type.clone(),
-        demand: vm.demand,
-        placed_at_s: vm.placed_at_s,
-        lifetime_class: allocator.vm_lifetime(vm).class,
-        prediction: vm.prediction.clone(),
-    })
-}
-
-fn host_info(allocator: &Allocator, index: HostIndex) -> HostInfo {
-    let record = &allocator.state().hosts()[index.get()];
-    let lifetime = allocator.host_lifetime(index);
-    HostInfo {
-        host_id: record.id.clone(),
-        rack_id: record.rack.clone(),
-        cluster_id: record.cluster.clone(),
-        hardware: record.hardware.clone(),
-        state: record.state,
-        capacity: record.capacity,
-        used: record.used,
-        free: record.free(),
-        lifetime_class: lifetime.class,
-        predicted_exit_s: lifetime.exit_s.is_finite().then_some(lifetime.exit_s),
-        vm_count: record.vms.len(),
-        policy_state: allocator.host_state().and_then(|policy| {
-            let state = policy.snapshot(index).and_then(|json| serde_json::from_str(&json).ok())?;
-            Some(PolicyHostState { policy: policy.name().to_owned(), state })
-        }),
-    }
-}
-
-fn list_hosts(allocator: &Allocator, filter: &HostFilter) -> HostPage {
-    let matching = allocator.state().hosts().iter().enumerate().filter(|(_, host)| {
-        filter.state.is_none_or(|state| host.state == state)
-            && filter.rack.as_ref().is_none_or(|rack| &host.rack == rack)
-            && filter.cluster.as_ref().is_none_or(|cluster| &host.cluster == cluster)
-            && filter.empty.is_none_or(|empty| host.is_empty() == empty)
-    });
-    let mut total = 0;
-    let mut hosts = Vec::new();
-    for (i, record) in matching {
-        if total >= filter.offset && hosts.len() < filter.limit {
-            hosts.push(HostSummary { host: host_info(allocator, HostIndex(i as u32)), vms: record.vms.clone() });
-        }
-        total += 1;
-    }
-    HostPage { total, offset: filter.offset, hosts }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use domain::ResourceKind;
-    use domain::Resources;
+    use domain::{AllocationDecision, AllocationOutcome, AllocationRequest, HostState, Resources, VmRequest};
 
     fn spec() -> InventorySpec {
         InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap())
@@ -819,12 +563,12 @@ mod tests {
         VmRequest::new(id, "t", "D", Resources::from_whole(cores, 4.0, 0.0).unwrap())
     }
 
-    fn allocate(id: &str, cores: f64) -> Command {
-        Command::Allocate(AllocationRequest::Vm(vm(id, cores)))
+    fn allocate(id: &str, cores: f64) -> Allocate {
+        Allocate(AllocationRequest::Vm(vm(id, cores)))
     }
 
-    fn placed(reply: &Result<Reply, CommandError>) -> bool {
-        matches!(reply, Ok(Reply::Allocated(d)) if d.is_placed())
+    fn placed(reply: &Result<AllocationDecision, CommandError>) -> bool {
+        reply.as_ref().is_ok_and(AllocationDecision::is_placed)
     }
 
     #[test]
@@ -832,23 +576,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 100.0).unwrap();
-        let replies = durable.execute(
-            &[
-                allocate("a", 2.0),
-                Command::GetAllocation(VmId::from("a")),
-                allocate("b", 64.0),
-                allocate("a", 2.0),
-                Command::release(VmId::from("nope")),
-                Command::SetHostState { host: HostId::from("z-h3"), state: HostState::Failed },
-            ],
-            101.0,
-        );
-        assert!(placed(&replies[0]));
-        assert!(matches!(&replies[1], Ok(Reply::Allocation(info)) if info.vm_id.as_str() == "a"));
-        assert!(matches!(&replies[2], Ok(Reply::Allocated(d)) if !d.is_placed()), "64 cores fit nowhere");
-        assert!(matches!(&replies[3], Ok(Reply::Allocated(d)) if d.replayed));
-        assert_eq!(replies[4], Err(CommandError::UnknownVm(VmId::from("nope"))));
-        assert!(matches!(&replies[5], Ok(Reply::HostStateSet(c)) if c.previous == HostState::Available));
+        let (placed_a, a) = job(allocate("a", 2.0));
+        let (get_a, where_a) = job(GetAllocation(VmId::from("a")));
+        let (too_big, big) = job(allocate("b", 64.0));
+        let (again_a, replay) = job(allocate("a", 2.0));
+        let (release_nope, nope) = job(Release::vm(VmId::from("nope")));
+        let (fail_h3, failed) = job(SetHostState { host: HostId::from("z-h3"), state: HostState::Failed });
+        durable.execute(vec![placed_a, get_a, too_big, again_a, release_nope, fail_h3], 101.0);
+        assert!(placed(&a.ready()));
+        assert_eq!(where_a.ready().unwrap().vm_id.as_str(), "a");
+        assert!(!big.ready().unwrap().is_placed(), "64 cores fit nowhere");
+        assert!(replay.ready().unwrap().replayed);
+        assert_eq!(nope.ready(), Err(CommandError::UnknownVm(VmId::from("nope"))));
+        assert_eq!(failed.ready().unwrap().previous, HostState::Available);
         let stored = crate::store::SqliteStore::open(&path).unwrap().load().unwrap();
         assert_eq!(stored.vms.len(), 1, "the rejection and the replay wrote nothing");
         assert_eq!(stored.host_states, [(HostId::from("z-h3"), HostState::Failed)]);
@@ -863,25 +603,19 @@ mod tests {
         // Another connection holds the write lock: the batch's commit times out and fails.
         let blocker = rusqlite::Connection::open(&path).unwrap();
         blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-        let replies = durable.execute(
-            &[
-                allocate("lost", 1.0),
-                Command::GetAllocation(VmId::from("lost")),
-                Command::GetAllocation(VmId::from("kept")),
-            ],
-            2.0,
-        );
-        assert!(matches!(&replies[0], Err(CommandError::NotDurable(_))), "{:?}", replies[0]);
+        let (place_lost, lost) = job(allocate("lost", 1.0));
+        let (get_lost, where_lost) = job(GetAllocation(VmId::from("lost")));
+        let (get_kept, where_kept) = job(GetAllocation(VmId::from("kept")));
+        durable.execute(vec![place_lost, get_lost, get_kept], 2.0);
+        let lost = lost.ready();
+        assert!(matches!(&lost, Err(CommandError::NotDurable(_))), "{lost:?}");
         // Reads are answered from the rebuilt state.
-        assert_eq!(replies[1], Err(CommandError::UnknownVm(VmId::from("lost"))));
-        assert!(matches!(&replies[2], Ok(Reply::Allocation(info)) if info.vm_id.as_str() == "kept"));
+        assert_eq!(where_lost.ready(), Err(CommandError::UnknownVm(VmId::from("lost"))));
+        assert_eq!(where_kept.ready().unwrap().vm_id.as_str(), "kept");
         blocker.execute_batch("ROLLBACK").unwrap();
         drop(blocker);
-        assert!(matches!(
-            durable.execute_one(Command::GetAllocation(VmId::from("lost")), 3.0),
-            Err(CommandError::UnknownVm(_))
-        ));
-        assert!(durable.execute_one(Command::GetAllocation(VmId::from("kept")), 3.0).is_ok());
+        assert!(matches!(durable.execute_one(GetAllocation(VmId::from("lost")), 3.0), Err(CommandError::UnknownVm(_))));
+        assert!(durable.execute_one(GetAllocation(VmId::from("kept")), 3.0).is_ok());
         assert!(placed(&durable.execute_one(allocate("lost", 1.0), 4.0)), "a retry goes through");
         let used: u64 =
             durable.allocator().unwrap().state().hosts().iter().map(|h| h.used.base(ResourceKind::Cores)).sum();
@@ -895,7 +629,7 @@ mod tests {
         let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
         let reply = durable.execute_one(allocate("big", 6.0), 1.0);
         let host = match reply {
-            Ok(Reply::Allocated(AllocationDecision { outcome: AllocationOutcome::Placed { placements }, .. })) => {
+            Ok(AllocationDecision { outcome: AllocationOutcome::Placed { placements }, .. }) => {
                 placements[0].host_id.clone()
             }
             other => panic!("{other:?}"),
@@ -913,7 +647,7 @@ mod tests {
 #[cfg(test)]
 mod policy_state_restart_tests {
     use super::*;
-    use domain::Resources;
+    use domain::{AllocationRequest, Resources, VmRequest};
 
     #[test]
     fn a_deadline_that_passed_unrecorded_applies_again_after_a_restart() {
@@ -923,11 +657,11 @@ mod policy_state_restart_tests {
         let config = AllocatorConfig { policy: placement::PolicyConfig::preset("lava"), ..Default::default() };
         let mut durable = DurableAllocator::open(&spec, &config, &path, 1e6).unwrap();
         let vm = VmRequest::new("a", "t", "D", Resources::from_whole(1.0, 2.0, 0.0).unwrap());
-        durable.execute_one(Command::Allocate(AllocationRequest::Vm(vm)), 1e6 + 1.0).unwrap();
+        durable.execute_one(Allocate(AllocationRequest::Vm(vm)), 1e6 + 1.0).unwrap();
         // Only a rejection after the deadline: the class rises, and the restart agrees with it whether
         // or not the change was written (a deadline replays at its own time).
         let huge = VmRequest::new("huge", "t", "D", Resources::from_whole(64.0, 2.0, 0.0).unwrap());
-        durable.execute_one(Command::Allocate(AllocationRequest::Vm(huge)), 1e6 + 5_000.0).unwrap();
+        durable.execute_one(Allocate(AllocationRequest::Vm(huge)), 1e6 + 5_000.0).unwrap();
         let live = durable.allocator().unwrap();
         let host = live.state().vm(&VmId::from("a")).unwrap().host;
         let before = live.host_state().unwrap().snapshot(host).unwrap();

@@ -1,0 +1,92 @@
+//! `/v1/drains` and `/v1/migrations`: emptying hosts by live migration (LARS, admin).
+
+use super::{call, command_error, path_param, AppState};
+use crate::durable::{CompleteMigration, DrainStatus, StartDrain};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use domain::VmId;
+use placement::defrag::{DrainReport, DrainRequest, Migration};
+use service_common::auth::require_bearer;
+use service_common::ValidJson;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(drain_status, start_drain)).routes(routes!(complete_migration))
+}
+
+/// Starts draining hosts (admin; LARS): they take no new VM and their VMs migrate away, at most
+/// `max_in_flight` at a time, longest predicted remaining lifetime first (`order:
+/// "longest-remaining-first"`, the default) or in arrival order (`"arrival"`). Each migration
+/// reserves the VM's demand on a target the placement policy picks; confirm it with
+/// `POST /v1/migrations/{vm_id}/complete` once the live migration finished.
+#[utoipa::path(post, path = "/v1/drains", request_body = DrainRequest,
+    responses((status = 201, description = "The drain started.", body = DrainReport),
+              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "A listed host is not in the inventory.", body = domain::Problem),
+              (status = 409, description = "A drain is in progress.", body = domain::Problem),
+              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule, or there is no host to drain.", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn start_drain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ValidJson(request): ValidJson<DrainRequest>,
+) -> Response {
+    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    match call(&state, "start-drain", StartDrain(request)).await {
+        Ok(report) => {
+            tracing::info!(hosts = ?report.hosts, in_flight = report.in_flight.len(), "drain started");
+            (StatusCode::CREATED, Json(report)).into_response()
+        }
+        Err(error) => command_error(error),
+    }
+}
+
+/// Where the current (or last) drain stands: migrations performed, avoided (the VM exited before
+/// its turn), in flight, queued.
+#[utoipa::path(get, path = "/v1/drains",
+    responses((status = 200, description = "The current or last drain.", body = DrainReport),
+              (status = 404, description = "No drain was ever started.", body = domain::Problem)))]
+async fn drain_status(State(state): State<AppState>) -> Response {
+    match call(&state, "drain-status", DrainStatus).await {
+        Ok(report) => Json(report).into_response(),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Confirms a migration (admin): the VM now runs on its target, its source capacity is freed, and
+/// the next VM of the drain starts migrating.
+#[utoipa::path(post, path = "/v1/migrations/{vm_id}/complete", params(("vm_id" = String, Path, description = "The migrating VM's id.")),
+    responses((status = 200, description = "The completed migration.", body = Migration),
+              (status = 400, description = "A malformed path.", body = domain::Problem),
+              (status = 401, description = "No valid admin token.", body = domain::Problem),
+              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+              (status = 404, description = "The VM is not migrating (or no drain is running).", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+    security(("bearer" = [])))]
+async fn complete_migration(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    vm_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
+        return response;
+    }
+    let vm_id = match path_param(vm_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(&state, "complete-migration", CompleteMigration(VmId(vm_id))).await {
+        Ok(migration) => Json(migration).into_response(),
+        Err(error) => command_error(error),
+    }
+}

@@ -1,0 +1,433 @@
+//! The commands of the [`DurableAllocator`](super::DurableAllocator), each with the type of its
+//! answer.
+//!
+//! A command is a struct that implements [`Request`]: its `run` returns its own output type, and
+//! [`job`] pairs it with an [`Answer`] of that type, so an HTTP handler cannot be handed another
+//! command's reply (a mismatch does not compile). A new command is one struct and its `run`.
+
+use super::CommandError;
+use crate::store::StoreLocation;
+use domain::hosts::{HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus};
+use domain::{
+    AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, QualityReport, RackId,
+    TenantId, VmId, VmInfo, VmRequest,
+};
+use placement::allocator::{Allocator, AllocatorStats, DrainError, Explanation};
+use placement::defrag::{DrainReport, DrainRequest, Migration};
+use placement::outcomes::OutcomeTracker;
+use placement::reprediction::Repredictor;
+use placement::state::{HostIndex, StateError};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// What a command sees while its batch runs.
+pub struct Context<'a> {
+    pub(super) allocator: &'a mut Allocator,
+    pub(super) now_s: f64,
+    pub(super) location: &'a StoreLocation,
+    pub(super) tracker: &'a OutcomeTracker,
+    /// The outcome of each allocation of the batch (`allocator_decisions_total`).
+    pub(super) outcomes: &'a mut Vec<&'static str>,
+    /// The repredicting model the durable allocator sets again on every rebuild.
+    pub(super) repredictor: &'a mut Option<Arc<dyn Repredictor>>,
+}
+
+/// A command with the type of its answer.
+pub trait Request: Send + 'static {
+    type Output: Send + 'static;
+    /// Whether it changes the state. A write whose batch cannot be made durable is answered
+    /// [`CommandError::NotDurable`]; a read is answered again from the rebuilt state.
+    const WRITE: bool = false;
+
+    /// Carries the command out on the live allocator; a write's effects go to its journal.
+    fn run(&self, cx: &mut Context<'_>) -> Result<Self::Output, CommandError>;
+
+    /// The model-clock time the command carries (an allocation's request time, a release's end),
+    /// which a service on the request clock runs its batch at.
+    fn time_s(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// A command in a batch, with where its answer goes (made by [`job`]).
+pub trait Job: Send {
+    fn is_write(&self) -> bool;
+    fn time_s(&self) -> Option<f64>;
+    /// Runs the command, keeping its answer until the batch is over.
+    fn run(&mut self, cx: &mut Context<'_>);
+    /// Answers `error` instead of what it ran to.
+    fn fail(&mut self, error: CommandError);
+    /// Hands the answer out.
+    fn answer(self: Box<Self>);
+}
+
+/// The answer to a [`job`], once its batch is over.
+#[derive(Debug)]
+pub struct Answer<T>(oneshot::Receiver<Result<T, CommandError>>);
+
+impl<T> Answer<T> {
+    /// Waits for the batch (on the worker thread) to answer.
+    pub async fn wait(self) -> Result<T, CommandError> {
+        self.0.await.unwrap_or_else(|_| Err(dropped()))
+    }
+
+    /// The answer of a batch that ran already ([`super::DurableAllocator::execute`]).
+    pub fn ready(mut self) -> Result<T, CommandError> {
+        self.0.try_recv().unwrap_or_else(|_| Err(dropped()))
+    }
+}
+
+/// A job dropped unanswered: its batch panicked (and was not applied) or never ran.
+fn dropped() -> CommandError {
+    CommandError::Unavailable("the allocator failed on this batch; it was not applied".to_owned())
+}
+
+/// A command to run in a batch, and its answer.
+pub fn job<R: Request>(request: R) -> (Box<dyn Job>, Answer<R::Output>) {
+    let (reply, answer) = oneshot::channel();
+    (Box::new(Pending { request, answer: None, reply }), Answer(answer))
+}
+
+struct Pending<R: Request> {
+    request: R,
+    answer: Option<Result<R::Output, CommandError>>,
+    reply: oneshot::Sender<Result<R::Output, CommandError>>,
+}
+
+impl<R: Request> Job for Pending<R> {
+    fn is_write(&self) -> bool {
+        R::WRITE
+    }
+
+    fn time_s(&self) -> Option<f64> {
+        self.request.time_s().filter(|t| t.is_finite())
+    }
+
+    fn run(&mut self, cx: &mut Context<'_>) {
+        self.answer = Some(self.request.run(cx));
+    }
+
+    fn fail(&mut self, error: CommandError) {
+        self.answer = Some(Err(error));
+    }
+
+    fn answer(self: Box<Self>) {
+        let answer = self.answer.unwrap_or_else(|| Err(dropped()));
+        // The client may have gone; its answer is simply dropped.
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// Place a VM or a gang (write).
+#[derive(Clone, Debug)]
+pub struct Allocate(pub AllocationRequest);
+
+impl Request for Allocate {
+    type Output = AllocationDecision;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<AllocationDecision, CommandError> {
+        let started = Instant::now();
+        let result = cx.allocator.allocate(&self.0, cx.now_s);
+        metrics::histogram!("allocator_decision_duration_seconds").record(started.elapsed().as_secs_f64());
+        let decision = result.inspect_err(|_| cx.outcomes.push("conflict"))?;
+        cx.outcomes.push(match &decision.outcome {
+            AllocationOutcome::Placed { .. } if decision.replayed => "replayed",
+            AllocationOutcome::Placed { .. } => "placed",
+            AllocationOutcome::Rejected { .. } => "rejected",
+        });
+        Ok(decision)
+    }
+
+    fn time_s(&self) -> Option<f64> {
+        self.0.vms().iter().filter_map(|vm| vm.requested_at_s).filter(|t| t.is_finite()).reduce(f64::max)
+    }
+}
+
+/// Release a VM (write). With `owner`, only if that tenant placed it: the ownership check and the
+/// release happen in one step, so no other request can release and re-place the id in between; a
+/// VM of another tenant answers as unknown, so its id does not leak. `ended_at_s` is the exit on
+/// the model's clock, for the VM's realized outcome (the latest request time when absent).
+#[derive(Clone, Debug)]
+pub struct Release {
+    pub vm: VmId,
+    pub owner: Option<TenantId>,
+    pub ended_at_s: Option<f64>,
+}
+
+impl Release {
+    /// Release `vm`, whoever placed it, ending now.
+    pub fn vm(vm: VmId) -> Self {
+        Release { vm, owner: None, ended_at_s: None }
+    }
+}
+
+impl Request for Release {
+    /// The VM as it was placed.
+    type Output = VmInfo;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<VmInfo, CommandError> {
+        let unknown = || CommandError::UnknownVm(self.vm.clone());
+        // Describe it while it is still there.
+        let info = vm_info(cx.allocator, &self.vm)
+            .filter(|info| self.owner.as_ref().is_none_or(|owner| info.tenant_id == *owner))
+            .ok_or_else(unknown)?;
+        // The journal's release carries the end, for the store's exits.
+        cx.allocator.release_ended(&self.vm, cx.now_s, self.ended_at_s).map_err(|_| unknown())?;
+        Ok(info)
+    }
+
+    fn time_s(&self) -> Option<f64> {
+        self.ended_at_s
+    }
+}
+
+/// Drain, fail or restore a host (write).
+#[derive(Clone, Debug)]
+pub struct SetHostState {
+    pub host: HostId,
+    pub state: HostState,
+}
+
+impl Request for SetHostState {
+    type Output = HostStateChange;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<HostStateChange, CommandError> {
+        let previous = cx
+            .allocator
+            .set_host_state(&self.host, self.state)
+            .map_err(|_| CommandError::UnknownHost(self.host.clone()))?;
+        Ok(HostStateChange { host_id: self.host.clone(), previous, state: self.state })
+    }
+}
+
+/// Start draining hosts (LARS) (write).
+#[derive(Clone, Debug)]
+pub struct StartDrain(pub DrainRequest);
+
+impl Request for StartDrain {
+    type Output = DrainReport;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<DrainReport, CommandError> {
+        Ok(cx.allocator.start_drain(&self.0, cx.now_s)?)
+    }
+}
+
+/// A migration finished: the VM moves to its target (write).
+#[derive(Clone, Debug)]
+pub struct CompleteMigration(pub VmId);
+
+impl Request for CompleteMigration {
+    type Output = Migration;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Migration, CommandError> {
+        let migration = cx.allocator.complete_migration(&self.0, cx.now_s)?;
+        cx.outcomes.push("migrated");
+        Ok(migration)
+    }
+}
+
+/// Where a VM is.
+#[derive(Clone, Debug)]
+pub struct GetAllocation(pub VmId);
+
+impl Request for GetAllocation {
+    type Output = VmInfo;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<VmInfo, CommandError> {
+        vm_info(cx.allocator, &self.0).ok_or_else(|| CommandError::UnknownVm(self.0.clone()))
+    }
+}
+
+/// Which hosts `GET /v1/hosts` lists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostFilter {
+    pub state: Option<HostState>,
+    pub rack: Option<RackId>,
+    pub cluster: Option<ClusterId>,
+    /// Only hosts with no VM (`true`) or with some (`false`).
+    pub empty: Option<bool>,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+impl Default for HostFilter {
+    fn default() -> Self {
+        HostFilter { state: None, rack: None, cluster: None, empty: None, limit: usize::MAX, offset: 0 }
+    }
+}
+
+/// A page of hosts.
+#[derive(Clone, Debug)]
+pub struct ListHosts(pub HostFilter);
+
+impl Request for ListHosts {
+    type Output = HostPage;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<HostPage, CommandError> {
+        let filter = &self.0;
+        let allocator = &*cx.allocator;
+        let matching = allocator.state().hosts().iter().enumerate().filter(|(_, host)| {
+            filter.state.is_none_or(|state| host.state == state)
+                && filter.rack.as_ref().is_none_or(|rack| &host.rack == rack)
+                && filter.cluster.as_ref().is_none_or(|cluster| &host.cluster == cluster)
+                && filter.empty.is_none_or(|empty| host.is_empty() == empty)
+        });
+        let mut total = 0;
+        let mut hosts = Vec::new();
+        for (i, record) in matching {
+            if total >= filter.offset && hosts.len() < filter.limit {
+                hosts.push(HostSummary { host: host_info(allocator, HostIndex(i as u32)), vms: record.vms.clone() });
+            }
+            total += 1;
+        }
+        Ok(HostPage { total, offset: filter.offset, hosts })
+    }
+}
+
+/// One host and its VMs in full.
+#[derive(Clone, Debug)]
+pub struct GetHost(pub HostId);
+
+impl Request for GetHost {
+    type Output = HostDetail;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<HostDetail, CommandError> {
+        let allocator = &*cx.allocator;
+        let index = allocator.state().host_index(&self.0).ok_or_else(|| CommandError::UnknownHost(self.0.clone()))?;
+        let record = &allocator.state().hosts()[index.get()];
+        let vms = record.vms.iter().filter_map(|vm| vm_info(allocator, vm)).collect();
+        Ok(HostDetail { host: host_info(allocator, index), vms })
+    }
+}
+
+/// Occupancy, packing density, VMs by lifetime, rejections by reason.
+#[derive(Clone, Copy, Debug)]
+pub struct Stats;
+
+impl Request for Stats {
+    type Output = AllocatorStats;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<AllocatorStats, CommandError> {
+        Ok(cx.allocator.stats())
+    }
+}
+
+/// The realized quality of the predictions VMs were placed with.
+#[derive(Clone, Copy, Debug)]
+pub struct Quality;
+
+impl Request for Quality {
+    type Output = QualityReport;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<QualityReport, CommandError> {
+        Ok(cx.tracker.report())
+    }
+}
+
+/// A dry run of one VM's placement.
+#[derive(Clone, Debug)]
+pub struct Explain {
+    pub vm: VmRequest,
+    pub why_not: Option<HostId>,
+    pub top: usize,
+}
+
+impl Request for Explain {
+    type Output = Explanation;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Explanation, CommandError> {
+        cx.allocator.explain(&self.vm, self.why_not.as_ref(), self.top, cx.now_s).map_err(|error| match error {
+            StateError::UnknownHostId(host) => CommandError::UnknownHost(host),
+            other => CommandError::Unavailable(other.to_string()),
+        })
+    }
+}
+
+/// Whether the store is usable, with a few figures.
+#[derive(Clone, Copy, Debug)]
+pub struct Status;
+
+impl Request for Status {
+    type Output = StoreStatus;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<StoreStatus, CommandError> {
+        Ok(StoreStatus {
+            store: cx.location.to_string(),
+            hosts: cx.allocator.state().hosts().len(),
+            vms: cx.allocator.state().vm_count(),
+        })
+    }
+}
+
+/// Where the current drain stands.
+#[derive(Clone, Copy, Debug)]
+pub struct DrainStatus;
+
+impl Request for DrainStatus {
+    type Output = DrainReport;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<DrainReport, CommandError> {
+        cx.allocator.drain_report().ok_or(CommandError::Drain(DrainError::NoDrain))
+    }
+}
+
+/// Repredict with this model from now on (a new bundle was deployed), also after rebuilds.
+#[derive(Clone, Debug)]
+pub struct SetRepredictor(pub Option<Arc<dyn Repredictor>>);
+
+impl Request for SetRepredictor {
+    /// The repredicting model's version now, if any.
+    type Output = Option<String>;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Option<String>, CommandError> {
+        cx.repredictor.clone_from(&self.0);
+        cx.allocator.set_repredictor(self.0.clone());
+        Ok(cx.allocator.repredictor_version().map(str::to_owned))
+    }
+}
+
+fn vm_info(allocator: &Allocator, id: &VmId) -> Option<VmInfo> {
+    let vm = allocator.state().vm(id)?;
+    let host = allocator.state().host(vm.host)?;
+    Some(VmInfo {
+        vm_id: id.clone(),
+        host_id: host.id.clone(),
+        rack_id: host.rack.clone(),
+        cluster_id: host.cluster.clone(),
+        tenant_id: vm.tenant.clone(),
+        vm_type: vm.vm_type.clone(),
+        demand: vm.demand,
+        placed_at_s: vm.placed_at_s,
+        lifetime_class: allocator.vm_lifetime(vm).class,
+        prediction: vm.prediction.clone(),
+    })
+}
+
+fn host_info(allocator: &Allocator, index: HostIndex) -> HostInfo {
+    let record = &allocator.state().hosts()[index.get()];
+    let lifetime = allocator.host_lifetime(index);
+    HostInfo {
+        host_id: record.id.clone(),
+        rack_id: record.rack.clone(),
+        cluster_id: record.cluster.clone(),
+        hardware: record.hardware.clone(),
+        state: record.state,
+        capacity: record.capacity,
+        used: record.used,
+        free: record.free(),
+        lifetime_class: lifetime.class,
+        predicted_exit_s: lifetime.exit_s.is_finite().then_some(lifetime.exit_s),
+        vm_count: record.vms.len(),
+        policy_state: allocator.host_state().and_then(|policy| {
+            let state = policy.snapshot(index).and_then(|json| serde_json::from_str(&json).ok())?;
+            Some(PolicyHostState { policy: policy.name().to_owned(), state })
+        }),
+    }
+}
