@@ -53,10 +53,17 @@ pub fn config_text(port: u16, store: &Path, hosts: usize, extra: &str) -> String
 
 /// Starts the binary on a free port with the store at `store`, waiting until `/readyz` answers.
 pub async fn start(store: &Path, hosts: usize, extra: &str) -> Server {
+    let dir = store.parent().unwrap_or(Path::new("."));
+    start_at(dir, &store.display().to_string(), hosts, extra).await
+}
+
+/// Starts the binary on a free port with its config in `dir` and the store `store` (a path or a
+/// `postgres://` URL), waiting until `/readyz` answers.
+pub async fn start_at(dir: &Path, store: &str, hosts: usize, extra: &str) -> Server {
     for _attempt in 0..5 {
         let port = free_port();
-        let config = store.with_file_name(format!("allocator-{port}.toml"));
-        std::fs::write(&config, config_text(port, store, hosts, extra)).unwrap();
+        let config = dir.join(format!("allocator-{port}.toml"));
+        std::fs::write(&config, config_text(port, Path::new(store), hosts, extra)).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
             .arg("--config")
             .arg(&config)

@@ -150,6 +150,29 @@ impl Postgres {
         self.stopped = true;
     }
 
+    /// Crashes the server: SIGKILL to the postmaster and every backend, as an OOM kill or a lost
+    /// machine would (no shutdown of any kind; the restart runs crash recovery from the WAL).
+    pub fn crash(&mut self) {
+        let pid_file = self.dir.path().join("data").join("postmaster.pid");
+        let pid = std::fs::read_to_string(&pid_file).expect("postmaster.pid of a running server");
+        let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
+        // The backends first (children of the postmaster), then the postmaster itself: with the
+        // postmaster gone first, a backend could not be found by its parent any more.
+        let children = Command::new("pgrep").args(["-P", &pid]).output().expect("pgrep");
+        let mut pids: Vec<String> =
+            String::from_utf8_lossy(&children.stdout).split_whitespace().map(str::to_owned).collect();
+        pids.push(pid);
+        // A backend may exit by itself in between: kill's status is not checked, the exits are.
+        let _ = Command::new("kill").arg("-KILL").args(&pids).status().expect("kill");
+        // Wait until every one of them is gone, so the restart finds no shared memory in use.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while pids.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+            assert!(Instant::now() < deadline, "the killed PostgreSQL processes did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stopped = true;
+    }
+
     pub fn restart(&mut self) {
         let data = self.dir.path().join("data");
         let options = format!(
