@@ -308,16 +308,23 @@ fn power_cycles(cycles: usize, synchronous: Synchronous, vfs: &str, seed: u64) -
             0.0,
         )
         .expect("opening the store");
-        // The power fails after this many mutating file operations (writes, syncs, ...): a few to
-        // a few hundred commits into the cycle, at any point of a commit.
-        disk.cut_after(rng.random_range(5..1500));
+        // Most cycles: the power fails after this many mutating file operations (writes, syncs,
+        // ...), a few to a few hundred commits into the cycle, at any point of a commit, or in
+        // the middle of a sync. The others: the clients stop, and the power fails while the
+        // service shuts down (the last connection's checkpoint into the database file and the
+        // WAL's deletion).
+        let shutdown = rng.random_bool(0.2);
+        let max_ops = if shutdown { rng.random_range(10..150) } else { 3_000 };
+        if !shutdown {
+            disk.cut_after(rng.random_range(0..1500), rng.random_bool(0.3));
+        }
         let (worker, thread) = Worker::spawn(durable, 64, 256, Clock::Wall).unwrap();
         let streams: Vec<_> = clients
             .drain(..)
             .map(|mut client| {
                 let worker = worker.clone();
                 runtime.spawn(async move {
-                    let (answered, doubt) = stream(worker, &mut client, 3_000).await;
+                    let (answered, doubt) = stream(worker, &mut client, max_ops).await;
                     (client, answered, doubt)
                 })
             })
@@ -330,13 +337,24 @@ fn power_cycles(cycles: usize, synchronous: Synchronous, vfs: &str, seed: u64) -
             clients.push(client);
             doubts.push(doubt);
         }
-        // Every client ran into the dead disk (or ran out of operations: cut now).
-        disk.cut_now();
-        let cut_on = disk.cut_on().unwrap_or("idle");
-        *tally.cut_on.entry(cut_on).or_default() += 1;
-        // The process is gone: the worker stops, its store closes (nothing reaches the disk).
+        if shutdown {
+            disk.cut_after(rng.random_range(0..60), false);
+        }
+        // The worker stops and its store closes: with the power off nothing more reaches the
+        // disk; in a shutdown cycle, the power fails during the close.
         drop(worker);
         thread.join().unwrap();
+        // A shutdown that completed before the countdown ran out: the power fails after it.
+        disk.cut_now();
+        let cut_on = match (disk.cut_on().unwrap_or("idle"), shutdown) {
+            (cut_on, false) => cut_on,
+            ("idle", true) => "after shutdown",
+            ("write", true) => "write, shutting down",
+            ("sync", true) => "sync, shutting down",
+            ("delete", true) => "delete, shutting down",
+            (_, true) => "other, shutting down",
+        };
+        *tally.cut_on.entry(cut_on).or_default() += 1;
         let tear = [Tear::Drop, Tear::Prefix, Tear::Scatter][rng.random_range(0..3)];
         *tally.tears.entry(format!("{tear:?}")).or_default() += 1;
         let report = disk.power_loss(tear, &mut rng).expect("the power loss");
@@ -370,7 +388,9 @@ fn assert_durable(tally: &Tally, cycles: usize) {
         "lost, resurrected, over-committed, phantoms, partial gangs: {tally:?}"
     );
     assert!(tally.acknowledged > cycles * 20, "too little happened to mean anything: {tally:?}");
-    assert!(tally.cut_on.get("idle").copied().unwrap_or(0) * 2 < cycles, "most cuts should fall inside commits");
+    let inside =
+        ["write", "sync", "create"].iter().map(|kind| tally.cut_on.get(kind).copied().unwrap_or(0)).sum::<usize>();
+    assert!(inside * 2 > cycles, "most cuts should fall inside commits: {tally:?}");
 }
 
 #[test]

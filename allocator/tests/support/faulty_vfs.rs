@@ -113,6 +113,9 @@ struct State {
     dirsync_pending: HashSet<PathBuf>,
     /// Mutating operations left before the power fails.
     countdown: Option<u64>,
+    /// Once the countdown ran out, the power fails on the next sync only (in the middle of an
+    /// `fsync`: what it was flushing may be on disk or not).
+    on_sync: bool,
     dead: bool,
     /// The operation the power failed on.
     cut_on: Option<&'static str>,
@@ -127,12 +130,12 @@ impl State {
             return false;
         }
         if let Some(left) = &mut self.countdown {
-            if *left == 0 {
+            if *left == 0 && (!self.on_sync || what == "sync") {
                 self.dead = true;
                 self.cut_on = Some(what);
                 return false;
             }
-            *left -= 1;
+            *left = left.saturating_sub(1);
         }
         true
     }
@@ -242,10 +245,12 @@ impl Disk {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The power fails on the `(n + 1)`-th mutating operation from now.
-    pub fn cut_after(&self, n: u64) {
+    /// The power fails on the `(n + 1)`-th mutating operation from now, or with `on_sync` on the
+    /// first sync from then on.
+    pub fn cut_after(&self, n: u64, on_sync: bool) {
         let mut state = self.lock();
         state.countdown = Some(n);
+        state.on_sync = on_sync;
     }
 
     /// The power fails now.
