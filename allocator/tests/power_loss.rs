@@ -101,6 +101,8 @@ struct Tally {
     tears: HashMap<String, usize>,
     sectors_lost: u64,
     sectors_scrambled: u64,
+    /// Unsynced file creations and deletions taken back by the power losses.
+    dir_ops_undone: usize,
 }
 
 impl Tally {
@@ -360,6 +362,7 @@ fn power_cycles(cycles: usize, synchronous: Synchronous, vfs: &str, seed: u64) -
         let report = disk.power_loss(tear, &mut rng).expect("the power loss");
         tally.sectors_lost += report.sectors_lost;
         tally.sectors_scrambled += report.sectors_scrambled;
+        tally.dir_ops_undone += report.dir_ops_undone;
         let before = tally.violations();
         check(&path, &options, &spec, &mut clients, &doubts, &mut tally);
         tally.cycles += 1;
