@@ -22,7 +22,8 @@
 //!   120);
 //! - `a_store_that_acknowledges_before_syncing_loses_acknowledged_operations`: the same harness
 //!   over a deliberately weakened store (`synchronous = NORMAL`, which in WAL mode syncs only at
-//!   checkpoints) must find acknowledged operations lost: the harness can fail.
+//!   checkpoints) must find acknowledged operations lost: the harness can fail;
+//! - `the_vfs_keeps_synced_writes_and_drops_unsynced_ones`: the VFS on its own, over plain rusqlite.
 
 #[path = "support/faulty_vfs.rs"]
 mod faulty_vfs;
