@@ -132,7 +132,8 @@ pub trait ExportSink {
 /// many rows were written.
 pub fn export(location: &StoreLocation, window: &ExportWindow, sink: &mut dyn ExportSink) -> Result<u64, ExportError> {
     match location {
-        StoreLocation::Sqlite(path) => super::sqlite::export(path, window, sink),
+        StoreLocation::Sqlite(path) => super::sqlite::export(path, None, window, sink),
+        StoreLocation::SqliteWith(path, options) => super::sqlite::export(path, options.vfs.as_deref(), window, sink),
         StoreLocation::Postgres(url) => super::postgres::export(url, window, sink),
     }
 }

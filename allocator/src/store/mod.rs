@@ -26,7 +26,7 @@ pub mod sqlite;
 pub use export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, TraceExport};
 
 pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 use domain::{HostId, HostState, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
 use placement::defrag::Drain;
@@ -91,6 +91,9 @@ pub struct StoredState {
 pub enum StoreLocation {
     /// An SQLite file (created if missing).
     Sqlite(PathBuf),
+    /// An SQLite file opened with other options than the service's (tests: another VFS, a
+    /// weakened `synchronous`); never read from the configuration, which names a path.
+    SqliteWith(PathBuf, SqliteOptions),
     /// A PostgreSQL connection URL (`postgres://user:password@host:port/database`).
     Postgres(String),
 }
@@ -109,7 +112,7 @@ impl From<String> for StoreLocation {
 impl From<StoreLocation> for String {
     fn from(location: StoreLocation) -> String {
         match location {
-            StoreLocation::Sqlite(path) => path.display().to_string(),
+            StoreLocation::Sqlite(path) | StoreLocation::SqliteWith(path, _) => path.display().to_string(),
             StoreLocation::Postgres(url) => url,
         }
     }
@@ -119,7 +122,7 @@ impl From<StoreLocation> for String {
 impl fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreLocation::Sqlite(path) => write!(f, "{}", path.display()),
+            StoreLocation::Sqlite(path) | StoreLocation::SqliteWith(path, _) => write!(f, "{}", path.display()),
             StoreLocation::Postgres(url) => f.write_str(&postgres::redact(url)),
         }
     }
@@ -253,6 +256,7 @@ pub enum Followed {
 pub fn open(location: &StoreLocation, inventory: &InventorySpec) -> Result<Box<dyn PlacementStore>, StoreError> {
     Ok(match location {
         StoreLocation::Sqlite(path) => Box::new(SqliteStore::open(path)?),
+        StoreLocation::SqliteWith(path, options) => Box::new(SqliteStore::open_with(path, options)?),
         StoreLocation::Postgres(url) => Box::new(PostgresStore::open(url, inventory)?),
     })
 }

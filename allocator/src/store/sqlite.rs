@@ -69,6 +69,32 @@ const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file 
 /// backup) before failing. The allocator itself uses one connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How an SQLite store is opened. The default is what the service runs with, and the
+/// configuration cannot change it (`store = "<path>"` opens with the default); the rest exists for
+/// tests ([`super::StoreLocation::SqliteWith`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SqliteOptions {
+    /// The SQLite VFS the store's files are reached through (`None`: SQLite's default, `unix`).
+    /// The power-loss test registers a fault-injecting one (`allocator/tests/support/faulty_vfs.rs`).
+    pub vfs: Option<String>,
+    /// When a commit reaches the disk.
+    pub synchronous: Synchronous,
+}
+
+/// SQLite's `synchronous` setting as the store uses it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Synchronous {
+    /// `FULL`: the WAL is synced before a commit returns, so an acknowledged batch survives a
+    /// power loss. The service's only setting.
+    #[default]
+    Full,
+    /// `NORMAL` (in WAL mode the WAL is synced only at checkpoints): a commit returns, and its
+    /// batch is acknowledged, before it is on disk, so a power loss loses the latest acknowledged
+    /// batches. A deliberately weakened store, never the service's: the power-loss test uses it to
+    /// show that its harness catches a store that acknowledges before syncing.
+    Normal,
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -86,8 +112,16 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens the store at `path`, creating the file and its schema if needed.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)
-            .map_err(|source| StoreError::Open { store: path.display().to_string(), source: source.into() })?;
+        Self::open_with(path, &SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::open`] through another VFS or with another `synchronous` setting (tests).
+    pub fn open_with(path: &Path, options: &SqliteOptions) -> Result<Self, StoreError> {
+        let conn = match &options.vfs {
+            None => Connection::open(path),
+            Some(vfs) => Connection::open_with_flags_and_vfs(path, OpenFlags::default(), vfs),
+        }
+        .map_err(|source| StoreError::Open { store: path.display().to_string(), source: source.into() })?;
         let mut store = SqliteStore {
             conn,
             path: path.to_owned(),
@@ -96,7 +130,7 @@ impl SqliteStore {
             newest_exit_s: f64::NEG_INFINITY,
             pruned_at: None,
         };
-        store.init()?;
+        store.init(options.synchronous)?;
         Ok(store)
     }
 
@@ -109,7 +143,7 @@ impl SqliteStore {
         move |source| StoreError::Sql { store: self.path.display().to_string(), context, source: source.into() }
     }
 
-    fn init(&mut self) -> Result<(), StoreError> {
+    fn init(&mut self, synchronous: Synchronous) -> Result<(), StoreError> {
         self.conn.busy_timeout(BUSY_TIMEOUT).map_err(self.sql("setting the busy timeout"))?;
         let mode: String = self
             .conn
@@ -122,7 +156,11 @@ impl SqliteStore {
                 source: format!("journal mode stayed `{mode}`").into(),
             });
         }
-        self.conn.pragma_update(None, "synchronous", "FULL").map_err(self.sql("setting synchronous = FULL"))?;
+        let synchronous = match synchronous {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        };
+        self.conn.pragma_update(None, "synchronous", synchronous).map_err(self.sql("setting synchronous"))?;
         let tables: i64 = self
             .conn
             .query_row(
@@ -600,16 +638,22 @@ fn vm_columns(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<VmColumns>
 /// Exports the VMs of the store at `path` that started in `window` ([`super::export`]): a
 /// connection of its own, read only, in one read transaction (a snapshot: a VM released meanwhile
 /// is read once, running or exited), while the allocator goes on writing (WAL).
-pub fn export(path: &Path, window: &ExportWindow, sink: &mut dyn ExportSink) -> Result<u64, ExportError> {
+pub fn export(
+    path: &Path,
+    vfs: Option<&str>,
+    window: &ExportWindow,
+    sink: &mut dyn ExportSink,
+) -> Result<u64, ExportError> {
     let name = path.display().to_string();
     let sql = |context: &'static str| {
         let name = name.clone();
         move |source: rusqlite::Error| StoreError::Sql { store: name, context, source: source.into() }
     };
-    let mut conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
-    )
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let mut conn = match vfs {
+        None => Connection::open_with_flags(path, flags),
+        Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
+    }
     .map_err(|source| StoreError::Open { store: name.clone(), source: source.into() })?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql("setting the busy timeout"))?;
     let tx = conn.transaction().map_err(sql("starting to read the export"))?;
