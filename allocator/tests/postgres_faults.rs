@@ -187,9 +187,9 @@ async fn crash_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>) {
     for client in clients {
         client.await.unwrap();
     }
-    check_store(&pg, &probe, &agents, &ledger.lock().unwrap()).await;
-    drop(servers);
     let ledger = Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap();
+    check_store(&pg, &probe, &agents, &ledger).await;
+    drop(servers);
     (ledger, recoveries)
 }
 
