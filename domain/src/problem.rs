@@ -92,7 +92,7 @@ problem_kinds! {
     MethodNotAllowed = ("method-not-allowed", 405, "Method not allowed", "any: the route does not take this method"),
     NoMetrics = ("no-metrics", 404, "Metrics disabled", "any: the server records no metrics"),
     Overloaded = ("overloaded", 503, "Service overloaded", "any: too many requests in flight (`Retry-After`)"),
-    Timeout = ("timeout", 503, "Request timed out", "any: the request took longer than the service's timeout"),
+    Timeout = ("timeout", 503, "Request timed out", "any: the request took longer than the service's timeout; it may still be carried out, retrying is safe (`Retry-After`)"),
     Internal = ("internal", 500, "Internal error", "any: a bug or an I/O failure; the detail says which"),
     VmIdReused = ("vm-id-reused", 409, "VM id already used", "allocator: the VM id is placed already with another tenant, demand or type"),
     PartialGang = ("partial-gang", 409, "Gang partly placed", "allocator: part of the gang is placed already"),

@@ -74,7 +74,10 @@ pub(crate) fn overloaded() -> Response {
 async fn overload_or_timeout(error: BoxError) -> Response {
     if error.is::<tower::timeout::error::Elapsed>() {
         refusals::record(Refusal::Timeout);
-        return problem(ProblemKind::Timeout, "the request took too long");
+        // It may still be carried out (a write waiting for its batch): retrying is safe.
+        let mut response = problem(ProblemKind::Timeout, "the request took too long; it may still be carried out");
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
     }
     problem(ProblemKind::Internal, error.to_string())
 }

@@ -135,14 +135,31 @@ impl PostgresStore {
     /// Connects, creates or checks the schema, and seeds the inventory's hosts.
     pub fn open(url: &str, inventory: &InventorySpec) -> Result<Self, StoreError> {
         let name = redact(url);
-        let client = Client::connect(url, NoTls)
-            .map_err(|source| StoreError::Open { store: format!("`store` = {name}"), source: source.into() })?;
+        let open_error =
+            |source: postgres::Error| StoreError::Open { store: format!("`store` = {name}"), source: source.into() };
+        let mut config: postgres::Config = url.parse().map_err(open_error)?;
+        // Cut off from the database, an agent must not wait for TCP to give up (minutes): its
+        // clients get 503 and it reconnects.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+        let mut client = config.connect(NoTls).map_err(open_error)?;
+        // A transaction of an agent holds its hosts' row locks and the change log's head: the
+        // other agents' commits wait for it. One cut off in the middle (partitioned, stopped)
+        // would stall the zone until its connection died; the server ends such a session after
+        // this long instead (an agent's batch takes a few round trips).
+        client
+            .batch_execute(&format!(
+                "SET idle_in_transaction_session_timeout = {}",
+                IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+            ))
+            .map_err(open_error)?;
         let agent = format!(
             "{}-{}",
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         );
-        let mut client = client;
         // Agents starting together may race to create the schema: the loser's DDL fails, and its
         // second try finds the schema there.
         let mut attempt = 0;
@@ -401,6 +418,14 @@ impl PostgresStore {
 /// prediction (a trace has none), the end (NULL: still running).
 const EXPORT_COLUMNS: &str = "seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
                               NULL::text, requested_at_s, request";
+
+/// How long an agent waits to connect when its URL names no `connect_timeout`.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Idle time before TCP keepalive probes start on an agent's connection.
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the server lets an agent's session sit idle inside a transaction before it ends the
+/// session, releasing its locks (see [`PostgresStore::open`]).
+const IDLE_IN_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How many rows an export fetches at a time.
 const EXPORT_FETCH: i32 = 2_000;

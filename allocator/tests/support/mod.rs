@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod postgres;
+pub mod proxy;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
