@@ -70,7 +70,9 @@ impl Proxy {
     }
 }
 
-/// Closes with a TCP reset, as a cut connection ends.
+/// Closes with a TCP reset, as a cut connection ends. (`set_linger` is deprecated because a
+/// positive linger blocks the dropping thread; a zero linger resets at once and never blocks.)
+#[allow(deprecated)]
 fn reset(stream: TcpStream) {
     let _ = stream.set_linger(Some(Duration::ZERO));
     drop(stream);
