@@ -56,7 +56,7 @@ fn host(decision: &AllocationDecision) -> Option<&HostId> {
 
 /// `pairs` duplicate sends from `clients` concurrent clients to `agents` agents (workers over
 /// `DurableAllocator`s of one database); each client keeps up to `live` VMs and releases one at
-/// random when it has that many.
+/// random at every other step and whenever it has that many.
 fn run(pairs: u64, agents: usize, clients: u64, live: usize) -> Figures {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
@@ -107,7 +107,9 @@ async fn client_run(client: u64, pairs: u64, workers: &[Worker], live: usize) ->
     let mut figures = Figures::default();
     let mut mine: Vec<VmId> = Vec::new();
     for step in 0..pairs {
-        if mine.len() >= live {
+        // Churn: a release at every other step (and whenever at the cap), so that the hosts stay
+        // near full, capacity comes and goes, and the agents' views differ at times.
+        if !mine.is_empty() && (mine.len() >= live || rng.random_bool(0.5)) {
             let id = mine.swap_remove(rng.random_range(0..mine.len()));
             let agent = rng.random_range(0..workers.len());
             let released = workers[agent].call(Release::vm(id.clone())).await;
