@@ -14,7 +14,9 @@ use allocator::config::Clock;
 use allocator::durable::{Allocate, CommandError, DurableAllocator, GetAllocation, Release};
 use allocator::store::{self, StoreLocation};
 use allocator::worker::Worker;
-use domain::{AllocationDecision, AllocationOutcome, AllocationRequest, HostId, InventorySpec, Resources, VmId, VmRequest};
+use domain::{
+    AllocationDecision, AllocationOutcome, AllocationRequest, HostId, InventorySpec, Resources, VmId, VmRequest,
+};
 use placement::allocator::AllocatorConfig;
 use placement::policy::PolicyConfig;
 use rand::{Rng, SeedableRng};
@@ -142,8 +144,8 @@ async fn client_run(client: u64, pairs: u64, workers: &[Worker], live: usize) ->
             }
         }
         // Where the id ended: an answer that placed it, or, when an answer was an error, the store.
-        let ended_placed = !placed.is_empty()
-            || (errors > 0 && workers[a].call(GetAllocation(VmId::from(id.as_str()))).await.is_ok());
+        let ended_placed =
+            !placed.is_empty() || (errors > 0 && workers[a].call(GetAllocation(VmId::from(id.as_str()))).await.is_ok());
         if ended_placed {
             mine.push(VmId::from(id.as_str()));
         }

@@ -306,7 +306,7 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     );
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
     assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
     let request = with_facts(vm("new", 2.0, 600.0), 3);
@@ -330,7 +330,7 @@ fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
     pg.psql("DROP TABLE exits; UPDATE meta SET value = 2 WHERE key = 'schema_version'");
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
     let release = Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
     durable.execute_one(release, 21.0).unwrap();
