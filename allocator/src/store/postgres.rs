@@ -11,10 +11,11 @@
 //! Only SQL that PostgreSQL-wire distributed databases also accept: no advisory locks, no
 //! `LISTEN`, no server-side functions.
 //!
-//! Schema (version 3, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! Schema (version 4, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
 //! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
-//! (no request time, default request facts), and versions 1 and 2 gain the (empty) `exits` table.
+//! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table, and
+//! versions 1 to 3 the (empty) `rejections` table.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -48,6 +49,9 @@
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
 //! CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
 //! CREATE TABLE changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+//! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL,  -- ids answered "rejected",
+//!     at TIMESTAMPTZ NOT NULL DEFAULT now());                             -- at a log position
+//! CREATE INDEX rejections_by_seq ON rejections (seq);
 //! CREATE TABLE exits (start_s DOUBLE PRECISION NOT NULL,                 -- requested_at_s, else
 //!     seq BIGINT NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,         -- placed_at_s; the
 //!     ended_at_s DOUBLE PRECISION NOT NULL,                                -- columns of vms
@@ -65,6 +69,19 @@
 //! read is taken back in memory and applied again from the log, in the store's order
 //! ([`super::Committed`]). Rows are kept for [`LOG_KEPT`] batches; an agent further behind finds a
 //! gap and rebuilds from the tables.
+//!
+//! **Rejections** ([`PostgresStore::apply_decisions`]). The same VM id can reach two agents at once
+//! (a client's retry on another agent after a timeout), and their views may differ: one may reject
+//! it while the other places it. A batch that answers requests "rejected" records their ids in
+//! `rejections` at its log position, in the statement that moves the head; a batch with no write
+//! is that one statement alone. The same statement reads which of the rejected ids are placed
+//! (the batch is refused: decided again after following, the answer is that placement, replayed)
+//! and which of the placed ids another agent rejected after this agent's view, or less than
+//! [`REJECTION_STANDS_S`] ago ([`StoreError::RejectedElsewhere`]: the batch is refused, and those
+//! requests are answered rejected, the first answer). Every commit holds the head's row lock from
+//! that statement to its end, so what committed before it is exactly what it must see: its own
+//! snapshot when the head moved by one only, else a second read (`decided_meanwhile`).
+//! Rejections are trimmed with the log, once they no longer stand.
 
 use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
 use super::{
