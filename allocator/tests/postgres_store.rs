@@ -582,7 +582,7 @@ fn the_first_answer_stands_across_agents_rejected_or_placed() {
     a.execute_one(Release::vm(VmId::from("full-0")), 3.0).unwrap();
     let retry = a.execute_one(allocate("x", 8.0), 4.0).unwrap();
     let domain::AllocationOutcome::Rejected { rejection } = &retry.outcome else { panic!("placed: {retry:?}") };
-    assert!(rejection.detail.contains("another allocation agent"), "{}", rejection.detail);
+    assert!(rejection.detail.contains("that first answer stands"), "{}", rejection.detail);
     assert_eq!(a.execute_one(GetAllocation(VmId::from("x")), 5.0), Err(CommandError::UnknownVm(VmId::from("x"))));
     // A placement answered first is what a retry on the other agent gets, replayed.
     let placed = host_of(&a.execute_one(allocate("y", 8.0), 6.0)).expect("room on the freed host");

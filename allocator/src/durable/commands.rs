@@ -37,8 +37,8 @@ pub struct Context<'a> {
     /// "rejected", which the store records so that none of them is placed by another agent at the
     /// same time (a client's retry sent there).
     pub(super) rejected: Option<&'a mut Vec<VmId>>,
-    /// VM ids another agent answered "rejected" while this batch was decided the first time
-    /// (found by the store at its commit): that first answer stands.
+    /// VM ids an agent answered "rejected" after this batch's view or moments before (found by
+    /// the store at its commit): that first answer stands.
     pub(super) rejected_elsewhere: &'a HashSet<VmId>,
 }
 
@@ -165,8 +165,9 @@ impl Request for Allocate {
 }
 
 impl Allocate {
-    /// The rejection another agent answered first for a VM of this request that is not placed
-    /// (the client sent the same request to both at once): the retry gets the first answer.
+    /// The rejection an agent answered first for a VM of this request that is not placed (the
+    /// client sent the same request to two agents at once, or again within the time a rejection
+    /// stands): the retry gets the first answer.
     fn rejected_elsewhere(&self, cx: &Context<'_>) -> Option<AllocationDecision> {
         if cx.rejected_elsewhere.is_empty() {
             return None;
@@ -177,8 +178,8 @@ impl Allocate {
             .iter()
             .find(|vm| cx.rejected_elsewhere.contains(&vm.vm_id) && cx.allocator.state().vm(&vm.vm_id).is_none())?;
         let detail = format!(
-            "another allocation agent of this zone answered a request for VM `{}` \"rejected\" at the same time \
-             (a retry sent to both): that first answer stands; no host was tried",
+            "a request for VM `{}` was answered \"rejected\" by an allocation agent of this zone moments ago \
+             (a retry sent to two agents at once, or again): that first answer stands; no host was tried",
             vm.vm_id
         );
         let rejection = Rejection {
