@@ -306,7 +306,7 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     );
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
     assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
     let request = with_facts(vm("new", 2.0, 600.0), 3);
@@ -330,7 +330,7 @@ fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
     pg.psql("DROP TABLE exits; UPDATE meta SET value = 2 WHERE key = 'schema_version'");
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
     let release = Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
     durable.execute_one(release, 21.0).unwrap();
@@ -531,4 +531,66 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
     let mut late = DurableAllocator::open(&spec(), &pbfr(), location, 0.0).unwrap();
     let Ok(stats) = late.execute_one(Stats, 400.0) else { panic!("no stats") };
     assert_eq!(stats.vms, acknowledged.len());
+}
+
+#[test]
+fn a_rejection_is_refused_when_the_vm_is_placed_and_refuses_a_placement_decided_alongside() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let none = |_: &HostId| None;
+    let mut one = store::open(&location, &spec()).unwrap();
+    let mut two = store::open(&location, &spec()).unwrap();
+    // `two` decided "rejected" for `x` on a view that lacks `one`'s placement of it: refused, to be
+    // decided again after following (a replay of `one`'s placement).
+    one.apply(&[Change::Placed { vm: new_vm("x", 2.0), host: HostId::from("z-h0") }], &none).unwrap();
+    let err = two.apply_decisions(&[], &[VmId::from("x")], &none).unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("placed by another agent"), "{err}");
+    // `two` answers `y` rejected first: `one`'s placement of `y`, decided on a view without that
+    // rejection, is refused and nothing of its batch is written.
+    two.apply_decisions(&[], &[VmId::from("y")], &none).unwrap();
+    let batch = [
+        Change::Placed { vm: new_vm("z", 2.0), host: HostId::from("z-h1") },
+        Change::Placed { vm: new_vm("y", 2.0), host: HostId::from("z-h1") },
+    ];
+    let err = one.apply_decisions(&batch, &[], &none).unwrap_err();
+    assert!(matches!(&err, StoreError::RejectedElsewhere { vms, .. } if vms == &[VmId::from("y")]), "{err}");
+    assert_eq!(pg.psql("SELECT string_agg(vm_id, ',') FROM vms"), "x");
+    // After following, still within the time the rejection stands: refused again.
+    assert!(matches!(one.follow(), Ok(store::Followed::Batches(_))));
+    let err = one.apply_decisions(&batch, &[], &none).unwrap_err();
+    assert!(matches!(err, StoreError::RejectedElsewhere { .. }), "{err}");
+    // Once it no longer stands, a request for `y` is decided afresh.
+    pg.psql("UPDATE rejections SET at = at - INTERVAL '1 hour'");
+    one.apply_decisions(&batch, &[], &none).unwrap();
+    assert_eq!(pg.psql("SELECT string_agg(vm_id, ',' ORDER BY vm_id) FROM vms"), "x,y,z");
+}
+
+#[test]
+fn the_first_answer_stands_across_agents_rejected_or_placed() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    // A fills every host.
+    for i in 0..8 {
+        assert!(host_of(&a.execute_one(allocate(&format!("full-{i}"), 16.0), 1.0)).is_some());
+    }
+    // B rejects `x`; A frees a host; the same request sent to A within the time the rejection
+    // stands gets that rejection (a client's retry of it), not a placement.
+    let first = b.execute_one(allocate("x", 8.0), 2.0).unwrap();
+    assert!(!first.is_placed());
+    a.execute_one(Release::vm(VmId::from("full-0")), 3.0).unwrap();
+    let retry = a.execute_one(allocate("x", 8.0), 4.0).unwrap();
+    let domain::AllocationOutcome::Rejected { rejection } = &retry.outcome else { panic!("placed: {retry:?}") };
+    assert!(rejection.detail.contains("that first answer stands"), "{}", rejection.detail);
+    assert_eq!(a.execute_one(GetAllocation(VmId::from("x")), 5.0), Err(CommandError::UnknownVm(VmId::from("x"))));
+    // A placement answered first is what a retry on the other agent gets, replayed.
+    let placed = host_of(&a.execute_one(allocate("y", 8.0), 6.0)).expect("room on the freed host");
+    let replay = b.execute_one(allocate("y", 8.0), 7.0).unwrap();
+    assert!(replay.replayed);
+    assert_eq!(host_of(&Ok(replay)), Some(placed));
+    // Once the rejection no longer stands, a request for `x` is decided afresh.
+    pg.psql("UPDATE rejections SET at = at - INTERVAL '1 hour'");
+    a.execute_one(Release::vm(VmId::from("full-1")), 8.0).unwrap();
+    assert!(host_of(&b.execute_one(allocate("x", 8.0), 9.0)).is_some());
 }

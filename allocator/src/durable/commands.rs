@@ -10,7 +10,7 @@ use crate::store::StoreLocation;
 use domain::hosts::{HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, QualityReport, RackId,
-    TenantId, VmId, VmInfo, VmRequest,
+    Rejection, RejectionCode, TenantId, VmId, VmInfo, VmRequest,
 };
 use placement::allocator::{Allocator, AllocatorStats, DrainError, Explanation};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
@@ -18,6 +18,7 @@ use placement::outcomes::OutcomeTracker;
 use placement::reprediction::Repredictor;
 use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -32,6 +33,13 @@ pub struct Context<'a> {
     pub(super) outcomes: &'a mut Vec<&'static str>,
     /// The repredicting model the durable allocator sets again on every rebuild.
     pub(super) repredictor: &'a mut Option<Arc<dyn Repredictor>>,
+    /// With a store that several agents share: the VM ids of the allocations this batch answers
+    /// "rejected", which the store records so that none of them is placed by another agent at the
+    /// same time (a client's retry sent there).
+    pub(super) rejected: Option<&'a mut Vec<VmId>>,
+    /// VM ids an agent answered "rejected" after this batch's view or moments before (found by
+    /// the store at its commit): that first answer stands.
+    pub(super) rejected_elsewhere: &'a HashSet<VmId>,
 }
 
 /// A command with the type of its answer.
@@ -130,7 +138,12 @@ impl Request for Allocate {
 
     fn run(&self, cx: &mut Context<'_>) -> Result<AllocationDecision, CommandError> {
         let started = Instant::now();
-        let result = cx.allocator.allocate(&self.0, cx.now_s);
+        // The other agent recorded its rejection already: recording it again would only make it
+        // stand longer.
+        let (result, record) = match self.rejected_elsewhere(cx) {
+            Some(decision) => (Ok(decision), false),
+            None => (cx.allocator.allocate(&self.0, cx.now_s), true),
+        };
         metrics::histogram!("allocator_decision_duration_seconds").record(started.elapsed().as_secs_f64());
         let decision = result.inspect_err(|_| cx.outcomes.push("conflict"))?;
         cx.outcomes.push(match &decision.outcome {
@@ -138,11 +151,48 @@ impl Request for Allocate {
             AllocationOutcome::Placed { .. } => "placed",
             AllocationOutcome::Rejected { .. } => "rejected",
         });
+        if let (AllocationOutcome::Rejected { .. }, Some(rejected), true) =
+            (&decision.outcome, &mut cx.rejected, record)
+        {
+            rejected.extend(self.0.vms().iter().map(|vm| vm.vm_id.clone()));
+        }
         Ok(decision)
     }
 
     fn time_s(&self) -> Option<f64> {
         self.0.vms().iter().filter_map(|vm| vm.requested_at_s).filter(|t| t.is_finite()).reduce(f64::max)
+    }
+}
+
+impl Allocate {
+    /// The rejection an agent answered first for a VM of this request that is not placed (the
+    /// client sent the same request to two agents at once, or again within the time a rejection
+    /// stands): the retry gets the first answer.
+    fn rejected_elsewhere(&self, cx: &Context<'_>) -> Option<AllocationDecision> {
+        if cx.rejected_elsewhere.is_empty() {
+            return None;
+        }
+        let vm = self
+            .0
+            .vms()
+            .iter()
+            .find(|vm| cx.rejected_elsewhere.contains(&vm.vm_id) && cx.allocator.state().vm(&vm.vm_id).is_none())?;
+        let detail = format!(
+            "a request for VM `{}` was answered \"rejected\" by an allocation agent of this zone moments ago \
+             (a retry sent to two agents at once, or again): that first answer stands; no host was tried",
+            vm.vm_id
+        );
+        let rejection = Rejection {
+            code: RejectionCode::NoFeasibleHost,
+            detail,
+            vm_id: Some(vm.vm_id.clone()),
+            eliminated_by: Vec::new(),
+        };
+        Some(AllocationDecision {
+            outcome: AllocationOutcome::Rejected { rejection },
+            rule_stats: Vec::new(),
+            replayed: false,
+        })
     }
 }
 

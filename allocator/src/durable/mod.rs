@@ -40,6 +40,7 @@ use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::reprediction::Repredictor;
 use placement::state::NewVm;
 use placement::state::StateError;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -344,6 +345,8 @@ impl DurableAllocator {
     fn run_batch(&mut self, jobs: &mut [Box<dyn Job>], now_s: f64) {
         metrics::histogram!("allocator_batch_commands").record(jobs.len() as f64);
         let mut attempt = 1;
+        // VM ids another agent answered "rejected" first, found when a commit was refused.
+        let mut rejected_elsewhere: HashSet<VmId> = HashSet::new();
         loop {
             if let Err(reason) = self.catch_up(now_s) {
                 for job in jobs.iter_mut() {
@@ -375,6 +378,9 @@ impl DurableAllocator {
                 }));
             }
             let mut outcomes: Vec<&'static str> = Vec::new();
+            // Only a store that other agents write can see the same VM id decided twice at once.
+            let shared = live.store.agent().is_some();
+            let mut rejected: Vec<VmId> = Vec::new();
             let mut cx = Context {
                 allocator: &mut live.allocator,
                 now_s,
@@ -382,20 +388,34 @@ impl DurableAllocator {
                 tracker: &self.outcomes,
                 outcomes: &mut outcomes,
                 repredictor: &mut self.repredictor,
+                rejected: shared.then_some(&mut rejected),
+                rejected_elsewhere: &rejected_elsewhere,
             };
             for job in jobs.iter_mut() {
                 job.run(&mut cx);
             }
             // Exactly what the batch changed, as the placement core recorded it.
             let ops: Vec<_> = live.allocator.take_changes().collect();
-            if ops.is_empty() {
+            if !rejected.is_empty() {
+                // An id rejected and then placed by the same batch (a release in between) ends
+                // placed: that is no rejection to record.
+                let placed: HashSet<&VmId> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        Change::Placed { vm, .. } => Some(&vm.id),
+                        _ => None,
+                    })
+                    .collect();
+                rejected.retain(|id| !placed.contains(id));
+            }
+            if ops.is_empty() && rejected.is_empty() {
                 record_outcomes(&outcomes);
                 return;
             }
             metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
             let started = Instant::now();
             let allocator = &live.allocator;
-            let committed = live.store.apply(&ops, &|host| allocator.policy_host_snapshot(host));
+            let committed = live.store.apply_decisions(&ops, &rejected, &|host| allocator.policy_host_snapshot(host));
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
             let error = match committed {
                 Ok(order) => {
@@ -418,9 +438,16 @@ impl DurableAllocator {
                 // Another agent committed first what makes this batch impossible (its view was
                 // stale): take the batch back, follow the store, and decide the batch again. Only
                 // a batch that cannot be taken back in memory costs a rebuild.
-                Err(error @ StoreError::Refused { .. }) if attempt < MAX_ATTEMPTS => {
+                // Or another agent answered "rejected" for a VM id this batch places (a client's
+                // duplicate sent there at the same time): decided again, that answer stands.
+                Err(error @ (StoreError::Refused { .. } | StoreError::RejectedElsewhere { .. }))
+                    if attempt < MAX_ATTEMPTS =>
+                {
                     metrics::counter!("allocator_commit_conflicts_total").increment(1);
                     tracing::debug!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
+                    if let StoreError::RejectedElsewhere { vms, .. } = &error {
+                        rejected_elsewhere.extend(vms.iter().cloned());
+                    }
                     attempt += 1;
                     let taken_back = live.take_back(&ops, true).inspect_err(|error| {
                         tracing::warn!(%error, "the refused batch could not be taken back; reloading");
@@ -454,6 +481,8 @@ impl DurableAllocator {
                         tracker: &self.outcomes,
                         outcomes: &mut outcomes,
                         repredictor: &mut self.repredictor,
+                        rejected: None,
+                        rejected_elsewhere: &rejected_elsewhere,
                     }),
                     None => job.fail(CommandError::Unavailable(reason.clone())),
                 }

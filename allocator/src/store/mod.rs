@@ -58,6 +58,11 @@ pub enum StoreError {
     /// over-committed, a VM id is placed already). Nothing of the batch was written.
     #[error("allocator store {store}: refused: {detail}")]
     Refused { store: String, detail: String },
+    /// The batch places VMs that another agent answered "rejected" after this agent's view was
+    /// taken (a client sent the same id to both at once): the first answer stands, so these VMs
+    /// are answered rejected too. Nothing of the batch was written.
+    #[error("allocator store {store}: refused: VMs {vms:?} were rejected by another agent meanwhile")]
+    RejectedElsewhere { store: String, vms: Vec<VmId> },
 }
 
 /// One VM as the store recorded it.
@@ -201,6 +206,25 @@ pub trait PlacementStore: Send + fmt::Debug {
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError>;
+
+    /// [`PlacementStore::apply`] of a batch that also answered the allocation requests of the VM
+    /// ids `rejected` "rejected" (writing nothing of them). A store that several agents share
+    /// makes that answer safe against a duplicate of the same request sent to another agent at
+    /// the same moment (a client's retry): it refuses the batch with [`StoreError::Refused`] when
+    /// one of `rejected` is placed already (decide again: the answer is that placement,
+    /// replayed), and with [`StoreError::RejectedElsewhere`] when another agent answered one of
+    /// the VMs this batch places "rejected" after this agent's view was taken; otherwise it
+    /// records the rejections, so that such a placement by another agent is refused in turn. A
+    /// store only this agent writes has nothing to check: the embedded store writes `changes`.
+    fn apply_decisions(
+        &mut self,
+        changes: &[Change],
+        rejected: &[VmId],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<Committed, StoreError> {
+        let _ = rejected;
+        self.apply(changes, policy_state)
+    }
 
     /// Keeps the VMs that left as `retention` says from now on (pruned after a batch, at most once
     /// every [`PRUNE_EVERY`]).
@@ -398,6 +422,15 @@ impl PlacementStore for PostgresStore {
 
     fn set_exit_retention(&mut self, retention: ExitRetention) {
         PostgresStore::set_exit_retention(self, retention);
+    }
+
+    fn apply_decisions(
+        &mut self,
+        changes: &[Change],
+        rejected: &[VmId],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<Committed, StoreError> {
+        PostgresStore::apply_decisions(self, changes, rejected, policy_state)
     }
 
     fn agent(&self) -> Option<&str> {

@@ -11,10 +11,11 @@
 //! Only SQL that PostgreSQL-wire distributed databases also accept: no advisory locks, no
 //! `LISTEN`, no server-side functions.
 //!
-//! Schema (version 3, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! Schema (version 4, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
 //! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
-//! (no request time, default request facts), and versions 1 and 2 gain the (empty) `exits` table.
+//! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table, and
+//! versions 1 to 3 the (empty) `rejections` table.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -48,6 +49,9 @@
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
 //! CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
 //! CREATE TABLE changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+//! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL,  -- ids answered "rejected",
+//!     at TIMESTAMPTZ NOT NULL DEFAULT now());                             -- at a log position
+//! CREATE INDEX rejections_by_seq ON rejections (seq);
 //! CREATE TABLE exits (start_s DOUBLE PRECISION NOT NULL,                 -- requested_at_s, else
 //!     seq BIGINT NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,         -- placed_at_s; the
 //!     ended_at_s DOUBLE PRECISION NOT NULL,                                -- columns of vms
@@ -65,6 +69,19 @@
 //! read is taken back in memory and applied again from the log, in the store's order
 //! ([`super::Committed`]). Rows are kept for [`LOG_KEPT`] batches; an agent further behind finds a
 //! gap and rebuilds from the tables.
+//!
+//! **Rejections** ([`PostgresStore::apply_decisions`]). The same VM id can reach two agents at once
+//! (a client's retry on another agent after a timeout), and their views may differ: one may reject
+//! it while the other places it. A batch that answers requests "rejected" records their ids in
+//! `rejections` at its log position, in the statement that moves the head; a batch with no write
+//! is that one statement alone. The same statement reads which of the rejected ids are placed
+//! (the batch is refused: decided again after following, the answer is that placement, replayed)
+//! and which of the placed ids another agent rejected after this agent's view, or less than
+//! [`REJECTION_STANDS_S`] ago ([`StoreError::RejectedElsewhere`]: the batch is refused, and those
+//! requests are answered rejected, the first answer). Every commit holds the head's row lock from
+//! that statement to its end, so what committed before it is exactly what it must see: its own
+//! snapshot when the head moved by one only, else a second read (`decided_meanwhile`).
+//! Rejections are trimmed with the log, once they no longer stand.
 
 use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
 use super::{
@@ -78,7 +95,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -91,6 +108,12 @@ const ACTIVE_BATCHES: i64 = 1000;
 
 /// How many batches the change log keeps.
 pub const LOG_KEPT: i64 = 100_000;
+
+/// How long (seconds, on the database's clock) an agent's "rejected" answer for a VM id stands
+/// against placements of the same id by other agents: a client that timed out on one agent and
+/// retried on another sends the same request twice at about the same time, and whichever answer
+/// the store records first is the answer to both. Past it, a request for the id is decided afresh.
+pub const REJECTION_STANDS_S: f64 = 30.0;
 
 /// See the module documentation.
 pub struct PostgresStore {
@@ -334,8 +357,32 @@ impl PostgresStore {
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError> {
-        if changes.is_empty() {
+        self.apply_decisions(changes, &[], policy_state)
+    }
+
+    /// See [`super::PlacementStore::apply_decisions`] and the module documentation (rejections).
+    pub fn apply_decisions(
+        &mut self,
+        changes: &[Change],
+        rejected: &[VmId],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<Committed, StoreError> {
+        if changes.is_empty() && rejected.is_empty() {
             return Ok(Committed::InOrder);
+        }
+        // One row per id (an upsert may touch a row once per statement).
+        let mut rejected: Vec<&str> = rejected.iter().map(VmId::as_str).collect();
+        rejected.sort_unstable();
+        rejected.dedup();
+        let placed: Vec<&str> = changes
+            .iter()
+            .filter_map(|change| match change {
+                Change::Placed { vm, .. } => Some(vm.id.as_str()),
+                _ => None,
+            })
+            .collect();
+        if changes.is_empty() {
+            return self.record_rejections(&rejected);
         }
         let name = self.name.clone();
         let sql = |context: &'static str| {
@@ -361,14 +408,47 @@ impl PostgresStore {
             vm: "change log".to_owned(),
             detail: e.to_string(),
         })?;
-        // One round trip: the head moves and the batch's row goes in.
-        let seq: i64 = tx
-            .query_one(&self.statements.append_log, &[&self.agent, &body])
-            .map_err(sql("appending to the change log"))?
-            .get(0);
+        // One round trip: the head moves and the batch's row goes in (with its rejections, and
+        // what other agents decided of the same ids meanwhile).
+        let seq = if placed.is_empty() && rejected.is_empty() {
+            tx.query_one(&self.statements.append_log, &[&self.agent, &body])
+                .map_err(sql("appending to the change log"))?
+                .get(0)
+        } else {
+            let row = tx
+                .query_one(
+                    &self.statements.append_decided,
+                    &[&self.agent, &body, &rejected, &placed, &self.followed, &REJECTION_STANDS_S],
+                )
+                .map_err(sql("appending to the change log"))?;
+            let seq: i64 = row.get(0);
+            let seen: i64 = row.get(1);
+            let (mut placed_elsewhere, mut rejected_elsewhere): (Vec<String>, Vec<String>) = (row.get(2), row.get(3));
+            if seq != seen + 1 {
+                // Another agent committed while this one waited for the head: read again, now
+                // that every commit before this one's is visible.
+                let row = tx
+                    .query_one(
+                        &self.statements.decided_meanwhile,
+                        &[&rejected, &placed, &self.followed, &seq, &REJECTION_STANDS_S],
+                    )
+                    .map_err(sql("reading the decisions of other agents"))?;
+                (placed_elsewhere, rejected_elsewhere) = (row.get(0), row.get(1));
+            }
+            if let Some(refusal) = decided_elsewhere(&name, placed_elsewhere, rejected_elsewhere) {
+                // Dropping the transaction rolls it back: nothing of the batch is written.
+                return Err(refusal);
+            }
+            seq
+        };
         if seq % 1000 == 0 {
             tx.execute("DELETE FROM changes WHERE seq <= $1", &[&(seq - LOG_KEPT)])
                 .map_err(sql("trimming the change log"))?;
+            tx.execute(
+                "DELETE FROM rejections WHERE seq <= $1 AND at < now() - $2 * INTERVAL '1 second'",
+                &[&(seq - LOG_KEPT), &REJECTION_STANDS_S],
+            )
+            .map_err(sql("trimming the rejections"))?;
         }
         tx.commit().map_err(sql("committing"))?;
         for change in changes {
@@ -390,6 +470,82 @@ impl PostgresStore {
             Ok(Committed::AfterOthers)
         }
     }
+}
+
+impl PostgresStore {
+    /// Records that a batch with no write answered `rejected` (sorted, distinct) "rejected": one
+    /// statement, a transaction of its own, which moves the log's head (an empty batch in the log)
+    /// so that the rejection has a position. Refused when one of them is placed already.
+    fn record_rejections(&mut self, rejected: &[&str]) -> Result<Committed, StoreError> {
+        let none: [&str; 0] = [];
+        let row = self
+            .client
+            .query_one(
+                &self.statements.append_decided,
+                &[&self.agent, &"[]", &rejected, &none.as_slice(), &self.followed, &REJECTION_STANDS_S],
+            )
+            .map_err(self.sql("recording rejections"))?;
+        let seq: i64 = row.get(0);
+        let seen: i64 = row.get(1);
+        let mut placed_elsewhere: Vec<String> = row.get(2);
+        if seq != seen + 1 {
+            // Committed already; a placement committed before it that the statement's snapshot
+            // missed is visible now. (The rejection's row then stands for nothing: that id is
+            // placed, and a later placement of it is decided after the rejection.)
+            placed_elsewhere = self
+                .client
+                .query_one(
+                    &self.statements.decided_meanwhile,
+                    &[&rejected, &none.as_slice(), &self.followed, &seq, &REJECTION_STANDS_S],
+                )
+                .map_err(self.sql("reading the decisions of other agents"))?
+                .get(0);
+        }
+        if seq % 1000 == 0 {
+            // As a batch with writes would (statements of their own: a failure costs nothing).
+            let trimmed = self
+                .client
+                .batch_execute(&format!(
+                    "DELETE FROM changes WHERE seq <= {cut};
+                     DELETE FROM rejections WHERE seq <= {cut} AND at < now() - INTERVAL '{stands} seconds'",
+                    cut = seq - LOG_KEPT,
+                    stands = REJECTION_STANDS_S
+                ))
+                .map_err(self.sql("trimming the change log"));
+            if let Err(error) = trimmed {
+                tracing::warn!(%error, "trimming the change log failed; trying again in 1,000 batches");
+            }
+        }
+        if let Some(refusal) = decided_elsewhere(&self.name, placed_elsewhere, Vec::new()) {
+            return Err(refusal);
+        }
+        if seq == self.followed + 1 {
+            self.followed = seq;
+            Ok(Committed::InOrder)
+        } else {
+            Ok(Committed::AfterOthers)
+        }
+    }
+}
+
+/// The refusal a batch gets when other agents decided some of its VM ids meanwhile: placed what it
+/// rejects (decide again: a replay), or rejected what it places (the first answer stands).
+fn decided_elsewhere(name: &str, placed: Vec<String>, rejected: Vec<String>) -> Option<StoreError> {
+    if !rejected.is_empty() {
+        metrics::counter!("allocator_decided_elsewhere_total", "decision" => "rejected").increment(1);
+        return Some(StoreError::RejectedElsewhere {
+            store: name.to_owned(),
+            vms: rejected.into_iter().map(VmId).collect(),
+        });
+    }
+    if !placed.is_empty() {
+        metrics::counter!("allocator_decided_elsewhere_total", "decision" => "placed").increment(1);
+        return Some(StoreError::Refused {
+            store: name.to_owned(),
+            detail: format!("VMs {placed:?} this batch rejects were placed by another agent meanwhile"),
+        });
+    }
+    None
 }
 
 impl PostgresStore {
@@ -597,6 +753,9 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
                  INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
                  CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS rejections (
+                     vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now());
+                 CREATE INDEX IF NOT EXISTS rejections_by_seq ON rejections (seq);
                  CREATE TABLE IF NOT EXISTS exits (
                      start_s DOUBLE PRECISION NOT NULL,
                      seq BIGINT NOT NULL,
@@ -612,7 +771,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 3)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 4)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -660,6 +819,8 @@ struct Statements {
     set_policy: Statement,
     append_log: Statement,
     follow: Statement,
+    append_decided: Statement,
+    decided_meanwhile: Statement,
 }
 
 impl Statements {
@@ -707,6 +868,28 @@ impl Statements {
                  INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq",
             )?,
             follow: client.prepare("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq")?,
+            // The head moves, the batch's row goes in, its rejections are recorded at its position;
+            // and, as of the statement's snapshot: which of the rejected ids ($3) are placed, which
+            // of the placed ones ($4) another agent rejected after this agent's view ($5), and the
+            // head before this statement waited for it (if another commit came in between, the
+            // snapshot may miss it: read again with `decided_meanwhile`).
+            append_decided: client.prepare(
+                "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq),
+                      logged AS (INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq),
+                      recorded AS (INSERT INTO rejections (vm_id, seq, at)
+                                   SELECT r.vm_id, logged.seq, now() FROM logged, unnest($3::text[]) AS r(vm_id)
+                                   ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at)
+                 SELECT logged.seq, (SELECT seq FROM log_head WHERE id = 1),
+                        ARRAY(SELECT vm_id FROM vms WHERE vm_id = ANY($3::text[])),
+                        ARRAY(SELECT vm_id FROM rejections WHERE vm_id = ANY($4::text[])
+                                                            AND (seq > $5 OR at > now() - $6 * INTERVAL '1 second'))
+                 FROM logged",
+            )?,
+            decided_meanwhile: client.prepare(
+                "SELECT ARRAY(SELECT vm_id FROM vms WHERE vm_id = ANY($1::text[])),
+                        ARRAY(SELECT vm_id FROM rejections WHERE vm_id = ANY($2::text[]) AND seq < $4
+                                                            AND (seq > $3 OR at > now() - $5 * INTERVAL '1 second'))",
+            )?,
         })
     }
 }
