@@ -31,7 +31,7 @@ use crate::host_state::{HostStateKind, HostStatePolicy};
 use crate::lifetime::{ClassesError, LifetimeClasses};
 use crate::registry::Registry;
 use crate::rules::{
-    BuiltRule, HostView, PreferenceRule, RequestTrait, RequestTraits, RuleContext, RuleRequest, ValidatorRule,
+    BuiltRule, HostView, PreferenceRule, RequestTrait, RequestTraits, RuleContext, RuleRequest, TraitSet, ValidatorRule,
 };
 use domain::RuleFilterStat;
 
@@ -117,9 +117,9 @@ pub struct Policy {
     preferences: Vec<Box<dyn PreferenceRule>>,
     classes: LifetimeClasses,
     /// Traits read by the rules that can be cached (everything but the tenant).
-    class_traits: Vec<RequestTrait>,
+    class_traits: TraitSet,
     /// Traits read by any rule: what a request's [`RequestTraits`] are filled with.
-    read_traits: Vec<RequestTrait>,
+    read_traits: TraitSet,
     /// How many leading validators are cacheable; the rest read the tenant.
     cached_validators: usize,
     /// The level of the temporal preference rule (NILAS), if any.
@@ -270,25 +270,21 @@ impl Policy {
         // Stable: request-specific validators move behind the cacheable ones, keeping their order.
         validators.sort_by_key(|v| v.reads().contains(&RequestTrait::Tenant));
         let cached_validators = validators.iter().filter(|v| !v.reads().contains(&RequestTrait::Tenant)).count();
-        let mut class_traits: Vec<RequestTrait> = validators[..cached_validators]
+        // What the host-coded rule reads is applied to the codes per request, and the exit time
+        // is read by ranges: neither is cached per request class.
+        let class_traits: TraitSet = validators[..cached_validators]
             .iter()
             .flat_map(|v| v.reads())
             .chain(preferences.iter().skip(usize::from(coded_first)).flat_map(|p| p.reads()))
+            .filter(|t| **t != RequestTrait::ExitTime)
             .copied()
             .collect();
-        // What the host-coded rule reads is applied to the codes per request, and the exit time
-        // is read by ranges: neither is cached per request class.
-        class_traits.retain(|t| *t != RequestTrait::ExitTime);
-        class_traits.sort_by_key(|t| *t as u8);
-        class_traits.dedup();
-        let mut read_traits: Vec<RequestTrait> = validators
+        let read_traits: TraitSet = validators
             .iter()
             .flat_map(|v| v.reads())
             .chain(preferences.iter().flat_map(|p| p.reads()))
             .copied()
             .collect();
-        read_traits.sort_by_key(|t| *t as u8);
-        read_traits.dedup();
         Ok(Policy {
             name: name.into(),
             validators,
@@ -347,7 +343,7 @@ impl Policy {
     /// none does (PBFR), a summary that changes on its own as time passes is no change of the host
     /// to the index, and the policy's decisions do not depend on the predictions at all.
     pub fn reads_host_lifetime(&self) -> bool {
-        self.reads_exit_times() || self.class_traits.contains(&RequestTrait::LifetimeClass)
+        self.reads_exit_times() || self.class_traits.contains(RequestTrait::LifetimeClass)
     }
 
     pub fn name(&self) -> &str {
@@ -378,13 +374,19 @@ impl Policy {
     }
 
     /// What any of the policy's rules reads of a request: a request's traits need nothing else.
-    pub fn read_traits(&self) -> &[RequestTrait] {
-        &self.read_traits
+    pub fn read_traits(&self) -> TraitSet {
+        self.read_traits
+    }
+
+    /// The traits that make a request's equivalence class: two requests are of one class when
+    /// they agree on these ([`RequestTraits::same_class`]).
+    pub fn class_traits(&self) -> TraitSet {
+        self.class_traits
     }
 
     /// The equivalence class of a request.
     pub fn class_key(&self, request: &RuleRequest) -> ClassKey {
-        request.traits.masked(&self.class_traits)
+        request.traits.masked(self.class_traits)
     }
 
     /// Index of the first validator in `range` that rejects the host, if any.

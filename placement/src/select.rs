@@ -6,8 +6,8 @@
 //! pick the very same host; with random tie-breaking they pick hosts of the same score.
 //!
 //! The index follows Protean (paper 001 s5.2): requests are divided into equivalence classes by
-//! the request traits the policy's rules read ([`ClassKey`]); each class caches its valid hosts
-//! grouped by score key in a sorted map, plus how many hosts each validator eliminated. A journal
+//! the request traits the policy's rules read ([`crate::policy::ClassKey`]); each class caches its
+//! valid hosts grouped by score key in a sorted map, plus how many hosts each validator eliminated. A journal
 //! records every host that changed (a VM placed or released, a state change, a lifetime class
 //! dropping); a class brings itself up to date by re-evaluating only the hosts changed since it was
 //! last used, each in O(log N). Picking the best host is then the first group of the map. Classes
@@ -15,7 +15,7 @@
 //! the journal's retained window is rebuilt by a scan.
 
 use crate::lifetime::{HostLifetime, OrderedTime};
-use crate::policy::{ClassKey, Policy, ScoreKey};
+use crate::policy::{Policy, ScoreKey};
 use crate::rules::{HostView, RequestTraits, RuleRequest};
 use crate::state::{HostIndex, InventoryState};
 use domain::RuleFilterStat;
@@ -23,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::hash::Hasher;
 
 /// How a host is drawn among those with the best score.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,13 +220,15 @@ struct Bucket {
     members: TieSet,
 }
 
-/// Hashes class keys on every decision: a multiply-rotate hash (FxHash's), far less code and work
-/// than SipHash on the hot path. Flooding it is harmless: the map holds at most `max_classes`
-/// classes and evicts the least recently used.
+/// Hashes a request's class traits on every decision ([`RequestTraits::hash_class`]): a
+/// multiply-rotate hash (FxHash's), far less code and work than SipHash on the hot path. Flooding
+/// it is harmless: the index holds at most `max_classes` classes and evicts the least recently
+/// used, and a hash only narrows the classes whose traits are compared.
 #[derive(Default)]
 struct ClassKeyHasher(u64);
 
 impl std::hash::Hasher for ClassKeyHasher {
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for chunk in &mut chunks {
@@ -238,18 +240,23 @@ impl std::hash::Hasher for ClassKeyHasher {
             self.write_u64(u64::from(byte));
         }
     }
+    #[inline]
     fn write_u64(&mut self, word: u64) {
         self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
+    #[inline]
     fn write_u8(&mut self, byte: u8) {
         self.write_u64(u64::from(byte));
     }
+    #[inline]
     fn write_u32(&mut self, word: u32) {
         self.write_u64(u64::from(word));
     }
+    #[inline]
     fn write_usize(&mut self, word: usize) {
         self.write_u64(word as u64);
     }
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
@@ -702,7 +709,11 @@ impl ClassCache {
 #[derive(Debug)]
 pub struct IncrementalIndex {
     config: IndexConfig,
-    classes: HashMap<ClassKey, ClassCache, BuildHasherDefault<ClassKeyHasher>>,
+    /// The cached classes, in no order; at most `max_classes`.
+    classes: Vec<ClassCache>,
+    /// Each class's hash of its traits ([`RequestTraits::hash_class`]), beside `classes`: a lookup
+    /// scans these, and compares traits only where the hash matches.
+    class_hashes: Vec<u64>,
     journal: Journal,
     tick: u64,
     /// Journal entries kept at most, beyond which lagging classes are rebuilt instead.
@@ -713,7 +724,8 @@ impl IncrementalIndex {
     pub fn new(config: IndexConfig, hosts: usize) -> Self {
         IncrementalIndex {
             config,
-            classes: HashMap::default(),
+            classes: Vec::new(),
+            class_hashes: Vec::new(),
             journal: Journal::default(),
             tick: 0,
             journal_limit: hosts.max(4096),
@@ -728,6 +740,7 @@ impl IncrementalIndex {
     /// Forgets every cached class (after the inventory was rebuilt).
     pub fn clear(&mut self) {
         self.classes.clear();
+        self.class_hashes.clear();
         self.journal = Journal::default();
     }
 
@@ -737,7 +750,7 @@ impl IncrementalIndex {
 
     /// Bytes held by the cached classes.
     pub fn heap_bytes(&self) -> usize {
-        self.classes.values().map(ClassCache::heap_bytes).sum::<usize>() + self.journal.changed.capacity() * 4
+        self.classes.iter().map(ClassCache::heap_bytes).sum::<usize>() + self.journal.changed.capacity() * 4
     }
 
     pub fn select(
@@ -749,20 +762,22 @@ impl IncrementalIndex {
         chooser: &mut Chooser,
     ) -> Selection {
         self.tick += 1;
-        let key = policy.class_key(request);
+        let class = policy.class_traits();
+        let hash = {
+            let mut hasher = ClassKeyHasher::default();
+            request.traits.hash_class(class, &mut hasher);
+            hasher.finish()
+        };
         let revision = self.journal.revision();
         let ordered = chooser.mode() == TieBreak::LowestIndex;
-        if !self.classes.contains_key(&key) && self.classes.len() >= self.config.max_classes.max(1) {
-            if let Some(oldest) = self.classes.iter().min_by_key(|(_, c)| c.last_used).map(|(k, _)| k.clone()) {
-                self.classes.remove(&oldest);
-            }
-        }
-        // Built only when a class is (re)built: most requests find their class cached.
-        let representative = || request.traits.clone();
-        let cache = self
-            .classes
-            .entry(key)
-            .or_insert_with(|| ClassCache::build(policy, state, lifetimes, representative(), revision, ordered));
+        let found = (0..self.classes.len()).find(|&i| {
+            self.class_hashes[i] == hash && self.classes[i].representative.same_class(request.traits, class)
+        });
+        let at = match found {
+            Some(at) => at,
+            None => self.add_class(policy, state, lifetimes, request, hash, revision, ordered),
+        };
+        let cache = &mut self.classes[at];
         match self.journal.since(cache.revision) {
             Some(changed) => {
                 for host in changed {
@@ -770,7 +785,7 @@ impl IncrementalIndex {
                 }
                 cache.revision = revision;
             }
-            None => *cache = ClassCache::build(policy, state, lifetimes, representative(), revision, ordered),
+            None => *cache = ClassCache::build(policy, state, lifetimes, request.traits.clone(), revision, ordered),
         }
         cache.last_used = self.tick;
         let selection = cache.choose(policy, state, lifetimes, request, chooser);
@@ -778,10 +793,38 @@ impl IncrementalIndex {
         selection
     }
 
+    /// Builds the class of `request` (the least recently used one dropped beyond the limit); its
+    /// position.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn add_class(
+        &mut self,
+        policy: &Policy,
+        state: &InventoryState,
+        lifetimes: &[HostLifetime],
+        request: &RuleRequest,
+        hash: u64,
+        revision: u64,
+        ordered: bool,
+    ) -> usize {
+        if self.classes.len() >= self.config.max_classes.max(1) {
+            let oldest = (0..self.classes.len()).min_by_key(|&i| self.classes[i].last_used);
+            if let Some(oldest) = oldest {
+                self.classes.swap_remove(oldest);
+                self.class_hashes.swap_remove(oldest);
+            }
+        }
+        // Built only when a class is (re)built: most requests find their class cached.
+        self.classes.push(ClassCache::build(policy, state, lifetimes, request.traits.clone(), revision, ordered));
+        self.class_hashes.push(hash);
+        self.classes.len() - 1
+    }
+
     /// Drops journal entries every class has seen, and beyond the limit the oldest ones (classes
     /// that still needed them are rebuilt when next used).
     fn trim_journal(&mut self) {
-        let seen_by_all = self.classes.values().map(|c| c.revision).min().unwrap_or(self.journal.revision());
+        let seen_by_all = self.classes.iter().map(|c| c.revision).min().unwrap_or(self.journal.revision());
         let over_limit = self.journal.revision().saturating_sub(self.journal_limit as u64);
         self.journal.drop_before(seen_by_all.max(over_limit));
     }

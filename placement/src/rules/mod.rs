@@ -104,6 +104,27 @@ pub enum RequestTrait {
     Features,
 }
 
+/// A set of [`RequestTrait`]s (what a policy's rules read), as bits: read on every request.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraitSet(u16);
+
+impl TraitSet {
+    #[inline]
+    pub fn contains(self, t: RequestTrait) -> bool {
+        self.0 & 1 << t as u16 != 0
+    }
+}
+
+/// The traits held as text (copied only when a rule reads them).
+const TEXT_TRAITS: TraitSet =
+    TraitSet(1 << RequestTrait::VmType as u16 | 1 << RequestTrait::Os as u16 | 1 << RequestTrait::Features as u16);
+
+impl FromIterator<RequestTrait> for TraitSet {
+    fn from_iter<I: IntoIterator<Item = RequestTrait>>(traits: I) -> Self {
+        TraitSet(traits.into_iter().fold(0, |bits, t| bits | 1 << t as u16))
+    }
+}
+
 /// A tenant's spread constraint for one request: at most `max_per_rack` of its VMs on one rack.
 #[derive(Copy, Clone, Debug)]
 pub struct TenantSpread<'a> {
@@ -115,11 +136,12 @@ pub struct TenantSpread<'a> {
 /// What rules may read of a request that its placement class is made of: built once per request
 /// from the request itself ([`RequestTraits::of`]), and once per migration from the placed VM's
 /// whole request. Owned, so that the index keeps one as its class's representative; two requests
-/// whose traits agree on everything a policy's rules read ([`RequestTraits::masked`]) get the same
-/// validity and scores on every host. A new trait that a rule reads is a field here, its
-/// [`RequestTrait`], its line in [`RequestTraits::of`] and in [`RequestTraits::masked`], and the
-/// rule.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// whose traits agree on everything a policy's rules read ([`RequestTraits::masked`],
+/// [`RequestTraits::same_class`]) get the same validity and scores on every host. A new trait that
+/// a rule reads is a field here, its [`RequestTrait`], its line in [`RequestTraits::of`] (or
+/// `copy_text`), [`RequestTraits::masked`], [`RequestTraits::same_class`] and
+/// [`RequestTraits::hash_class`], and the rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RequestTraits {
     /// The demand vector.
     pub demand: Resources,
@@ -129,22 +151,73 @@ pub struct RequestTraits {
     pub priority: Priority,
     pub os: Option<String>,
     /// The request's extra features (for example a trace's `batch_size`).
-    pub features: BTreeMap<String, FeatureValue>,
+    pub features: Features,
+}
+
+/// A request's extra features as its [`RequestTraits`] hold them, read as the map itself: a map
+/// only when there are any, so that traits without features (most requests, and every request of a
+/// policy whose rules read none) have no map to drop. Traits are built and dropped on every
+/// request, and an empty map's drop is a call into the map's code every time.
+#[derive(Clone, Debug, Default)]
+pub struct Features(Option<BTreeMap<String, FeatureValue>>);
+
+static NO_FEATURES: BTreeMap<String, FeatureValue> = BTreeMap::new();
+
+impl From<&BTreeMap<String, FeatureValue>> for Features {
+    fn from(features: &BTreeMap<String, FeatureValue>) -> Self {
+        Features((!features.is_empty()).then(|| features.clone()))
+    }
+}
+
+impl std::ops::Deref for Features {
+    type Target = BTreeMap<String, FeatureValue>;
+    fn deref(&self) -> &BTreeMap<String, FeatureValue> {
+        self.0.as_ref().unwrap_or(&NO_FEATURES)
+    }
+}
+
+impl PartialEq for Features {
+    fn eq(&self, other: &Features) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Features {}
+
+impl std::hash::Hash for Features {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
 }
 
 impl RequestTraits {
     /// The traits of `vm`, in lifetime class `lifetime_class`: those that `reads` names (what a
     /// policy's rules read, [`crate::Policy::read_traits`]), the rest at defaults, so that a
-    /// request copies no text a rule does not read.
-    pub fn of(vm: &VmRequest, lifetime_class: ClassIndex, reads: &[RequestTrait]) -> Self {
-        let reads = |t| reads.contains(&t);
-        RequestTraits {
-            demand: vm.demand,
-            lifetime_class,
-            vm_type: if reads(RequestTrait::VmType) { vm.vm_type.clone() } else { String::new() },
-            priority: vm.priority,
-            os: if reads(RequestTrait::Os) { vm.os.clone() } else { None },
-            features: if reads(RequestTrait::Features) { vm.features.clone() } else { BTreeMap::new() },
+    /// request copies no text a rule does not read. Built on every request: inlined, with the
+    /// copies of text out of the way of the policies that read none.
+    #[inline]
+    pub fn of(vm: &VmRequest, lifetime_class: ClassIndex, reads: TraitSet) -> Self {
+        let mut traits =
+            RequestTraits { demand: vm.demand, lifetime_class, priority: vm.priority, ..Default::default() };
+        if reads.0 & TEXT_TRAITS.0 != 0 {
+            traits.copy_text(vm, reads);
+        }
+        traits
+    }
+
+    /// Copies the text traits that `reads` names (VM type, OS, features).
+    #[cold]
+    #[inline(never)]
+    fn copy_text(&mut self, vm: &VmRequest, reads: TraitSet) {
+        let reads = |t| reads.contains(t);
+        if reads(RequestTrait::VmType) {
+            self.vm_type = vm.vm_type.clone();
+        }
+        if reads(RequestTrait::Os) {
+            self.os = vm.os.clone();
+        }
+        if reads(RequestTrait::Features) {
+            self.features = Features::from(&vm.features);
         }
     }
 
@@ -155,35 +228,53 @@ impl RequestTraits {
     }
 
     /// Only what `reads` names, the rest at defaults: the key of the request's placement class.
-    pub fn masked(&self, reads: &[RequestTrait]) -> Self {
-        let reads = |t| reads.contains(&t);
+    pub fn masked(&self, reads: TraitSet) -> Self {
+        let reads = |t| reads.contains(t);
         RequestTraits {
             demand: if reads(RequestTrait::Demand) { self.demand } else { Resources::default() },
             lifetime_class: if reads(RequestTrait::LifetimeClass) { self.lifetime_class } else { 0 },
             vm_type: if reads(RequestTrait::VmType) { self.vm_type.clone() } else { String::new() },
             priority: if reads(RequestTrait::Priority) { self.priority } else { Priority::default() },
             os: if reads(RequestTrait::Os) { self.os.clone() } else { None },
-            features: if reads(RequestTrait::Features) { self.features.clone() } else { BTreeMap::new() },
+            features: if reads(RequestTrait::Features) { self.features.clone() } else { Features::default() },
         }
     }
-}
 
-/// Hashed on every request (the index's class lookup), so the traits most policies leave at their
-/// defaults add nothing to hash; equal traits still hash alike.
-impl std::hash::Hash for RequestTraits {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.demand.hash(state);
-        self.lifetime_class.hash(state);
-        if !self.vm_type.is_empty() {
+    /// Whether `self` and `other` agree on every trait in `class`: the same placement class, as
+    /// [`RequestTraits::masked`] keys it (`a.masked(c) == b.masked(c)`), without building a key.
+    #[inline]
+    pub fn same_class(&self, other: &RequestTraits, class: TraitSet) -> bool {
+        let reads = |t| class.contains(t);
+        (!reads(RequestTrait::Demand) || self.demand == other.demand)
+            && (!reads(RequestTrait::LifetimeClass) || self.lifetime_class == other.lifetime_class)
+            && (!reads(RequestTrait::VmType) || self.vm_type == other.vm_type)
+            && (!reads(RequestTrait::Priority) || self.priority == other.priority)
+            && (!reads(RequestTrait::Os) || self.os == other.os)
+            && (!reads(RequestTrait::Features) || self.features == other.features)
+    }
+
+    /// Hashes only the traits in `class`: requests of one placement class
+    /// ([`RequestTraits::same_class`]) hash alike.
+    #[inline]
+    pub fn hash_class<H: std::hash::Hasher>(&self, class: TraitSet, state: &mut H) {
+        use std::hash::Hash;
+        let reads = |t| class.contains(t);
+        if reads(RequestTrait::Demand) {
+            self.demand.hash(state);
+        }
+        if reads(RequestTrait::LifetimeClass) {
+            self.lifetime_class.hash(state);
+        }
+        if reads(RequestTrait::VmType) {
             self.vm_type.hash(state);
         }
-        if self.priority != Priority::default() {
+        if reads(RequestTrait::Priority) {
             self.priority.hash(state);
         }
-        if let Some(os) = &self.os {
-            os.hash(state);
+        if reads(RequestTrait::Os) {
+            self.os.hash(state);
         }
-        if !self.features.is_empty() {
+        if reads(RequestTrait::Features) {
             self.features.hash(state);
         }
     }
@@ -655,6 +746,49 @@ mod tests {
         assert_eq!(TemporalCost::cost(100.0, f64::NEG_INFINITY), 10, "an empty host costs the most");
         assert_eq!(TemporalCost::cost(f64::INFINITY, f64::INFINITY), 0);
         assert_eq!(TemporalCost::cost(f64::INFINITY, 1e6), 10);
+    }
+
+    #[test]
+    fn one_class_is_one_masked_key() {
+        use std::hash::{DefaultHasher, Hasher};
+        let demand = |cores| Resources::from_whole(cores, 8.0, 0.0).unwrap();
+        let mut with_features = RequestTraits::new(demand(2.0), 1, "D2");
+        with_features.features = Features::from(&BTreeMap::from([("pool".to_owned(), FeatureValue::Number(1.0))]));
+        let variants = [
+            RequestTraits::new(demand(2.0), 1, "D2"),
+            RequestTraits::new(demand(2.0), 0, "D2"),
+            RequestTraits::new(demand(4.0), 1, "D2"),
+            RequestTraits::new(demand(2.0), 1, "D4"),
+            RequestTraits { priority: Priority::Low, ..RequestTraits::new(demand(2.0), 1, "D2") },
+            RequestTraits { os: Some("linux".into()), ..RequestTraits::new(demand(2.0), 1, "D2") },
+            with_features,
+        ];
+        let all = [
+            RequestTrait::Demand,
+            RequestTrait::LifetimeClass,
+            RequestTrait::VmType,
+            RequestTrait::Priority,
+            RequestTrait::Os,
+            RequestTrait::Features,
+        ];
+        let hash = |traits: &RequestTraits, class| {
+            let mut hasher = DefaultHasher::new();
+            traits.hash_class(class, &mut hasher);
+            hasher.finish()
+        };
+        for mask in 0..1u32 << all.len() {
+            let class: TraitSet = all.iter().enumerate().filter(|(i, _)| mask & 1 << i != 0).map(|(_, t)| *t).collect();
+            for a in &variants {
+                for b in &variants {
+                    let same = a.masked(class) == b.masked(class);
+                    assert_eq!(a.same_class(b, class), same, "{a:?} {b:?} {class:?}");
+                    if same {
+                        assert_eq!(hash(a, class), hash(b, class));
+                    }
+                }
+            }
+        }
+        assert!(Features::from(&BTreeMap::new()).0.is_none(), "no features, no map");
     }
 
     #[test]
