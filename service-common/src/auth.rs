@@ -142,12 +142,13 @@ pub enum TokenError {
     Empty { variable: String, path: PathBuf },
 }
 
-/// A token setting with its environment override: `$VARIABLE` when set (empty: none), else the
+/// A token setting with its environment override: `$VARIABLE` when set and not empty, else the
 /// first line of the file named by `$VARIABLE_FILE` (for secrets mounted as files, as Docker and
-/// Kubernetes do), else `configured`.
+/// Kubernetes do), else `configured`. An empty variable counts as unset, so that a compose file can
+/// pass `${VARIABLE:-}` through without hiding the file.
 pub fn token_from_env(variable: &str, configured: Option<String>) -> Result<Option<String>, TokenError> {
-    if let Ok(token) = std::env::var(variable) {
-        return Ok(Some(token).filter(|t| !t.is_empty()));
+    if let Some(token) = std::env::var(variable).ok().filter(|t| !t.is_empty()) {
+        return Ok(Some(token));
     }
     let file_variable = format!("{variable}_FILE");
     if let Some(path) = std::env::var_os(&file_variable).filter(|p| !p.is_empty()) {
