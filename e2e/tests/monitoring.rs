@@ -513,7 +513,7 @@ async fn start(what: &'static str, dir: &Path, config: &str) -> Process {
     let port = free_port();
     let path = dir.join(format!("{what}.toml"));
     std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
-    let child = Command::new(support::workspace_binary(what))
+    let child = support::with_service_token(&mut Command::new(support::workspace_binary(what)))
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
@@ -633,6 +633,7 @@ async fn every_dashboard_metric_is_produced_by_the_real_services() {
     // A remaining-lifetime prediction (the allocator's repredictions ask for them).
     let remaining = client
         .post(inference.url("/v1/remaining-lifetime"))
+        .bearer_auth(support::SERVICE_TOKEN)
         .json(&serde_json::json!({"instances": [{"vm": {"key": "vm-r", "tenant_id": "tenant-0", "vm_type": "D2",
             "cores": 2, "memory_gib": 8, "requested_at_s": 900000.0, "features": {"batch_size": 1}}, "uptime_s": 3600.0}]}))
         .send()
