@@ -24,11 +24,12 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
-# The services run unprivileged. /var/lib/lava is the allocator's state directory: a new named
-# volume mounted there takes this ownership.
+# The services run unprivileged. /var/lib/lava is the allocator's state directory and
+# /run/lava-secrets holds the generated service token (docker-compose.yml): a new named volume
+# mounted there takes this ownership.
 RUN useradd --system --user-group --uid 10001 --home-dir /var/lib/lava --no-create-home lava \
-    && mkdir -p /var/lib/lava \
-    && chown lava:lava /var/lib/lava
+    && mkdir -p /var/lib/lava /run/lava-secrets \
+    && chown lava:lava /var/lib/lava /run/lava-secrets
 COPY --from=build /out/ /usr/local/bin/
 # Built-in defaults, so the image also runs without docker-compose.yml; the compose file mounts the
 # checked-in configs/ and models/ over them.

@@ -37,7 +37,8 @@
 #   -h, --help           this text
 #
 # Environment: ALLOCATOR_ADMIN_TOKEN and INFERENCE_ADMIN_TOKEN, the bearer tokens of the two
-# services' admin routes (both required; never passed on a command line). Needs curl.
+# services' admin routes (both required; never passed on a command line). Needs curl. The admin
+# tokens pass the services' service-credential check too, so no service token is needed.
 # Each step that fails stops the script with a message naming the step; the models directory is
 # left as it was unless the bundle was copied in whole (a failed copy is removed).
 set -euo pipefail

@@ -16,11 +16,15 @@
 # cluster of the stack's own in target/stack/postgres (port STACK_PG_PORT, default 5433; run as the
 # `postgres` user when root), agent 1 on the config's address, agent i on its port + i - 1, and the
 # control service spreading requests over them with failover (docs/allocator.md).
+# Service credential: the allocator's and the inference server's data routes require a bearer token,
+# which the control service presents. `up` generates a random one once into target/stack/service-token
+# (mode 600; delete it to get a new one at the next `up`) and hands that file to all three services
+# (*_SERVICE_TOKEN_FILE); a direct call needs it: curl -H "authorization: Bearer $(cat target/stack/service-token)".
 # Environment: RUST_LOG (default info, into the log files), STACK_READY_TIMEOUT (seconds, default 60),
 # STACK_STOP_TIMEOUT (seconds, default 10), CARGO_TARGET_DIR (where the binaries are).
 #
 # Everything the stack writes is under target/stack/: <service>.log (the previous run's log is kept
-# as <service>.log.1), <service>.pid, and the allocator's store allocator.db (+ -wal, -shm); with
+# as <service>.log.1), <service>.pid, service-token, and the allocator's store allocator.db (+ -wal, -shm); with
 # --agents, allocator-<i>.log/.pid for agents 2..N, postgres/ and postgres.log, and `agents`.
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
@@ -31,6 +35,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SERVICES=(inference-server allocator control-service)
 STATE_DIR=target/stack
 PG_DIR=$STATE_DIR/postgres
+TOKEN_FILE=$STATE_DIR/service-token
 PG_PORT="${STACK_PG_PORT:-5433}"
 BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
 READY_TIMEOUT="${STACK_READY_TIMEOUT:-60}"
@@ -120,6 +125,16 @@ show_log_tail() {
     echo "----" >&2
 }
 
+# The stack's service token: generated once (32 random bytes, hex), kept across `up`s so that a
+# client holding it keeps working; only the owner may read it.
+ensure_service_token() {
+    [ -s "$TOKEN_FILE" ] && return 0
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE.tmp") ||
+        die "could not write $TOKEN_FILE"
+    mv -f "$TOKEN_FILE.tmp" "$TOKEN_FILE"
+    say "generated the stack's service token: $TOKEN_FILE"
+}
+
 start_one() {
     local svc=$1 log args
     log=$(log_of "$svc")
@@ -145,7 +160,14 @@ start_one() {
     [ ! -f "$log" ] || mv -f "$log" "$log.1"
     # nohup: the services outlive the terminal that ran `up`. NO_COLOR: the logs are files, and
     # tracing's ANSI colour codes would only clutter them.
-    NO_COLOR=1 nohup "$BIN_DIR/$(binary_of "$svc")" "${args[@]}" </dev/null >"$log" 2>&1 &
+    # The service token, by file for all three (each reads its own variables); a token or a
+    # rotation's previous token in the caller's environment would override the file, so they go.
+    NO_COLOR=1 \
+        ALLOCATOR_SERVICE_TOKEN_FILE="$TOKEN_FILE" INFERENCE_SERVICE_TOKEN_FILE="$TOKEN_FILE" \
+        CONTROL_ALLOCATOR_SERVICE_TOKEN_FILE="$TOKEN_FILE" CONTROL_INFERENCE_SERVICE_TOKEN_FILE="$TOKEN_FILE" \
+        nohup env -u ALLOCATOR_SERVICE_TOKEN -u INFERENCE_SERVICE_TOKEN -u CONTROL_ALLOCATOR_SERVICE_TOKEN \
+        -u CONTROL_INFERENCE_SERVICE_TOKEN -u ALLOCATOR_PREVIOUS_SERVICE_TOKEN -u INFERENCE_PREVIOUS_SERVICE_TOKEN \
+        "$BIN_DIR/$(binary_of "$svc")" "${args[@]}" </dev/null >"$log" 2>&1 &
     echo $! >"$(pidfile_of "$svc")"
     STARTED+=("$svc")
     say "$svc started (pid $!, $(listen_of "$svc"), log $log)"
@@ -321,6 +343,7 @@ cmd_up() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     echo "$AGENTS" >"$STATE_DIR/agents"
+    ensure_service_token
     [ "$AGENTS" -eq 1 ] || pg_up
     # The control service's readiness depends on the others, so they go first.
     start_one inference-server

@@ -79,7 +79,7 @@ async fn drive(
             let unavailable = Arc::clone(&unavailable);
             let mut mine = std::mem::take(&mut held[c]);
             tokio::spawn(async move {
-                let client = reqwest::Client::new();
+                let client = support::client();
                 let mut latencies = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);

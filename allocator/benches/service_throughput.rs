@@ -48,7 +48,7 @@ async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> 
         .map(|c| {
             let (next, base, prefix) = (Arc::clone(&next), base.to_owned(), prefix.to_owned());
             tokio::spawn(async move {
-                let client = reqwest::Client::new();
+                let client = support::client();
                 let mut latencies = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);

@@ -42,6 +42,15 @@ pub struct ServiceConfig {
     /// Bearer token of the admin routes (drain, fail, restore); they are closed without one. The
     /// environment variable `ALLOCATOR_ADMIN_TOKEN` overrides it.
     pub admin_token: Option<String>,
+    /// The service credential: bearer token that every route but the probes, `/metrics` and
+    /// `/openapi.json` requires (the control service presents it; the admin token passes too).
+    /// Unset: those routes are open, and the allocator says so with a WARN at every start. The
+    /// environment variable `ALLOCATOR_SERVICE_TOKEN` (or a file named by
+    /// `ALLOCATOR_SERVICE_TOKEN_FILE`) overrides it.
+    pub service_token: Option<String>,
+    /// Accepted as well while the service token is rotated (docs/operations.md, "Service
+    /// credentials"); `ALLOCATOR_PREVIOUS_SERVICE_TOKEN` overrides it.
+    pub previous_service_token: Option<String>,
     /// Most commands per group commit; 1 commits every request on its own.
     pub max_batch: usize,
     /// The allocator's clock: `wall` (Unix time, the default) or `request`: the latest request time
@@ -156,6 +165,8 @@ impl Default for ServiceConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8082)),
             store: StoreLocation::Sqlite(PathBuf::from("allocator.db")),
             admin_token: None,
+            service_token: None,
+            previous_service_token: None,
             max_batch: 256,
             clock: Clock::Wall,
             queue: 4096,

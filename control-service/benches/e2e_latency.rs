@@ -159,7 +159,10 @@ async fn main() {
         "[safeguard]\nenabled = false\n[quality]\nenabled = false\n",
     )
     .await;
-    let client = reqwest::Client::builder().tcp_nodelay(true).build().unwrap();
+    // The service credential goes with every call: the direct calls to the allocator and the
+    // inference server need it, and the control service (open mode) ignores it.
+    let client =
+        reqwest::Client::builder().tcp_nodelay(true).default_headers(support::service_credential()).build().unwrap();
     // Warm the connection pools of the client and of the control services.
     for (k, front) in [&control, &frozen].into_iter().enumerate() {
         for i in 0..50 {

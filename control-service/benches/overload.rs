@@ -339,8 +339,13 @@ async fn main() {
     )
     .await;
     let control_pid = support::process_id(&control).expect("control service running");
-    let client =
-        reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(usize::MAX).build().expect("HTTP client");
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(usize::MAX)
+        // For the releases sent to the allocator directly; the control service (open mode) ignores it.
+        .default_headers(support::service_credential())
+        .build()
+        .expect("HTTP client");
     let bench = Arc::new(Bench {
         addr: control.base.trim_start_matches("http://").to_owned(),
         next_vm: AtomicUsize::new(0),

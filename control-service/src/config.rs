@@ -117,6 +117,11 @@ pub struct InferenceConfig {
     pub history_max_pending: usize,
     /// How often history events that no prediction took along are sent on their own.
     pub history_flush_ms: u64,
+    /// The service credential presented to the inference servers (`Authorization: Bearer`): their
+    /// `service_token`. The environment variable `CONTROL_INFERENCE_SERVICE_TOKEN` (or a file
+    /// named by `CONTROL_INFERENCE_SERVICE_TOKEN_FILE`) overrides it. Unset: none is sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_token: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -243,6 +248,11 @@ pub struct AllocatorClientConfig {
     pub down_after_failures: u32,
     /// Consecutive successful probes before a down upstream is used again.
     pub up_after_successes: u32,
+    /// The service credential presented to the allocators (`Authorization: Bearer`): their
+    /// `service_token`. The environment variable `CONTROL_ALLOCATOR_SERVICE_TOKEN` (or a file
+    /// named by `CONTROL_ALLOCATOR_SERVICE_TOKEN_FILE`) overrides it. Unset: none is sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_token: Option<String>,
 }
 
 impl Default for ControlConfig {
@@ -281,6 +291,7 @@ impl Default for InferenceConfig {
             history: true,
             history_max_pending: 100_000,
             history_flush_ms: 100,
+            service_token: None,
         }
     }
 }
@@ -351,6 +362,7 @@ impl Default for AllocatorClientConfig {
             probe_timeout_ms: DEFAULT_HEALTH.probe_timeout_ms,
             down_after_failures: DEFAULT_HEALTH.down_after_failures,
             up_after_successes: DEFAULT_HEALTH.up_after_successes,
+            service_token: None,
         }
     }
 }

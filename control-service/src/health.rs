@@ -26,6 +26,9 @@ pub struct Upstream {
     failures: AtomicU32,
     /// Consecutive successes since the last failure.
     successes: AtomicU32,
+    /// The upstream's last answer to a call was 401: it refuses the service token this service
+    /// presents (a configuration error, logged once per change, not once per call).
+    credential_refused: AtomicBool,
 }
 
 impl Upstream {
@@ -38,6 +41,7 @@ impl Upstream {
             ready: AtomicBool::new(true),
             failures: AtomicU32::new(0),
             successes: AtomicU32::new(0),
+            credential_refused: AtomicBool::new(false),
         })
     }
 
@@ -71,6 +75,31 @@ impl Upstream {
         let successes = self.successes.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         if successes >= self.policy.up_after_successes {
             self.set_ready(true);
+        }
+    }
+
+    /// A call was answered: 401 means the upstream refuses this service's service token. Logged
+    /// at ERROR when that starts and at INFO when it ends, and counted in
+    /// `control_upstream_credential_refused_total`.
+    pub fn record_credential(&self, refused: bool) {
+        if refused {
+            metrics::counter!("control_upstream_credential_refused_total", "upstream" => self.base.clone())
+                .increment(1);
+        }
+        // Skip the write on the hot path of an upstream that accepts the token.
+        if self.credential_refused.load(Ordering::Relaxed) == refused {
+            return;
+        }
+        if self.credential_refused.swap(refused, Ordering::Relaxed) != refused {
+            if refused {
+                tracing::error!(
+                    upstream = %self.base,
+                    "the upstream refuses this control service's service token (401): check that its \
+                     `service_token` and this service's `[allocator]`/`[inference]` `service_token` are the same"
+                );
+            } else {
+                tracing::info!(upstream = %self.base, "the upstream accepts the service token again");
+            }
         }
     }
 

@@ -69,6 +69,7 @@ pub(crate) fn upstream_failure(error: UpstreamError) -> Response {
             response
         }
         UpstreamError::UnknownZone(_) => problem(ProblemKind::UnknownZone, detail),
+        UpstreamError::CredentialRefused { .. } => problem(ProblemKind::AllocatorCredentialRefused, detail),
     }
 }
 

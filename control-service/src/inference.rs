@@ -74,8 +74,16 @@ impl InferenceClient {
     ) -> bool {
         let request = HistoryRequest { events };
         let sent = self.client.post(server.url("/v1/history")).json(&request).send().await;
+        if let Ok(response) = &sent {
+            server.record_credential(response.status() == reqwest::StatusCode::UNAUTHORIZED);
+        }
         match sent {
             Ok(response) if response.status().is_success() => true,
+            // The server refuses the service token: kept, for when the token is fixed.
+            Ok(response) if response.status() == reqwest::StatusCode::UNAUTHORIZED => {
+                feed.give_back(index, request.events);
+                false
+            }
             Ok(response) if response.status().is_client_error() => {
                 // Refused as invalid: sending them again would not help.
                 tracing::warn!(server = %server.base, status = %response.status(), "an inference server refused history events");
@@ -164,6 +172,7 @@ impl InferenceClient {
             PredictError::Failed(format!("{}: {error}", server.base))
         })?;
         let status = response.status();
+        server.record_credential(status == reqwest::StatusCode::UNAUTHORIZED);
         if !status.is_success() {
             if status.is_server_error() {
                 server.record_failure();

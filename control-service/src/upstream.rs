@@ -30,6 +30,10 @@ pub enum UpstreamError {
     Unreachable { zone: ZoneId, message: String },
     #[error("no allocator is configured for zone `{0}`")]
     UnknownZone(ZoneId),
+    /// Every agent tried answered 401: they require a service token this control service does not
+    /// present (`[allocator] service_token`). Nothing was done.
+    #[error("the allocator of zone `{zone}` refused the control service's service token (401)")]
+    CredentialRefused { zone: ZoneId },
 }
 
 /// An allocator's answer.
@@ -195,6 +199,14 @@ impl Allocators {
             };
             agent.record_success();
             let status = response.status();
+            let refused = status == StatusCode::UNAUTHORIZED;
+            agent.record_credential(refused);
+            if refused {
+                // Never the caller's fault: its own key was checked here. Another agent may have
+                // the token already (a rotation in progress).
+                last_error = Some(UpstreamError::CredentialRefused { zone: zone.clone() });
+                continue;
+            }
             if status.is_server_error() && !is_last {
                 metrics::counter!("control_allocator_failovers_total", "zone" => zone.to_string()).increment(1);
                 continue;

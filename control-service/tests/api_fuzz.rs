@@ -230,6 +230,9 @@ async fn the_fuzzer_finds_no_server_error_and_no_schema_violation() {
     println!("control-service: {placed} allocations placed of {} requests", stats["requests"]);
     assert!(placed > 0, "the fuzzer placed no VM through the control service: {stats}");
 
+    // The allocator and the inference server run with a service token (support::SERVICE_TOKEN); the
+    // admin token passes that check too, so one header reaches their data and admin routes alike,
+    // and the fuzzer's auth checks see the data routes refuse requests without it.
     let allocator_run = fuzz(&program, dir.path(), "allocator", &allocator.base, &admin);
     let inference_run = fuzz(&program, dir.path(), "inference-server", &inference.base, &admin);
 

@@ -200,7 +200,15 @@ async fn allocate(http: &reqwest::Client, control: &Process, body: &Value) -> Va
 
 /// The number of hosts the allocator reports in its zone.
 async fn hosts_reported(http: &reqwest::Client, allocator: &Process) -> u64 {
-    let hosts: Value = http.get(allocator.url("/v1/hosts?limit=10000")).send().await.unwrap().json().await.unwrap();
+    let hosts: Value = http
+        .get(allocator.url("/v1/hosts?limit=10000"))
+        .bearer_auth(support::SERVICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     hosts["total"].as_u64().unwrap_or_else(|| panic!("no total in GET /v1/hosts: {hosts}"))
 }
 

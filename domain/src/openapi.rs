@@ -14,6 +14,48 @@ use utoipa::openapi::{OpenApi, Ref, RefOr, Response, ResponseBuilder};
 /// Name of the bearer-token security scheme in `components.securitySchemes`.
 pub const BEARER_SCHEME: &str = "bearer";
 
+/// Name of the service credential's security scheme: the bearer token the allocator's and the
+/// inference server's data routes require (`service_common::auth::ServiceTokens`).
+pub const SERVICE_TOKEN_SCHEME: &str = "service_token";
+
+/// Marks every operation outside `open_paths` as requiring the service credential: operations
+/// without a security requirement get [`SERVICE_TOKEN_SCHEME`] (the admin routes keep [`BEARER_SCHEME`]:
+/// the admin token passes the service check too), and every protected operation documents its 401.
+/// Call it before [`complete`].
+pub fn require_service_token(openapi: &mut OpenApi, open_paths: &[&str]) {
+    use utoipa::openapi::security::SecurityRequirement;
+    let mut protected = false;
+    for (path, _, operation) in operations_mut(openapi) {
+        if open_paths.contains(&path) {
+            continue;
+        }
+        protected = true;
+        if operation.security.as_ref().is_none_or(Vec::is_empty) {
+            operation.security = Some(vec![SecurityRequirement::new(SERVICE_TOKEN_SCHEME, Vec::<String>::new())]);
+        }
+        operation.responses.responses.entry("401".to_owned()).or_insert_with(|| {
+            RefOr::T(problem_response(
+                "No valid bearer token (`urn:problem:unauthorized`, with `WWW-Authenticate: Bearer`); nothing changed.",
+            ))
+        });
+    }
+    if protected {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            SERVICE_TOKEN_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "`Authorization: Bearer <service token>`: the token the service is configured with \
+                         (`service_token`), which the control service presents; the admin token passes too",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
 /// Every operation of a document with its path and method, mutably.
 pub fn operations_mut(openapi: &mut OpenApi) -> impl Iterator<Item = (&str, &'static str, &mut Operation)> {
     openapi.paths.paths.iter_mut().flat_map(|(path, item)| {

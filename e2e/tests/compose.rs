@@ -328,11 +328,15 @@ impl NativeConfig {
 /// The variables passed to `std::env::var`/`var_os` as string literals in `source`.
 fn env_reads(source: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for call in ["env::var(\"", "env::var_os(\""] {
+    for call in ["env::var(\"", "env::var_os(\"", "token_from_env(\""] {
         for (at, _) in source.match_indices(call) {
             let rest = &source[at + call.len()..];
             if let Some(end) = rest.find('"') {
                 names.insert(rest[..end].to_string());
+                // `service_common::auth::token_from_env` also reads the variable's `_FILE` twin.
+                if call.starts_with("token_from_env") {
+                    names.insert(format!("{}_FILE", &rest[..end]));
+                }
             }
         }
     }
@@ -900,7 +904,43 @@ fn check_depends_on(stack: &Stack, problems: &mut Vec<String>) {
     }
 }
 
-const ALL_CHECKS: [fn(&Stack, &mut Vec<String>); 7] = [
+/// Credentials on: every service token file a binary reads (its own, and the control service's two
+/// for its upstreams) is the one generated file, mounted from the volume that holds it, so the
+/// control service presents exactly the token the allocator and the inference server require.
+fn check_service_token(stack: &Stack, problems: &mut Vec<String>) {
+    let mut paths = BTreeSet::new();
+    for (service, _) in stack.pairs(problems) {
+        let Ok((source, reads)) = binary_env_reads(&stack.root, service.binary()) else { continue };
+        let files: Vec<&String> =
+            reads.iter().filter(|name| name.ends_with("SERVICE_TOKEN_FILE") && !name.contains("PREVIOUS")).collect();
+        if files.is_empty() {
+            problems.push(format!("{source}: reads no *_SERVICE_TOKEN_FILE; the stack must run with credentials on"));
+        }
+        for name in files {
+            match service.environment.get(name.as_str()) {
+                Some(Some(path)) => {
+                    let directory = Path::new(path).parent().map(|p| p.display().to_string()).unwrap_or_default();
+                    if !service.mounts.iter().any(|mount| mount.target == directory) {
+                        problems.push(format!(
+                            "{}.{name}: `{path}`, but nothing is mounted at {directory}",
+                            service.field("environment")
+                        ));
+                    }
+                    paths.insert(path.clone());
+                }
+                _ => problems.push(format!(
+                    "{}: {name} is not set: the service would run without the stack's service token",
+                    service.field("environment")
+                )),
+            }
+        }
+    }
+    if paths.len() > 1 {
+        problems.push(format!("{COMPOSE_FILE}: the services read different service token files: {paths:?}"));
+    }
+}
+
+const ALL_CHECKS: [fn(&Stack, &mut Vec<String>); 8] = [
     check_ports,
     check_config_files,
     check_routes,
@@ -908,6 +948,7 @@ const ALL_CHECKS: [fn(&Stack, &mut Vec<String>); 7] = [
     check_environment,
     check_healthchecks,
     check_depends_on,
+    check_service_token,
 ];
 
 /// The two-agent option over the base file (`docker compose -f docker-compose.yml -f
@@ -1034,6 +1075,11 @@ fn environment_is_what_the_binaries_read_and_admin_tokens_are_passed() {
 }
 
 #[test]
+fn every_service_reads_the_one_generated_service_token() {
+    assert_consistent(check_service_token);
+}
+
+#[test]
 fn healthchecks_ask_readyz_on_the_service_port() {
     assert_consistent(check_healthchecks);
 }
@@ -1101,6 +1147,10 @@ fn checks_catch_a_change_made_in_one_place_only() {
     expect(problems_with(&env, &configs), &["environment.LOG_LEVEL", "never reads it"], "unknown variable");
     let secret = replace(&compose, "${ALLOCATOR_ADMIN_TOKEN:-}", "hunter2");
     expect(problems_with(&secret, &configs), &["environment.ALLOCATOR_ADMIN_TOKEN", "pass it through"], "token");
+
+    // A service that would run without the stack's token.
+    let open = replace(&compose, "      ALLOCATOR_SERVICE_TOKEN_FILE: /run/lava-secrets/service-token\n", "");
+    expect(problems_with(&open, &configs), &["services.allocator.environment", "ALLOCATOR_SERVICE_TOKEN_FILE"], "open");
 
     // A health check on the wrong port, and a start order that does not wait for health.
     let health = replace(&compose, "http://127.0.0.1:8081/readyz", "http://127.0.0.1:8091/readyz");

@@ -513,7 +513,7 @@ async fn start(what: &'static str, dir: &Path, config: &str) -> Process {
     let port = free_port();
     let path = dir.join(format!("{what}.toml"));
     std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
-    let child = Command::new(support::workspace_binary(what))
+    let child = support::with_service_token(&mut Command::new(support::workspace_binary(what)))
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
@@ -633,6 +633,7 @@ async fn every_dashboard_metric_is_produced_by_the_real_services() {
     // A remaining-lifetime prediction (the allocator's repredictions ask for them).
     let remaining = client
         .post(inference.url("/v1/remaining-lifetime"))
+        .bearer_auth(support::SERVICE_TOKEN)
         .json(&serde_json::json!({"instances": [{"vm": {"key": "vm-r", "tenant_id": "tenant-0", "vm_type": "D2",
             "cores": 2, "memory_gib": 8, "requested_at_s": 900000.0, "features": {"batch_size": 1}}, "uptime_s": 3600.0}]}))
         .send()
@@ -931,8 +932,13 @@ fn check_grafana_and_compose(files: &MonitoringFiles) -> Vec<String> {
     let root = repo_root();
 
     // `docker compose up` without a profile starts exactly the stack; the rest is behind `monitoring`.
-    let unprofiled: BTreeSet<&str> =
-        services.iter().filter(|(_, s)| s.get("profiles").is_none()).map(|(n, _)| n.as_str()).collect();
+    // The one-shot job that generates the service token runs to completion before the stack starts
+    // and serves nothing, so it is no target to scrape.
+    let unprofiled: BTreeSet<&str> = services
+        .iter()
+        .filter(|(name, s)| s.get("profiles").is_none() && name.as_str() != "service-token")
+        .map(|(n, _)| n.as_str())
+        .collect();
     if unprofiled != BTreeSet::from(SERVICES) {
         problems.push(format!(
             "{COMPOSE}: the services without profiles are {unprofiled:?}; `docker compose up` must start exactly \

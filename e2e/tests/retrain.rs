@@ -49,7 +49,7 @@ async fn start(dir: &Path, name: &str, config: impl Fn(u16) -> String) -> Proces
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let path = dir.join(format!("{name}-{attempt}.toml"));
         std::fs::write(&path, config(port)).unwrap();
-        let child = Command::new(support::workspace_binary(name))
+        let child = support::with_service_token(&mut Command::new(support::workspace_binary(name)))
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", "warn")
@@ -256,7 +256,15 @@ async fn a_bundle_retrained_on_the_allocators_export_is_offered_as_a_canary_and_
     assert!(leftovers.is_empty(), "no staging directory is left: {leftovers:?}");
 
     // The inference server lists the new bundle as the canary, judged by evidence.
-    let listed: Value = client.get(inference.url("/v1/models")).send().await.unwrap().json().await.unwrap();
+    let listed: Value = client
+        .get(inference.url("/v1/models"))
+        .bearer_auth(support::SERVICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let bundle = |name: &str| listed.as_array().unwrap().iter().find(|b| b["bundle"] == name).cloned().unwrap();
     let retrained = bundle("retrained");
     assert_eq!(retrained["state"], "canary", "{listed:#}");

@@ -17,6 +17,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The service credential of the server under test (credentials on, as deployed).
+const SERVICE_TOKEN: &str = "bench-service-token";
 /// Events per request: the server's limit.
 const PER_REQUEST: usize = 1_000;
 
@@ -78,13 +80,18 @@ async fn main() {
         .arg("--config")
         .arg(&config)
         .env("RUST_LOG", "error")
+        // Credentials on, as deployed: the measured path includes the check.
+        .env("INFERENCE_SERVICE_TOKEN", SERVICE_TOKEN)
+        .env_remove("INFERENCE_SERVICE_TOKEN_FILE")
         .stdout(Stdio::null())
         .spawn()
         .expect("inference-server started");
     let pid = child.id();
     let server = Server(child);
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {SERVICE_TOKEN}").parse().expect("header value"));
+    let client = reqwest::Client::builder().default_headers(headers).build().expect("HTTP client");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
         assert!(Instant::now() < deadline, "the server did not get ready");

@@ -14,7 +14,7 @@ use domain::{
     RemainingPrediction, RemainingRequest, RemainingResponse, ValidationLimits,
 };
 use lifetime_model::RequestFeatures;
-use service_common::auth::require_bearer;
+use service_common::auth::{require_bearer, ServiceTokens, OPEN_PATHS};
 use service_common::problem::{problem, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use service_common::ValidJson;
@@ -28,6 +28,8 @@ pub struct AppState {
     pub history: Arc<ServerHistory>,
     pub limits: ValidationLimits,
     pub admin_token: Option<String>,
+    /// The service credential every route but [`OPEN_PATHS`] requires.
+    pub service_tokens: ServiceTokens,
     pub blocking_batch_threshold: usize,
     pub metrics: Option<PrometheusHandle>,
 }
@@ -50,6 +52,11 @@ impl AppState {
             history,
             limits: ValidationLimits { max_batch: config.max_batch, ..ValidationLimits::default() },
             admin_token: config.admin_token.clone(),
+            service_tokens: ServiceTokens::new(
+                config.service_token.as_deref(),
+                config.previous_service_token.as_deref(),
+                config.admin_token.as_deref(),
+            ),
             blocking_batch_threshold: config.blocking_batch_threshold,
             metrics,
         }
@@ -61,8 +68,10 @@ impl AppState {
     info(
         title = "Lifetime inference server",
         description = "Lifetime predictions for VM allocation. Every error is an RFC 9457 problem \
-                       (`application/problem+json`). The admin routes need `Authorization: Bearer <admin_token>`; \
-                       without a configured token they answer 403."
+                       (`application/problem+json`). Every route but the probes, `/metrics` and \
+                       `/openapi.json` needs the service token (`Authorization: Bearer <service_token>`) when one \
+                       is configured. The admin routes need `Authorization: Bearer <admin_token>`; without a \
+                       configured admin token they answer 403."
     ),
     paths(
         predict,
@@ -128,13 +137,16 @@ impl utoipa::Modify for DocumentCompletion {
                 }
             }
         }
+        domain::openapi::require_service_token(openapi, OPEN_PATHS);
         domain::openapi::complete(openapi);
     }
 }
 
-/// The full router, without the standard layers (see `service_common::layers::apply`).
+/// The full router, every route but the probes, `/metrics` and `/openapi.json` behind the service
+/// credential, without the standard layers (see `service_common::layers::apply`).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let tokens = state.service_tokens.clone();
+    let router = Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/remaining-lifetime", post(remaining_lifetime))
         .route("/v1/history", post(record_history).get(history_status))
@@ -147,7 +159,8 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_endpoint))
         .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
-        .with_state(state)
+        .with_state(state);
+    service_common::auth::protect(router, tokens)
 }
 
 fn no_model() -> Response {

@@ -18,6 +18,15 @@ pub struct ServerConfig {
     /// Bearer token of the admin routes; admin routes are closed without one. The environment
     /// variable `INFERENCE_ADMIN_TOKEN` overrides it.
     pub admin_token: Option<String>,
+    /// The service credential: bearer token that every route but the probes, `/metrics` and
+    /// `/openapi.json` requires (the control service presents it; the admin token passes too).
+    /// Unset: those routes are open, and the server says so with a WARN at every start. The
+    /// environment variable `INFERENCE_SERVICE_TOKEN` (or a file named by
+    /// `INFERENCE_SERVICE_TOKEN_FILE`) overrides it.
+    pub service_token: Option<String>,
+    /// Accepted as well while the service token is rotated (docs/operations.md, "Service
+    /// credentials"); `INFERENCE_PREVIOUS_SERVICE_TOKEN` overrides it.
+    pub previous_service_token: Option<String>,
     /// Most instances per prediction request.
     pub max_batch: usize,
     /// How often the models directory is checked for changes.
@@ -48,6 +57,8 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             models_dir: PathBuf::from("models"),
             admin_token: None,
+            service_token: None,
+            previous_service_token: None,
             max_batch: 1024,
             watch_interval_ms: 1_000,
             max_bundle_file_bytes: LoadLimits::default().max_file_bytes,

@@ -10,7 +10,8 @@
 //! - [`refusals`]: refused requests and connections, counted in Prometheus and summarised in at
 //!   most one WARN line a second.
 //! - [`telemetry`]: tracing subscriber and the Prometheus recorder behind `/metrics`.
-//! - [`auth`]: bearer-token check for admin routes.
+//! - [`auth`]: bearer-token check for admin routes, and the service credential that every data
+//!   route of the allocator and the inference server requires (`auth::protect`).
 
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]

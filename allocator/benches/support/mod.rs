@@ -18,6 +18,18 @@ impl Drop for Server {
     }
 }
 
+/// The service credential the benches' allocators require, as a deployed one does: the
+/// measured path includes the check.
+pub const SERVICE_TOKEN: &str = "bench-service-token";
+
+/// A client that presents [`SERVICE_TOKEN`] on every request.
+pub fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let value = format!("Bearer {SERVICE_TOKEN}").parse().expect("a valid header value");
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    reqwest::Client::builder().default_headers(headers).build().expect("HTTP client")
+}
+
 /// Starts the binary with `config` (TOML after the `listen` line) written to `dir/<name>.toml`,
 /// and waits until `/readyz` answers.
 pub async fn start(dir: &Path, name: &str, config: &str) -> Server {
@@ -28,6 +40,8 @@ pub async fn start(dir: &Path, name: &str, config: &str) -> Server {
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
+        .env("ALLOCATOR_SERVICE_TOKEN", SERVICE_TOKEN)
+        .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()

@@ -32,6 +32,7 @@ use domain::ProblemKind;
 use domain::{ValidationLimits, ZoneId};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::{AllocateError, DrainError};
+use service_common::auth::{ServiceTokens, OPEN_PATHS};
 use service_common::problem::{field_problem, problem, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use std::sync::Arc;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub worker: Worker,
     pub limits: ValidationLimits,
     pub admin_token: Option<String>,
+    /// The service credential every route but [`service_common::auth::OPEN_PATHS`] requires.
+    pub service_tokens: ServiceTokens,
     pub metrics: Option<PrometheusHandle>,
     /// The zones of this allocator's inventory: a request naming another zone is rejected with
     /// `unknown_zone` (it was routed to the wrong allocator).
@@ -172,7 +175,8 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(export::routes())
         .merge(observability::routes())
         .split_for_parts();
-    // Once every path is in: the completion adds the standard answers to each of them.
+    // Once every path is in: the service credential and the standard answers go on each of them.
+    domain::openapi::require_service_token(&mut openapi, OPEN_PATHS);
     utoipa::Modify::modify(&DocumentCompletion, &mut openapi);
     (router, openapi)
 }
@@ -182,14 +186,17 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     routes().1
 }
 
-/// The full router, without the standard layers (see `service_common::layers::apply`).
+/// The full router, every route but the probes, `/metrics` and `/openapi.json` behind the service
+/// credential, without the standard layers (see `service_common::layers::apply`).
 pub fn router(state: AppState) -> Router {
     let (router, openapi) = routes();
-    router
+    let tokens = state.service_tokens.clone();
+    let router = router
         .route("/openapi.json", get(|| async move { Json(openapi) }))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        .with_state(state);
+    service_common::auth::protect(router, tokens)
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use domain::ZoneId;
 use placement::reprediction::BundleRepredictor;
+use service_common::auth::{token_from_env, ServiceTokens};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,6 +45,9 @@ fn main() -> Result<()> {
     if let Ok(token) = std::env::var("ALLOCATOR_ADMIN_TOKEN") {
         config.admin_token = Some(token);
     }
+    config.service_token = token_from_env("ALLOCATOR_SERVICE_TOKEN", config.service_token.take())?;
+    config.previous_service_token =
+        token_from_env("ALLOCATOR_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
     let inventory = config.inventory()?;
     let zones: Arc<[ZoneId]> = inventory.zones.iter().map(|zone| zone.id.clone()).collect();
     let started = Instant::now();
@@ -116,11 +120,19 @@ async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
 
 async fn serve(config: &ServiceConfig, worker: Worker, zones: Arc<[ZoneId]>) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
+    let admin_token = config.admin_token.clone().filter(|t| !t.is_empty());
+    let service_tokens = ServiceTokens::new(
+        config.service_token.as_deref(),
+        config.previous_service_token.as_deref(),
+        admin_token.as_deref(),
+    );
+    service_tokens.warn_if_open("allocator", "ALLOCATOR_SERVICE_TOKEN");
     let state = AppState {
         zones,
         worker,
         limits: config.limits.clone(),
-        admin_token: config.admin_token.clone().filter(|t| !t.is_empty()),
+        admin_token,
+        service_tokens,
         metrics: Some(metrics),
         store: config.store.clone(),
         exports: Arc::new(tokio::sync::Semaphore::new(allocator::api::CONCURRENT_EXPORTS)),

@@ -70,6 +70,11 @@ pub async fn start_at(dir: &Path, store: &str, hosts: usize, extra: &str) -> Ser
             .arg(&config)
             .env("RUST_LOG", "warn")
             .env_remove("ALLOCATOR_ADMIN_TOKEN")
+            // These tests run the allocator in open mode unless their config sets a service token
+            // (the credential itself is tested with the whole stack, control-service/tests/credentials.rs).
+            .env_remove("ALLOCATOR_SERVICE_TOKEN")
+            .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
+            .env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -16,6 +16,7 @@ use control_service::safeguard::Safeguard;
 use control_service::timeline::Timeline;
 use control_service::upstream::Allocators;
 use domain::ZoneId;
+use service_common::auth::token_from_env;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,8 +69,19 @@ fn main() -> Result<()> {
     runtime.block_on(serve(config))
 }
 
-fn http_client(max_idle: usize) -> Result<reqwest::Client> {
+/// The client of one kind of upstream; with `service_token`, every call presents it (a call that
+/// sets its own `Authorization`, such as the admin rollout calls, keeps its own).
+fn http_client(max_idle: usize, service_token: Option<&str>) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = service_token {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .context("the service token must be printable ASCII without line breaks")?;
+        // Kept out of debug output and HTTP/2 header compression tables.
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     reqwest::Client::builder()
+        .default_headers(headers)
         .tcp_nodelay(true)
         .pool_max_idle_per_host(max_idle)
         .pool_idle_timeout(Duration::from_secs(90))
@@ -79,8 +91,24 @@ fn http_client(max_idle: usize) -> Result<reqwest::Client> {
 
 async fn serve(mut config: ControlConfig) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
-    let inference_http = http_client(config.inference.max_idle_connections)?;
-    let allocator_http = http_client(config.allocator.max_idle_connections)?;
+    config.inference.service_token =
+        token_from_env("CONTROL_INFERENCE_SERVICE_TOKEN", config.inference.service_token.take())?;
+    config.allocator.service_token =
+        token_from_env("CONTROL_ALLOCATOR_SERVICE_TOKEN", config.allocator.service_token.take())?;
+    for (upstream, token, variable) in [
+        ("inference servers", &config.inference.service_token, "CONTROL_INFERENCE_SERVICE_TOKEN"),
+        ("allocators", &config.allocator.service_token, "CONTROL_ALLOCATOR_SERVICE_TOKEN"),
+    ] {
+        if token.is_none() {
+            // An upstream that requires one refuses every call with 401; say why up front.
+            tracing::warn!(
+                "no service token for the {upstream}: calls carry no credential, which only upstreams in open mode \
+                 accept (set `service_token` or {variable}; docs/control-service.md#service-credentials)"
+            );
+        }
+    }
+    let inference_http = http_client(config.inference.max_idle_connections, config.inference.service_token.as_deref())?;
+    let allocator_http = http_client(config.allocator.max_idle_connections, config.allocator.service_token.as_deref())?;
     let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
     if keys.is_open() {
         // Every start, so that an open front door is never a silent default in production.

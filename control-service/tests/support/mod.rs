@@ -7,6 +7,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The service credential of every stack these tests start: the allocators and inference servers
+/// require it and the control service presents it, as `scripts/stack.sh` runs them.
+pub const SERVICE_TOKEN: &str = "test-service-token";
+
+/// Hands [`SERVICE_TOKEN`] to whichever binary `command` starts (each reads only its own
+/// variables), and keeps any token of the caller's environment out.
+pub fn with_service_token(command: &mut Command) -> &mut Command {
+    for variable in [
+        "ALLOCATOR_SERVICE_TOKEN",
+        "INFERENCE_SERVICE_TOKEN",
+        "CONTROL_ALLOCATOR_SERVICE_TOKEN",
+        "CONTROL_INFERENCE_SERVICE_TOKEN",
+    ] {
+        command.env(variable, SERVICE_TOKEN).env_remove(format!("{variable}_FILE"));
+    }
+    command.env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN").env_remove("INFERENCE_PREVIOUS_SERVICE_TOKEN")
+}
+
+/// `Authorization: Bearer` [`SERVICE_TOKEN`], for a client that calls the allocators or the
+/// inference servers directly.
+pub fn service_credential() -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {SERVICE_TOKEN}").parse().unwrap());
+    headers
+}
+
 /// A child process killed (SIGKILL) when dropped.
 pub struct Process {
     child: Option<Child>,
@@ -91,7 +117,7 @@ async fn wait_ready(process: &mut Process, what: &str) {
 }
 
 fn spawn(binary: &Path, config: &Path) -> Child {
-    Command::new(binary)
+    with_service_token(&mut Command::new(binary))
         .arg("--config")
         .arg(config)
         .env("RUST_LOG", "warn")
@@ -205,7 +231,7 @@ pub async fn start_control_logged(dir: &Path, config: &str) -> LoggedProcess {
     // CONTROL_SERVICE_BIN runs the same test against another build (e.g. an older commit's).
     let binary = std::env::var_os("CONTROL_SERVICE_BIN")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_control-service")), PathBuf::from);
-    let mut child = Command::new(&binary)
+    let mut child = with_service_token(&mut Command::new(&binary))
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "info")

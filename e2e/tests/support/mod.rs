@@ -3,6 +3,25 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::Command;
+
+/// The service credential of the stacks these tests start: the allocator and the inference server
+/// require it and the control service presents it, as `scripts/stack.sh` and compose run them.
+pub const SERVICE_TOKEN: &str = "e2e-service-token";
+
+/// Hands [`SERVICE_TOKEN`] to whichever binary `command` starts (each reads only its own
+/// variables), and keeps any token of the caller's environment out.
+pub fn with_service_token(command: &mut Command) -> &mut Command {
+    for variable in [
+        "ALLOCATOR_SERVICE_TOKEN",
+        "INFERENCE_SERVICE_TOKEN",
+        "CONTROL_ALLOCATOR_SERVICE_TOKEN",
+        "CONTROL_INFERENCE_SERVICE_TOKEN",
+    ] {
+        command.env(variable, SERVICE_TOKEN).env_remove(format!("{variable}_FILE"));
+    }
+    command.env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN").env_remove("INFERENCE_PREVIOUS_SERVICE_TOKEN")
+}
 
 /// The directory of the workspace's binaries: the target profile directory (`target/release`),
 /// the grandparent of this test's executable (`target/release/deps/<test>-<hash>`).

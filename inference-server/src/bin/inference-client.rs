@@ -84,7 +84,16 @@ async fn main() -> Result<()> {
         bail!("no completed VM in {} after t = {} s", cli.trace.display(), cli.from_s);
     }
 
-    let client = reqwest::Client::new();
+    // The server's service credential, from the environment (never a flag: command lines are
+    // visible to every user of the machine); none for a server in open mode.
+    let service_token = service_common::auth::token_from_env("INFERENCE_SERVICE_TOKEN", None)?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = service_token {
+        let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .context("INFERENCE_SERVICE_TOKEN must be printable ASCII")?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    let client = reqwest::Client::builder().default_headers(headers).build().context("building the HTTP client")?;
     let mut predictions = Vec::with_capacity(records.len());
     let started = std::time::Instant::now();
     for chunk in records.chunks(cli.batch) {

@@ -6,6 +6,7 @@ use inference_server::api::{router, AppState};
 use inference_server::config::ServerConfig;
 use inference_server::history::ServerHistory;
 use inference_server::registry::Registry;
+use service_common::auth::token_from_env;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +42,9 @@ fn main() -> Result<()> {
     if let Ok(token) = std::env::var("INFERENCE_ADMIN_TOKEN") {
         config.admin_token = Some(token);
     }
+    config.service_token = token_from_env("INFERENCE_SERVICE_TOKEN", config.service_token.take())?;
+    config.previous_service_token =
+        token_from_env("INFERENCE_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
     runtime.block_on(serve(config))
 }
@@ -96,8 +100,9 @@ async fn serve(config: ServerConfig) -> Result<()> {
         ServerHistory::new(config.history.clone())
             .context("opening `history.served_rows` (check the path and its directory)")?,
     );
-    let app =
-        service_common::layers::apply(router(AppState::new(&config, registry, history, Some(metrics))), &config.http);
+    let state = AppState::new(&config, registry, history, Some(metrics));
+    state.service_tokens.warn_if_open("inference server", "INFERENCE_SERVICE_TOKEN");
+    let app = service_common::layers::apply(router(state), &config.http);
     let listener =
         service_common::server::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, models_dir = %config.models_dir.display(), "inference server ready");
