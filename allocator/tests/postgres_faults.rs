@@ -23,144 +23,21 @@
 //!
 //! - `a_partitioned_agent_acknowledges_nothing_it_could_not_commit`: 4 cycles, in the test command.
 //! - `many_partitions` (ignored; `PARTITION_CYCLES`, default 20).
+//!
+//! The clients, their ledger and the final check are in `support/faults.rs`, shared with the
+//! failover test (`postgres_failover.rs`).
 
 mod support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::faults::{check_store, client_loop, spread, until_serving, Ledger, AGENTS, CLIENTS, HOSTS};
 use support::postgres::Postgres;
 use support::proxy::Proxy;
-use support::{start_at, vm, Server};
-
-const AGENTS: usize = 3;
-const CLIENTS: usize = 6;
-/// Hosts of 16 cores: enough that most requests fit, few enough that hosts fill and empty.
-const HOSTS: usize = 40;
-
-/// A client's write.
-#[derive(Clone, Debug)]
-enum Op {
-    Allocate { id: String, cores: u32 },
-    Release(String),
-}
-
-/// What the clients know for sure, together.
-#[derive(Default)]
-struct Ledger {
-    /// Acknowledged placements not released since: VM -> host.
-    placed: HashMap<String, String>,
-    /// Acknowledged releases.
-    released: HashSet<String>,
-    /// Acknowledged writes (placements, rejections, releases).
-    acknowledged: usize,
-    rejected: usize,
-    /// 503 answers, and those of them without `Retry-After`.
-    unavailable: usize,
-    unavailable_without_retry_after: usize,
-}
-
-/// Sends one allocation or release to `base`; true when it was answered for sure. `retry`: it was
-/// sent before and left in doubt (a 503, or no answer), so it may have been carried out already.
-async fn send_op(client: &reqwest::Client, base: &str, op: &Op, ledger: &Mutex<Ledger>, retry: bool) -> bool {
-    let request = match op {
-        Op::Allocate { id, cores } => client
-            .post(format!("{base}/v1/allocations"))
-            .json(&json!({"vm": vm(id, "t", f64::from(*cores), f64::from(*cores) * 2.0)})),
-        Op::Release(id) => client.delete(format!("{base}/v1/allocations/{id}")),
-    };
-    let Ok(response) = request.timeout(Duration::from_secs(10)).send().await else { return false };
-    let status = response.status().as_u16();
-    let retry_after = response.headers().contains_key("retry-after");
-    let Ok(body) = response.bytes().await else { return false };
-    let mut ledger = ledger.lock().unwrap();
-    if status == 503 {
-        ledger.unavailable += 1;
-        if !retry_after {
-            ledger.unavailable_without_retry_after += 1;
-        }
-        return false;
-    }
-    match op {
-        Op::Allocate { id, .. } => {
-            let decision: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            match (status, decision["status"].as_str()) {
-                (200 | 201, Some("placed")) => {
-                    let host = decision["placements"][0]["host_id"].as_str().unwrap_or_default().to_owned();
-                    assert!(!ledger.released.contains(id), "{id} placed again after its release: {decision}");
-                    if let Some(before) = ledger.placed.insert(id.clone(), host.clone()) {
-                        assert_eq!(before, host, "{id} acknowledged on two hosts");
-                    }
-                }
-                (200, Some("rejected")) => {
-                    ledger.rejected += 1;
-                    assert!(!ledger.placed.contains_key(id), "{id} acknowledged placed, then rejected: {decision}");
-                }
-                _ => panic!("allocation of {id}: unexpected {status}: {}", String::from_utf8_lossy(&body)),
-            }
-        }
-        Op::Release(id) => match status {
-            204 => {
-                ledger.placed.remove(id);
-                ledger.released.insert(id.clone());
-            }
-            // A release left in doubt that was committed after all: the VM is gone already.
-            404 if retry => {
-                ledger.placed.remove(id);
-                ledger.released.insert(id.clone());
-            }
-            404 => panic!("{id} was acknowledged placed on {:?} and {base} does not know it", ledger.placed.get(id)),
-            _ => panic!("release of {id}: unexpected {status}: {}", String::from_utf8_lossy(&body)),
-        },
-    }
-    ledger.acknowledged += 1;
-    true
-}
-
-/// One client: new VMs and releases of its own, each to a random agent, until `stop`. An operation
-/// left in doubt is sent again, to a random agent, until it is answered, as a real client would.
-async fn client_loop(index: usize, agents: Arc<Vec<String>>, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) {
-    let client = reqwest::Client::new();
-    let mut rng = ChaCha8Rng::seed_from_u64(31 + index as u64);
-    let mut own: Vec<String> = Vec::new();
-    let mut next = 0;
-    while !stop.load(Ordering::SeqCst) {
-        let op = if own.is_empty() || (own.len() < 30 && rng.random_bool(0.6)) {
-            next += 1;
-            Op::Allocate { id: format!("c{index}-{next}"), cores: rng.random_range(1..=4) }
-        } else {
-            Op::Release(own.swap_remove(rng.random_range(0..own.len())))
-        };
-        let mut retry = false;
-        while !send_op(&client, &agents[rng.random_range(0..agents.len())], &op, &ledger, retry).await {
-            retry = true;
-            // `Retry-After: 1` says a second; a quarter keeps the outage well covered.
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        if let Op::Allocate { id, .. } = &op {
-            if ledger.lock().unwrap().placed.contains_key(id) {
-                own.push(id.clone());
-            }
-        }
-    }
-}
-
-/// Waits until `base` acknowledges a placement again; returns how long that took.
-async fn until_serving(client: &reqwest::Client, base: &str, id: &str, ledger: &Mutex<Ledger>) -> Duration {
-    let started = Instant::now();
-    let op = Op::Allocate { id: id.to_owned(), cores: 1 };
-    let mut retry = false;
-    while !send_op(client, base, &op, ledger, retry).await {
-        retry = true;
-        assert!(started.elapsed() < Duration::from_secs(60), "{base} did not serve again after the database came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    started.elapsed()
-}
+use support::{start_at, Server};
 
 /// Runs `cycles` crash-and-restart cycles of the database under load; returns the ledger and each
 /// agent's time to serve again after every restart.
@@ -269,46 +146,6 @@ async fn partition_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>, V
     check_store(&pg, &probe, &agents, &ledger).await;
     drop(servers);
     (ledger, agreements, stalls)
-}
-
-/// The store and every agent's view against what was acknowledged.
-async fn check_store(pg: &Postgres, client: &reqwest::Client, agents: &[String], ledger: &Ledger) {
-    let stored: HashMap<String, String> = pg
-        .psql("SELECT vm_id || ' ' || host_id FROM vms")
-        .lines()
-        .filter_map(|line| line.split_once(' ').map(|(vm, host)| (vm.to_owned(), host.to_owned())))
-        .collect();
-    for (vm, host) in &ledger.placed {
-        assert_eq!(stored.get(vm), Some(host), "acknowledged placement of {vm} lost or moved");
-    }
-    for vm in &ledger.released {
-        assert!(!stored.contains_key(vm), "acknowledged release of {vm} undone");
-    }
-    for vm in stored.keys() {
-        assert!(ledger.placed.contains_key(vm), "{vm} is in the store but was never acknowledged");
-    }
-    for base in agents {
-        let (status, page) = support::send(client.get(format!("{base}/v1/hosts?limit=10000"))).await;
-        assert_eq!(status, 200, "{page}");
-        let mut seen: HashMap<String, String> = HashMap::new();
-        for host in page["hosts"].as_array().unwrap() {
-            let id = host["host_id"].as_str().unwrap().to_owned();
-            assert!(host["used"]["cores"].as_f64().unwrap() <= 16.0 + 1e-9, "{base}: {id} over capacity");
-            for vm in host["vms"].as_array().unwrap() {
-                let vm = vm.as_str().unwrap().to_owned();
-                assert!(seen.insert(vm.clone(), id.clone()).is_none(), "{base}: {vm} on two hosts");
-            }
-        }
-        assert_eq!(seen, stored, "{base}'s view differs from the store");
-    }
-}
-
-/// Median, p99 and max of `durations`, in ms.
-fn spread(durations: &[Duration]) -> (f64, f64, f64) {
-    let mut ms: Vec<f64> = durations.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let p99 = ms[((ms.len() as f64 * 0.99).ceil() as usize).clamp(1, ms.len()) - 1];
-    (ms[ms.len() / 2], p99, ms[ms.len() - 1])
 }
 
 fn summary(cycles: usize, ledger: &Ledger, recoveries: &[Duration]) -> String {

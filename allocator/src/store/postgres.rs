@@ -139,15 +139,37 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-/// `url` with the password (if any) replaced by `***`.
+/// `url` with the password (if any) replaced by `***`: the one in the credentials and a `password`
+/// parameter. A URL may name several hosts (`postgres://u:p@h1:5432,h2:5432/db?target_session_attrs=read-write`,
+/// a primary and its standbys); they are kept, as are the other parameters.
 pub fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
     let rest = &url[scheme_end..];
-    let Some(at) = rest.rfind('@') else { return url.to_owned() };
-    match rest[..at].find(':') {
-        Some(colon) => format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..]),
+    let mut redacted = match rest.find('@') {
+        // The driver reads the credentials up to the first `@`. A password with an unencoded `@`
+        // of its own is hidden up to the authority's last `@` (before the path or the parameters,
+        // which may hold an `@` too), to err on the side of hiding.
+        Some(first) => {
+            let authority_end = rest[first..].find(['/', '?']).map_or(rest.len(), |i| first + i);
+            let at = rest[..authority_end].rfind('@').unwrap_or(first);
+            match rest[..first].find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..]),
+                None => url.to_owned(),
+            }
+        }
         None => url.to_owned(),
+    };
+    if let Some(query) = redacted.find('?') {
+        let params: Vec<String> = redacted[query + 1..]
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((key, _)) if key == "password" => format!("{key}=***"),
+                _ => param.to_owned(),
+            })
+            .collect();
+        redacted = format!("{}?{}", &redacted[..query], params.join("&"));
     }
+    redacted
 }
 
 fn units(resources: &Resources) -> [i64; RESOURCE_DIMS] {
@@ -1316,5 +1338,23 @@ mod tests {
         assert_eq!(redact("postgres://alloc@db/zone"), "postgres://alloc@db/zone");
         assert_eq!(redact("postgresql://db/zone"), "postgresql://db/zone");
         assert_eq!(redact("postgres://u:p@ss@db/z"), "postgres://u:***@db/z");
+        // Several hosts (a primary and its standby), and parameters, kept.
+        assert_eq!(
+            redact("postgres://alloc:s3cret@10.0.0.1:5432,10.0.0.2:5432/zone?target_session_attrs=read-write"),
+            "postgres://alloc:***@10.0.0.1:5432,10.0.0.2:5432/zone?target_session_attrs=read-write"
+        );
+        assert_eq!(
+            redact("postgres://alloc@h1:5432,h2:5433/zone?application_name=a@b"),
+            "postgres://alloc@h1:5432,h2:5433/zone?application_name=a@b"
+        );
+        assert_eq!(
+            redact("postgres://alloc:s3cret@h1,h2/zone?application_name=a@b&target_session_attrs=read-write"),
+            "postgres://alloc:***@h1,h2/zone?application_name=a@b&target_session_attrs=read-write"
+        );
+        // A password given as a parameter.
+        assert_eq!(
+            redact("postgres://alloc@h1,h2/zone?password=s3cret&target_session_attrs=read-write"),
+            "postgres://alloc@h1,h2/zone?password=***&target_session_attrs=read-write"
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod faults;
 pub mod postgres;
 pub mod proxy;
 

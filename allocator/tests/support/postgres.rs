@@ -174,6 +174,14 @@ impl Postgres {
     }
 
     pub fn restart(&mut self) {
+        let out = self.pg_start();
+        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+        self.stopped = false;
+    }
+
+    /// `pg_ctl start` of this cluster's data directory on its port, waiting until it accepts
+    /// connections (a standby: until it is consistent and accepts read-only ones).
+    fn pg_start(&self) -> Output {
         let data = self.dir.path().join("data");
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
@@ -181,12 +189,123 @@ impl Postgres {
             self.dir.path().display()
         );
         let log = self.dir.path().join("postgres.log");
-        let out = run(
+        run(
             &self.bin.join("pg_ctl"),
             &["-D", data.to_str().unwrap(), "-o", &options, "-l", log.to_str().unwrap(), "-w", "-t", "30", "start"],
-        );
-        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+        )
+    }
+
+    /// A streaming-replication standby of `primary` in a directory of its own, started on a free
+    /// port: `pg_basebackup -R` copies the primary's data directory and writes `standby.signal` and
+    /// `primary_conninfo`. initdb's pg_hba trusts replication connections on loopback, and the
+    /// `alloc` role (the superuser initdb created) may replicate.
+    pub fn standby_of(primary: &Postgres) -> Postgres {
+        let dir = tempfile::Builder::new().prefix("pg-standby-").tempdir().unwrap();
+        if is_root() {
+            let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
+            assert!(status.success(), "chown of the standby's directory to postgres failed");
+        }
+        let mut pg = Postgres { dir, bin: bin_dir(), port: 0, url: String::new(), stopped: true };
+        pg.base_backup(primary.port);
+        for _attempt in 0..5 {
+            pg.port = free_port();
+            pg.url = format!("postgres://alloc@127.0.0.1:{}/alloc", pg.port);
+            if pg.pg_start().status.success() {
+                pg.stopped = false;
+                return pg;
+            }
+        }
+        panic!("the standby did not start (see {}/postgres.log)", pg.dir.path().display());
+    }
+
+    /// Rebuilds this (stopped or crashed) cluster as a standby of the primary on `primary_port`:
+    /// its data directory is thrown away (its WAL may hold commits the new primary never had, and
+    /// its timeline ended) and copied afresh with `pg_basebackup -R`, then started on its own port.
+    pub fn rebuild_as_standby_of(&mut self, primary_port: u16) {
+        assert!(self.stopped, "rebuild a stopped server only");
+        let data = self.dir.path().join("data");
+        std::fs::remove_dir_all(&data).unwrap();
+        self.base_backup(primary_port);
+        let out = self.pg_start();
+        assert!(out.status.success(), "the rebuilt standby did not start: {}", String::from_utf8_lossy(&out.stderr));
         self.stopped = false;
+    }
+
+    fn base_backup(&self, primary_port: u16) {
+        let data = self.dir.path().join("data");
+        // `-c fast`: an immediate checkpoint on the primary rather than waiting for the next one.
+        let out = run(
+            &self.bin.join("pg_basebackup"),
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port.to_string(),
+                "-U",
+                "alloc",
+                "-D",
+                data.to_str().unwrap(),
+                "-R",
+                "-c",
+                "fast",
+                "-X",
+                "stream",
+            ],
+        );
+        assert!(out.status.success(), "pg_basebackup failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Promotes this standby to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&mut self) {
+        let data = self.dir.path().join("data");
+        let out = run(&self.bin.join("pg_ctl"), &["-D", data.to_str().unwrap(), "-w", "-t", "30", "promote"]);
+        assert!(out.status.success(), "pg_ctl promote failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Sets `synchronous_standby_names` (`ALTER SYSTEM`, then a reload): `*` makes every commit
+    /// wait until a standby has flushed it, `''` turns synchronous replication off. Works on a
+    /// standby too (it only writes `postgresql.auto.conf`).
+    pub fn set_synchronous_standby_names(&self, value: &str) {
+        self.psql(&format!("ALTER SYSTEM SET synchronous_standby_names = '{value}'"));
+        self.psql("SELECT pg_reload_conf()");
+    }
+
+    /// `state sync_state` of each standby connected to this server (`pg_stat_replication`).
+    pub fn replication(&self) -> Vec<String> {
+        self.psql("SELECT state || ' ' || sync_state FROM pg_stat_replication").lines().map(str::to_owned).collect()
+    }
+
+    /// Stops (SIGSTOP) this primary's WAL senders: its standbys receive nothing more, as when one
+    /// lags behind (a slow network or disk), while the primary goes on committing. Meant to be
+    /// followed by [`Postgres::crash`] (SIGKILL ends stopped processes too); returns how many.
+    pub fn pause_wal_senders(&self) -> usize {
+        let pid_file = self.dir.path().join("data").join("postmaster.pid");
+        let pid = std::fs::read_to_string(&pid_file).expect("postmaster.pid of a running server");
+        let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
+        let children = Command::new("pgrep").args(["-P", &pid]).output().expect("pgrep");
+        let senders: Vec<String> = String::from_utf8_lossy(&children.stdout)
+            .split_whitespace()
+            .filter(|child| {
+                // The backend's title: `postgres: walsender alloc 127.0.0.1(port) streaming 0/...`.
+                std::fs::read(format!("/proc/{child}/cmdline"))
+                    .is_ok_and(|title| String::from_utf8_lossy(&title).starts_with("postgres: walsender"))
+            })
+            .map(str::to_owned)
+            .collect();
+        if !senders.is_empty() {
+            let _ = Command::new("kill").arg("-STOP").args(&senders).status().expect("kill");
+        }
+        senders.len()
+    }
+
+    /// Waits until a standby streams from this server, synchronously when `synchronous`.
+    pub fn wait_for_standby(&self, synchronous: bool) {
+        let wanted = if synchronous { "streaming sync" } else { "streaming async" };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.replication().iter().any(|s| s == wanted) {
+            assert!(Instant::now() < deadline, "no standby `{wanted}`: {:?}", self.replication());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
