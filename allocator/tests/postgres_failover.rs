@@ -129,6 +129,9 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
             }
             let promoting = Instant::now();
             nodes[new].promote();
+            if promoting.elapsed() > Duration::from_secs(1) {
+                println!("failover {cycle}: pg_ctl promote took {} ms", promoting.elapsed().as_millis());
+            }
             promoting
         });
         let probes: Vec<_> = agents
@@ -140,8 +143,13 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
                 tokio::spawn(async move { until_serving_since(&probe, &base, &id, &ledger, promoting).await })
             })
             .collect();
-        for p in probes {
-            serving.push(p.await.unwrap());
+        for (i, p) in probes.into_iter().enumerate() {
+            let took = p.await.unwrap();
+            // The outliers, named for the run's record (which cycle, which agent).
+            if took > Duration::from_secs(1) {
+                println!("failover {cycle}: agent {i} served again {} ms after the promotion", took.as_millis());
+            }
+            serving.push(took);
         }
         // The old primary comes back as the new one's standby, under load; synchronous replication
         // is switched on again only once it streams (with no standby, every commit would block).
