@@ -30,15 +30,7 @@ async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
     for agent in [&a, &b] {
         let metrics = client.get(agent.url("/metrics")).send().await.unwrap().text().await.unwrap();
         placed_by.push(metrics.lines().any(|l| l.starts_with("allocator_decisions_total") && l.contains("placed")));
-        let stats: Value = client
-            .get(agent.url("/v1/stats"))
-            .bearer_auth(support::SERVICE_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let stats: Value = support::service_json(&client, agent.url("/v1/stats")).await;
         assert_eq!(stats["vms"], 40, "{}: {stats}", agent.base);
     }
     assert_eq!(placed_by, [true, true], "requests are spread over the agents");
@@ -52,8 +44,7 @@ async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
     let first: Value =
         client.post(&allocate).json(&vm("v0", "t1", "D2", 2.0)).send().await.unwrap().json().await.unwrap();
     assert_eq!(first["replayed"], true, "{first}");
-    let stats: Value =
-        client.get(b.url("/v1/stats")).bearer_auth(support::SERVICE_TOKEN).send().await.unwrap().json().await.unwrap();
+    let stats: Value = support::service_json(&client, b.url("/v1/stats")).await;
     assert_eq!(stats["vms"], 80);
     assert_eq!(client.delete(control.url("/allocate/v3")).send().await.unwrap().status(), 204);
     assert_eq!(client.delete(control.url("/allocate/v3")).send().await.unwrap().status(), 404);
@@ -232,24 +223,8 @@ async fn a_storm_over_four_agents_with_one_killed_loses_nothing_and_the_agents_a
     let client = reqwest::Client::new();
     let mut views = Vec::new();
     for agent in &agents {
-        let stats: Value = client
-            .get(agent.url("/v1/stats"))
-            .bearer_auth(support::SERVICE_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let hosts: Value = client
-            .get(agent.url("/v1/hosts?limit=1000"))
-            .bearer_auth(support::SERVICE_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let stats: Value = support::service_json(&client, agent.url("/v1/stats")).await;
+        let hosts: Value = support::service_json(&client, agent.url("/v1/hosts?limit=1000")).await;
         let hosts: Vec<_> = hosts["hosts"]
             .as_array()
             .unwrap()

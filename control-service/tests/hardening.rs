@@ -55,15 +55,7 @@ fn source(decision: &Value) -> &str {
 
 /// VMs placed, asked of the allocator itself (with the service credential, not a tenant's key).
 async fn placed_vms(client: &reqwest::Client, allocator: &support::Process) -> u64 {
-    let stats: Value = client
-        .get(allocator.url("/v1/stats"))
-        .bearer_auth(support::SERVICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats: Value = support::service_json(client, allocator.url("/v1/stats")).await;
     stats["vms"].as_u64().unwrap()
 }
 
@@ -190,15 +182,7 @@ async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
     );
     let (status, page) =
         send(client.get(control.url("/v1/zones/zone-1/hosts?limit=10000")).bearer_auth(OPERATOR)).await;
-    let own: Value = client
-        .get(allocator.url("/v1/hosts?limit=10000"))
-        .bearer_auth(support::SERVICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let own: Value = support::service_json(&client, allocator.url("/v1/hosts?limit=10000")).await;
     assert_eq!((status, &page), (200, &own));
     assert_eq!(page["total"], 4);
     let (status, detail) =

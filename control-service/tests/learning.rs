@@ -113,15 +113,7 @@ async fn tenants_after_the_cut_off_get_the_features_the_trainer_computes() {
     assert!(with_history >= records.len() - 5, "{with_history} of {} VMs had a history", records.len());
 
     // The server's history says what it did with the events.
-    let status: Value = client
-        .get(inference.url("/v1/history"))
-        .bearer_auth(support::SERVICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = support::service_json(&client, inference.url("/v1/history")).await;
     assert_eq!(status["live"], true);
     assert_eq!(status["base_version"], "default-1");
     let applied = status["counters"]["applied"].as_u64().unwrap();

@@ -33,6 +33,11 @@ pub fn service_credential() -> reqwest::header::HeaderMap {
     headers
 }
 
+/// `GET url` of an allocator or an inference server, with [`SERVICE_TOKEN`], as JSON.
+pub async fn service_json(client: &reqwest::Client, url: String) -> serde_json::Value {
+    client.get(url).bearer_auth(SERVICE_TOKEN).send().await.unwrap().json().await.unwrap()
+}
+
 /// A child process killed (SIGKILL) when dropped.
 pub struct Process {
     child: Option<Child>,
