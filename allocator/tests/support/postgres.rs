@@ -183,8 +183,10 @@ impl Postgres {
     /// connections (a standby: until it is consistent and accepts read-only ones).
     fn pg_start(&self) -> Output {
         let data = self.dir.path().join("data");
+        // A standby whose primary died retries streaming every `wal_retrieve_retry_interval`
+        // (5 s by default), and a promotion can wait that long: retry often instead.
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c wal_retrieve_retry_interval=200ms",
             self.port,
             self.dir.path().display()
         );
