@@ -55,4 +55,6 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
         ;;
     esac
 fi
-exec postgres -D "$PGDATA" -c listen_addresses='*'
+# A standby whose primary is gone retries streaming this often; with the default 5 s a promotion
+# can wait that long (docs/operations.md).
+exec postgres -D "$PGDATA" -c listen_addresses='*' -c wal_retrieve_retry_interval=200ms
