@@ -31,10 +31,9 @@ mod support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::faults::{check_store, client_loop, spread, until_serving_since, Ledger, Losses, AGENTS, CLIENTS, HOSTS};
+use support::faults::{check_store, spread, until_serving_since, Ledger, Load, Losses, AGENTS, CLIENTS, HOSTS};
 use support::postgres::Postgres;
 use support::{start_at, Server};
 
@@ -87,20 +86,16 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
     for _ in 0..AGENTS {
         servers.push(start_at(dir.path(), &url, HOSTS, "").await);
     }
-    let agents: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
-    let ledger = Arc::new(Mutex::new(Ledger { lossy: !synchronous, ..Ledger::default() }));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| tokio::spawn(client_loop(i, Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop))))
-        .collect();
+    let load = Load::start(
+        servers.iter().map(|s| s.base.clone()).collect(),
+        Ledger { lossy: !synchronous, ..Ledger::default() },
+    );
+    let agents = Arc::clone(&load.agents);
     let probe = reqwest::Client::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (mut serving, mut windows, mut lagged) = (Vec::new(), Vec::new(), 0);
     for cycle in 0..cycles {
-        let target = ledger.lock().unwrap().acknowledged + rng.random_range(40..160);
-        while ledger.lock().unwrap().acknowledged < target {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        load.until_acknowledged(rng.random_range(40..160)).await;
         let (old, new) = (primary, 1 - primary);
         match mode {
             Mode::Synchronous if cycle % 2 == 1 => {
@@ -108,14 +103,14 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
             }
             Mode::AsynchronousLagging => {
-                let before = ledger.lock().unwrap().acknowledged;
+                let before = load.acknowledged();
                 tokio::task::block_in_place(|| nodes[old].pause_wal_senders());
                 let paused = Instant::now();
-                while ledger.lock().unwrap().acknowledged < before + LAG_WRITES {
+                while load.acknowledged() < before + LAG_WRITES {
                     assert!(paused.elapsed() < Duration::from_secs(60), "no acknowledgement with the standby stalled");
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                lagged += ledger.lock().unwrap().acknowledged - before;
+                lagged += load.acknowledged() - before;
             }
             _ => {}
         }
@@ -138,7 +133,7 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
             .iter()
             .enumerate()
             .map(|(i, base)| {
-                let (probe, base, ledger) = (probe.clone(), base.clone(), Arc::clone(&ledger));
+                let (probe, base, ledger) = (probe.clone(), base.clone(), Arc::clone(&load.ledger));
                 let id = format!("probe-{cycle}-{i}");
                 tokio::spawn(async move { until_serving_since(&probe, &base, &id, &ledger, promoting).await })
             })
@@ -165,11 +160,7 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
         windows.push(promoting.elapsed());
         primary = new;
     }
-    stop.store(true, Ordering::SeqCst);
-    for client in clients {
-        client.await.unwrap();
-    }
-    let ledger = Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap();
+    let ledger = load.stop().await;
     let losses = check_store(&nodes[primary], &probe, &agents, &ledger).await;
     drop(servers);
     Run { ledger, lagged, losses, serving, windows }

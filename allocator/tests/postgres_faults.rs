@@ -31,10 +31,10 @@ mod support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::faults::{check_store, client_loop, spread, until_serving, Ledger, AGENTS, CLIENTS, HOSTS};
+use support::faults::{check_store, spread, until_serving, Ledger, Load, AGENTS, CLIENTS, HOSTS};
 use support::postgres::Postgres;
 use support::proxy::Proxy;
 use support::{start_at, Server};
@@ -48,21 +48,14 @@ async fn crash_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>) {
     for _ in 0..AGENTS {
         servers.push(start_at(dir.path(), &pg.url, HOSTS, "").await);
     }
-    let agents: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| tokio::spawn(client_loop(i, Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop))))
-        .collect();
+    let load = Load::start(servers.iter().map(|s| s.base.clone()).collect(), Ledger::default());
+    let (agents, ledger) = (Arc::clone(&load.agents), Arc::clone(&load.ledger));
     let probe = reqwest::Client::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut recoveries = Vec::new();
     let probes = AtomicUsize::new(0);
     for _cycle in 0..cycles {
-        let target = ledger.lock().unwrap().acknowledged + rng.random_range(40..160);
-        while ledger.lock().unwrap().acknowledged < target {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        load.until_acknowledged(rng.random_range(40..160)).await;
         tokio::task::block_in_place(|| pg.crash());
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
         tokio::task::block_in_place(|| pg.restart());
@@ -71,11 +64,8 @@ async fn crash_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>) {
             recoveries.push(until_serving(&probe, base, &id, &ledger).await);
         }
     }
-    stop.store(true, Ordering::SeqCst);
-    for client in clients {
-        client.await.unwrap();
-    }
-    let ledger = Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap();
+    drop(ledger);
+    let ledger = load.stop().await;
     check_store(&pg, &probe, &agents, &ledger).await;
     drop(servers);
     (ledger, recoveries)
@@ -93,20 +83,13 @@ async fn partition_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>, V
     for _ in 1..AGENTS {
         servers.push(start_at(dir.path(), &pg.url, HOSTS, "").await);
     }
-    let agents: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| tokio::spawn(client_loop(i, Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop))))
-        .collect();
+    let load = Load::start(servers.iter().map(|s| s.base.clone()).collect(), Ledger::default());
+    let (agents, ledger) = (Arc::clone(&load.agents), Arc::clone(&load.ledger));
     let probe = reqwest::Client::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (mut agreements, mut stalls) = (Vec::new(), Vec::new());
     for cycle in 0..cycles {
-        let target = ledger.lock().unwrap().acknowledged + rng.random_range(40..160);
-        while ledger.lock().unwrap().acknowledged < target {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        load.until_acknowledged(rng.random_range(40..160)).await;
         // Holds of up to 1.5 s, and every fourth one longer than the server's idle-in-transaction
         // timeout (5 s), which must end the held session and free its locks; or a cut.
         let cut = rng.random_bool(0.4);
@@ -138,11 +121,8 @@ async fn partition_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>, V
         until_serving(&probe, &agents[0], &format!("probe-{cycle}"), &ledger).await;
         agreements.push(healed.elapsed());
     }
-    stop.store(true, Ordering::SeqCst);
-    for client in clients {
-        client.await.unwrap();
-    }
-    let ledger = Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap();
+    drop(ledger);
+    let ledger = load.stop().await;
     check_store(&pg, &probe, &agents, &ledger).await;
     drop(servers);
     (ledger, agreements, stalls)

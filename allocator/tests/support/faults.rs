@@ -156,6 +156,48 @@ pub async fn client_loop(index: usize, agents: Arc<Vec<String>>, ledger: Arc<Mut
     }
 }
 
+/// The agents at `agents` under load from [`CLIENTS`] clients ([`client_loop`]) sharing one ledger.
+pub struct Load {
+    pub agents: Arc<Vec<String>>,
+    pub ledger: Arc<Mutex<Ledger>>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts the clients, recording into `ledger`.
+    pub fn start(agents: Vec<String>, ledger: Ledger) -> Load {
+        let agents = Arc::new(agents);
+        let ledger = Arc::new(Mutex::new(ledger));
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = (0..CLIENTS)
+            .map(|i| tokio::spawn(client_loop(i, Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop))))
+            .collect();
+        Load { agents, ledger, stop, clients }
+    }
+
+    pub fn acknowledged(&self) -> usize {
+        self.ledger.lock().unwrap().acknowledged
+    }
+
+    /// Waits until the clients have had `more` writes acknowledged.
+    pub async fn until_acknowledged(&self, more: usize) {
+        let target = self.acknowledged() + more;
+        while self.acknowledged() < target {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops the clients once their operations in flight are answered; returns the ledger.
+    pub async fn stop(self) -> Ledger {
+        self.stop.store(true, Ordering::SeqCst);
+        for client in self.clients {
+            client.await.unwrap();
+        }
+        Arc::try_unwrap(self.ledger).ok().unwrap().into_inner().unwrap()
+    }
+}
+
 /// Waits until `base` acknowledges a placement again; returns how long that took.
 pub async fn until_serving(client: &reqwest::Client, base: &str, id: &str, ledger: &Mutex<Ledger>) -> Duration {
     until_serving_since(client, base, id, ledger, Instant::now()).await
