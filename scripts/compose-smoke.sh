@@ -2,7 +2,9 @@
 # The compose stack run for real, end to end (docs/operations.md, "The compose stack, run for real"):
 #
 #   1. builds the image and starts docker-compose.yml (`up -d --build`), waits until every service
-#      is healthy;
+#      is healthy; reads the generated service token (the `service-token` volume) and checks that the
+#      allocators' POST /v1/allocations and the inference server's POST /v1/predict answer 401
+#      without it (or with a wrong one) and normally with it; direct calls below present it;
 #   2. places three VMs through the control service's POST /allocate, then replays day 10 of the
 #      seeded synthetic trace (12,102 VMs, about a minute) with the image's own vmreplay on the
 #      compose network;
@@ -91,7 +93,10 @@ trap finish EXIT
 # --- 1. up ------------------------------------------------------------------------------------
 t0=$(date +%s)
 "${compose[@]}" up -d --build 2>&1 | tail -n 20
-services=$("${compose[@]}" config --services | wc -l)
+# Every service with a health check (not the one-shot service-token, which exits 0 once done).
+services=$("${compose[@]}" config --format json | python3 -c '
+import json, sys
+print(sum(1 for s in json.load(sys.stdin)["services"].values() if "healthcheck" in s))')
 for _ in $(seq 1 120); do
     healthy=$("${compose[@]}" ps --format '{{.Health}}' | grep -c '^healthy$' || true)
     [ "$healthy" -eq "$services" ] && break
@@ -100,6 +105,33 @@ done
 "${compose[@]}" ps --format 'table {{.Service}}\t{{.Status}}\t{{.Ports}}'
 [ "$healthy" -eq "$services" ] || die "$healthy of $services services healthy after 120 s"
 say "all $services services healthy $(( $(date +%s) - t0 )) s after up (build included)"
+
+# --- the service credential -----------------------------------------------------------------------
+# The allocators' and the inference server's data routes require the token that the one-shot
+# service-token service generated into its volume (docs/operations.md, "Service credentials"); the
+# control service presents it. Direct calls below present it too.
+token=$("${compose[@]}" run --rm --no-deps -T --entrypoint cat service-token /run/lava-secrets/service-token)
+[ "${#token}" -ge 32 ] || die "the generated service token is ${#token} characters long"
+auth=(-H "authorization: Bearer $token")
+status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+vm_body='{"vm": {"vm_id": "cred-vm-1", "tenant_id": "t-cred", "vm_type": "D2", "demand": {"cores": 2, "memory_gib": 8}}}'
+predict_body='{"instances": [{"tenant_id": "t-cred", "vm_type": "D2", "cores": 2, "memory_gib": 8}]}'
+for port in 8082 $([ "$AGENTS" -eq 1 ] && echo 8083); do
+    s=$(status -XPOST "127.0.0.1:$port/v1/allocations" -H 'content-type: application/json' -d "$vm_body")
+    [ "$s" = 401 ] || die "POST :$port/v1/allocations without the token answered $s, not 401"
+    s=$(status -XPOST "127.0.0.1:$port/v1/allocations" -H 'content-type: application/json' \
+        -H 'authorization: Bearer wrong' -d "$vm_body")
+    [ "$s" = 401 ] || die "POST :$port/v1/allocations with a wrong token answered $s, not 401"
+done
+s=$(status -XPOST 127.0.0.1:8081/v1/predict -H 'content-type: application/json' -d "$predict_body")
+[ "$s" = 401 ] || die "POST :8081/v1/predict without the token answered $s, not 401"
+s=$(status -XPOST 127.0.0.1:8081/v1/predict -H 'content-type: application/json' "${auth[@]}" -d "$predict_body")
+[ "$s" = 200 ] || die "POST :8081/v1/predict with the token answered $s, not 200"
+s=$(status -XPOST 127.0.0.1:8082/v1/allocations -H 'content-type: application/json' "${auth[@]}" -d "$vm_body")
+[ "$s" = 201 ] || die "POST :8082/v1/allocations with the token answered $s, not 201"
+s=$(status -XDELETE 127.0.0.1:8082/v1/allocations/cred-vm-1 "${auth[@]}")
+[ "$s" = 204 ] || die "DELETE :8082/v1/allocations/cred-vm-1 with the token answered $s, not 204"
+say "credentials: the data routes answer 401 without the token (or with a wrong one), 200/201/204 with it"
 
 # --- 2. allocations ---------------------------------------------------------------------------
 allocate() {
@@ -124,14 +156,14 @@ printf 'stable = "default"\n\n[canary]\nbundle = "%s"\nshare = 0.5\n' "$canary" 
 mv models/.rollout.toml.tmp models/rollout.toml
 state=
 for _ in $(seq 1 30); do
-    state=$(curl -s 127.0.0.1:8081/v1/models | python3 -c "
+    state=$(curl -s "${auth[@]}" 127.0.0.1:8081/v1/models | python3 -c "
 import json, sys
 print(next((b['state'] for b in json.load(sys.stdin) if b['bundle'] == '$canary'), 'absent'))")
     [ "$state" = canary ] && break
     sleep 1
 done
 [ "$state" = canary ] || die "the inference server lists $canary as '$state', not canary, after 30 s"
-curl -s 127.0.0.1:8081/v1/models
+curl -s "${auth[@]}" 127.0.0.1:8081/v1/models
 echo
 "${compose[@]}" logs --no-color inference-server | grep -E "bundle=$canary|canary=Some" ||
     die "no log line about the canary"
@@ -156,7 +188,7 @@ assert [z["zone"] for z in zones] == ["zone-1"] and all(a["ready"] for a in zone
 print("console zones:", ", ".join("%s (%d agents ready)" % (z["zone"], len(z["agents"])) for z in zones))' ||
     die "GET /v1/zones does not show zone-1 ready"
 shown=$(curl -s '127.0.0.1:8080/v1/zones/zone-1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
-own=$(curl -s '127.0.0.1:8082/v1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
+own=$(curl -s "${auth[@]}" '127.0.0.1:8082/v1/hosts?limit=10000' | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
 [ "$shown" = "$own" ] || die "the console shows $shown hosts, the allocator has $own"
 samples=$(curl -s 127.0.0.1:8080/v1/stats/history | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["samples"]))')
 [ "$samples" -gt 0 ] || die "the console's timeline has no sample"
@@ -170,7 +202,7 @@ if command -v chromium >/dev/null; then
 fi
 
 # --- 4. state across a restart, or two agents on one store ------------------------------------
-vms() { curl -s "127.0.0.1:$1/v1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["vms"])'; }
+vms() { curl -s "${auth[@]}" "127.0.0.1:$1/v1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["vms"])'; }
 if [ "$AGENTS" -eq 0 ]; then
     "${compose[@]}" restart allocator
     for _ in $(seq 1 30); do curl -sf -o /dev/null 127.0.0.1:8082/readyz && break; sleep 1; done
