@@ -20,8 +20,11 @@
 # which the control service presents. `up` generates a random one once into target/stack/service-token
 # (mode 600; delete it to get a new one at the next `up`) and hands that file to all three services
 # (*_SERVICE_TOKEN_FILE); a direct call needs it: curl -H "authorization: Bearer $(cat target/stack/service-token)".
-# Environment: RUST_LOG (default info, into the log files), STACK_READY_TIMEOUT (seconds, default 60),
-# STACK_STOP_TIMEOUT (seconds, default 10), CARGO_TARGET_DIR (where the binaries are).
+# Environment: RUST_LOG (default info, into the log files), STACK_MODELS_DIR (the bundles the
+# inference server serves and the allocators repredict with; default the configs' `models`),
+# STACK_CONFIGS (the directory of the three <service>.toml; default configs), STACK_READY_TIMEOUT
+# (seconds, default 60), STACK_STOP_TIMEOUT (seconds, default 10), CARGO_TARGET_DIR (where the
+# binaries are).
 #
 # Everything the stack writes is under target/stack/: <service>.log (the previous run's log is kept
 # as <service>.log.1), <service>.pid, service-token, and the allocator's store allocator.db (+ -wal, -shm); with
@@ -37,6 +40,7 @@ STATE_DIR=target/stack
 PG_DIR=$STATE_DIR/postgres
 TOKEN_FILE=$STATE_DIR/service-token
 PG_PORT="${STACK_PG_PORT:-5433}"
+CONFIG_DIR="${STACK_CONFIGS:-configs}"
 BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
 READY_TIMEOUT="${STACK_READY_TIMEOUT:-60}"
 STOP_TIMEOUT="${STACK_STOP_TIMEOUT:-10}"
@@ -50,7 +54,7 @@ usage() {
     sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
 }
 
-config_of() { echo "configs/${1%%-[0-9]*}.toml"; }
+config_of() { echo "$CONFIG_DIR/${1%%-[0-9]*}.toml"; }
 binary_of() { echo "${1%%-[0-9]*}"; }
 pidfile_of() { echo "$STATE_DIR/$1.pid"; }
 log_of() { echo "$STATE_DIR/$1.log"; }
@@ -139,6 +143,11 @@ start_one() {
     local svc=$1 log args
     log=$(log_of "$svc")
     args=(--config "$(config_of "$svc")")
+    case "$svc" in
+        inference-server | allocator | allocator-*)
+            [ -z "${STACK_MODELS_DIR:-}" ] || args+=(--models-dir "$STACK_MODELS_DIR")
+            ;;
+    esac
     # The allocator's store lives with the rest of the stack's state, not in the working directory
     # (the config's relative "allocator.db"); agents share the stack's PostgreSQL database.
     case "$svc" in

@@ -1,5 +1,6 @@
 //! What the control service counted during the run ([`stats_delta`]) and its figures over time ([`series_point`], [`thin_indices`]).
 
+use crate::LatencySummary;
 use domain::quality::VersionQuality;
 use domain::ControlStats;
 use serde::Serialize;
@@ -90,6 +91,10 @@ pub struct SeriesPoint {
     /// zone's window added up), as it stood at this sample.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quality: Vec<QualitySample>,
+    /// Client latency of the allocation requests answered since the previous sample (the whole
+    /// run's is the summary's `latency`), for latency over time in long runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_latency: Option<LatencySummary>,
 }
 
 /// One model version's realized quality in one `/v1/stats` sample.

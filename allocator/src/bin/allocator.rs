@@ -27,6 +27,9 @@ struct Cli {
     /// Where the durable state lives: an SQLite file, or a PostgreSQL URL (postgres://...).
     #[arg(long)]
     store: Option<String>,
+    /// Directory of model bundles that NILAS and LAVA repredict with (the inference server's).
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -41,6 +44,9 @@ fn main() -> Result<()> {
     }
     if let Some(store) = cli.store {
         config.store = StoreLocation::from(store);
+    }
+    if let Some(dir) = cli.models_dir {
+        config.models_dir = Some(dir);
     }
     if let Ok(token) = std::env::var("ALLOCATOR_ADMIN_TOKEN") {
         config.admin_token = Some(token);

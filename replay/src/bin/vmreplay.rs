@@ -7,14 +7,16 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{ArgGroup, Parser};
 use domain::{AllocationRequest, ControlStats, VmId};
 use indicatif::{ProgressBar, ProgressStyle};
-use replay::{self, Answer, EventKind, Pacer, Pacing, Plan, PredictionRow, SeriesPoint, Tally, WindowSpec};
+use replay::{
+    self, Answer, EventKind, LatencySummary, Pacer, Pacing, Plan, PredictionRow, SeriesPoint, Tally, WindowSpec,
+};
 use reqwest::Url;
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -318,6 +320,8 @@ struct Shared {
     alive: Mutex<HashSet<usize>>,
     /// Trace time of the latest event dispatched, as `f64` bits.
     trace_now: AtomicU64,
+    /// How many allocation latencies the previous sample covered.
+    latency_mark: AtomicUsize,
     /// Each allocation's prediction, when `--predictions` asks for them.
     predictions: Option<Mutex<Vec<PredictionRow>>>,
     bar: ProgressBar,
@@ -338,10 +342,21 @@ impl Shared {
         }
     }
 
+    /// A sample of the run and the control service's statistics; its interval latency covers the
+    /// allocations answered since the previous call.
     fn point(&self, stats: &ControlStats) -> SeriesPoint {
         let trace_s = f64::from_bits(self.trace_now.load(Ordering::Relaxed));
         let alive = lock(&self.alive).len() as u64;
-        replay::series_point(self.elapsed_s(), trace_s, alive, stats)
+        let interval_latency = {
+            let tally = lock(&self.tally);
+            let answered = tally.client_latency_us.len();
+            let from = self.latency_mark.swap(answered, Ordering::Relaxed).min(answered);
+            LatencySummary::from_us(&tally.client_latency_us[from..])
+        };
+        SeriesPoint {
+            interval_latency: Some(interval_latency),
+            ..replay::series_point(self.elapsed_s(), trace_s, alive, stats)
+        }
     }
 }
 
@@ -657,6 +672,7 @@ async fn main() -> Result<ExitCode> {
         tally: Mutex::new(Tally::default()),
         alive: Mutex::new(HashSet::new()),
         trace_now: AtomicU64::new(from_s.to_bits()),
+        latency_mark: AtomicUsize::new(0),
         predictions: cli.predictions.as_ref().map(|_| Mutex::new(Vec::new())),
     });
     let mut series = vec![replay::series_point(0.0, from_s, 0, &start_stats)];

@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""The soak bench (issue 31; docs/benchmarks.md, "Soak"): the whole stack for a long run at half its
+sustainable rate, watching for what only time shows (memory or descriptors that leak, a store that
+grows without bound, latency that creeps up).
+
+    python3 scripts/bench/soak.py [--minutes 60] [--rate REQUESTS_PER_S] [--out target/soak]
+
+1. Builds the binaries (release) and trains a second bundle for the model swap (seed 43, about
+   25 s) unless it exists in OUT/bundles/swap.
+2. Unless --rate is given, finds the sustainable rate: a fresh stack (scripts/stack.sh, SQLite
+   store, credentials on, the checked-in configs but a zone of --hosts hosts, its models in
+   OUT/models), vmreplay with no rate cap and 8 requests in flight for --probe-vms VMs; the rate is
+   allocations plus releases per second.
+3. The soak, on a fresh stack: vmreplay of the seeded synthetic trace at half that rate (each VM
+   allocated, then released at its trace end), for --minutes; meanwhile
+   - the dashboard's reads every 2 s (zones, stats, stats history, the zone's host page);
+   - the allocator repredicts remaining lifetimes (NILAS, the checked-in policy) as it always does;
+   - at half time, the model swap: the second bundle is copied into the models directory and made
+     stable in rollout.toml, which the inference server and the allocator follow;
+   - every 10 s: RSS, open file descriptors and CPU time of each service, the allocator's store size
+     (SQLite file and WAL), its repredictions counter.
+4. Writes OUT/resources.csv, OUT/replay.json (vmreplay's summary, with the client latency per
+   minute), OUT/soak.md (the tables and the verdict) and OUT/soak.svg (the plot), and prints soak.md.
+
+Flat means: the level of the last 10 minutes (median of its samples) within 10% of the first 10
+minutes' level, for each service's RSS and descriptors and for the per-minute p99. Standard library
+only; the services are the stack's own (scripts/stack.sh), so the figures are the ones a user gets.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STACK_DIR = os.path.join(ROOT, "target", "stack")
+BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
+SERVICES = ["inference-server", "allocator", "control-service"]
+CONTROL = "http://127.0.0.1:8080"
+INFERENCE = "http://127.0.0.1:8081"
+ALLOCATOR = "http://127.0.0.1:8082"
+# Synthetic VMs per trace day at the generator's defaults (about 10,900): days enough for the run.
+VMS_PER_DAY = 10000
+SAMPLE_S = 10.0
+DASHBOARD_POLL_S = 2.0
+FLAT_WINDOW_S = 600.0
+FLAT_TOLERANCE = 0.10
+
+
+def log(message):
+    print(f"soak: {message}", file=sys.stderr, flush=True)
+
+
+def run(args, **kwargs):
+    log("$ " + " ".join(args))
+    subprocess.run(args, check=True, cwd=ROOT, **kwargs)
+
+
+def stack(action, out):
+    env = dict(os.environ, STACK_MODELS_DIR=os.path.join(out, "models"), STACK_CONFIGS=os.path.join(out, "configs"))
+    run(["scripts/stack.sh", *action], env=env)
+
+
+def prepare_configs(out, hosts):
+    """The checked-in configs, with a zone of `hosts` hosts: the synthetic trace at its own density
+    keeps about 45,000 cores busy, half of 2,000 hosts of 48 cores (200, the demo's zone, would turn
+    most requests away as full)."""
+    configs = os.path.join(out, "configs")
+    os.makedirs(configs, exist_ok=True)
+    for service in SERVICES:
+        with open(os.path.join(ROOT, "configs", f"{service}.toml"), encoding="utf-8") as f:
+            text = f.read()
+        if service == "allocator":
+            lines = text.splitlines()
+            at = next(i for i, line in enumerate(lines) if line.startswith("hosts = "))
+            lines[at] = f"hosts = {hosts}"
+            text = "\n".join(lines) + "\n"
+        with open(os.path.join(configs, f"{service}.toml"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def token():
+    with open(os.path.join(STACK_DIR, "service-token"), encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def get(url, headers=None, timeout=10):
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.read()
+
+
+def prepare_models(out):
+    """OUT/models/default (the checked-in bundle) and OUT/bundles/swap (trained once, seed 43)."""
+    models = os.path.join(out, "models")
+    shutil.rmtree(models, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "models", "default"), os.path.join(models, "default"))
+    swap = os.path.join(out, "bundles", "swap")
+    if not os.path.exists(os.path.join(swap, "manifest.json")):
+        trace = os.path.join(out, "bundles", "seed43.csv.gz")
+        os.makedirs(os.path.dirname(swap), exist_ok=True)
+        run([f"{BIN}/vmtrace", "generate", "--out", trace, "--days", "14", "--seed", "43"])
+        run([f"{BIN}/lifetime-train", "--train", trace, "--out", swap, "--name", "swap", "--version",
+             "swap-1", "--iterations", "100", "--num-leaves", "31", "--max-remaining-vms", "30000"])
+    return models, swap
+
+
+def replay(out, name, vms, rate, concurrency, sample_s):
+    """vmreplay of the synthetic trace's first `vms` VMs, as fast as `rate` (None: no cap) allows."""
+    days = math.ceil(vms / VMS_PER_DAY) + 2
+    path = os.path.join(out, f"{name}.json")
+    args = [f"{BIN}/vmreplay", "--control", CONTROL, "--synthetic-days", str(days), "--max-vms", str(vms),
+            "--speed", "1000000", "--concurrency", str(concurrency), "--sample-every-s", str(sample_s),
+            "--vm-id-prefix", name, "--json", path]
+    if rate is not None:
+        args += ["--max-rate", f"{rate:.1f}"]
+    with open(os.path.join(out, f"{name}.txt"), "w", encoding="utf-8") as summary:
+        run(args, stdout=summary)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def requests_per_s(summary):
+    return (summary["requests"]["total"] + summary["releases"]["requests"]) / summary["run"]["wall_s"]
+
+
+def pids():
+    found = {}
+    for service in SERVICES:
+        with open(os.path.join(STACK_DIR, f"{service}.pid"), encoding="utf-8") as f:
+            found[service] = int(f.read().strip())
+    return found
+
+
+def process_sample(pid):
+    """RSS (KiB), open descriptors and CPU seconds of a process, from /proc."""
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return rss, fds, cpu_s
+
+
+def store_bytes():
+    return sum(os.path.getsize(os.path.join(STACK_DIR, name)) for name in os.listdir(STACK_DIR)
+               if name.startswith("allocator.db"))
+
+
+def repredictions():
+    for line in get(f"{ALLOCATOR}/metrics").decode().splitlines():
+        if line.startswith("allocator_repredictions_total"):
+            return int(float(line.split()[-1]))
+    return None
+
+
+class Background:
+    """The samplers, the dashboard and the swap, each on a thread, until `stop`."""
+
+    def __init__(self, out, minutes, models, swap):
+        self.out, self.models, self.swap = out, models, swap
+        self.stop = threading.Event()
+        self.start = time.monotonic()
+        self.swap_at_s = minutes * 60 / 2
+        self.samples, self.dashboard, self.events = [], {"polls": 0, "errors": 0, "seconds": []}, []
+        self.pids = pids()
+        self.threads = [threading.Thread(target=target, daemon=True)
+                        for target in (self.sample_loop, self.dashboard_loop, self.swap_once)]
+        for thread in self.threads:
+            thread.start()
+
+    def elapsed(self):
+        return time.monotonic() - self.start
+
+    def sample_loop(self):
+        while not self.stop.is_set():
+            row = {"elapsed_s": round(self.elapsed(), 1), "store_bytes": store_bytes()}
+            for service, pid in self.pids.items():
+                row[f"{service}_rss_kib"], row[f"{service}_fds"], row[f"{service}_cpu_s"] = process_sample(pid)
+            try:
+                row["repredictions"] = repredictions()
+            except OSError:
+                row["repredictions"] = None
+            self.samples.append(row)
+            self.stop.wait(SAMPLE_S)
+
+    def dashboard_loop(self):
+        """What one open dashboard reads every 2 s (control-service/assets/dashboard/app.js)."""
+        paths = ["/v1/zones", "/v1/stats", "/v1/stats/history", "/v1/zones/zone-1/hosts?limit=10000&offset=0"]
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                for path in paths:
+                    get(CONTROL + path)
+                self.dashboard["seconds"].append(time.monotonic() - started)
+            except OSError as err:
+                self.dashboard["errors"] += 1
+                self.events.append((self.elapsed(), f"dashboard read failed: {err}"))
+            self.dashboard["polls"] += 1
+            self.stop.wait(DASHBOARD_POLL_S)
+
+    def swap_once(self):
+        """Makes the second bundle stable at half time, as an operator would: copy, then rename."""
+        if self.stop.wait(self.swap_at_s):
+            return
+        hidden = os.path.join(self.models, ".swap.tmp")
+        shutil.copytree(self.swap, hidden)
+        os.rename(hidden, os.path.join(self.models, "swap"))
+        rollout = os.path.join(self.models, ".rollout.toml.tmp")
+        with open(rollout, "w", encoding="utf-8") as f:
+            f.write('stable = "swap"\n')
+        os.rename(rollout, os.path.join(self.models, "rollout.toml"))
+        swapped = self.elapsed()
+        self.events.append((swapped, "model swap: bundle `swap` copied in and made stable"))
+        headers = {"authorization": f"Bearer {token()}"}
+        while not self.stop.wait(0.2):
+            models = json.loads(get(f"{INFERENCE}/v1/models", headers))
+            if any(m.get("bundle") == "swap" and m.get("state") == "stable" for m in models):
+                self.events.append((self.elapsed(), f"inference server serves `swap` as stable "
+                                                    f"({self.elapsed() - swapped:.1f} s after the swap)"))
+                return
+
+    def finish(self):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def median_in(points, lo, hi):
+    values = [v for t, v in points if lo <= t <= hi and v is not None]
+    return statistics.median(values) if values else None
+
+
+def flatness(points, duration_s):
+    """(first 10 minutes' level, last 10 minutes' level, their ratio)."""
+    first = median_in(points, 0, FLAT_WINDOW_S)
+    last = median_in(points, duration_s - FLAT_WINDOW_S, duration_s)
+    ratio = last / first if first and last is not None else None
+    return first, last, ratio
+
+
+def verdict_rows(samples, minutes_p99, duration_s):
+    rows = []
+    for service in SERVICES:
+        for key, unit, scale in (("rss_kib", "MiB", 1 / 1024), ("fds", "", 1)):
+            points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples]
+            rows.append((f"{service} {'RSS' if key == 'rss_kib' else 'descriptors'}", unit, *flatness(points, duration_s)))
+    rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, duration_s)))
+    points = [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples]
+    rows.append(("allocator store (not judged: grows until exits age out)", "MiB", *flatness(points, duration_s)))
+    return rows
+
+
+def svg_plot(path, panels, duration_s, events):
+    """Stacked line panels: [(title, unit, [(label, [(t, v)])])], time in minutes on x."""
+    width, panel_h, left, right, top = 900, 170, 70, 190, 30
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    height = top + len(panels) * (panel_h + 40)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="11"><rect width="100%" height="100%" fill="white"/>']
+    x_of = lambda t: left + (width - left - right) * t / max(duration_s, 1)
+    for i, (title, unit, series) in enumerate(panels):
+        y0 = top + i * (panel_h + 40)
+        values = [v for _, pts in series for _, v in pts if v is not None]
+        hi = max(values) * 1.1 if values and max(values) > 0 else 1
+        y_of = lambda v: y0 + panel_h - panel_h * v / hi
+        out.append(f'<text x="{left}" y="{y0 - 8}" font-size="13">{title} ({unit})</text>')
+        out.append(f'<rect x="{left}" y="{y0}" width="{width - left - right}" height="{panel_h}" fill="none" stroke="#999"/>')
+        for k in range(5):
+            v = hi * k / 4
+            out.append(f'<text x="{left - 6}" y="{y_of(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+        for minute in range(0, int(duration_s / 60) + 1, 10):
+            x = x_of(minute * 60)
+            out.append(f'<line x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + panel_h}" stroke="#eee"/>')
+            out.append(f'<text x="{x:.1f}" y="{y0 + panel_h + 14}" text-anchor="middle">{minute} min</text>')
+        for t, _ in events:
+            out.append(f'<line x1="{x_of(t):.1f}" y1="{y0}" x2="{x_of(t):.1f}" y2="{y0 + panel_h}" stroke="#aaa" '
+                       'stroke-dasharray="4 3"/>')
+        for j, (label, pts) in enumerate(series):
+            colour = colours[j % len(colours)]
+            line = " ".join(f"{x_of(t):.1f},{y_of(v):.1f}" for t, v in pts if v is not None)
+            out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{line}"/>')
+            out.append(f'<text x="{width - right + 10}" y="{y0 + 14 + 16 * j}" fill="{colour}">{label}</text>')
+    out.append("</svg>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out))
+
+
+def report(out, args, rate, sustainable, summary, background):
+    samples = background.samples
+    duration_s = summary["run"]["wall_s"]
+    minutes = [(p["elapsed_s"], p["interval_latency"]) for p in summary["series"] if p.get("interval_latency")]
+    p99 = [(t, lat["p99_ms"]) for t, lat in minutes if lat["count"] > 0]
+    p50 = [(t, lat["p50_ms"]) for t, lat in minutes if lat["count"] > 0]
+    with open(os.path.join(out, "resources.csv"), "w", encoding="utf-8") as f:
+        keys = list(samples[0])
+        f.write(",".join(keys) + "\n")
+        for s in samples:
+            f.write(",".join("" if s[k] is None else str(s[k]) for k in keys) + "\n")
+    events = [(t, text) for t, text in background.events]
+    svg_plot(os.path.join(out, "soak.svg"), [
+        ("RSS", "MiB", [(svc, [(s["elapsed_s"], s[f"{svc}_rss_kib"] / 1024) for s in samples]) for svc in SERVICES]),
+        ("open file descriptors", "count", [(svc, [(s["elapsed_s"], s[f"{svc}_fds"]) for s in samples]) for svc in SERVICES]),
+        ("allocator store (SQLite + WAL)", "MiB", [("store", [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples])]),
+        ("POST /allocate latency per minute (client)", "ms", [("p99", p99), ("p50", p50)]),
+    ], duration_s, events)
+
+    req, rel = summary["requests"], summary["releases"]
+    first, last = samples[0], samples[-1]
+    cpu = {svc: last[f"{svc}_cpu_s"] - first[f"{svc}_cpu_s"] for svc in SERVICES}
+    lines = [
+        f"# Soak: {duration_s / 60:.1f} minutes at {rate:.0f} requests/s",
+        "",
+        f"- rate: {rate:.0f} requests/s (allocations and releases), "
+        + (f"half the sustainable {sustainable:.0f}/s measured by the probe" if sustainable else "given with --rate"),
+        f"- allocations: {req['total']} ({req['placed']} placed, {req['rejected']} rejected, {req['errors']} errors); "
+        f"releases: {rel['requests']} ({rel['released']} released, {rel['not_found']} not found, {rel['errors']} errors)",
+        f"- client latency of the whole run: p50 {summary['latency']['client']['p50_ms']:.2f} ms, "
+        f"p99 {summary['latency']['client']['p99_ms']:.2f} ms, max {summary['latency']['client']['max_ms']:.1f} ms",
+        f"- repredictions (allocator counter): {first.get('repredictions')} at the start, {last.get('repredictions')} at the end",
+        f"- dashboard: {background.dashboard['polls']} polls every {DASHBOARD_POLL_S:.0f} s, "
+        f"{background.dashboard['errors']} failed, each (4 reads) p50 "
+        f"{statistics.median(background.dashboard['seconds']) * 1000:.1f} ms" if background.dashboard["seconds"] else "- dashboard: no poll",
+        "- CPU seconds over the run: " + ", ".join(f"{svc} {cpu[svc]:.0f}" for svc in SERVICES),
+    ]
+    lines += [f"- at {t / 60:.1f} min: {text}" for t, text in events]
+    lines += ["", "| what | unit | first 10 min (median) | last 10 min (median) | last / first | flat (within 10%) |",
+              "|---|---|---:|---:|---:|---|"]
+    judged_ok = True
+    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, duration_s):
+        judged = "not judged" not in name
+        flat = ratio is not None and abs(ratio - 1) <= FLAT_TOLERANCE
+        if judged and not flat:
+            judged_ok = False
+        fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
+        lines.append(f"| {name} | {unit} | {fmt(lo)} | {fmt(hi)} | {fmt(ratio)} | "
+                     f"{('yes' if flat else 'NO') if judged else '-'} |")
+    lines += ["", "| minute | requests/s | p50 ms | p99 ms | RSS MiB (inference, allocator, control) | fds | store MiB |",
+              "|---:|---:|---:|---:|---|---|---:|"]
+    by_minute = {}
+    for t, lat in minutes:
+        by_minute[int(round(t / 60))] = lat
+    for minute in range(5, int(duration_s / 60) + 1, 5):
+        s = min(samples, key=lambda s: abs(s["elapsed_s"] - minute * 60))
+        lat = by_minute.get(minute, {})
+        rps = lat.get("count", 0) * 2 / 60
+        lines.append(f"| {minute} | {rps:.0f} | {lat.get('p50_ms') or 0:.2f} | {lat.get('p99_ms') or 0:.2f} | "
+                     + ", ".join(f"{s[f'{svc}_rss_kib'] / 1024:.1f}" for svc in SERVICES) + " | "
+                     + ", ".join(str(s[f"{svc}_fds"]) for svc in SERVICES) + f" | {s['store_bytes'] / 2**20:.1f} |")
+    lines += ["", "verdict: " + ("flat" if judged_ok else "NOT flat"), ""]
+    text = "\n".join(lines)
+    with open(os.path.join(out, "soak.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+    return judged_ok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--rate", type=float, help="requests/s; default: half the probe's sustainable rate")
+    parser.add_argument("--probe-vms", type=int, default=20000)
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="requests in flight (more than the control service's max_concurrency get 503s)")
+    parser.add_argument("--hosts", type=int, default=2000)
+    parser.add_argument("--out", default=os.path.join(ROOT, "target", "soak"))
+    parser.add_argument("--no-build", action="store_true")
+    args = parser.parse_args()
+    if not args.minutes > 0:
+        parser.error("--minutes must be positive")
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    if not args.no_build:
+        run(["cargo", "build", "--release", "-p", "allocator", "-p", "inference-server", "-p", "control-service",
+             "-p", "replay", "-p", "traces", "-p", "lifetime-train", "--bins"])
+    models, swap = prepare_models(out)
+    prepare_configs(out, args.hosts)
+
+    sustainable = None
+    rate = args.rate
+    if rate is None:
+        stack(["up", "--fresh"], out)
+        try:
+            probe = replay(out, "probe", args.probe_vms, None, args.concurrency, 5)
+        finally:
+            stack(["down"], out)
+        sustainable = requests_per_s(probe)
+        rate = sustainable / 2
+        log(f"sustainable {sustainable:.0f} requests/s; the soak runs at {rate:.0f}/s")
+
+    models, swap = prepare_models(out)
+    vms = int(rate * args.minutes * 60 / 2)
+    stack(["up", "--fresh"], out)
+    try:
+        background = Background(out, args.minutes, models, swap)
+        try:
+            summary = replay(out, "replay", vms, rate, args.concurrency, 60)
+        finally:
+            background.finish()
+    finally:
+        stack(["down"], out)
+    flat = report(out, args, rate, sustainable, summary, background)
+    return 0 if flat else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
