@@ -129,9 +129,21 @@ impl Allocator {
             } else {
                 self.refresh_lifetime(host);
             }
-            if self.lifetimes[host.get()] != before && self.policy.reads_host_lifetime() {
-                self.host_changed(host);
-            }
+            self.summary_changed(host, &before);
+        }
+    }
+
+    /// Tells the index that the host's lifetime summary is no longer `before` (its VMs unchanged):
+    /// a moved exit time alone is re-filed in every class at once, anything else a rule may read
+    /// is re-evaluated by each class when next used.
+    fn summary_changed(&mut self, host: HostIndex, before: &HostLifetime) {
+        let after = self.lifetimes[host.get()];
+        if after == *before || !self.policy.reads_host_lifetime() {
+            return;
+        }
+        match &mut self.index {
+            Some(index) if self.policy.caches_alike(before, &after) => index.host_exit_moved(host, after.exit_s),
+            _ => self.host_changed(host),
         }
     }
 }
