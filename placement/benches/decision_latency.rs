@@ -348,7 +348,8 @@ fn main() {
                 });
                 if args.cache_off {
                     let steps = (2_000_000 / hosts).clamp(50, 1_000);
-                    let cache_off = measure(&mut allocator, &mut workload, &mut placed, &mut now, steps, true, args.clock);
+                    let cache_off =
+                        measure(&mut allocator, &mut workload, &mut placed, &mut now, steps, true, args.clock);
                     exit_rows.push(ExitRow {
                         name: name.clone(),
                         hosts,

@@ -17,10 +17,10 @@
 mod chunked;
 
 use crate::lifetime::{HostLifetime, OrderedTime};
-use chunked::ChunkedSorted;
 use crate::policy::{Policy, ScoreKey};
 use crate::rules::{HostView, RequestTraits, RuleRequest};
 use crate::state::{HostIndex, InventoryState};
+use chunked::ChunkedSorted;
 use domain::RuleFilterStat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -36,7 +36,9 @@ impl Allocator {
     }
 
     /// Recomputes every non-empty host's exit time now (what the periodic refresh does host by
-    /// host); the hosts whose summary changed are re-evaluated by the index.
+    /// host); the hosts whose summary changed are re-evaluated by the index, each class when next
+    /// used (with every host changed at once, that is cheaper than re-filing each host in every
+    /// class as the periodic refresh does).
     pub fn refresh_exits(&mut self) {
         for index in 0..self.state.hosts().len() {
             let host = HostIndex(index as u32);

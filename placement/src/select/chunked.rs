@@ -131,7 +131,7 @@ mod tests {
             }
             prop_assert!(chunked.chunks.iter().all(|c| !c.is_empty() && c.len() <= MAX_CHUNK));
             prop_assert_eq!(chunked.iter().copied().collect::<Vec<_>>(), plain.clone());
-            prop_assert_eq!(chunked.iter().rev().next(), plain.last());
+            prop_assert_eq!(chunked.iter().next_back(), plain.last());
             for probe in [0, 1, 700, 1500, 2999, 3000] {
                 prop_assert_eq!(chunked.partition_point(|v| *v < probe), plain.partition_point(|v| *v < probe));
             }
