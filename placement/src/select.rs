@@ -764,7 +764,7 @@ impl IncrementalIndex {
     /// A refresh moves about one host in a thousand every second of clock, and each class would
     /// otherwise re-evaluate every one of them since its last use: with tens of classes in
     /// rotation, most of a temporal policy's decision at 100k hosts (`docs/benchmarks.md`,
-    /// issue 32). Re-filing costs a search near the host's old place in each class, in the call
+    /// issue 32). Re-filing costs a remove and an insert in one bucket of each class, in the call
     /// that moved the clock.
     pub fn host_exit_moved(&mut self, host: HostIndex, exit_s: f64) {
         for class in &mut self.classes {
