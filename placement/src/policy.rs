@@ -28,7 +28,7 @@
 
 pub use crate::config::{PolicyConfig, RuleEntry};
 use crate::host_state::{HostStateKind, HostStatePolicy};
-use crate::lifetime::{ClassesError, LifetimeClasses};
+use crate::lifetime::{ClassesError, HostLifetime, LifetimeClasses};
 use crate::registry::Registry;
 use crate::rules::{
     BuiltRule, HostView, PreferenceRule, RequestTrait, RequestTraits, RuleContext, RuleRequest, TraitSet, ValidatorRule,
@@ -344,6 +344,17 @@ impl Policy {
     /// to the index, and the policy's decisions do not depend on the predictions at all.
     pub fn reads_host_lifetime(&self) -> bool {
         self.reads_exit_times() || self.class_traits.contains(RequestTrait::LifetimeClass)
+    }
+
+    /// Whether a request class caches the same of a host whose lifetime summary went from `before`
+    /// to `after` (its VMs unchanged): only the exit time moved, which only the temporal rule reads
+    /// and which the index evaluates per request, not its per-host state code, nor its lifetime
+    /// class when a cached rule reads classes (a rule reads a host's class only beside the
+    /// request's, as [`Policy::reads_host_lifetime`] assumes too). The index then re-files the host
+    /// by its exit time instead of re-evaluating its rules ([`crate::select`]).
+    pub fn caches_alike(&self, before: &HostLifetime, after: &HostLifetime) -> bool {
+        before.state_code == after.state_code
+            && (before.class == after.class || !self.class_traits.contains(RequestTrait::LifetimeClass))
     }
 
     pub fn name(&self) -> &str {

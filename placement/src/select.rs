@@ -14,10 +14,13 @@
 //! are kept for the most recently used [`IndexConfig::max_classes`] keys; a class that falls behind
 //! the journal's retained window is rebuilt by a scan.
 
+mod chunked;
+
 use crate::lifetime::{HostLifetime, OrderedTime};
 use crate::policy::{Policy, ScoreKey};
 use crate::rules::{HostView, RequestTraits, RuleRequest};
 use crate::state::{HostIndex, InventoryState};
+use chunked::ChunkedSorted;
 use domain::RuleFilterStat;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -193,7 +196,7 @@ enum TieSet {
     Ordered(BTreeSet<HostIndex>),
     /// Sorted by host exit time (policies with a temporal rule): the hosts of one temporal cost
     /// are a contiguous run, found by binary search.
-    ByExit(Vec<(OrderedTime, HostIndex)>),
+    ByExit(ChunkedSorted<(OrderedTime, HostIndex)>),
 }
 
 impl TieSet {
@@ -359,6 +362,26 @@ impl ClassCache {
         }
     }
 
+    /// The host's exit time moved to `exit_s` and nothing else this class caches of it changed
+    /// ([`IncrementalIndex::host_exit_moved`]): moves it within its bucket's exit order, if it is
+    /// filed in one, without evaluating any rule.
+    fn refile_exit(&mut self, host: HostIndex, exit_s: f64) {
+        let slot = self.slots[host.get()];
+        if self.temporal.is_none() || slot.bucket >= REJECTED {
+            return;
+        }
+        let filed = &mut self.filed_exit[host.get()];
+        if *filed == exit_s {
+            return;
+        }
+        if let TieSet::ByExit(members) = &mut self.buckets[slot.bucket as usize].members {
+            let was_filed = members.remove(&(OrderedTime(*filed), host));
+            debug_assert!(was_filed, "host {host:?} is filed at its filed exit time");
+            members.insert((OrderedTime(exit_s), host));
+            *filed = exit_s;
+        }
+    }
+
     fn remove(&mut self, host: HostIndex) {
         let slot = self.slots[host.get()];
         if slot.bucket == UNSET {
@@ -382,9 +405,7 @@ impl ClassCache {
                 members.remove(&host);
             }
             TieSet::ByExit(members) => {
-                if let Ok(at) = members.binary_search(&(OrderedTime(self.filed_exit[host.get()]), host)) {
-                    members.remove(at);
-                }
+                members.remove(&(OrderedTime(self.filed_exit[host.get()]), host));
             }
         }
         if bucket.members.len() == 0 {
@@ -407,7 +428,7 @@ impl ClassCache {
             Some(&id) => id,
             None => {
                 let members = match (self.temporal, self.ordered) {
-                    (Some(_), _) => TieSet::ByExit(Vec::new()),
+                    (Some(_), _) => TieSet::ByExit(ChunkedSorted::default()),
                     (None, true) => TieSet::Ordered(BTreeSet::new()),
                     (None, false) => TieSet::Any(Vec::new()),
                 };
@@ -436,9 +457,7 @@ impl ClassCache {
                 0
             }
             TieSet::ByExit(members) => {
-                let entry = (OrderedTime(self.filed_exit[host.get()]), host);
-                let at = members.binary_search(&entry).unwrap_or_else(|at| at);
-                members.insert(at, entry);
+                members.insert((OrderedTime(self.filed_exit[host.get()]), host));
                 0
             }
         };
@@ -543,19 +562,21 @@ impl ClassCache {
         let cost = |exit: OrderedTime| crate::rules::bucket_of(bounds, request.exit_s, exit.0);
         let excluded: HashSet<HostIndex> = excluded.iter().copied().collect();
         let members = |id: u32| match &self.buckets[id as usize].members {
-            TieSet::ByExit(members) => members.as_slice(),
-            _ => &[],
+            TieSet::ByExit(members) => Some(members),
+            _ => None,
         };
-        // The run of hosts with temporal cost `c` in a bucket: [hosts costing more, hosts costing c).
+        // The run of hosts with temporal cost `c` in a bucket: its hosts, and the ranks from the
+        // first host costing c to the last (those costing more come first).
         let run = |id: u32, c: u32| {
-            let hosts = members(id);
-            &hosts[hosts.partition_point(|(e, _)| cost(*e) > c)..hosts.partition_point(|(e, _)| cost(*e) >= c)]
+            members(id).map(|hosts| {
+                (hosts, hosts.partition_point(|(e, _)| cost(*e) > c)..hosts.partition_point(|(e, _)| cost(*e) >= c))
+            })
         };
-        let usable = |hosts: &[(OrderedTime, HostIndex)]| {
+        let usable = |(hosts, ranks): &(&ChunkedSorted<(OrderedTime, HostIndex)>, std::ops::Range<usize>)| {
             if excluded.is_empty() {
-                return hosts.len();
+                return ranks.len();
             }
-            hosts.iter().filter(|(_, h)| !excluded.contains(h)).count()
+            hosts.range(ranks.clone()).filter(|(_, h)| !excluded.contains(h)).count()
         };
         let ranked_key = |host: &HostIndex| self.key_of(*host).map(|k| policy.rank_codes(k, request));
         let mut keys: Vec<(ScoreKey, u32)> =
@@ -570,7 +591,7 @@ impl ClassCache {
             let lowest: Vec<(u32, ScoreKey, u32)> = group
                 .iter()
                 .filter_map(|&(key, id)| {
-                    let last = members(id).iter().rev().find(|(_, h)| !excluded.contains(h))?;
+                    let last = members(id)?.iter().rev().find(|(_, h)| !excluded.contains(h))?;
                     Some((cost(last.0), key, id))
                 })
                 .collect();
@@ -578,27 +599,27 @@ impl ClassCache {
                 continue;
             };
             best_key[level] = best_cost;
-            let runs: Vec<&[(OrderedTime, HostIndex)]> = lowest
+            let runs: Vec<_> = lowest
                 .iter()
                 .filter(|&&(c, key, _)| c == best_cost && key[level + 1..] == best_key[level + 1..])
-                .map(|&(_, _, id)| run(id, best_cost))
+                .filter_map(|&(_, _, id)| run(id, best_cost))
                 .collect();
-            let ties: usize = runs.iter().map(|hosts| usable(hosts)).sum();
+            let ties: usize = runs.iter().map(usable).sum();
             let host = match chooser.mode() {
                 // Draw among the runs directly unless some of them is excluded.
                 TieBreak::Random if excluded.is_empty() => chooser.draw(ties).and_then(|mut i| {
-                    runs.iter().find_map(|hosts| match hosts.get(i) {
-                        Some((_, host)) => Some(*host),
-                        None => {
-                            i -= hosts.len();
-                            None
+                    runs.iter().find_map(|(hosts, ranks)| {
+                        if i < ranks.len() {
+                            return hosts.get(ranks.start + i).map(|(_, host)| host);
                         }
+                        i -= ranks.len();
+                        None
                     })
                 }),
                 _ => {
                     let candidates: Vec<HostIndex> = runs
                         .iter()
-                        .flat_map(|hosts| hosts.iter())
+                        .flat_map(|(hosts, ranks)| hosts.range(ranks.clone()))
                         .map(|(_, h)| *h)
                         .filter(|h| !excluded.contains(h))
                         .collect();
@@ -608,7 +629,7 @@ impl ClassCache {
             // Ties: above the level, the valid hosts whose ranked keys agree down to that level;
             // at and below it, the hosts of the group with the best cost whose keys agree.
             let group_runs: Vec<(ScoreKey, usize)> =
-                group.iter().map(|&(key, id)| (key, usable(run(id, best_cost)))).collect();
+                group.iter().map(|&(key, id)| (key, run(id, best_cost).map_or(0, |r| usable(&r)))).collect();
             let tied: Vec<usize> = (0..levels)
                 .map(|l| {
                     if l < level {
@@ -693,7 +714,7 @@ impl ClassCache {
                 TieSet::Any(m) => m.capacity() * std::mem::size_of::<HostIndex>(),
                 // A B-tree node holds up to 11 keys; count about 2 words of overhead per key.
                 TieSet::Ordered(m) => m.len() * (std::mem::size_of::<HostIndex>() + 16),
-                TieSet::ByExit(m) => m.capacity() * std::mem::size_of::<(OrderedTime, HostIndex)>(),
+                TieSet::ByExit(m) => m.heap_bytes(),
             })
             .sum();
         self.slots.capacity() * std::mem::size_of::<Slot>()
@@ -735,6 +756,20 @@ impl IncrementalIndex {
     /// Records that a host's state changed: every class re-evaluates it when next used.
     pub fn host_changed(&mut self, host: HostIndex) {
         self.journal.changed.push_back(host);
+    }
+
+    /// Records that a host's exit time moved to `exit_s` and nothing else a class caches of it
+    /// (what a periodic refresh of its exit time does, [`crate::Policy::caches_alike`]): every
+    /// class re-files it now, by its exit time alone, instead of re-evaluating it when next used.
+    /// A refresh moves about one host in a thousand every second of clock, and each class would
+    /// otherwise re-evaluate every one of them since its last use: with tens of classes in
+    /// rotation, most of a temporal policy's decision at 100k hosts (`docs/benchmarks.md`,
+    /// issue 32). Re-filing costs a remove and an insert in one bucket of each class, in the call
+    /// that moved the clock.
+    pub fn host_exit_moved(&mut self, host: HostIndex, exit_s: f64) {
+        for class in &mut self.classes {
+            class.refile_exit(host, exit_s);
+        }
     }
 
     /// Forgets every cached class (after the inventory was rebuilt).

@@ -36,7 +36,9 @@ impl Allocator {
     }
 
     /// Recomputes every non-empty host's exit time now (what the periodic refresh does host by
-    /// host); the hosts whose summary changed are re-evaluated by the index.
+    /// host); the hosts whose summary changed are re-evaluated by the index, each class when next
+    /// used (with every host changed at once, that is cheaper than re-filing each host in every
+    /// class as the periodic refresh does).
     pub fn refresh_exits(&mut self) {
         for index in 0..self.state.hosts().len() {
             let host = HostIndex(index as u32);
@@ -129,9 +131,21 @@ impl Allocator {
             } else {
                 self.refresh_lifetime(host);
             }
-            if self.lifetimes[host.get()] != before && self.policy.reads_host_lifetime() {
-                self.host_changed(host);
-            }
+            self.summary_changed(host, &before);
+        }
+    }
+
+    /// Tells the index that the host's lifetime summary is no longer `before` (its VMs unchanged):
+    /// a moved exit time alone is re-filed in every class at once, anything else a rule may read
+    /// is re-evaluated by each class when next used.
+    fn summary_changed(&mut self, host: HostIndex, before: &HostLifetime) {
+        let after = self.lifetimes[host.get()];
+        if after == *before || !self.policy.reads_host_lifetime() {
+            return;
+        }
+        match &mut self.index {
+            Some(index) if self.policy.caches_alike(before, &after) => index.host_exit_moved(host, after.exit_s),
+            _ => self.host_changed(host),
         }
     }
 }
