@@ -27,8 +27,8 @@ use crate::store::{
     self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm, Waker,
 };
 pub use commands::{
-    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation, GetHost, HostFilter,
-    Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
+    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation, GetHost,
+    HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,

@@ -84,7 +84,8 @@ impl Listener {
             stopped: AtomicBool::new(false),
         });
         let thread = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new().name("allocator-listen".to_owned()).spawn(move || listen(&config, &thread));
+        let spawned =
+            std::thread::Builder::new().name("allocator-listen".to_owned()).spawn(move || listen(&config, &thread));
         if let Err(error) = spawned {
             // Without the thread the store simply follows before every batch.
             tracing::warn!(%error, "cannot start the change-log listener; following before every batch");

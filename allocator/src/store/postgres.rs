@@ -492,7 +492,8 @@ impl PostgresStore {
 /// function's `AL001` and `AL002`, the ids in the error's detail): placed what it rejects (decide
 /// again: a replay), or rejected what it places (the first answer stands).
 fn decided_elsewhere(name: &str, db: &postgres::error::DbError) -> Option<StoreError> {
-    let vms = || -> Vec<String> { db.detail().and_then(|detail| serde_json::from_str(detail).ok()).unwrap_or_default() };
+    let vms =
+        || -> Vec<String> { db.detail().and_then(|detail| serde_json::from_str(detail).ok()).unwrap_or_default() };
     match db.code().code() {
         "AL002" => {
             metrics::counter!("allocator_decided_elsewhere_total", "decision" => "rejected").increment(1);
