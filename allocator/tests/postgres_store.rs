@@ -364,6 +364,16 @@ fn the_database_itself_refuses_an_over_commit_and_a_second_placement() {
     assert!(err.to_string().contains("over-committed"), "{err}");
     let err = store.apply(&[Change::Placed { vm: new_vm("a", 1.0), host: HostId::from("z-h2") }], &none).unwrap_err();
     assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("placed already"), "{err}");
+    // A host not in the store (an agent with another inventory), by either batch write.
+    let nowhere = HostId::from("nowhere");
+    let err = store.apply(&[Change::Placed { vm: new_vm("n", 1.0), host: nowhere.clone() }], &none).unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("not in the store"), "{err}");
+    let m = new_vm("m", 1.0);
+    let was = placement::state::PlacedVm { host: placement::state::HostIndex(0), record: Arc::clone(&m) };
+    let placed_and_released =
+        [Change::Placed { vm: m, host: nowhere }, Change::Released { vm: VmId::from("m"), was, ended_at_s: 1.0 }];
+    let err = store.apply(&placed_and_released, &none).unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("not in the store"), "{err}");
     let stored = store.load().unwrap();
     assert_eq!(stored.vms.iter().map(|v| v.vm.id.as_str()).collect::<Vec<_>>(), ["a"], "refused batches left nothing");
     assert_eq!(pg.psql("SELECT cores_used FROM hosts WHERE host_id = 'z-h1'"), "0");
@@ -610,6 +620,8 @@ fn a_version_4_database_gains_the_batch_functions() {
     );
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
     assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "5");
+    // The batch locks its hosts instead of a foreign key checking each VM's.
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_constraint WHERE conname = 'vms_host_id_fkey'"), "0");
     assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
     durable.execute_one(Release::vm(VmId::from("old")), 22.0).unwrap();
     assert_eq!(pg.psql("SELECT string_agg(vm_id, ',') FROM vms"), "new");
