@@ -1375,7 +1375,13 @@ fn vm_columns(row: &postgres::Row, at: usize) -> VmColumns {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, BATCH_FUNCTIONS};
+
+    #[test]
+    fn the_log_function_notifies_the_channel_the_listener_listens_to() {
+        let notify = format!("pg_notify('{}', v_seq || ' ' || p_agent)", super::super::listener::CHANNEL);
+        assert!(BATCH_FUNCTIONS.contains(&notify), "{notify}");
+    }
 
     #[test]
     fn passwords_never_reach_a_message() {
