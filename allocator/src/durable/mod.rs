@@ -546,7 +546,9 @@ impl DurableAllocator {
     /// the store knows of no such change ([`PlacementStore::known_current`]). Answers whether the
     /// view was left unchecked that way; says why when the store cannot be used.
     fn catch_up(&mut self, now_s: f64, follow_first: bool) -> Result<bool, String> {
-        let unchecked = !follow_first && self.live.as_ref().is_some_and(|live| live.store.known_current());
+        // Only a store other agents write can lack anything (the embedded store's follow is free).
+        let unchecked = !follow_first
+            && self.live.as_ref().is_some_and(|live| live.store.agent().is_some() && live.store.known_current());
         if !unchecked {
             self.follow_store();
         }
