@@ -126,6 +126,8 @@ fn listen(config: &Config, shared: &Shared) {
             Ok(()) => return,
             Err(error) => {
                 if shared.listening.swap(false, Ordering::AcqRel) {
+                    // It had worked: try again soon.
+                    pause = RECONNECT_MIN;
                     tracing::warn!(%error, "the change-log listener lost its connection; following before every batch until it is back");
                 } else {
                     tracing::debug!(%error, "the change-log listener cannot connect yet");
