@@ -213,7 +213,8 @@ impl PostgresStore {
         // A transaction of an agent holds its hosts' row locks and the change log's head: the
         // other agents' commits wait for it. One cut off in the middle (partitioned, stopped)
         // would stall the zone until its connection died; the server ends such a session after
-        // this long instead (an agent's batch takes a few round trips).
+        // this long instead (only a batch written change by change holds a transaction open between
+        // round trips, for a few of them).
         client
             .batch_execute(&format!(
                 "SET idle_in_transaction_session_timeout = {}",
