@@ -15,13 +15,26 @@
 //! latency of the allocation requests until placed, and, summed over the agents from their
 //! `/metrics`, commits, conflicts (batches the store refused) and retries per 100 commits, reloads
 //! of the whole state, and the 503 answers per 100 requests (allocations and releases).
+//!
+//! CPU (issue 32), from the processes' own accounting (`/proc/PID/stat`: user + system time)
+//! over the measured allocations, in CPU-seconds per 1,000 allocations (each with its release):
+//! the agents (summed), their worker threads alone (`allocator-worker`: the one thread per agent
+//! that decides and commits, which bounds one agent's rate), PostgreSQL (the postmaster, every
+//! process of the cluster, and those that ended meanwhile, by the postmaster's children's times),
+//! and this bench (the 16 clients). `cores busy` is all of it over the elapsed time.
+//!
+//! Environment: `AGENTS_BENCH_BASELINE=/path/to/allocator` runs every row a second time with that
+//! binary (a reference build: before and after in one run, the reference first);
+//! `AGENTS_BENCH_ROWS=postgres:2,sqlite:1` chooses the rows (default: sqlite:1, postgres:1,
+//! postgres:2, postgres:4); `AGENTS_BENCH_PIN=1` pins agent i to CPU i mod the CPU count
+//! (`taskset -c`), everything else unpinned.
 
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
 mod support;
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,11 +49,107 @@ const KEEP: usize = 80;
 /// The allocations that fill the zone to its steady state.
 const FILL: usize = CLIENTS * KEEP;
 
-async fn start(dir: &Path, name: &str, store: &str) -> Server {
+async fn start(dir: &Path, name: &str, store: &str, binary: &Path, cpu: Option<usize>) -> Server {
     let config = format!(
         "store = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n"
     );
-    support::start(dir, name, &config).await
+    support::start_with(dir, name, &config, binary, cpu).await
+}
+
+/// CPU accounting from `/proc` (Linux), in clock ticks.
+mod cpu {
+    use std::path::Path;
+
+    /// Fields 14-17 of `/proc/<pid>/stat` or `/proc/<pid>/task/<tid>/stat`: utime, stime, cutime,
+    /// cstime (0s for a process that is gone). The name (field 2) may hold spaces: the fields are
+    /// counted after its closing parenthesis.
+    fn times(stat: &Path) -> [u64; 4] {
+        let Ok(text) = std::fs::read_to_string(stat) else { return [0; 4] };
+        let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else { return [0; 4] };
+        let fields: Vec<u64> = rest.split_whitespace().skip(11).take(4).filter_map(|f| f.parse().ok()).collect();
+        std::array::from_fn(|i| fields.get(i).copied().unwrap_or(0))
+    }
+
+    fn name(stat: &Path) -> String {
+        let text = std::fs::read_to_string(stat).unwrap_or_default();
+        match (text.find('('), text.rfind(')')) {
+            (Some(open), Some(close)) if open < close => text[open + 1..close].to_owned(),
+            _ => String::new(),
+        }
+    }
+
+    /// User + system time of process `pid` (all its threads).
+    pub fn process(pid: u32) -> u64 {
+        let [user, system, ..] = times(Path::new(&format!("/proc/{pid}/stat")));
+        user + system
+    }
+
+    /// User + system time of the threads of `pid` named `thread` (as `/proc` shortens it).
+    pub fn thread(pid: u32, thread: &str) -> u64 {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+        tasks
+            .flatten()
+            .map(|task| task.path().join("stat"))
+            .filter(|stat| {
+                // `/proc` keeps the first 15 bytes of a thread's name.
+                let name = name(stat);
+                name == thread || (name.len() == 15 && thread.starts_with(&name))
+            })
+            .map(|stat| {
+                let [user, system, ..] = times(&stat);
+                user + system
+            })
+            .sum()
+    }
+
+    /// User + system time of process `pid`, of its living children, and of those it reaped (a
+    /// PostgreSQL cluster: the postmaster and its backends).
+    pub fn tree(pid: u32) -> u64 {
+        let [user, system, children_user, children_system] = times(Path::new(&format!("/proc/{pid}/stat")));
+        let living: u64 = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+            .filter(|child| parent(*child) == Some(pid))
+            .map(process)
+            .sum();
+        user + system + children_user + children_system + living
+    }
+
+    fn parent(pid: u32) -> Option<u32> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = &text[text.rfind(')')? + 1..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux if it cannot be asked).
+    pub fn ticks_per_s() -> f64 {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    }
+}
+
+/// The CPU counters of one row, in clock ticks.
+#[derive(Clone, Copy, Default)]
+struct CpuSample {
+    agents: u64,
+    workers: u64,
+    postgres: u64,
+    bench: u64,
+}
+
+fn sample(agents: &[Server], postmaster: Option<u32>) -> CpuSample {
+    CpuSample {
+        agents: agents.iter().map(|agent| cpu::process(agent.pid())).sum(),
+        workers: agents.iter().map(|agent| cpu::thread(agent.pid(), "allocator-worker")).sum(),
+        postgres: postmaster.map_or(0, cpu::tree),
+        bench: cpu::process(std::process::id()),
+    }
 }
 
 /// A counter's value summed over the agents.
@@ -148,57 +257,94 @@ async fn drive(
 
 fn main() {
     let allocations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(2_000).max(100);
+    let baseline = std::env::var_os("AGENTS_BENCH_BASELINE").map(PathBuf::from);
+    let pin = std::env::var("AGENTS_BENCH_PIN").is_ok_and(|v| v == "1");
+    let rows: Vec<(String, usize)> = std::env::var("AGENTS_BENCH_ROWS")
+        .unwrap_or_else(|_| "sqlite:1,postgres:1,postgres:2,postgres:4".to_owned())
+        .split(',')
+        .filter_map(|row| row.split_once(':'))
+        .filter_map(|(kind, n)| Some((kind.trim().to_owned(), n.trim().parse().ok()?)))
+        .collect();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ticks = cpu::ticks_per_s();
+    let current = PathBuf::from(env!("CARGO_BIN_EXE_allocator"));
+    let mut binaries: Vec<(&str, &Path)> = Vec::new();
+    if let Some(baseline) = &baseline {
+        binaries.push(("reference", baseline));
+    }
+    binaries.push(("this build", &current));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     // A real disk under target/: the point is what a durable commit costs.
     let dir =
         tempfile::Builder::new().prefix("agents-bench-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     let pg = postgres::Postgres::start();
+    let postmaster = std::fs::read_to_string(pg.data_dir().join("data").join("postmaster.pid"))
+        .ok()
+        .and_then(|pid| pid.lines().next().and_then(|line| line.trim().parse().ok()));
     println!(
-        "durable allocation throughput: {allocations} allocations (+ as many releases) per row, {CLIENTS} clients, {HOSTS} hosts, la-binary"
+        "durable allocation throughput: {allocations} allocations (+ as many releases) per row, {CLIENTS} clients, {HOSTS} hosts, la-binary{}",
+        if pin { format!(", agent i pinned to CPU i mod {cpus}") } else { String::new() }
     );
     println!(
-        "| store | agents | allocations/s | p50 | p99 | commits | conflicts / 100 commits | retries / 100 commits | full reloads | 503s / 100 requests |"
+        "| binary | store | agents | allocations/s | p50 | p99 | commits | conflicts / 100 commits | retries / 100 commits | full reloads | 503s / 100 requests | agents CPU-s / 1k | of which workers | PostgreSQL CPU-s / 1k | bench CPU-s / 1k | cores busy |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let rows: [(&str, usize); 4] = [("sqlite", 1), ("postgres", 1), ("postgres", 2), ("postgres", 4)];
-    for (row, (kind, n)) in rows.into_iter().enumerate() {
-        runtime.block_on(async {
-            let store = match kind {
-                "sqlite" => dir.path().join("bench.db").display().to_string(),
-                _ => {
-                    let db = format!("bench{row}");
-                    pg.psql(&format!("CREATE DATABASE {db}"));
-                    format!("{}/{db}", pg.url.trim_end_matches("/alloc"))
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut row = 0;
+    for (kind, n) in &rows {
+        for (label, binary) in &binaries {
+            row += 1;
+            let (kind, n) = (kind.as_str(), *n);
+            runtime.block_on(async {
+                let store = match kind {
+                    "sqlite" => dir.path().join(format!("bench{row}.db")).display().to_string(),
+                    _ => {
+                        let db = format!("bench{row}");
+                        pg.psql(&format!("CREATE DATABASE {db}"));
+                        format!("{}/{db}", pg.url.trim_end_matches("/alloc"))
+                    }
+                };
+                let mut agents = Vec::new();
+                for i in 0..n {
+                    let cpu = pin.then_some(i % cpus);
+                    agents.push(start(dir.path(), &format!("{kind}-{row}-{i}"), &store, binary, cpu).await);
                 }
-            };
-            let mut agents = Vec::new();
-            for i in 0..n {
-                agents.push(start(dir.path(), &format!("{kind}-{row}-{i}"), &store).await);
-            }
-            // A zone in use: filled to its steady state, then VMs come and go (warm-up first).
-            let mut held = vec![VecDeque::new(); CLIENTS];
-            drive(&agents, FILL, &format!("fill{row}"), &mut held, KEEP).await;
-            drive(&agents, WARMUP, &format!("warm{row}"), &mut held, KEEP).await;
-            let (commits0, conflicts0, retries0, rebuilds0) = (
-                counter(&agents, "allocator_commits_total").await,
-                counter(&agents, "allocator_commit_conflicts_total").await,
-                counter(&agents, "allocator_commit_retries_total").await,
-                counter(&agents, "allocator_reloads_total").await,
-            );
-            let figures = drive(&agents, allocations, &format!("r{row}"), &mut held, KEEP).await;
-            let commits = counter(&agents, "allocator_commits_total").await - commits0;
-            let conflicts = counter(&agents, "allocator_commit_conflicts_total").await - conflicts0;
-            let retries = counter(&agents, "allocator_commit_retries_total").await - retries0;
-            let rebuilds = counter(&agents, "allocator_reloads_total").await - rebuilds0;
-            println!(
-                "| {kind} | {n} | {:.0} | {:.2} ms | {:.2} ms | {commits:.0} | {:.2} | {:.2} | {rebuilds:.0} | {:.2} |",
-                figures.allocations_per_s,
-                figures.p50.as_secs_f64() * 1e3,
-                figures.p99.as_secs_f64() * 1e3,
-                100.0 * conflicts / commits.max(1.0),
-                100.0 * retries / commits.max(1.0),
-                100.0 * figures.unavailable as f64 / (2 * allocations) as f64,
-            );
-        });
+                // A zone in use: filled to its steady state, then VMs come and go (warm-up first).
+                let mut held = vec![VecDeque::new(); CLIENTS];
+                drive(&agents, FILL, &format!("fill{row}"), &mut held, KEEP).await;
+                drive(&agents, WARMUP, &format!("warm{row}"), &mut held, KEEP).await;
+                let (commits0, conflicts0, retries0, rebuilds0) = (
+                    counter(&agents, "allocator_commits_total").await,
+                    counter(&agents, "allocator_commit_conflicts_total").await,
+                    counter(&agents, "allocator_commit_retries_total").await,
+                    counter(&agents, "allocator_reloads_total").await,
+                );
+                let (cpu0, started) = (sample(&agents, postmaster), Instant::now());
+                let figures = drive(&agents, allocations, &format!("r{row}"), &mut held, KEEP).await;
+                let (cpu1, elapsed) = (sample(&agents, postmaster), started.elapsed().as_secs_f64());
+                let commits = counter(&agents, "allocator_commits_total").await - commits0;
+                let conflicts = counter(&agents, "allocator_commit_conflicts_total").await - conflicts0;
+                let retries = counter(&agents, "allocator_commit_retries_total").await - retries0;
+                let rebuilds = counter(&agents, "allocator_reloads_total").await - rebuilds0;
+                // CPU-seconds per 1,000 allocations.
+                let per_1k = |before: u64, after: u64| after.saturating_sub(before) as f64 / ticks * 1000.0 / allocations as f64;
+                let busy = (cpu1.agents + cpu1.postgres + cpu1.bench)
+                    .saturating_sub(cpu0.agents + cpu0.postgres + cpu0.bench) as f64
+                    / ticks
+                    / elapsed;
+                println!(
+                    "| {label} | {kind} | {n} | {:.0} | {:.2} ms | {:.2} ms | {commits:.0} | {:.2} | {:.2} | {rebuilds:.0} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {busy:.2} |",
+                    figures.allocations_per_s,
+                    figures.p50.as_secs_f64() * 1e3,
+                    figures.p99.as_secs_f64() * 1e3,
+                    100.0 * conflicts / commits.max(1.0),
+                    100.0 * retries / commits.max(1.0),
+                    100.0 * figures.unavailable as f64 / (2 * allocations) as f64,
+                    per_1k(cpu0.agents, cpu1.agents),
+                    per_1k(cpu0.workers, cpu1.workers),
+                    per_1k(cpu0.postgres, cpu1.postgres),
+                    per_1k(cpu0.bench, cpu1.bench),
+                );
+            });
+        }
     }
 }

@@ -8,11 +8,15 @@
 //! service answers a lone request at once, with no added delay. `max_batch = 1` makes one commit per
 //! request.
 //!
+//! With a store that other agents share, the store's listener wakes the worker when another agent
+//! commits: it queues a [`Follow`], so that an idle worker follows then, not in front of the next
+//! request.
+//!
 //! A panic while a batch runs (a bug) drops that batch's replies, so its requests are answered with
 //! an error, and the state is rebuilt from the store before the next batch.
 
 use crate::config::Clock;
-use crate::durable::{job, CommandError, DurableAllocator, Job, Request};
+use crate::durable::{job, CommandError, DurableAllocator, Follow, Job, Request};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use tokio::sync::mpsc;
@@ -32,12 +36,21 @@ impl Worker {
     /// Starts the worker thread. `max_batch` is the most commands per batch (at least 1);
     /// `queue` the most commands waiting (senders wait beyond it); `clock` what time batches run at.
     pub fn spawn(
-        durable: DurableAllocator,
+        mut durable: DurableAllocator,
         max_batch: usize,
         queue: usize,
         clock: Clock,
     ) -> std::io::Result<(Self, JoinHandle<()>)> {
         let (jobs, receiver) = mpsc::channel(queue.max(1));
+        // Another agent committed: an idle worker follows now rather than before its next
+        // request. A full queue means a busy worker, which follows before its next batch anyway;
+        // the handle is weak so that the worker still stops when the service's handles are gone.
+        let weak = jobs.downgrade();
+        durable.set_waker(std::sync::Arc::new(move || {
+            if let Some(jobs) = weak.upgrade() {
+                let _ = jobs.try_send(job(Follow).0);
+            }
+        }));
         let handle = std::thread::Builder::new()
             .name("allocator-worker".to_owned())
             .spawn(move || run(durable, receiver, max_batch.max(1), clock))?;

@@ -9,7 +9,8 @@ use allocator::durable::{
     job, Allocate, CommandError, CompleteMigration, DrainStatus, DurableAllocator, GetAllocation, GetHost, Release,
     SetHostState, StartDrain, Stats,
 };
-use allocator::store::{self, StoreError, StoreLocation, StoredState};
+use allocator::store::postgres::SCHEMA_VERSION;
+use allocator::store::{self, Committed, StoreError, StoreLocation, StoredState};
 use domain::{
     AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Priority, Resources, VmId, VmRequest,
@@ -306,7 +307,7 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     );
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
     assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
     let request = with_facts(vm("new", 2.0, 600.0), 3);
@@ -330,7 +331,7 @@ fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
     pg.psql("DROP TABLE exits; UPDATE meta SET value = 2 WHERE key = 'schema_version'");
 
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "4");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
     let release = Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
     durable.execute_one(release, 21.0).unwrap();
@@ -363,6 +364,16 @@ fn the_database_itself_refuses_an_over_commit_and_a_second_placement() {
     assert!(err.to_string().contains("over-committed"), "{err}");
     let err = store.apply(&[Change::Placed { vm: new_vm("a", 1.0), host: HostId::from("z-h2") }], &none).unwrap_err();
     assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("placed already"), "{err}");
+    // A host not in the store (an agent with another inventory), by either batch write.
+    let nowhere = HostId::from("nowhere");
+    let err = store.apply(&[Change::Placed { vm: new_vm("n", 1.0), host: nowhere.clone() }], &none).unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("not in the store"), "{err}");
+    let m = new_vm("m", 1.0);
+    let was = placement::state::PlacedVm { host: placement::state::HostIndex(0), record: Arc::clone(&m) };
+    let placed_and_released =
+        [Change::Placed { vm: m, host: nowhere }, Change::Released { vm: VmId::from("m"), was, ended_at_s: 1.0 }];
+    let err = store.apply(&placed_and_released, &none).unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("not in the store"), "{err}");
     let stored = store.load().unwrap();
     assert_eq!(stored.vms.iter().map(|v| v.vm.id.as_str()).collect::<Vec<_>>(), ["a"], "refused batches left nothing");
     assert_eq!(pg.psql("SELECT cores_used FROM hosts WHERE host_id = 'z-h1'"), "0");
@@ -593,4 +604,89 @@ fn the_first_answer_stands_across_agents_rejected_or_placed() {
     pg.psql("UPDATE rejections SET at = at - INTERVAL '1 hour'");
     a.execute_one(Release::vm(VmId::from("full-1")), 8.0).unwrap();
     assert!(host_of(&b.execute_one(allocate("x", 8.0), 9.0)).is_some());
+}
+
+#[test]
+fn a_version_4_database_gains_the_batch_functions() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    assert!(host_of(&durable.execute_one(allocate("old", 2.0), 11.0)).is_some());
+    drop(durable);
+    // Version 4 is version 5 without the functions that write a batch in one call.
+    pg.psql(
+        "DROP FUNCTION allocator_commit_batch; DROP FUNCTION allocator_log_batch; \
+         UPDATE meta SET value = 4 WHERE key = 'schema_version'",
+    );
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "5");
+    // The batch locks its hosts instead of a foreign key checking each VM's.
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_constraint WHERE conname = 'vms_host_id_fkey'"), "0");
+    assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
+    durable.execute_one(Release::vm(VmId::from("old")), 22.0).unwrap();
+    assert_eq!(pg.psql("SELECT string_agg(vm_id, ',') FROM vms"), "new");
+    assert_eq!(pg.psql("SELECT sum(cores_used)::bigint FROM hosts"), "2000", "the host use of `new` alone");
+}
+
+/// Polls `condition` for up to 20 s: notifications travel between processes.
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_agent_hears_of_other_agents_commits_and_a_lost_notification_costs_only_a_follow() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let none = |_: &HostId| None;
+    let mut one = store::open(&location, &spec()).unwrap();
+    let mut two = store::open(&location, &spec()).unwrap();
+    let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&woken);
+    two.set_waker(Arc::new(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
+    eventually("the second store listens", || two.known_current());
+    // Its own commits are no news to it.
+    two.apply(&[Change::Placed { vm: new_vm("own", 1.0), host: HostId::from("z-h2") }], &none).unwrap();
+    assert!(two.known_current());
+    // Another agent's commit is: the store asks to be followed, and wakes its owner once.
+    one.apply(&[Change::Placed { vm: new_vm("a", 2.0), host: HostId::from("z-h0") }], &none).unwrap();
+    eventually("the second store hears of the first's commit", || !two.known_current());
+    eventually("the owner is woken", || woken.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    let Ok(store::Followed::Batches(batches)) = two.follow() else { panic!("no batches") };
+    assert_eq!(batches.len(), 1);
+    assert!(two.known_current(), "followed up to the notified position");
+
+    // The listening connection is cut: until it is back, the store cannot tell, and says so.
+    pg.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'allocator-listener'");
+    // Commits meanwhile may go unheard; the log position at the commit still tells.
+    one.apply(&[Change::Placed { vm: new_vm("b", 2.0), host: HostId::from("z-h0") }], &none).unwrap();
+    let committed = two.apply(&[Change::Placed { vm: new_vm("c", 2.0), host: HostId::from("z-h1") }], &none).unwrap();
+    assert_eq!(committed, Committed::AfterOthers, "a batch committed after one it had not followed");
+    // Back and listening, the store knows what it has not followed.
+    eventually("the listener is back and says the store is behind", || !two.known_current());
+    let Ok(store::Followed::Batches(batches)) = two.follow() else { panic!("no batches") };
+    assert_eq!(batches.len(), 2, "the other agent's batch and its own, in the log's order");
+    eventually("listening again", || two.known_current());
+}
+
+#[test]
+fn a_release_on_a_view_that_lacks_the_placement_is_not_answered_unknown() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    // A client places through A and releases through B at once, many times: B's view may not
+    // have heard of the placement yet, and must then follow rather than answer 404.
+    for i in 0..40 {
+        let id = format!("v{i}");
+        assert!(host_of(&a.execute_one(allocate(&id, 1.0), f64::from(i))).is_some());
+        let released = b.execute_one(Release::vm(VmId::from(id.as_str())), f64::from(i) + 0.5);
+        assert!(released.is_ok(), "{id}: {released:?}");
+    }
+    assert_eq!(pg.psql("SELECT count(*) FROM vms"), "0");
 }

@@ -30,13 +30,37 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().default_headers(headers).build().expect("HTTP client")
 }
 
+impl Server {
+    /// The process id, for its CPU accounting.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 /// Starts the binary with `config` (TOML after the `listen` line) written to `dir/<name>.toml`,
 /// and waits until `/readyz` answers.
+#[allow(dead_code)]
 pub async fn start(dir: &Path, name: &str, config: &str) -> Server {
+    start_with(dir, name, config, Path::new(env!("CARGO_BIN_EXE_allocator")), None).await
+}
+
+/// [`start`] with another `allocator` binary (a reference build, for before/after in one run),
+/// and pinned to CPU `cpu` (`taskset -c`) when given.
+pub async fn start_with(dir: &Path, name: &str, config: &str, binary: &Path, cpu: Option<usize>) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).expect("config written");
-    let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
+    let mut command = match cpu {
+        Some(cpu) => {
+            let mut taskset = Command::new("taskset");
+            taskset.arg("-c").arg(cpu.to_string()).arg(binary);
+            taskset
+        }
+        None => Command::new(binary),
+    };
+    // `taskset -c CPU PROGRAM` execs the program: the child's pid is the allocator's.
+    let child = command
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")

@@ -40,6 +40,12 @@ pub struct Context<'a> {
     /// VM ids an agent answered "rejected" after this batch's view or moments before (found by
     /// the store at its commit): that first answer stands.
     pub(super) rejected_elsewhere: &'a HashSet<VmId>,
+    /// The batch runs on a view that was not checked against the store first (another agent's
+    /// latest commits may be missing from it; see [`Request::CHECKED_AT_COMMIT`]).
+    pub(super) unchecked_view: bool,
+    /// Set by a command whose answer an unchecked view could have made wrong without the commit
+    /// noticing (a release of a VM the view lacks): the batch is decided again after following.
+    pub(super) needs_fresh_view: bool,
 }
 
 /// A command with the type of its answer.
@@ -48,6 +54,13 @@ pub trait Request: Send + 'static {
     /// Whether it changes the state. A write whose batch cannot be made durable is answered
     /// [`CommandError::NotDurable`]; a read is answered again from the rebuilt state.
     const WRITE: bool = false;
+
+    /// Whether the command may run on a view that lacks other agents' latest commits, because
+    /// the store's commit checks what its answer relies on: a placement that contradicts another
+    /// agent's commit is refused and decided again, and a command that finds what a stale view
+    /// could explain sets [`Context::needs_fresh_view`]. Others (reads) run only on a view
+    /// followed up to the store's head, so they see every commit acknowledged before them.
+    const CHECKED_AT_COMMIT: bool = false;
 
     /// Carries the command out on the live allocator; a write's effects go to its journal.
     fn run(&self, cx: &mut Context<'_>) -> Result<Self::Output, CommandError>;
@@ -62,6 +75,8 @@ pub trait Request: Send + 'static {
 /// A command in a batch, with where its answer goes (made by [`job`]).
 pub trait Job: Send {
     fn is_write(&self) -> bool;
+    /// [`Request::CHECKED_AT_COMMIT`].
+    fn checked_at_commit(&self) -> bool;
     fn time_s(&self) -> Option<f64>;
     /// Runs the command, keeping its answer until the batch is over.
     fn run(&mut self, cx: &mut Context<'_>);
@@ -109,6 +124,10 @@ impl<R: Request> Job for Pending<R> {
         R::WRITE
     }
 
+    fn checked_at_commit(&self) -> bool {
+        R::CHECKED_AT_COMMIT
+    }
+
     fn time_s(&self) -> Option<f64> {
         self.request.time_s().filter(|t| t.is_finite())
     }
@@ -135,6 +154,10 @@ pub struct Allocate(pub AllocationRequest);
 impl Request for Allocate {
     type Output = AllocationDecision;
     const WRITE: bool = true;
+    /// A placement on a stale view is refused by the store (a host over-committed, the id placed
+    /// already) and decided again; a rejection is recorded and checked against placements of the
+    /// same id at the commit.
+    const CHECKED_AT_COMMIT: bool = true;
 
     fn run(&self, cx: &mut Context<'_>) -> Result<AllocationDecision, CommandError> {
         let started = Instant::now();
@@ -218,9 +241,16 @@ impl Request for Release {
     /// The VM as it was placed.
     type Output = VmInfo;
     const WRITE: bool = true;
+    /// A VM the view holds is released by the store too; one it lacks may have been placed by an
+    /// agent whose commit the view has not followed yet: the batch is decided again after
+    /// following rather than answered 404.
+    const CHECKED_AT_COMMIT: bool = true;
 
     fn run(&self, cx: &mut Context<'_>) -> Result<VmInfo, CommandError> {
         let unknown = || CommandError::UnknownVm(self.vm.clone());
+        if cx.unchecked_view && cx.allocator.state().vm(&self.vm).is_none() {
+            cx.needs_fresh_view = true;
+        }
         // Describe it while it is still there.
         let info = vm_info(cx.allocator, &self.vm)
             .filter(|info| self.owner.as_ref().is_none_or(|owner| info.tenant_id == *owner))
@@ -413,6 +443,20 @@ impl Request for Status {
             hosts: cx.allocator.state().hosts().len(),
             vms: cx.allocator.state().vm_count(),
         })
+    }
+}
+
+/// Nothing but what every batch does first: follow what other agents committed. Sent by the
+/// worker when the store says another agent committed, so that an idle agent's view is current
+/// before its next request comes.
+#[derive(Clone, Copy, Debug)]
+pub struct Follow;
+
+impl Request for Follow {
+    type Output = ();
+
+    fn run(&self, _cx: &mut Context<'_>) -> Result<(), CommandError> {
+        Ok(())
     }
 }
 

@@ -23,10 +23,12 @@
 
 mod commands;
 
-use crate::store::{self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
+use crate::store::{
+    self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm, Waker,
+};
 pub use commands::{
-    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, GetAllocation, GetHost, HostFilter, Job,
-    ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
+    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation, GetHost,
+    HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
@@ -136,6 +138,19 @@ pub struct DurableAllocator {
     outcomes: OutcomeTracker,
     /// How long the store keeps the VMs that left, set again on every rebuild.
     exit_retention: ExitRetention,
+    /// Called when another agent committed (a store shared with others), set again on every
+    /// rebuild.
+    waker: WakerSlot,
+}
+
+/// A [`Waker`] in a struct that derives `Debug`.
+#[derive(Default)]
+struct WakerSlot(Option<Waker>);
+
+impl std::fmt::Debug for WakerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(waker)" } else { "None" })
+    }
 }
 
 /// When a VM started on the model's clock: its request time, else its placement time.
@@ -265,7 +280,18 @@ impl DurableAllocator {
             share: None,
             outcomes,
             exit_retention: ExitRetention::default(),
+            waker: WakerSlot::default(),
         })
+    }
+
+    /// Calls `wake` (from another thread; it must not block) whenever another agent of the store
+    /// committed a batch this one has not followed; the caller then runs a [`Follow`], so that an
+    /// idle agent's view is current before its next request. Only a shared store calls it.
+    pub fn set_waker(&mut self, wake: Waker) {
+        if let Some(live) = &mut self.live {
+            live.store.set_waker(Arc::clone(&wake));
+        }
+        self.waker = WakerSlot(Some(wake));
     }
 
     /// Keeps the VMs that left in the store as `retention` says from now on (`[export]`).
@@ -313,8 +339,11 @@ impl DurableAllocator {
         self.live = None;
         metrics::counter!("allocator_reloads_total").increment(1);
         match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone(), self.exit_retention) {
-            Ok(live) => {
+            Ok(mut live) => {
                 observe_rebuilt(&mut self.outcomes, &live.allocator);
+                if let Some(wake) = &self.waker.0 {
+                    live.store.set_waker(Arc::clone(wake));
+                }
                 self.live = Some(live);
                 self.broken = None;
                 Ok(())
@@ -347,13 +376,19 @@ impl DurableAllocator {
         let mut attempt = 1;
         // VM ids another agent answered "rejected" first, found when a commit was refused.
         let mut rejected_elsewhere: HashSet<VmId> = HashSet::new();
+        // Whether the batch follows the store before it runs even when the store knows of no
+        // commit this agent lacks: when a command needs it, and when a command's answer said so.
+        let mut follow_first = jobs.iter().any(|job| !job.checked_at_commit());
         loop {
-            if let Err(reason) = self.catch_up(now_s) {
-                for job in jobs.iter_mut() {
-                    job.fail(CommandError::Unavailable(reason.clone()));
+            let unchecked_view = match self.catch_up(now_s, follow_first) {
+                Ok(unchecked) => unchecked,
+                Err(reason) => {
+                    for job in jobs.iter_mut() {
+                        job.fail(CommandError::Unavailable(reason.clone()));
+                    }
+                    return;
                 }
-                return;
-            }
+            };
             let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
             if let Some(me) = live.store.agent() {
                 let agents = live.store.agents();
@@ -390,12 +425,25 @@ impl DurableAllocator {
                 repredictor: &mut self.repredictor,
                 rejected: shared.then_some(&mut rejected),
                 rejected_elsewhere: &rejected_elsewhere,
+                unchecked_view,
+                needs_fresh_view: false,
             };
             for job in jobs.iter_mut() {
                 job.run(&mut cx);
             }
+            let needs_fresh_view = cx.needs_fresh_view;
             // Exactly what the batch changed, as the placement core recorded it.
             let ops: Vec<_> = live.allocator.take_changes().collect();
+            if needs_fresh_view {
+                // Nothing was sent to the store: take the batch back and decide it again on a
+                // view followed up to the store's head.
+                metrics::counter!("allocator_fresh_view_retries_total").increment(1);
+                follow_first = true;
+                if live.take_back(&ops, true).is_err() {
+                    self.live = None;
+                }
+                continue;
+            }
             if !rejected.is_empty() {
                 // An id rejected and then placed by the same batch (a release in between) ends
                 // placed: that is no rejection to record.
@@ -483,6 +531,8 @@ impl DurableAllocator {
                         repredictor: &mut self.repredictor,
                         rejected: None,
                         rejected_elsewhere: &rejected_elsewhere,
+                        unchecked_view: false,
+                        needs_fresh_view: false,
                     }),
                     None => job.fail(CommandError::Unavailable(reason.clone())),
                 }
@@ -492,19 +542,27 @@ impl DurableAllocator {
     }
 
     /// Brings the live state up to what the store holds before a batch: rebuilt if there is none,
-    /// then the changes other agents committed since, followed. Says why when the store cannot be
-    /// used.
-    fn catch_up(&mut self, now_s: f64) -> Result<(), String> {
-        self.follow_store();
+    /// then the changes other agents committed since, followed, unless `follow_first` is false and
+    /// the store knows of no such change ([`PlacementStore::known_current`]). Answers whether the
+    /// view was left unchecked that way; says why when the store cannot be used.
+    fn catch_up(&mut self, now_s: f64, follow_first: bool) -> Result<bool, String> {
+        // Only a store other agents write can lack anything (the embedded store's follow is free).
+        let unchecked = !follow_first
+            && self.live.as_ref().is_some_and(|live| live.store.agent().is_some() && live.store.known_current());
+        if !unchecked {
+            self.follow_store();
+        }
         if self.live.is_none() {
             if let Err(error) = self.rebuild(now_s) {
                 tracing::error!(%error, "the allocator's store is still unusable");
             }
+            // A view just loaded is the store's.
+            return match self.live {
+                Some(_) => Ok(false),
+                None => Err(self.broken.clone().unwrap_or_else(|| "not open".to_owned())),
+            };
         }
-        match self.live {
-            Some(_) => Ok(()),
-            None => Err(self.broken.clone().unwrap_or_else(|| "not open".to_owned())),
-        }
+        Ok(unchecked)
     }
 
     /// Applies the changes committed to the store that the live view lacks; drops the live view

@@ -20,11 +20,13 @@
 //! a trace in the project's format.
 
 pub mod export;
+mod listener;
 pub mod postgres;
 pub mod sqlite;
 
 pub use export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, TraceExport};
 
+pub use listener::Waker;
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
@@ -251,6 +253,22 @@ pub trait PlacementStore: Send + fmt::Debug {
     fn follow(&mut self) -> Result<Followed, StoreError> {
         Ok(Followed::Batches(Vec::new()))
     }
+
+    /// Whether this agent's view is known to hold every batch committed to the store, so that a
+    /// batch whose answers the store checks at its commit may skip [`PlacementStore::follow`]. A
+    /// store only this agent writes always is; a shared one knows it from other agents'
+    /// notifications, which may be late: the commit's log position ([`Committed`]) is what is
+    /// exact, and a store that cannot tell answers `false`.
+    fn known_current(&self) -> bool {
+        true
+    }
+
+    /// Calls `wake` (from another thread, without blocking) when another agent committed a batch
+    /// this agent has not followed: an idle agent follows then, off the request path. A store only
+    /// this agent writes never calls it.
+    fn set_waker(&mut self, wake: Waker) {
+        let _ = wake;
+    }
 }
 
 /// Where a committed batch went in the store's order of commits.
@@ -443,5 +461,13 @@ impl PlacementStore for PostgresStore {
 
     fn follow(&mut self) -> Result<Followed, StoreError> {
         PostgresStore::follow(self)
+    }
+
+    fn known_current(&self) -> bool {
+        PostgresStore::known_current(self)
+    }
+
+    fn set_waker(&mut self, wake: Waker) {
+        PostgresStore::set_waker(self, wake);
     }
 }

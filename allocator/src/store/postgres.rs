@@ -8,14 +8,30 @@
 //! from the inventory when the store is opened; a host whose capacity shrank below what its VMs use
 //! is refused by the same check, naming the host.
 //!
-//! Only SQL that PostgreSQL-wire distributed databases also accept: no advisory locks, no
-//! `LISTEN`, no server-side functions.
+//! **A batch in one round trip** (schema 5, issue 32). A batch is written by one server-side
+//! function, `allocator_commit_batch` (PL/pgSQL, [`BATCH_FUNCTIONS`]), called outside any
+//! transaction: the call is its own transaction, so the whole batch (placed VMs, released VMs,
+//! host use, host and policy states, the change-log row, rejections) costs one round trip, and
+//! a refusal raised anywhere in it rolls all of it back. Batches with drains or migrations are
+//! still written change by change in a transaction, ending with the log's part of the same
+//! function (`allocator_log_batch`). Not every PostgreSQL-wire distributed database runs
+//! PL/pgSQL or `LISTEN`/`NOTIFY`: see docs/allocator.md.
 //!
-//! Schema (version 4, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! **Following without polling.** The log function notifies `allocator_log` with the batch's
+//! position and agent. Each agent listens on a connection of its own ([`Listener`], a thread) and
+//! keeps the latest position another agent committed; a batch of allocations and releases skips
+//! the follow query when that position is one this agent's view has already followed, and an
+//! idle agent is woken to follow ([`PostgresStore::set_waker`]). A notification can be lost
+//! (the listening connection broke, or is late): the commit still checks the log position
+//! ([`super::Committed`]), so a batch decided on a view that lacked another agent's batch is taken
+//! back and followed in the log's order, and while the listener is not connected every batch
+//! follows first, as before.
+//!
+//! Schema (version 5, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
 //! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
-//! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table, and
-//! versions 1 to 3 the (empty) `rejections` table.
+//! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table,
+//! versions 1 to 3 the (empty) `rejections` table, and versions 1 to 4 the batch functions.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -37,7 +53,8 @@
 //!         AND ssd_used BETWEEN 0 AND ssd_cap));
 //! CREATE SEQUENCE vm_seq;                                                  -- placement order
 //! CREATE TABLE vms (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL UNIQUE,
-//!     host_id TEXT NOT NULL REFERENCES hosts (host_id), tenant_id TEXT NOT NULL,
+//!     host_id TEXT NOT NULL, tenant_id TEXT NOT NULL,     -- no foreign key since schema 5: each
+//!                                                          -- batch locks its hosts, refusing a missing one
 //!     vm_type TEXT NOT NULL, cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL,
 //!     ssd_base BIGINT NOT NULL, placed_at_s DOUBLE PRECISION NOT NULL,     -- the allocator's clock
 //!     prediction TEXT,                                                     -- as JSON
@@ -73,17 +90,18 @@
 //! **Rejections** ([`PostgresStore::apply_decisions`]). The same VM id can reach two agents at once
 //! (a client's retry on another agent after a timeout), and their views may differ: one may reject
 //! it while the other places it. A batch that answers requests "rejected" records their ids in
-//! `rejections` at its log position, in the statement that moves the head; a batch with no write
-//! is that one statement alone. The same statement reads which of the rejected ids are placed
-//! (the batch is refused: decided again after following, the answer is that placement, replayed)
-//! and which of the placed ids another agent rejected after this agent's view, or less than
-//! [`REJECTION_STANDS_S`] ago ([`StoreError::RejectedElsewhere`]: the batch is refused, and those
-//! requests are answered rejected, the first answer). Every commit holds the head's row lock from
-//! that statement to its end, so what committed before it is exactly what it must see: its own
-//! snapshot when the head moved by one only, else a second read (`decided_meanwhile`).
-//! Rejections are trimmed with the log, once they no longer stand.
+//! `rejections` at its log position, right after it moves the head; a batch with no write is the
+//! log function alone. Then the function reads which of the placed ids another agent rejected
+//! after this agent's view, or less than [`REJECTION_STANDS_S`] ago
+//! ([`StoreError::RejectedElsewhere`]: the batch is refused, and those requests are answered
+//! rejected, the first answer), and which of the rejected ids are placed (the batch is refused:
+//! decided again after following, the answer is that placement, replayed). Every commit holds the
+//! head's row lock from the moment it moves the head to its end, and each statement of the
+//! function takes a snapshot of its own (read committed), so these reads see exactly the commits
+//! before this one. Rejections are trimmed with the log, once they no longer stand.
 
 use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
+use super::listener::{Listener, Waker};
 use super::{
     parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StoreError,
     StoredState, VmColumns,
@@ -95,7 +113,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -131,6 +149,8 @@ pub struct PostgresStore {
     retention: ExitRetention,
     newest_exit_s: f64,
     pruned_at: Option<std::time::Instant>,
+    /// Other agents' commits, as notified.
+    listener: Listener,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -193,7 +213,8 @@ impl PostgresStore {
         // A transaction of an agent holds its hosts' row locks and the change log's head: the
         // other agents' commits wait for it. One cut off in the middle (partitioned, stopped)
         // would stall the zone until its connection died; the server ends such a session after
-        // this long instead (an agent's batch takes a few round trips).
+        // this long instead (only a batch written change by change holds a transaction open between
+        // round trips, for a few of them).
         client
             .batch_execute(&format!(
                 "SET idle_in_transaction_session_timeout = {}",
@@ -220,11 +241,14 @@ impl PostgresStore {
             context: "preparing the statements",
             source: source.into(),
         })?;
+        // On a connection of its own: the agent's waits for the agent's statements.
+        let listener = Listener::start(config, &agent);
         Ok(PostgresStore {
             client,
             name,
             agent,
             followed: 0,
+            listener,
             statements,
             seen: std::collections::HashMap::new(),
             retention: ExitRetention::default(),
@@ -328,8 +352,20 @@ impl PostgresStore {
             .collect())
     }
 
+    /// See [`super::PlacementStore::known_current`]: listening, and no other agent's commit
+    /// notified past what this agent followed.
+    pub fn known_current(&self) -> bool {
+        self.listener.up_to(self.followed)
+    }
+
+    /// See [`super::PlacementStore::set_waker`].
+    pub fn set_waker(&mut self, wake: Waker) {
+        self.listener.set_waker(wake);
+    }
+
     /// See [`super::PlacementStore::follow`].
     pub fn follow(&mut self) -> Result<Followed, StoreError> {
+        self.listener.following();
         let rows = self
             .client
             .query(&self.statements.follow, &[&self.followed])
@@ -403,76 +439,36 @@ impl PostgresStore {
                 _ => None,
             })
             .collect();
-        if changes.is_empty() {
-            return self.record_rejections(&rejected);
-        }
-        let name = self.name.clone();
-        let sql = |context: &'static str| {
-            let name = name.clone();
-            move |source: postgres::Error| {
-                refusal(&name, &source).unwrap_or(StoreError::Sql {
-                    store: name.clone(),
-                    context,
-                    source: source.into(),
-                })
-            }
-        };
-        let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
-        if set_based(changes) {
-            write_sets(&mut tx, &self.statements, changes, policy_state, &name)?;
-        } else {
-            write_each(&mut tx, changes, policy_state, &name)?;
-        }
-        // Last, so that the head's row lock is held only while the commit itself runs.
         let logged: Vec<LoggedChange> = changes.iter().map(|c| LoggedChange::of(c, policy_state)).collect();
         let body = serde_json::to_string(&logged).map_err(|e| StoreError::CorruptVm {
-            store: name.clone(),
+            store: self.name.clone(),
             vm: "change log".to_owned(),
             detail: e.to_string(),
         })?;
-        // One round trip: the head moves and the batch's row goes in (with its rejections, and
-        // what other agents decided of the same ids meanwhile).
-        let seq = if placed.is_empty() && rejected.is_empty() {
-            tx.query_one(&self.statements.append_log, &[&self.agent, &body])
-                .map_err(sql("appending to the change log"))?
-                .get(0)
+        let log = LogEntry { agent: &self.agent, body, followed: self.followed, placed, rejected };
+        let name = self.name.as_str();
+        let seq = if changes.is_empty() {
+            // Rejections only: the log's part alone, a transaction of its own.
+            log_batch(&mut self.client, &self.statements, &log, name)?
+        } else if set_based(changes) {
+            commit_sets(&mut self.client, &self.statements, changes, &log, policy_state, name)?
         } else {
-            let row = tx
-                .query_one(
-                    &self.statements.append_decided,
-                    &[&self.agent, &body, &rejected, &placed, &self.followed, &REJECTION_STANDS_S],
-                )
-                .map_err(sql("appending to the change log"))?;
-            let seq: i64 = row.get(0);
-            let seen: i64 = row.get(1);
-            let (mut placed_elsewhere, mut rejected_elsewhere): (Vec<String>, Vec<String>) = (row.get(2), row.get(3));
-            if seq != seen + 1 {
-                // Another agent committed while this one waited for the head: read again, now
-                // that every commit before this one's is visible.
-                let row = tx
-                    .query_one(
-                        &self.statements.decided_meanwhile,
-                        &[&rejected, &placed, &self.followed, &seq, &REJECTION_STANDS_S],
-                    )
-                    .map_err(sql("reading the decisions of other agents"))?;
-                (placed_elsewhere, rejected_elsewhere) = (row.get(0), row.get(1));
-            }
-            if let Some(refusal) = decided_elsewhere(&name, placed_elsewhere, rejected_elsewhere) {
-                // Dropping the transaction rolls it back: nothing of the batch is written.
-                return Err(refusal);
-            }
+            let sql = |context: &'static str| {
+                move |source: postgres::Error| {
+                    refusal(name, &source).unwrap_or(StoreError::Sql {
+                        store: name.to_owned(),
+                        context,
+                        source: source.into(),
+                    })
+                }
+            };
+            let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
+            write_each(&mut tx, changes, policy_state, name)?;
+            // Last, so that the head's row lock is held only while the commit itself runs.
+            let seq = log_batch(&mut tx, &self.statements, &log, name)?;
+            tx.commit().map_err(sql("committing"))?;
             seq
         };
-        if seq % 1000 == 0 {
-            tx.execute("DELETE FROM changes WHERE seq <= $1", &[&(seq - LOG_KEPT)])
-                .map_err(sql("trimming the change log"))?;
-            tx.execute(
-                "DELETE FROM rejections WHERE seq <= $1 AND at < now() - $2 * INTERVAL '1 second'",
-                &[&(seq - LOG_KEPT), &REJECTION_STANDS_S],
-            )
-            .map_err(sql("trimming the rejections"))?;
-        }
-        tx.commit().map_err(sql("committing"))?;
         for change in changes {
             if let Change::Released { ended_at_s, .. } = change {
                 self.newest_exit_s = self.newest_exit_s.max(*ended_at_s);
@@ -494,80 +490,26 @@ impl PostgresStore {
     }
 }
 
-impl PostgresStore {
-    /// Records that a batch with no write answered `rejected` (sorted, distinct) "rejected": one
-    /// statement, a transaction of its own, which moves the log's head (an empty batch in the log)
-    /// so that the rejection has a position. Refused when one of them is placed already.
-    fn record_rejections(&mut self, rejected: &[&str]) -> Result<Committed, StoreError> {
-        let none: [&str; 0] = [];
-        let row = self
-            .client
-            .query_one(
-                &self.statements.append_decided,
-                &[&self.agent, &"[]", &rejected, &none.as_slice(), &self.followed, &REJECTION_STANDS_S],
-            )
-            .map_err(self.sql("recording rejections"))?;
-        let seq: i64 = row.get(0);
-        let seen: i64 = row.get(1);
-        let mut placed_elsewhere: Vec<String> = row.get(2);
-        if seq != seen + 1 {
-            // Committed already; a placement committed before it that the statement's snapshot
-            // missed is visible now. (The rejection's row then stands for nothing: that id is
-            // placed, and a later placement of it is decided after the rejection.)
-            placed_elsewhere = self
-                .client
-                .query_one(
-                    &self.statements.decided_meanwhile,
-                    &[&rejected, &none.as_slice(), &self.followed, &seq, &REJECTION_STANDS_S],
-                )
-                .map_err(self.sql("reading the decisions of other agents"))?
-                .get(0);
+/// The refusal a batch gets when other agents decided some of its VM ids meanwhile (the log
+/// function's `AL001` and `AL002`, the ids in the error's detail): placed what it rejects (decide
+/// again: a replay), or rejected what it places (the first answer stands).
+fn decided_elsewhere(name: &str, db: &postgres::error::DbError) -> Option<StoreError> {
+    let vms =
+        || -> Vec<String> { db.detail().and_then(|detail| serde_json::from_str(detail).ok()).unwrap_or_default() };
+    match db.code().code() {
+        "AL002" => {
+            metrics::counter!("allocator_decided_elsewhere_total", "decision" => "rejected").increment(1);
+            Some(StoreError::RejectedElsewhere { store: name.to_owned(), vms: vms().into_iter().map(VmId).collect() })
         }
-        if seq % 1000 == 0 {
-            // As a batch with writes would (statements of their own: a failure costs nothing).
-            let trimmed = self
-                .client
-                .batch_execute(&format!(
-                    "DELETE FROM changes WHERE seq <= {cut};
-                     DELETE FROM rejections WHERE seq <= {cut} AND at < now() - INTERVAL '{stands} seconds'",
-                    cut = seq - LOG_KEPT,
-                    stands = REJECTION_STANDS_S
-                ))
-                .map_err(self.sql("trimming the change log"));
-            if let Err(error) = trimmed {
-                tracing::warn!(%error, "trimming the change log failed; trying again in 1,000 batches");
-            }
+        "AL001" => {
+            metrics::counter!("allocator_decided_elsewhere_total", "decision" => "placed").increment(1);
+            Some(StoreError::Refused {
+                store: name.to_owned(),
+                detail: format!("VMs {:?} this batch rejects were placed by another agent meanwhile", vms()),
+            })
         }
-        if let Some(refusal) = decided_elsewhere(&self.name, placed_elsewhere, Vec::new()) {
-            return Err(refusal);
-        }
-        if seq == self.followed + 1 {
-            self.followed = seq;
-            Ok(Committed::InOrder)
-        } else {
-            Ok(Committed::AfterOthers)
-        }
+        _ => None,
     }
-}
-
-/// The refusal a batch gets when other agents decided some of its VM ids meanwhile: placed what it
-/// rejects (decide again: a replay), or rejected what it places (the first answer stands).
-fn decided_elsewhere(name: &str, placed: Vec<String>, rejected: Vec<String>) -> Option<StoreError> {
-    if !rejected.is_empty() {
-        metrics::counter!("allocator_decided_elsewhere_total", "decision" => "rejected").increment(1);
-        return Some(StoreError::RejectedElsewhere {
-            store: name.to_owned(),
-            vms: rejected.into_iter().map(VmId).collect(),
-        });
-    }
-    if !placed.is_empty() {
-        metrics::counter!("allocator_decided_elsewhere_total", "decision" => "placed").increment(1);
-        return Some(StoreError::Refused {
-            store: name.to_owned(),
-            detail: format!("VMs {placed:?} this batch rejects were placed by another agent meanwhile"),
-        });
-    }
-    None
 }
 
 impl PostgresStore {
@@ -755,7 +697,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS vms (
                      vm_id TEXT PRIMARY KEY,
                      seq BIGINT NOT NULL UNIQUE,
-                     host_id TEXT NOT NULL REFERENCES hosts (host_id),
+                     host_id TEXT NOT NULL,
                      tenant_id TEXT NOT NULL,
                      vm_type TEXT NOT NULL,
                      cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL,
@@ -764,6 +706,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      requested_at_s DOUBLE PRECISION,
                      request TEXT
                  );
+                 ALTER TABLE vms DROP CONSTRAINT IF EXISTS vms_host_id_fkey;
                  ALTER TABLE vms ADD COLUMN IF NOT EXISTS requested_at_s DOUBLE PRECISION;
                  ALTER TABLE vms ADD COLUMN IF NOT EXISTS request TEXT;
                  CREATE TABLE IF NOT EXISTS migrations (
@@ -793,10 +736,11 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 4)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 5)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
+            tx.batch_execute(BATCH_FUNCTIONS).map_err(sql("creating the batch functions"))?;
         }
     }
     seed_hosts(&mut tx, inventory, name)?;
@@ -805,13 +749,14 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
 
 /// Takes the row locks of `hosts` in one order for every agent (the database's order of host ids),
 /// so that two batches never wait on each other's hosts in a cycle; refuses a host not in the store.
+/// (`allocator_commit_batch` does the same for the set-based batches.)
 const LOCK_HOSTS: &str = "SELECT host_id FROM hosts WHERE host_id = ANY($1::text[]) ORDER BY host_id FOR NO KEY UPDATE";
 
-fn lock_hosts(tx: &mut Transaction<'_>, statement: &Statement, hosts: &[&str], name: &str) -> Result<(), StoreError> {
+fn lock_hosts(tx: &mut Transaction<'_>, hosts: &[&str], name: &str) -> Result<(), StoreError> {
     if hosts.is_empty() {
         return Ok(());
     }
-    let rows = tx.query(statement, &[&hosts]).map_err(|source| {
+    let rows = tx.query(LOCK_HOSTS, &[&hosts]).map_err(|source| {
         refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
             store: name.to_owned(),
             context: "locking hosts",
@@ -831,92 +776,183 @@ fn lock_hosts(tx: &mut Transaction<'_>, statement: &Statement, hosts: &[&str], n
 
 /// The statements of every batch, prepared once per connection: a statement sent as text is parsed
 /// and planned again each time, and the client prepares it first, in a round trip of its own.
-/// They write a batch by sets (arrays), not row by row: a batch of several requests costs a
-/// handful of round trips, and the time in which other agents can commit under it is short.
 struct Statements {
-    insert_vms: Statement,
-    delete_vms: Statement,
-    lock_hosts: Statement,
-    add_use: Statement,
-    set_policy: Statement,
-    append_log: Statement,
+    commit_batch: Statement,
+    log_batch: Statement,
     follow: Statement,
-    append_decided: Statement,
-    decided_meanwhile: Statement,
 }
 
 impl Statements {
     fn prepare(client: &mut Client) -> Result<Self, postgres::Error> {
         Ok(Statements {
-            insert_vms: client.prepare(
-                "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
-                                  placed_at_s, prediction, requested_at_s, request)
-                 SELECT v.vm_id, nextval('vm_seq'), v.host_id, v.tenant_id, v.vm_type, v.cores, v.memory, v.ssd,
-                        v.placed_at_s, v.prediction, v.requested_at_s, v.request
-                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
-                             $8::float8[], $9::text[], $10::float8[], $11::text[])
-                      WITH ORDINALITY
-                      AS v(vm_id, host_id, tenant_id, vm_type, cores, memory, ssd, placed_at_s, prediction,
-                           requested_at_s, request, position)
-                 ORDER BY v.position",
+            commit_batch: client.prepare(
+                "SELECT allocator_commit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                                               $16, $17, $18, $19, $20, $21, $22, $23, $24)",
             )?,
-            // The released VMs leave `vms` for `exits`, each with its end, in one statement.
-            delete_vms: client.prepare(
-                "WITH gone AS (DELETE FROM vms WHERE vm_id = ANY($1::text[]) RETURNING *),
-                      kept AS (INSERT INTO exits (start_s, seq, vm_id, host_id, tenant_id, vm_type, cores_base,
-                                                  memory_base, ssd_base, placed_at_s, prediction, requested_at_s,
-                                                  request, ended_at_s)
-                               SELECT COALESCE(g.requested_at_s, g.placed_at_s), g.seq, g.vm_id, g.host_id,
-                                      g.tenant_id, g.vm_type, g.cores_base, g.memory_base, g.ssd_base,
-                                      g.placed_at_s, g.prediction, g.requested_at_s, g.request, e.ended_at_s
-                               FROM gone g
-                               JOIN unnest($1::text[], $2::float8[]) AS e(vm_id, ended_at_s) ON e.vm_id = g.vm_id)
-                 SELECT host_id, cores_base, memory_base, ssd_base FROM gone",
-            )?,
-            lock_hosts: client.prepare(LOCK_HOSTS)?,
-            add_use: client.prepare(
-                "UPDATE hosts SET cores_used = hosts.cores_used + d.cores, memory_used = hosts.memory_used + d.memory,
-                                  ssd_used = hosts.ssd_used + d.ssd
-                 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[]) AS d(host_id, cores, memory, ssd)
-                 WHERE hosts.host_id = d.host_id",
-            )?,
-            set_policy: client.prepare(
-                "UPDATE hosts SET policy = d.policy, policy_state = d.state
-                 FROM unnest($1::text[], $2::text[], $3::text[]) AS d(host_id, policy, state)
-                 WHERE hosts.host_id = d.host_id",
-            )?,
-            append_log: client.prepare(
-                "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
-                 INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq",
-            )?,
+            log_batch: client.prepare("SELECT allocator_log_batch($1, $2, $3, $4, $5, $6, $7)")?,
             follow: client.prepare("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq")?,
-            // The head moves, the batch's row goes in, its rejections are recorded at its position;
-            // and, as of the statement's snapshot: which of the rejected ids ($3) are placed, which
-            // of the placed ones ($4) another agent rejected after this agent's view ($5), and the
-            // head before this statement waited for it (if another commit came in between, the
-            // snapshot may miss it: read again with `decided_meanwhile`).
-            append_decided: client.prepare(
-                "WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq),
-                      logged AS (INSERT INTO changes (seq, agent, body) SELECT seq, $1, $2 FROM head RETURNING seq),
-                      recorded AS (INSERT INTO rejections (vm_id, seq, at)
-                                   SELECT r.vm_id, logged.seq, now() FROM logged, unnest($3::text[]) AS r(vm_id)
-                                   ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at)
-                 SELECT logged.seq, (SELECT seq FROM log_head WHERE id = 1),
-                        ARRAY(SELECT vm_id FROM vms WHERE vm_id = ANY($3::text[])),
-                        ARRAY(SELECT vm_id FROM rejections WHERE vm_id = ANY($4::text[])
-                                                            AND (seq > $5 OR at > now() - $6 * INTERVAL '1 second'))
-                 FROM logged",
-            )?,
-            decided_meanwhile: client.prepare(
-                "SELECT ARRAY(SELECT vm_id FROM vms WHERE vm_id = ANY($1::text[])),
-                        ARRAY(SELECT vm_id FROM rejections WHERE vm_id = ANY($2::text[]) AND seq < $4
-                                                            AND (seq > $3 OR at > now() - $5 * INTERVAL '1 second'))",
-            )?,
         })
     }
 }
 
-/// Whether [`write_sets`] can write `changes`: placements, releases, host and policy states, with
+/// The server-side functions that write a batch (schema 5), created or replaced with the schema.
+///
+/// `allocator_log_batch` is the end of every batch: it moves the log's head (taking its row lock,
+/// held to the commit: the log's order is the commit order), inserts the batch's row, records its
+/// rejections at that position, refuses the batch (an error rolls all of it back) when another
+/// agent rejected one of the VM ids it places after this agent's view or less than `p_stands`
+/// seconds ago (`AL002`, the ids as a JSON array in the detail) or placed one of those it rejects
+/// (`AL001`), trims the log every 1,000 batches, and notifies [`super::listener::CHANNEL`]. Its
+/// reads come after the head's lock is granted, each with a snapshot of its own (read
+/// committed), so they see every batch committed before this one.
+///
+/// `allocator_commit_batch` writes a batch of placements, releases, host and policy states, then
+/// calls the log's part: the placed VMs go in (the primary key refuses a second placement), the
+/// released ones move to `exits`, each touched host's row is locked in the order of host ids (the
+/// same for every agent: batches never deadlock on hosts; a host not in the store is refused
+/// there, which is why `vms` needs no foreign key, whose per-row trigger cost 6% of the backend's
+/// CPU) and gets its net use (the check refuses an over-commit), then the host and policy states.
+/// Called outside a transaction, it is one.
+///
+/// Both read and write by key only, and say so to the planner (`SET enable_seqscan = off`): the
+/// tables churn faster than autovacuum's statistics follow, and with them the planner scanned
+/// the whole of `vms` (about 1,300 rows and 17,000 dead ones) for the released VMs of every batch
+/// and `hosts` twice, in the agents bench (`pg_stat_user_tables`: one sequential scan of `vms`
+/// per batch, no index scan), which was most of PostgreSQL's CPU per batch. Their statements
+/// are planned once per connection (`plan_cache_mode = force_generic_plan`): with arrays for
+/// parameters the plan cache otherwise planned each call afresh (13% of the backend's CPU).
+const BATCH_FUNCTIONS: &str = "
+CREATE OR REPLACE FUNCTION allocator_log_batch(
+    p_agent text, p_body text, p_followed bigint, p_stands double precision, p_log_kept bigint,
+    p_placed text[], p_rejected text[]) RETURNS bigint
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+    v_seq bigint;
+    v_ids text[];
+BEGIN
+    WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
+    INSERT INTO changes (seq, agent, body) SELECT seq, p_agent, p_body FROM head RETURNING seq INTO v_seq;
+    IF cardinality(p_rejected) > 0 THEN
+        INSERT INTO rejections (vm_id, seq, at)
+            SELECT r.vm_id, v_seq, now() FROM unnest(p_rejected) AS r(vm_id)
+            ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at;
+    END IF;
+    IF cardinality(p_placed) > 0 THEN
+        SELECT array_agg(vm_id) INTO v_ids FROM rejections
+            WHERE vm_id = ANY (p_placed) AND seq < v_seq
+              AND (seq > p_followed OR at > now() - p_stands * INTERVAL '1 second');
+        IF v_ids IS NOT NULL THEN
+            RAISE EXCEPTION 'VMs this batch places were rejected by another agent meanwhile'
+                USING ERRCODE = 'AL002', DETAIL = array_to_json(v_ids)::text;
+        END IF;
+    END IF;
+    IF cardinality(p_rejected) > 0 THEN
+        SELECT array_agg(vm_id) INTO v_ids FROM vms WHERE vm_id = ANY (p_rejected);
+        IF v_ids IS NOT NULL THEN
+            RAISE EXCEPTION 'VMs this batch rejects were placed by another agent meanwhile'
+                USING ERRCODE = 'AL001', DETAIL = array_to_json(v_ids)::text;
+        END IF;
+    END IF;
+    IF v_seq % 1000 = 0 THEN
+        DELETE FROM changes WHERE seq <= v_seq - p_log_kept;
+        DELETE FROM rejections WHERE seq <= v_seq - p_log_kept AND at < now() - p_stands * INTERVAL '1 second';
+    END IF;
+    PERFORM pg_notify('allocator_log', v_seq || ' ' || p_agent);
+    RETURN v_seq;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION allocator_commit_batch(
+    p_agent text, p_body text, p_followed bigint, p_stands double precision, p_log_kept bigint,
+    p_vm_id text[], p_host_id text[], p_tenant_id text[], p_vm_type text[],
+    p_cores bigint[], p_memory bigint[], p_ssd bigint[], p_placed_at_s double precision[],
+    p_prediction text[], p_requested_at_s double precision[], p_request text[],
+    p_released text[], p_ended_at_s double precision[],
+    p_state_host text[], p_state text[],
+    p_policy_host text[], p_policy text[], p_policy_state text[],
+    p_rejected text[]) RETURNS bigint
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+    v_hosts text[];
+    v_cores bigint[];
+    v_memory bigint[];
+    v_ssd bigint[];
+    v_touched text[];
+    v_locked bigint;
+    v_missing text;
+BEGIN
+    IF cardinality(p_vm_id) > 0 THEN
+        INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
+                         placed_at_s, prediction, requested_at_s, request)
+            SELECT v.vm_id, nextval('vm_seq'), v.host_id, v.tenant_id, v.vm_type, v.cores, v.memory, v.ssd,
+                   v.placed_at_s, v.prediction, v.requested_at_s, v.request
+            FROM unnest(p_vm_id, p_host_id, p_tenant_id, p_vm_type, p_cores, p_memory, p_ssd, p_placed_at_s,
+                        p_prediction, p_requested_at_s, p_request)
+                 WITH ORDINALITY
+                 AS v(vm_id, host_id, tenant_id, vm_type, cores, memory, ssd, placed_at_s, prediction,
+                      requested_at_s, request, position)
+            ORDER BY v.position;
+    END IF;
+    -- The released VMs leave for exits, and each host's net use of the batch, in host order.
+    WITH gone AS (DELETE FROM vms WHERE vm_id = ANY (p_released) RETURNING *),
+         kept AS (INSERT INTO exits (start_s, seq, vm_id, host_id, tenant_id, vm_type, cores_base,
+                                     memory_base, ssd_base, placed_at_s, prediction, requested_at_s,
+                                     request, ended_at_s)
+                  SELECT COALESCE(g.requested_at_s, g.placed_at_s), g.seq, g.vm_id, g.host_id,
+                         g.tenant_id, g.vm_type, g.cores_base, g.memory_base, g.ssd_base,
+                         g.placed_at_s, g.prediction, g.requested_at_s, g.request, e.ended_at_s
+                  FROM gone g JOIN unnest(p_released, p_ended_at_s) AS e(vm_id, ended_at_s) ON e.vm_id = g.vm_id),
+         moved AS (SELECT p.host_id, p.cores, p.memory, p.ssd
+                   FROM unnest(p_host_id, p_cores, p_memory, p_ssd) AS p(host_id, cores, memory, ssd)
+                   UNION ALL
+                   SELECT g.host_id, -g.cores_base, -g.memory_base, -g.ssd_base FROM gone g),
+         net AS (SELECT host_id, sum(cores)::bigint AS cores, sum(memory)::bigint AS memory,
+                        sum(ssd)::bigint AS ssd
+                 FROM moved GROUP BY host_id)
+    SELECT array_agg(host_id ORDER BY host_id),
+           array_agg(host_id ORDER BY host_id) FILTER (WHERE cores <> 0 OR memory <> 0 OR ssd <> 0),
+           array_agg(cores ORDER BY host_id) FILTER (WHERE cores <> 0 OR memory <> 0 OR ssd <> 0),
+           array_agg(memory ORDER BY host_id) FILTER (WHERE cores <> 0 OR memory <> 0 OR ssd <> 0),
+           array_agg(ssd ORDER BY host_id) FILTER (WHERE cores <> 0 OR memory <> 0 OR ssd <> 0)
+        INTO v_touched, v_hosts, v_cores, v_memory, v_ssd
+        FROM net;
+    -- Every host a VM goes to or leaves, sorted and distinct already: the common batch needs no
+    -- statement for it.
+    IF cardinality(p_state_host) > 0 OR cardinality(p_policy_host) > 0 THEN
+        SELECT array_agg(DISTINCT h) INTO v_touched
+            FROM unnest(COALESCE(v_touched, '{}') || p_state_host || p_policy_host) AS h;
+    END IF;
+    IF v_touched IS NOT NULL THEN
+        SELECT count(*) INTO v_locked FROM (
+            SELECT host_id FROM hosts WHERE host_id = ANY (v_touched) ORDER BY host_id FOR NO KEY UPDATE) AS l;
+        IF v_locked < cardinality(v_touched) THEN
+            SELECT h INTO v_missing FROM unnest(v_touched) AS h
+                WHERE NOT EXISTS (SELECT 1 FROM hosts WHERE host_id = h) ORDER BY h LIMIT 1;
+            RAISE EXCEPTION 'host `%` is not in the store', v_missing USING ERRCODE = 'foreign_key_violation';
+        END IF;
+    END IF;
+    IF v_hosts IS NOT NULL THEN
+        UPDATE hosts SET cores_used = hosts.cores_used + d.cores, memory_used = hosts.memory_used + d.memory,
+                         ssd_used = hosts.ssd_used + d.ssd
+            FROM unnest(v_hosts, v_cores, v_memory, v_ssd) AS d(host_id, cores, memory, ssd)
+            WHERE hosts.host_id = d.host_id;
+    END IF;
+    IF cardinality(p_policy_host) > 0 THEN
+        UPDATE hosts SET policy = d.policy, policy_state = d.state
+            FROM unnest(p_policy_host, p_policy, p_policy_state) AS d(host_id, policy, state)
+            WHERE hosts.host_id = d.host_id;
+    END IF;
+    IF cardinality(p_state_host) > 0 THEN
+        UPDATE hosts SET state = d.state
+            FROM unnest(p_state_host, p_state) AS d(host_id, state)
+            WHERE hosts.host_id = d.host_id;
+    END IF;
+    RETURN allocator_log_batch(p_agent, p_body, p_followed, p_stands, p_log_kept, p_vm_id, p_rejected);
+END
+$fn$;
+";
+
+/// Whether [`commit_sets`] can write `changes`: placements, releases, host and policy states, with
 /// no VM both placed and released (their order would matter).
 fn set_based(changes: &[Change]) -> bool {
     let mut placed = std::collections::HashSet::new();
@@ -932,124 +968,134 @@ fn set_based(changes: &[Change]) -> bool {
     !changes.iter().any(|change| matches!(change, Change::Released { vm, .. } if placed.contains(vm.as_str())))
 }
 
-/// Writes a batch of placements, releases, host and policy states as sets: one statement inserts
-/// the placed VMs, one deletes the released ones, one locks the touched hosts (in one order for
-/// every agent), one adds each host's net use (the check judges it), one writes the policy states.
-fn write_sets(
-    tx: &mut Transaction<'_>,
-    statements: &Statements,
-    changes: &[Change],
-    policy_state: &dyn Fn(&HostId) -> Option<String>,
-    name: &str,
-) -> Result<(), StoreError> {
-    let sql = |context: &'static str| {
-        move |source: postgres::Error| {
-            refusal(name, &source).unwrap_or(StoreError::Sql { store: name.to_owned(), context, source: source.into() })
-        }
-    };
-    let mut used: BTreeMap<String, [i64; RESOURCE_DIMS]> = BTreeMap::new();
-    let use_on = |used: &mut BTreeMap<String, [i64; RESOURCE_DIMS]>, host: &str, delta: [i64; RESOURCE_DIMS]| {
-        let entry = used.entry(host.to_owned()).or_insert([0; RESOURCE_DIMS]);
-        for (sum, d) in entry.iter_mut().zip(delta) {
-            *sum += d;
-        }
-    };
-    let placed: Vec<_> = changes
-        .iter()
-        .filter_map(|change| match change {
-            Change::Placed { vm, host } => Some((vm, host)),
-            _ => None,
-        })
-        .collect();
-    if !placed.is_empty() {
-        let mut columns = VmArrays::default();
-        for (vm, host) in &placed {
-            let [cores, memory, ssd] = units(&vm.demand);
-            columns.vm_id.push(vm.id.as_str());
-            columns.host_id.push(host.as_str());
-            columns.tenant_id.push(vm.tenant.as_str());
-            columns.vm_type.push(vm.vm_type.as_str());
-            columns.base[0].push(cores);
-            columns.base[1].push(memory);
-            columns.base[2].push(ssd);
-            columns.placed_at_s.push(vm.placed_at_s);
-            columns.prediction.push(prediction_json(vm, name)?);
-            columns.requested_at_s.push(vm.requested_at_s);
-            columns.request.push(request_json(vm, name)?);
-            use_on(&mut used, host.as_str(), [cores, memory, ssd]);
-        }
-        tx.execute(
-            &statements.insert_vms,
-            &[
-                &columns.vm_id,
-                &columns.host_id,
-                &columns.tenant_id,
-                &columns.vm_type,
-                &columns.base[0],
-                &columns.base[1],
-                &columns.base[2],
-                &columns.placed_at_s,
-                &columns.prediction,
-                &columns.requested_at_s,
-                &columns.request,
-            ],
-        )
-        .map_err(sql("recording placements"))?;
-    }
-    let (released, ends): (Vec<&str>, Vec<f64>) = changes
-        .iter()
-        .filter_map(|change| match change {
-            Change::Released { vm, ended_at_s, .. } => Some((vm.as_str(), *ended_at_s)),
-            _ => None,
-        })
-        .unzip();
-    let deleted = if released.is_empty() {
-        Vec::new()
-    } else {
-        tx.query(&statements.delete_vms, &[&released, &ends]).map_err(sql("recording releases"))?
-    };
-    for row in &deleted {
-        use_on(&mut used, row.get(0), [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
-    }
-    used.retain(|_, delta| delta.iter().any(|d| *d != 0));
-    // The policy states, one per host (the snapshot is taken now, so the last one wins anyway).
-    let mut policies: BTreeMap<&str, (&'static str, Option<String>)> = BTreeMap::new();
-    for change in changes {
-        if let Change::PolicyHostState { host, policy } = change {
-            policies.insert(host.as_str(), (*policy, policy_state(host)));
-        }
-    }
-    let mut hosts: Vec<&str> = used.keys().map(String::as_str).chain(policies.keys().copied()).collect();
-    for change in changes {
-        if let Change::HostState { host, .. } = change {
-            hosts.push(host.as_str());
-        }
-    }
-    hosts.sort_unstable();
-    hosts.dedup();
-    lock_hosts(tx, &statements.lock_hosts, &hosts, name)?;
-    if !used.is_empty() {
-        let ids: Vec<&str> = used.keys().map(String::as_str).collect();
-        let dims: [Vec<i64>; RESOURCE_DIMS] = std::array::from_fn(|d| used.values().map(|delta| delta[d]).collect());
-        tx.execute(&statements.add_use, &[&ids, &dims[0], &dims[1], &dims[2]])
-            .map_err(sql("recording what hosts use"))?;
-    }
-    if !policies.is_empty() {
-        let ids: Vec<&str> = policies.keys().copied().collect();
-        let (kinds, states): (Vec<Option<&str>>, Vec<Option<&str>>) =
-            policies.values().map(|(policy, state)| (state.as_ref().map(|_| *policy), state.as_deref())).unzip();
-        tx.execute(&statements.set_policy, &[&ids, &kinds, &states]).map_err(sql("recording policy host states"))?;
-    }
-    for change in changes {
-        if let Change::HostState { host, state, .. } = change {
-            tx.execute("UPDATE hosts SET state = $2 WHERE host_id = $1", &[&host.as_str(), &state_name(*state)])
-                .map_err(sql("recording a host state"))?;
-        }
-    }
-    Ok(())
+/// What the log's part of a batch needs besides its changes (`allocator_log_batch`'s arguments).
+struct LogEntry<'a> {
+    agent: &'a str,
+    /// The batch's changes as the log keeps them (JSON).
+    body: String,
+    /// The log position this agent's view reflects.
+    followed: i64,
+    /// The VM ids the batch places, and those it answered "rejected" (sorted, distinct).
+    placed: Vec<&'a str>,
+    rejected: Vec<&'a str>,
 }
 
-/// The placed VMs of a batch, column by column, for [`Statements::insert_vms`].
+/// Writes a batch of placements, releases, host and policy states with one call of
+/// `allocator_commit_batch` ([`BATCH_FUNCTIONS`]) outside a transaction: one round trip, one
+/// transaction. Answers the batch's log position.
+fn commit_sets(
+    client: &mut Client,
+    statements: &Statements,
+    changes: &[Change],
+    log: &LogEntry<'_>,
+    policy_state: &dyn Fn(&HostId) -> Option<String>,
+    name: &str,
+) -> Result<i64, StoreError> {
+    let mut vms = VmArrays::default();
+    let (mut released, mut ends) = (Vec::new(), Vec::new());
+    // One state per host, the batch's last (the function writes them as a set); the policy
+    // states' snapshots are taken now, so the last one wins anyway.
+    let mut states: BTreeMap<&str, &'static str> = BTreeMap::new();
+    let mut policies: BTreeMap<&str, (&'static str, Option<String>)> = BTreeMap::new();
+    for change in changes {
+        match change {
+            Change::Placed { vm, host } => {
+                let [cores, memory, ssd] = units(&vm.demand);
+                vms.vm_id.push(vm.id.as_str());
+                vms.host_id.push(host.as_str());
+                vms.tenant_id.push(vm.tenant.as_str());
+                vms.vm_type.push(vm.vm_type.as_str());
+                vms.base[0].push(cores);
+                vms.base[1].push(memory);
+                vms.base[2].push(ssd);
+                vms.placed_at_s.push(vm.placed_at_s);
+                vms.prediction.push(prediction_json(vm, name)?);
+                vms.requested_at_s.push(vm.requested_at_s);
+                vms.request.push(request_json(vm, name)?);
+            }
+            Change::Released { vm, ended_at_s, .. } => {
+                released.push(vm.as_str());
+                ends.push(*ended_at_s);
+            }
+            Change::HostState { host, state, .. } => {
+                states.insert(host.as_str(), state_name(*state));
+            }
+            Change::PolicyHostState { host, policy } => {
+                policies.insert(host.as_str(), (*policy, policy_state(host)));
+            }
+            // `set_based` sends the other changes to `write_each`.
+            _ => {}
+        }
+    }
+    let (state_hosts, state_names): (Vec<&str>, Vec<&str>) = states.into_iter().unzip();
+    let policy_hosts: Vec<&str> = policies.keys().copied().collect();
+    let (kinds, snapshots): (Vec<Option<&str>>, Vec<Option<&str>>) =
+        policies.values().map(|(policy, state)| (state.as_ref().map(|_| *policy), state.as_deref())).unzip();
+    let row = client
+        .query_one(
+            &statements.commit_batch,
+            &[
+                &log.agent,
+                &log.body,
+                &log.followed,
+                &REJECTION_STANDS_S,
+                &LOG_KEPT,
+                &vms.vm_id,
+                &vms.host_id,
+                &vms.tenant_id,
+                &vms.vm_type,
+                &vms.base[0],
+                &vms.base[1],
+                &vms.base[2],
+                &vms.placed_at_s,
+                &vms.prediction,
+                &vms.requested_at_s,
+                &vms.request,
+                &released,
+                &ends,
+                &state_hosts,
+                &state_names,
+                &policy_hosts,
+                &kinds,
+                &snapshots,
+                &log.rejected,
+            ],
+        )
+        .map_err(|source| {
+            refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
+                store: name.to_owned(),
+                context: "committing a batch",
+                source: source.into(),
+            })
+        })?;
+    Ok(row.get(0))
+}
+
+/// The log's part of a batch, `allocator_log_batch` ([`BATCH_FUNCTIONS`]), on `client` (in a
+/// batch's transaction, or a transaction of its own for a batch with no write). Answers the
+/// batch's log position.
+fn log_batch(
+    client: &mut impl postgres::GenericClient,
+    statements: &Statements,
+    log: &LogEntry<'_>,
+    name: &str,
+) -> Result<i64, StoreError> {
+    let row = client
+        .query_one(
+            &statements.log_batch,
+            &[&log.agent, &log.body, &log.followed, &REJECTION_STANDS_S, &LOG_KEPT, &log.placed, &log.rejected],
+        )
+        .map_err(|source| {
+            refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
+                store: name.to_owned(),
+                context: "appending to the change log",
+                source: source.into(),
+            })
+        })?;
+    Ok(row.get(0))
+}
+
+/// The placed VMs of a batch, column by column, for [`commit_sets`].
 #[derive(Default)]
 struct VmArrays<'a> {
     vm_id: Vec<&'a str>,
@@ -1064,7 +1110,7 @@ struct VmArrays<'a> {
 }
 
 /// Writes a batch change by change, in order: batches with drains or migrations, or that place and
-/// release the same VM. The set-based [`write_sets`] covers the rest.
+/// release the same VM. The set-based [`commit_sets`] covers the rest.
 fn write_each(
     tx: &mut Transaction<'_>,
     changes: &[Change],
@@ -1206,11 +1252,11 @@ fn write_each(
             }
         }
     }
-    used.retain(|_, delta| delta.iter().any(|d| *d != 0));
+    // Every host a VM went to or left, also with no net change: the lock refuses a host not in
+    // the store (`vms` has no foreign key since schema 5).
     let hosts: Vec<&str> = used.keys().map(String::as_str).collect();
-    let statement = tx.prepare(LOCK_HOSTS).map_err(sql("locking hosts"))?;
-    lock_hosts(tx, &statement, &hosts, name)?;
-    for (host, delta) in &used {
+    lock_hosts(tx, &hosts, name)?;
+    for (host, delta) in used.iter().filter(|(_, delta)| delta.iter().any(|d| *d != 0)) {
         add_use(tx, host, *delta, name)?;
     }
     Ok(())
@@ -1307,7 +1353,7 @@ fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
         SqlState::T_R_DEADLOCK_DETECTED | SqlState::T_R_SERIALIZATION_FAILURE => {
             format!("a concurrent batch got in the way ({}; {})", db.message(), db.detail().unwrap_or_default())
         }
-        _ => return None,
+        _ => return decided_elsewhere(name, db),
     };
     Some(StoreError::Refused { store: name.to_owned(), detail })
 }
@@ -1330,7 +1376,13 @@ fn vm_columns(row: &postgres::Row, at: usize) -> VmColumns {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, BATCH_FUNCTIONS};
+
+    #[test]
+    fn the_log_function_notifies_the_channel_the_listener_listens_to() {
+        let notify = format!("pg_notify('{}', v_seq || ' ' || p_agent)", super::super::listener::CHANNEL);
+        assert!(BATCH_FUNCTIONS.contains(&notify), "{notify}");
+    }
 
     #[test]
     fn passwords_never_reach_a_message() {

@@ -1,0 +1,177 @@
+//! How an agent of a shared PostgreSQL store learns that other agents committed, without asking
+//! before every batch (issue 32): a thread of its own, on a connection of its own, `LISTEN`s to
+//! the change log's channel, which the log function notifies with each batch's position and
+//! agent ([`super::postgres`]).
+//!
+//! What it keeps is a hint, never the truth: the latest position another agent is known to have
+//! committed ([`Listener::others_head`]), and whether it is connected and listening. The store
+//! skips its follow query only while the listener is connected and that position is one the view
+//! has followed; a notification that is late or lost (the connection broke, the server restarted)
+//! costs latency only, because every commit still checks the log position. While reconnecting,
+//! the listener answers "not listening", so every batch follows first, as it did before
+//! notifications; once connected again it reads the log's head (the commits it may have missed
+//! while it was away) before it says it listens.
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Config, NoTls};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The channel the log function notifies (`pg_notify`), with payload `"<seq> <agent>"`.
+pub(crate) const CHANNEL: &str = "allocator_log";
+
+/// The listening sessions' `application_name` (`pg_stat_activity`).
+const APPLICATION_NAME: &str = "allocator-listener";
+
+/// How long the listening thread waits for a notification before it looks whether its store is
+/// gone (the store does not wait for it when dropped).
+const POLL: Duration = Duration::from_millis(500);
+
+/// The pause between attempts to connect, doubled up to [`RECONNECT_MAX`].
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// Called when another agent committed a batch this agent has not followed (from the listening
+/// thread: it must not block). The allocator's worker uses it to follow while idle.
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// What the listening thread shares with the store.
+struct Shared {
+    /// This agent's name: its own notifications are no news.
+    agent: String,
+    /// The latest log position another agent is known to have committed.
+    others_head: AtomicI64,
+    /// Connected, listening, and the head read since: `others_head` is up to date (but for
+    /// notifications in flight).
+    listening: AtomicBool,
+    /// A wake-up was sent and the store has not followed since: no need for another.
+    woken: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+    /// The store is gone: the thread ends.
+    stopped: AtomicBool,
+}
+
+impl Shared {
+    fn committed_elsewhere(&self, seq: i64) {
+        self.others_head.fetch_max(seq, Ordering::AcqRel);
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            // A poisoned lock only means a waker panicked: the hint is not worth a panic here.
+            if let Some(wake) = self.waker.lock().ok().and_then(|waker| waker.clone()) {
+                wake();
+            }
+        }
+    }
+}
+
+/// A handle on the listening thread; the thread ends (within [`POLL`]) once it is dropped.
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+}
+
+impl Listener {
+    /// Starts listening with `config` (the store's own settings) for `agent`. Never fails: a
+    /// listener that cannot connect keeps trying and meanwhile says it does not listen.
+    pub(crate) fn start(mut config: Config, agent: &str) -> Listener {
+        // So that an operator (and a test) can tell it among the agents' sessions.
+        config.application_name(APPLICATION_NAME);
+        let shared = Arc::new(Shared {
+            agent: agent.to_owned(),
+            others_head: AtomicI64::new(0),
+            listening: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+        });
+        let thread = Arc::clone(&shared);
+        let spawned =
+            std::thread::Builder::new().name("allocator-listen".to_owned()).spawn(move || listen(&config, &thread));
+        if let Err(error) = spawned {
+            // Without the thread the store simply follows before every batch.
+            tracing::warn!(%error, "cannot start the change-log listener; following before every batch");
+        }
+        Listener { shared }
+    }
+
+    /// Whether a batch may skip the follow query: listening, and no commit of another agent known
+    /// past `followed`.
+    pub(crate) fn up_to(&self, followed: i64) -> bool {
+        self.shared.listening.load(Ordering::Acquire) && self.shared.others_head.load(Ordering::Acquire) <= followed
+    }
+
+    /// The store is about to follow: a commit notified from now on wakes the worker again.
+    pub(crate) fn following(&self) {
+        self.shared.woken.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn set_waker(&self, waker: Waker) {
+        if let Ok(mut slot) = self.shared.waker.lock() {
+            *slot = Some(waker);
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::Release);
+    }
+}
+
+/// The listening thread: connect, `LISTEN`, read the head, then take notifications until the
+/// connection breaks or the store is gone; reconnect after a pause.
+fn listen(config: &Config, shared: &Shared) {
+    let mut pause = RECONNECT_MIN;
+    while !shared.stopped.load(Ordering::Acquire) {
+        match listen_once(config, shared) {
+            Ok(()) => return,
+            Err(error) => {
+                if shared.listening.swap(false, Ordering::AcqRel) {
+                    // It had worked: try again soon.
+                    pause = RECONNECT_MIN;
+                    tracing::warn!(%error, "the change-log listener lost its connection; following before every batch until it is back");
+                } else {
+                    tracing::debug!(%error, "the change-log listener cannot connect yet");
+                }
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// One connection's life: `Ok` once the store is gone, why it ended otherwise.
+fn listen_once(config: &Config, shared: &Shared) -> Result<(), String> {
+    let mut client = config.connect(NoTls).map_err(|e| e.to_string())?;
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).map_err(|e| e.to_string())?;
+    loop {
+        // Listening from here on: what committed before is in the head.
+        let head: i64 =
+            client.query_one("SELECT seq FROM log_head WHERE id = 1", &[]).map_err(|e| e.to_string())?.get(0);
+        shared.committed_elsewhere(head);
+        shared.listening.store(true, Ordering::Release);
+        loop {
+            if shared.stopped.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let next = client.notifications().timeout_iter(POLL).next().map_err(|e| e.to_string())?;
+            let Some(notification) = next else {
+                // Nothing for a while, or the connection closed.
+                if client.is_closed() {
+                    return Err("the connection closed".to_owned());
+                }
+                continue;
+            };
+            let mut words = notification.payload().split(' ');
+            match (words.next().and_then(|seq| seq.parse::<i64>().ok()), words.next()) {
+                (Some(seq), agent) if agent != Some(shared.agent.as_str()) => shared.committed_elsewhere(seq),
+                (Some(_), _) => {}
+                // Not the log function's (another release's, or someone's NOTIFY): news of an
+                // unknown position. Follow before every batch until the head is read again.
+                (None, _) => {
+                    shared.listening.store(false, Ordering::Release);
+                    break;
+                }
+            }
+        }
+    }
+}
