@@ -25,8 +25,8 @@ mod commands;
 
 use crate::store::{self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm};
 pub use commands::{
-    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, GetAllocation, GetHost, HostFilter, Job,
-    ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
+    job, Allocate, Answer, BatchTiming, CompleteMigration, Context, DrainStatus, Explain, GetAllocation, GetHost,
+    HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
@@ -42,7 +42,7 @@ use placement::state::NewVm;
 use placement::state::StateError;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Why the durable state could not be opened or rebuilt.
 #[derive(Debug, thiserror::Error)]
@@ -336,14 +336,18 @@ impl DurableAllocator {
     /// Runs a batch of commands with one commit, then answers each (see the module
     /// documentation).
     pub fn execute(&mut self, mut jobs: Vec<Box<dyn Job>>, now_s: f64) {
-        self.run_batch(&mut jobs, now_s);
+        let started = Instant::now();
+        let commit = self.run_batch(&mut jobs, now_s);
+        let timing = BatchTiming { started, commit, answered: Instant::now() };
         for job in jobs {
-            job.answer();
+            job.answer(timing);
         }
     }
 
-    fn run_batch(&mut self, jobs: &mut [Box<dyn Job>], now_s: f64) {
+    /// Runs the batch; returns what its commits took.
+    fn run_batch(&mut self, jobs: &mut [Box<dyn Job>], now_s: f64) -> Duration {
         metrics::histogram!("allocator_batch_commands").record(jobs.len() as f64);
+        let mut commit = Duration::ZERO;
         let mut attempt = 1;
         // VM ids another agent answered "rejected" first, found when a commit was refused.
         let mut rejected_elsewhere: HashSet<VmId> = HashSet::new();
@@ -352,7 +356,7 @@ impl DurableAllocator {
                 for job in jobs.iter_mut() {
                     job.fail(CommandError::Unavailable(reason.clone()));
                 }
-                return;
+                return commit;
             }
             let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
             if let Some(me) = live.store.agent() {
@@ -410,12 +414,13 @@ impl DurableAllocator {
             }
             if ops.is_empty() && rejected.is_empty() {
                 record_outcomes(&outcomes);
-                return;
+                return commit;
             }
             metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
             let started = Instant::now();
             let allocator = &live.allocator;
             let committed = live.store.apply_decisions(&ops, &rejected, &|host| allocator.policy_host_snapshot(host));
+            commit += started.elapsed();
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
             let error = match committed {
                 Ok(order) => {
@@ -433,7 +438,7 @@ impl DurableAllocator {
                         }
                         self.follow_store();
                     }
-                    return;
+                    return commit;
                 }
                 // Another agent committed first what makes this batch impossible (its view was
                 // stale): take the batch back, follow the store, and decide the batch again. Only
@@ -487,7 +492,7 @@ impl DurableAllocator {
                     None => job.fail(CommandError::Unavailable(reason.clone())),
                 }
             }
-            return;
+            return commit;
         }
     }
 
