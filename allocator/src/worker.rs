@@ -79,7 +79,7 @@ pub struct Stages {
     pub queue: Duration,
     /// Its batch's work but the commits: following the store, deciding every command of the batch.
     pub decide: Duration,
-    /// Its batch's commits (the `fsync` of a durable store).
+    /// Its batch's commits (with the sync to disk of a durable store).
     pub commit: Duration,
     /// From the answers handed out to the handler running again: waking the async runtime.
     pub wake: Duration,

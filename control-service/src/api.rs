@@ -563,3 +563,22 @@ async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     metrics::gauge!("control_inference_servers_ready").set(ready as f64);
     service_common::telemetry::render_metrics(handle)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_timing_of_a_decision_has_the_allocators_stages_after_its_own() {
+        let latency =
+            StageLatency { validate_us: 10, cache_us: 3, inference_us: 0, allocator_us: 500, total_us: 520 };
+        let both = stage_timing(&latency, Some("commit;dur=0.300, total;dur=0.400"));
+        assert_eq!(
+            both.to_str().unwrap(),
+            "validate;dur=0.010, cache;dur=0.003, inference;dur=0.000, allocator;dur=0.500, total;dur=0.520, \
+             alloc-commit;dur=0.300, alloc-total;dur=0.400"
+        );
+        let alone = stage_timing(&latency, Some("garbage"));
+        assert!(alone.to_str().unwrap().ends_with("total;dur=0.520"), "{alone:?}");
+    }
+}

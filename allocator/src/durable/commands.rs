@@ -77,7 +77,7 @@ pub trait Job: Send {
 pub struct BatchTiming {
     /// When the batch began (its first command was taken off the queue before this).
     pub started: Instant,
-    /// What the store's commits of the batch took (its `fsync`), over every attempt.
+    /// What the store's commits of the batch took (with their sync to disk), over every attempt.
     pub commit: Duration,
     /// When the answers were handed out.
     pub answered: Instant,
