@@ -570,8 +570,7 @@ mod tests {
 
     #[test]
     fn the_server_timing_of_a_decision_has_the_allocators_stages_after_its_own() {
-        let latency =
-            StageLatency { validate_us: 10, cache_us: 3, inference_us: 0, allocator_us: 500, total_us: 520 };
+        let latency = StageLatency { validate_us: 10, cache_us: 3, inference_us: 0, allocator_us: 500, total_us: 520 };
         let both = stage_timing(&latency, Some("commit;dur=0.300, total;dur=0.400"));
         assert_eq!(
             both.to_str().unwrap(),

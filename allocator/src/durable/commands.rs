@@ -91,12 +91,8 @@ type Reply<T> = (Result<T, CommandError>, Option<BatchTiming>);
 pub struct Answer<T>(oneshot::Receiver<Reply<T>>);
 
 impl<T> Answer<T> {
-    /// Waits for the batch (on the worker thread) to answer.
-    pub async fn wait(self) -> Result<T, CommandError> {
-        self.wait_timed().await.0
-    }
-
-    /// [`Answer::wait`], with where the batch's time went (none when it was dropped unanswered).
+    /// Waits for the batch (on the worker thread) to answer, with where the batch's time went (none
+    /// when it was dropped unanswered).
     pub async fn wait_timed(self) -> Reply<T> {
         self.0.await.unwrap_or_else(|_| (Err(dropped()), None))
     }
