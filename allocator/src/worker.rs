@@ -19,6 +19,7 @@ use crate::config::Clock;
 use crate::durable::{job, CommandError, DurableAllocator, Follow, Job, Request};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// A handle on the worker thread; cheap to clone. The thread stops when every handle is dropped.
@@ -60,12 +61,41 @@ impl Worker {
     /// Runs one command in the next batch and waits for its answer, which comes only after the
     /// batch's commit.
     pub async fn call<R: Request>(&self, request: R) -> Result<R::Output, CommandError> {
+        self.call_timed(request).await.0
+    }
+
+    /// [`Worker::call`], with where the command's time went (none when it never ran).
+    pub async fn call_timed<R: Request>(&self, request: R) -> (Result<R::Output, CommandError>, Option<Stages>) {
+        let sent = Instant::now();
         let (job, answer) = job(request);
         if self.jobs.send(job).await.is_err() {
-            return Err(CommandError::Unavailable("the allocator worker has stopped".to_owned()));
+            return (Err(CommandError::Unavailable("the allocator worker has stopped".to_owned())), None);
         }
-        answer.wait().await
+        let (reply, timing) = answer.wait_timed().await;
+        let stages = timing.map(|batch| {
+            let ran = batch.answered.saturating_duration_since(batch.started);
+            Stages {
+                queue: batch.started.saturating_duration_since(sent),
+                decide: ran.saturating_sub(batch.commit),
+                commit: batch.commit,
+                wake: batch.answered.elapsed(),
+            }
+        });
+        (reply, stages)
     }
+}
+
+/// Where a command's time went between its handler and the worker thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stages {
+    /// From the send to its batch's start: the channel, waking the worker, earlier batches.
+    pub queue: Duration,
+    /// Its batch's work but the commits: following the store, deciding every command of the batch.
+    pub decide: Duration,
+    /// Its batch's commits (with the sync to disk of a durable store).
+    pub commit: Duration,
+    /// From the answers handed out to the handler running again: waking the async runtime.
+    pub wake: Duration,
 }
 
 fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Box<dyn Job>>, max_batch: usize, clock: Clock) {

@@ -12,10 +12,23 @@
 //!   with the learning loop off: the live tenant history (`[inference] history = false`, `[history]
 //!   live = false`) and the quality watch (`[quality] enabled = false`: no polling of the zones'
 //!   realized quality, no gate). The cost of the loop on the hot path is the difference of the two.
-//!   The two run one after the other, twice, in alternation. (The allocator they share resolves
-//!   outcomes for both: that part's cost is `cargo bench -p placement --bench outcomes`.)
+//!   (The allocator they share resolves outcomes for both: that part's cost is `cargo bench -p
+//!   placement --bench outcomes`.)
 //!
-//! Every placed VM is released right after (not timed), so the zone never fills.
+//! Stacks, each running the first four scenarios, in alternation, twice:
+//! - `durable`: this build, the allocator's store on the temporary directory's disk (`synchronous
+//!   = FULL`: an `fsync` per batch), as the service runs;
+//! - `tmpfs`: this build, the allocator's store on `/dev/shm`, where an `fsync` costs nothing. For
+//!   comparison only: a store on tmpfs does not survive a power loss. The difference between the
+//!   two is what the durable commit costs;
+//! - `before`: with `STACK_BINARIES_DIR` set to a directory holding another build's
+//!   `control-service`, `allocator` and `inference-server` (an older commit's), the same
+//!   scenarios through those, on a disk store: before and after in one run.
+//!
+//! Every placed VM is released right after (not timed), so the zone never fills. The stage
+//! columns are the medians of the answers' `Server-Timing` entries (the control service's stages,
+//! and the allocator's as `alloc-*`), or of the control service's `latency_us` for a build without
+//! them.
 //!
 //! `cargo bench -p control-service --bench e2e_latency -- [requests per scenario] [rate per s]`
 
@@ -23,11 +36,23 @@
 mod support;
 
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[derive(Default)]
 struct Sample {
     client_us: Vec<u64>,
-    stages: Vec<[u64; 5]>,
+    /// Every stage an answer reported, in microseconds, in order of first appearance.
+    stages: Vec<(String, Vec<u64>)>,
+}
+
+impl Sample {
+    fn stage(&mut self, name: &str, us: u64) {
+        match self.stages.iter_mut().find(|(n, _)| n == name) {
+            Some((_, values)) => values.push(us),
+            None => self.stages.push((name.to_owned(), vec![us])),
+        }
+    }
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -40,6 +65,19 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 
 fn ms(us: u64) -> String {
     format!("{:.3}", us as f64 / 1_000.0)
+}
+
+/// The stages of a `Server-Timing` header (`name;dur=<ms>, ...`) in microseconds.
+fn server_timing(header: &str) -> Vec<(String, u64)> {
+    header
+        .split(',')
+        .filter_map(|entry| {
+            let mut parts = entry.trim().split(';');
+            let name = parts.next()?.trim().to_owned();
+            let dur = parts.find_map(|p| p.trim().strip_prefix("dur="))?.parse::<f64>().ok()?;
+            Some((name, (dur * 1_000.0).round() as u64))
+        })
+        .collect()
 }
 
 /// Sends `count` requests made by `make` at `rate` per second (open loop: a slow answer does not
@@ -58,25 +96,27 @@ where
             let started = Instant::now();
             let response = request.send().await.expect("request failed");
             let status = response.status();
+            let timing = response.headers().get("server-timing").and_then(|v| v.to_str().ok()).map(server_timing);
             let body = response.bytes().await.expect("body");
             let elapsed = started.elapsed().as_micros() as u64;
             assert!(status.is_success(), "HTTP {status}: {}", String::from_utf8_lossy(&body));
-            (elapsed, serde_json::from_slice::<Value>(&body).ok())
+            (elapsed, timing, serde_json::from_slice::<Value>(&body).ok())
         }));
     }
     let mut sample = Sample { client_us: Vec::with_capacity(count), stages: Vec::new() };
     for (i, task) in tasks.into_iter().enumerate() {
-        let (elapsed, body) = task.await.expect("task");
+        let (elapsed, timing, body) = task.await.expect("task");
         sample.client_us.push(elapsed);
-        if let Some(latency) = body.as_ref().map(|b| &b["latency_us"]).filter(|l| l.is_object()) {
-            let stage = |name: &str| latency[name].as_u64().unwrap_or(0);
-            sample.stages.push([
-                stage("validate_us"),
-                stage("cache_us"),
-                stage("inference_us"),
-                stage("allocator_us"),
-                stage("total_us"),
-            ]);
+        match timing {
+            Some(stages) => stages.into_iter().for_each(|(name, us)| sample.stage(&name, us)),
+            // A build without `Server-Timing`: the control service's stages from its body.
+            None => {
+                if let Some(latency) = body.as_ref().and_then(|b| b["latency_us"].as_object()) {
+                    for (name, us) in latency {
+                        sample.stage(name.trim_end_matches("_us"), us.as_u64().unwrap_or(0));
+                    }
+                }
+            }
         }
         if let Some((base, first_id)) = release {
             let released = client.delete(format!("{base}/{}", vm_id(first_id + i))).send().await;
@@ -100,24 +140,20 @@ fn body(i: usize, tenant: &str, prediction: Option<Value>) -> Value {
     json!({"vm": vm})
 }
 
-fn report(name: &str, sample: &Sample, floor_p50: u64) {
+fn report(name: &str, sample: &mut Sample, floor_p50: u64) {
     let c = &sample.client_us;
-    let median_stage = |k: usize| {
-        let mut values: Vec<u64> = sample.stages.iter().map(|s| s[k]).collect();
-        values.sort_unstable();
-        percentile(&values, 50.0)
-    };
     let stages = if sample.stages.is_empty() {
         "-".to_owned()
     } else {
-        format!(
-            "validate {} / cache {} / inference {} / allocator {} / total {}",
-            median_stage(0),
-            median_stage(1),
-            median_stage(2),
-            median_stage(3),
-            median_stage(4)
-        )
+        sample
+            .stages
+            .iter_mut()
+            .map(|(name, values)| {
+                values.sort_unstable();
+                format!("{name} {}", percentile(values, 50.0))
+            })
+            .collect::<Vec<_>>()
+            .join(" / ")
     };
     println!(
         "| {name} | {} | {} | {} | {} | {:.1}x | {stages} |",
@@ -129,16 +165,26 @@ fn report(name: &str, sample: &Sample, floor_p50: u64) {
     );
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    let count: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_000);
-    let rate: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(200.0);
-    let dir = tempfile::tempdir().unwrap();
-    let inference = support::start_inference(dir.path(), &support::default_models(dir.path())).await;
-    let allocator = support::start_allocator(dir.path(), 1_000).await;
+/// One stack: an inference server, an allocator and a control service in front of them.
+struct Stack {
+    name: &'static str,
+    inference: support::Process,
+    allocator: support::Process,
+    control: support::Process,
+}
+
+/// Starts a stack whose allocator keeps its store in `store_dir`; `binaries` is another build's
+/// directory (the `before` stack), none for this build.
+async fn start_stack(name: &'static str, dir: &Path, models: &Path, store_dir: &Path, binaries: Option<&str>) -> Stack {
+    match binaries {
+        Some(binaries) => std::env::set_var(support::BINARIES_DIR_VARIABLE, binaries),
+        None => std::env::remove_var(support::BINARIES_DIR_VARIABLE),
+    }
+    let inference = support::start_inference(dir, models).await;
+    let store = store_dir.join(format!("allocator-{name}.db")).display().to_string();
+    let allocator = support::start_allocator_on(dir, 1_000, &store, "").await;
     let control = support::start_control(
-        dir.path(),
+        dir,
         &[&inference.base],
         &allocator.base,
         20,
@@ -146,14 +192,47 @@ async fn main() {
         "[safeguard]\nenabled = false\n",
     )
     .await;
-    // The same stack with the live tenant history off, for the loop's cost on the hot path.
-    let frozen_inference =
-        support::start_inference_with(dir.path(), &support::default_models(dir.path()), "[history]\nlive = false")
-            .await;
+    std::env::remove_var(support::BINARIES_DIR_VARIABLE);
+    Stack { name, inference, allocator, control }
+}
+
+/// Warms the connection pools of the client and of the control service `front`.
+async fn warm(client: &reqwest::Client, front: &support::Process, first_id: usize) {
+    for i in 0..50 {
+        let id = first_id + i;
+        let _ = client.get(front.url("/healthz")).send().await;
+        let _ = client.post(front.url("/allocate")).json(&body(id, &format!("warm-{id}"), None)).send().await;
+        let _ = client.delete(front.url(&format!("/allocate/{}", vm_id(id)))).send().await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let count: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_000);
+    let rate: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(200.0);
+    let before = std::env::var(support::BINARIES_DIR_VARIABLE).ok().filter(|d| !d.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    // tmpfs where there is one: the fsync-free comparison; else the disk again (and said so).
+    let shm = tempfile::tempdir_in("/dev/shm").ok();
+    let tmpfs_dir = shm.as_ref().map_or(dir.path(), |d| d.path());
+    // Copied once: a copy made while an inference server watches the directory is a bundle
+    // changed after it was sealed, which that server refuses.
+    let models = support::default_models(dir.path());
+    let mut stacks = Vec::new();
+    if let Some(binaries) = before.as_deref() {
+        stacks.push(start_stack("before", dir.path(), &models, dir.path(), Some(binaries)).await);
+    }
+    stacks.push(start_stack("durable", dir.path(), &models, dir.path(), None).await);
+    let tmpfs = if shm.is_some() { "tmpfs" } else { "tmpfs (none: disk)" };
+    stacks.push(start_stack(tmpfs, dir.path(), &models, tmpfs_dir, None).await);
+    let durable = stacks.iter().find(|s| s.name == "durable").expect("the durable stack");
+    // The durable stack with the live tenant history off, for the loop's cost on the hot path.
+    let frozen_inference = support::start_inference_with(dir.path(), &models, "[history]\nlive = false").await;
     let frozen = support::start_control_full(
         dir.path(),
         &[&frozen_inference.base],
-        &[&allocator.base],
+        &[&durable.allocator.base],
         20,
         "history = false",
         "[safeguard]\nenabled = false\n[quality]\nenabled = false\n",
@@ -163,58 +242,67 @@ async fn main() {
     // inference server need it, and the control service (open mode) ignores it.
     let client =
         reqwest::Client::builder().tcp_nodelay(true).default_headers(support::service_credential()).build().unwrap();
-    // Warm the connection pools of the client and of the control services.
-    for (k, front) in [&control, &frozen].into_iter().enumerate() {
-        for i in 0..50 {
-            let id = 1_000_000 + 100 * k + i;
-            let _ = client.get(front.url("/healthz")).send().await;
-            let _ = client.post(front.url("/allocate")).json(&body(id, &format!("warm-{id}"), None)).send().await;
-            let _ = client.delete(front.url(&format!("/allocate/{}", vm_id(id)))).send().await;
-        }
+    for (k, front) in stacks.iter().map(|s| &s.control).chain([&frozen]).enumerate() {
+        warm(&client, front, 1_000_000 + 100 * k).await;
     }
 
     println!("{count} requests per scenario at {rate} requests/s; latencies in ms on the client, stage medians in us");
     println!();
     println!("| scenario | requests | p50 ms | p99 ms | max ms | p50 / floor | server stage medians (us) |");
     println!("|---|---:|---:|---:|---:|---:|---|");
-    let floor = run(&client, count, rate, None, |_| client.get(control.url("/healthz"))).await;
-    let floor_p50 = percentile(&floor.client_us, 50.0);
-    report("floor: GET /healthz", &floor, floor_p50);
-
+    // Each scenario of each round and stack places VMs of its own range of ids.
+    let mut next_id = 0;
+    let mut ids = || {
+        next_id += count;
+        next_id - count
+    };
     let prediction = json!({"p_long": 0.2, "class": "short", "source": "model"});
-    let direct = run(&client, count, rate, Some((&allocator.url("/v1/allocations"), 0)), |i| {
-        client.post(allocator.url("/v1/allocations")).json(&body(i, "direct", Some(prediction.clone())))
-    })
-    .await;
-    report("allocator direct", &direct, floor_p50);
+    for round in 1..=2 {
+        for stack in &stacks {
+            let (name, control, allocator) = (stack.name, &stack.control, &stack.allocator);
+            let mut floor = run(&client, count, rate, None, |_| client.get(control.url("/healthz"))).await;
+            let floor_p50 = percentile(&floor.client_us, 50.0);
+            report(&format!("{name} {round}: floor GET /healthz"), &mut floor, floor_p50);
 
-    let hits = run(&client, count, rate, Some((&control.url("/allocate"), 2 * count)), |i| {
-        client.post(control.url("/allocate")).json(&body(2 * count + i, "same-tenant", None))
-    })
-    .await;
-    report("control: cache hits", &hits, floor_p50);
-
-    // Live history and frozen history in alternation, twice: ratios hold on a noisy machine.
-    for round in 0..2 {
-        for (name, front, at) in [
-            ("control: cache misses", &control, 4 + 4 * round),
-            ("control: cache misses, frozen history", &frozen, 6 + 4 * round),
-        ] {
-            let misses = run(&client, count, rate, Some((&front.url("/allocate"), at * count)), |i| {
-                client.post(front.url("/allocate")).json(&body(at * count + i, &format!("tenant-{at}-{i}"), None))
+            let at = ids();
+            let mut direct = run(&client, count, rate, Some((&allocator.url("/v1/allocations"), at)), |i| {
+                client.post(allocator.url("/v1/allocations")).json(&body(at + i, "direct", Some(prediction.clone())))
             })
             .await;
-            report(name, &misses, floor_p50);
+            report(&format!("{name} {round}: allocator direct"), &mut direct, floor_p50);
+
+            let at = ids();
+            let mut hits = run(&client, count, rate, Some((&control.url("/allocate"), at)), |i| {
+                client.post(control.url("/allocate")).json(&body(at + i, "same-tenant", None))
+            })
+            .await;
+            report(&format!("{name} {round}: control, cache hits"), &mut hits, floor_p50);
+
+            let at = ids();
+            let mut misses = run(&client, count, rate, Some((&control.url("/allocate"), at)), |i| {
+                client.post(control.url("/allocate")).json(&body(at + i, &format!("tenant-{at}-{i}"), None))
+            })
+            .await;
+            report(&format!("{name} {round}: control, cache misses"), &mut misses, floor_p50);
+
+            if name == "durable" {
+                let at = ids();
+                let mut misses = run(&client, count, rate, Some((&frozen.url("/allocate"), at)), |i| {
+                    client.post(frozen.url("/allocate")).json(&body(at + i, &format!("tenant-{at}-{i}"), None))
+                })
+                .await;
+                report(&format!("{name} {round}: control, cache misses, frozen history"), &mut misses, floor_p50);
+            }
         }
     }
 
-    let history: Value = client.get(inference.url("/v1/history")).send().await.unwrap().json().await.unwrap();
+    let history: Value = client.get(durable.inference.url("/v1/history")).send().await.unwrap().json().await.unwrap();
     println!();
-    println!("live history: {history}");
-    let stats: Value = client.get(control.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
+    println!("durable stack's live history: {history}");
+    let stats: Value = client.get(durable.control.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
     println!();
     println!(
-        "control service: cache hit rate {:.3}, fallbacks {}, predictions by source {}",
+        "durable stack's control service: cache hit rate {:.3}, fallbacks {}, predictions by source {}",
         stats["cache"]["hit_rate"].as_f64().unwrap_or(0.0),
         stats["fallbacks"],
         stats["predictions_by_source"]

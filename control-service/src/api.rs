@@ -19,7 +19,7 @@ use crate::upstream::{Answer, UpstreamError};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -27,7 +27,8 @@ use domain::ProblemKind;
 use domain::{AllocationRequest, ControlStats, HistoryEvent, StageLatency, VmPrediction, ZoneId};
 use serde::Deserialize;
 use service_common::problem::{field_problem, json_body, problem};
-use std::time::Instant;
+use service_common::timing::{prefixed, server_timing, SERVER_TIMING};
+use std::time::{Duration, Instant};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
@@ -285,8 +286,11 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
     }
     let validate_us = micros(started.elapsed());
     match control.allocate(zone, request, arrival_s, request_id(&headers), started, validate_us).await {
-        Ok(Allocated { status, decision }) => {
-            (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), Json(decision)).into_response()
+        Ok(Allocated { status, decision, allocator_timing }) => {
+            let timing = stage_timing(&decision.latency_us, allocator_timing.as_deref());
+            let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), Json(decision)).into_response();
+            response.headers_mut().insert(SERVER_TIMING, timing);
+            response
         }
         Err(AllocateFailure::Upstream(error)) => upstream_failure(error),
         Err(AllocateFailure::Refused(answer)) => pass_through(answer),
@@ -294,6 +298,24 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
             ProblemKind::BadAllocatorAnswer,
             format!("the allocator of zone `{zone}` answered {status} with an unreadable decision: {error}"),
         ),
+    }
+}
+
+/// The `Server-Timing` of a decision: this service's stages (those of `latency_us`), then the
+/// allocator's as `alloc-*` (issue 32: where the time of the whole path goes).
+fn stage_timing(latency: &StageLatency, allocator: Option<&str>) -> HeaderValue {
+    let us = Duration::from_micros;
+    let own = server_timing([
+        ("validate", us(latency.validate_us)),
+        ("cache", us(latency.cache_us)),
+        ("inference", us(latency.inference_us)),
+        ("allocator", us(latency.allocator_us)),
+        ("total", us(latency.total_us)),
+    ]);
+    let upstream = allocator.map(|value| prefixed(value, "alloc-")).filter(|value| !value.is_empty());
+    match upstream.and_then(|upstream| own.to_str().ok().map(|own| format!("{own}, {upstream}"))) {
+        Some(both) => HeaderValue::from_str(&both).unwrap_or(own),
+        None => own,
     }
 }
 
@@ -540,4 +562,22 @@ async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     let ready = control.resolver.predictor().servers().iter().filter(|s| s.is_ready()).count();
     metrics::gauge!("control_inference_servers_ready").set(ready as f64);
     service_common::telemetry::render_metrics(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_timing_of_a_decision_has_the_allocators_stages_after_its_own() {
+        let latency = StageLatency { validate_us: 10, cache_us: 3, inference_us: 0, allocator_us: 500, total_us: 520 };
+        let both = stage_timing(&latency, Some("commit;dur=0.300, total;dur=0.400"));
+        assert_eq!(
+            both.to_str().unwrap(),
+            "validate;dur=0.010, cache;dur=0.003, inference;dur=0.000, allocator;dur=0.500, total;dur=0.520, \
+             alloc-commit;dur=0.300, alloc-total;dur=0.400"
+        );
+        let alone = stage_timing(&latency, Some("garbage"));
+        assert!(alone.to_str().unwrap().ends_with("total;dur=0.520"), "{alone:?}");
+    }
 }

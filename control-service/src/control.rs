@@ -52,6 +52,8 @@ pub struct Allocated {
     /// The allocator's status: 201 placed, 200 rejected or replayed.
     pub status: u16,
     pub decision: ControlDecision,
+    /// The allocator's own stages (its `Server-Timing`), when it reported them.
+    pub allocator_timing: Option<String>,
 }
 
 /// Why a request got no decision from its zone's allocator.
@@ -217,6 +219,7 @@ impl Control {
         Ok(Allocated {
             status: answer.status.as_u16(),
             decision: ControlDecision { zone, decision, predictions, latency_us },
+            allocator_timing: answer.server_timing,
         })
     }
 

@@ -163,7 +163,7 @@ impl InferenceClient {
         request: &PredictRequest,
         request_id: Option<&str>,
     ) -> Result<Vec<LifetimePrediction>, PredictError> {
-        let mut call = self.client.post(server.url("/v1/predict")).json(request);
+        let mut call = server.request(&self.client, reqwest::Method::POST, "/v1/predict").json(request);
         if let Some(id) = request_id {
             call = call.header(REQUEST_ID_HEADER, id);
         }

@@ -45,6 +45,8 @@ pub struct Answer {
     pub content_type: Option<String>,
     /// The allocator's `Retry-After` (on 503 and 429), passed on so the client backs off as asked.
     pub retry_after: Option<String>,
+    /// The allocator's `Server-Timing`: where its part of the request's time went.
+    pub server_timing: Option<String>,
     pub body: axum::body::Bytes,
 }
 
@@ -92,7 +94,10 @@ impl Allocators {
         request: &AllocationRequest,
         request_id: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
-        self.send(zone, request_id, |client, agent| client.post(agent.url("/v1/allocations")).json(request)).await
+        self.send(zone, request_id, |client, agent| {
+            agent.request(client, reqwest::Method::POST, "/v1/allocations").json(request)
+        })
+        .await
     }
 
     /// Releases a VM; with an `owner`, only if that tenant placed it (the allocator checks and
@@ -212,8 +217,11 @@ impl Allocators {
                 continue;
             }
             let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let (content_type, retry_after) =
-                (header(reqwest::header::CONTENT_TYPE), header(reqwest::header::RETRY_AFTER));
+            let (content_type, retry_after, server_timing) = (
+                header(reqwest::header::CONTENT_TYPE),
+                header(reqwest::header::RETRY_AFTER),
+                header(service_common::timing::SERVER_TIMING),
+            );
             let body = response.bytes().await.map_err(|error| {
                 if error.is_timeout() {
                     UpstreamError::Timeout { zone: zone.clone(), timeout_ms }
@@ -221,7 +229,7 @@ impl Allocators {
                     UpstreamError::Unreachable { zone: zone.clone(), message: error.to_string() }
                 }
             })?;
-            return Ok(Answer { agent: agent.base.clone(), status, content_type, retry_after, body });
+            return Ok(Answer { agent: agent.base.clone(), status, content_type, retry_after, server_timing, body });
         }
         Err(last_error.unwrap_or_else(|| UpstreamError::UnknownZone(zone.clone())))
     }

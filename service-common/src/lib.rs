@@ -10,6 +10,7 @@
 //! - [`refusals`]: refused requests and connections, counted in Prometheus and summarised in at
 //!   most one WARN line a second.
 //! - [`telemetry`]: tracing subscriber and the Prometheus recorder behind `/metrics`.
+//! - [`timing`]: per-stage timing of a request in its answer's `Server-Timing` header.
 //! - [`auth`]: bearer-token check for admin routes, and the service credential that every data
 //!   route of the allocator and the inference server requires (`auth::protect`).
 
@@ -22,5 +23,6 @@ pub mod problem;
 pub mod refusals;
 pub mod server;
 pub mod telemetry;
+pub mod timing;
 
 pub use problem::{problem_response, ValidJson};

@@ -3,7 +3,7 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{call, command_error, field_problem, path_param, problem, AppState};
+use super::{call, call_timed, command_error, field_problem, path_param, problem, AppState};
 use crate::durable::{Allocate, CommandError, Explain, GetAllocation, Release, VmInfo};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -16,6 +16,7 @@ use domain::{
     ZoneId,
 };
 use serde::Deserialize;
+use service_common::timing::{server_timing, Timed, SERVER_TIMING};
 use service_common::ValidJson;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -38,7 +39,8 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
               (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
               (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
               (status = 503, description = "The change could not be made durable and was undone, the store is unavailable, or overloaded or timed out; retry.", body = domain::Problem)))]
-async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<AllocationRequest>) -> Response {
+async fn allocate(State(state): State<AppState>, body: Timed<ValidJson<AllocationRequest>>) -> Response {
+    let Timed { value: ValidJson(request), started, took: parse } = body;
     if let Some(zone) = request.zone().filter(|zone| !state.zones.contains(zone)) {
         let served: Vec<&str> = state.zones.iter().map(ZoneId::as_str).collect();
         let rejection = Rejection {
@@ -54,13 +56,27 @@ async fn allocate(State(state): State<AppState>, ValidJson(request): ValidJson<A
         };
         return (StatusCode::OK, Json(decision)).into_response();
     }
-    match call(&state, "allocate", Allocate(request)).await {
+    let (reply, stages) = call_timed(&state, "allocate", Allocate(request)).await;
+    let mut response = match reply {
         Ok(decision) => {
             let status = if decision.is_placed() && !decision.replayed { StatusCode::CREATED } else { StatusCode::OK };
             (status, Json(decision)).into_response()
         }
         Err(error) => command_error(error),
-    }
+    };
+    // Where the time went, for the control service to pass on (issue 32): reading and parsing the
+    // body, the worker's stages, and the whole handler with the answer's encoding.
+    let stages = stages.unwrap_or_default();
+    let timing = server_timing([
+        ("parse", parse),
+        ("queue", stages.queue),
+        ("decide", stages.decide),
+        ("commit", stages.commit),
+        ("wake", stages.wake),
+        ("total", started.elapsed()),
+    ]);
+    response.headers_mut().insert(SERVER_TIMING, timing);
+    response
 }
 
 /// `?tenant=` of the calls on one VM: the caller's tenant, when the caller may act only on its own VMs

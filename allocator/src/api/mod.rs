@@ -21,7 +21,7 @@ use crate::durable::{
     CommandError, HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, Request, StoreStatus, VmInfo,
 };
 use crate::store::StoreLocation;
-use crate::worker::Worker;
+use crate::worker::{Stages, Worker};
 use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
 use axum::http::{header, HeaderValue};
@@ -209,8 +209,17 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// Runs a command on the worker, timing it per endpoint.
 async fn call<R: Request>(state: &AppState, endpoint: &'static str, request: R) -> Result<R::Output, CommandError> {
+    call_timed(state, endpoint, request).await.0
+}
+
+/// [`call`], with where the command's time went on the worker.
+async fn call_timed<R: Request>(
+    state: &AppState,
+    endpoint: &'static str,
+    request: R,
+) -> (Result<R::Output, CommandError>, Option<Stages>) {
     let started = Instant::now();
-    let reply = state.worker.call(request).await;
+    let reply = state.worker.call_timed(request).await;
     metrics::histogram!("allocator_request_duration_seconds", "endpoint" => endpoint)
         .record(started.elapsed().as_secs_f64());
     reply

@@ -20,7 +20,7 @@ use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// What a command sees while its batch runs.
@@ -82,23 +82,39 @@ pub trait Job: Send {
     fn run(&mut self, cx: &mut Context<'_>);
     /// Answers `error` instead of what it ran to.
     fn fail(&mut self, error: CommandError);
-    /// Hands the answer out.
-    fn answer(self: Box<Self>);
+    /// Hands the answer out, with where its batch's time went.
+    fn answer(self: Box<Self>, timing: BatchTiming);
 }
+
+/// Where the time of a batch went, handed out with each of its answers, so that a request can say
+/// how long it queued, was decided and committed (the allocator's `Server-Timing`).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchTiming {
+    /// When the batch began (its first command was taken off the queue before this).
+    pub started: Instant,
+    /// What the store's commits of the batch took (with their sync to disk), over every attempt.
+    pub commit: Duration,
+    /// When the answers were handed out.
+    pub answered: Instant,
+}
+
+/// The message of a [`job`]'s answer: the result and its batch's timing.
+type Reply<T> = (Result<T, CommandError>, Option<BatchTiming>);
 
 /// The answer to a [`job`], once its batch is over.
 #[derive(Debug)]
-pub struct Answer<T>(oneshot::Receiver<Result<T, CommandError>>);
+pub struct Answer<T>(oneshot::Receiver<Reply<T>>);
 
 impl<T> Answer<T> {
-    /// Waits for the batch (on the worker thread) to answer.
-    pub async fn wait(self) -> Result<T, CommandError> {
-        self.0.await.unwrap_or_else(|_| Err(dropped()))
+    /// Waits for the batch (on the worker thread) to answer, with where the batch's time went (none
+    /// when it was dropped unanswered).
+    pub async fn wait_timed(self) -> Reply<T> {
+        self.0.await.unwrap_or_else(|_| (Err(dropped()), None))
     }
 
     /// The answer of a batch that ran already ([`super::DurableAllocator::execute`]).
     pub fn ready(mut self) -> Result<T, CommandError> {
-        self.0.try_recv().unwrap_or_else(|_| Err(dropped()))
+        self.0.try_recv().map_or_else(|_| Err(dropped()), |(answer, _)| answer)
     }
 }
 
@@ -116,7 +132,7 @@ pub fn job<R: Request>(request: R) -> (Box<dyn Job>, Answer<R::Output>) {
 struct Pending<R: Request> {
     request: R,
     answer: Option<Result<R::Output, CommandError>>,
-    reply: oneshot::Sender<Result<R::Output, CommandError>>,
+    reply: oneshot::Sender<Reply<R::Output>>,
 }
 
 impl<R: Request> Job for Pending<R> {
@@ -140,10 +156,10 @@ impl<R: Request> Job for Pending<R> {
         self.answer = Some(Err(error));
     }
 
-    fn answer(self: Box<Self>) {
+    fn answer(self: Box<Self>, timing: BatchTiming) {
         let answer = self.answer.unwrap_or_else(|| Err(dropped()));
         // The client may have gone; its answer is simply dropped.
-        let _ = self.reply.send(answer);
+        let _ = self.reply.send((answer, Some(timing)));
     }
 }
 

@@ -27,7 +27,8 @@ use crate::store::{
     self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm, Waker,
 };
 pub use commands::{
-    job, Allocate, Answer, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation, GetHost,
+    job, Allocate, Answer, BatchTiming, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation,
+    GetHost,
     HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
 };
 pub use domain::hosts::{
@@ -44,7 +45,7 @@ use placement::state::NewVm;
 use placement::state::StateError;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Why the durable state could not be opened or rebuilt.
 #[derive(Debug, thiserror::Error)]
@@ -365,14 +366,18 @@ impl DurableAllocator {
     /// Runs a batch of commands with one commit, then answers each (see the module
     /// documentation).
     pub fn execute(&mut self, mut jobs: Vec<Box<dyn Job>>, now_s: f64) {
-        self.run_batch(&mut jobs, now_s);
+        let started = Instant::now();
+        let commit = self.run_batch(&mut jobs, now_s);
+        let timing = BatchTiming { started, commit, answered: Instant::now() };
         for job in jobs {
-            job.answer();
+            job.answer(timing);
         }
     }
 
-    fn run_batch(&mut self, jobs: &mut [Box<dyn Job>], now_s: f64) {
+    /// Runs the batch; returns what its commits took.
+    fn run_batch(&mut self, jobs: &mut [Box<dyn Job>], now_s: f64) -> Duration {
         metrics::histogram!("allocator_batch_commands").record(jobs.len() as f64);
+        let mut commit = Duration::ZERO;
         let mut attempt = 1;
         // VM ids another agent answered "rejected" first, found when a commit was refused.
         let mut rejected_elsewhere: HashSet<VmId> = HashSet::new();
@@ -386,7 +391,7 @@ impl DurableAllocator {
                     for job in jobs.iter_mut() {
                         job.fail(CommandError::Unavailable(reason.clone()));
                     }
-                    return;
+                    return commit;
                 }
             };
             let Some(live) = &mut self.live else { unreachable!("catch_up answers when there is no live state") };
@@ -458,12 +463,13 @@ impl DurableAllocator {
             }
             if ops.is_empty() && rejected.is_empty() {
                 record_outcomes(&outcomes);
-                return;
+                return commit;
             }
             metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
             let started = Instant::now();
             let allocator = &live.allocator;
             let committed = live.store.apply_decisions(&ops, &rejected, &|host| allocator.policy_host_snapshot(host));
+            commit += started.elapsed();
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
             let error = match committed {
                 Ok(order) => {
@@ -481,7 +487,7 @@ impl DurableAllocator {
                         }
                         self.follow_store();
                     }
-                    return;
+                    return commit;
                 }
                 // Another agent committed first what makes this batch impossible (its view was
                 // stale): take the batch back, follow the store, and decide the batch again. Only
@@ -537,7 +543,7 @@ impl DurableAllocator {
                     None => job.fail(CommandError::Unavailable(reason.clone())),
                 }
             }
-            return;
+            return commit;
         }
     }
 

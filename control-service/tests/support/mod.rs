@@ -78,9 +78,15 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A workspace binary built beside this test's package (`cargo test --workspace` builds them all).
+/// Set to a directory, the stacks started from then on run the three binaries found there instead
+/// of this build's (a bench's before/after in one run: the directory holds an older commit's).
+pub const BINARIES_DIR_VARIABLE: &str = "STACK_BINARIES_DIR";
+
+/// A workspace binary built beside this test's package (`cargo test --workspace` builds them all),
+/// or the one in [`BINARIES_DIR_VARIABLE`] when it is set.
 pub fn workspace_binary(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_control-service")).parent().unwrap();
+    let built = Path::new(env!("CARGO_BIN_EXE_control-service")).parent().unwrap().to_owned();
+    let dir = std::env::var_os(BINARIES_DIR_VARIABLE).map_or(built, PathBuf::from);
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -188,7 +194,7 @@ pub async fn start_control_full(
         ),
     )
     .unwrap();
-    start_binary(Path::new(env!("CARGO_BIN_EXE_control-service")), &config, port, "control-service").await
+    start_binary(&workspace_binary("control-service"), &config, port, "control-service").await
 }
 
 /// The checked-in default model bundle, copied into a fresh models directory under `dir`.
