@@ -78,6 +78,9 @@ pub trait Job: Send {
     /// [`Request::CHECKED_AT_COMMIT`].
     fn checked_at_commit(&self) -> bool;
     fn time_s(&self) -> Option<f64>;
+    /// Whether nobody waits for the answer any more (the request timed out or its connection
+    /// closed).
+    fn abandoned(&self) -> bool;
     /// Runs the command, keeping its answer until the batch is over.
     fn run(&mut self, cx: &mut Context<'_>);
     /// Answers `error` instead of what it ran to.
@@ -146,6 +149,10 @@ impl<R: Request> Job for Pending<R> {
 
     fn time_s(&self) -> Option<f64> {
         self.request.time_s().filter(|t| t.is_finite())
+    }
+
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
     }
 
     fn run(&mut self, cx: &mut Context<'_>) {

@@ -28,8 +28,8 @@ use crate::store::{
 };
 pub use commands::{
     job, Allocate, Answer, BatchTiming, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation,
-    GetHost,
-    HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats, Status,
+    GetHost, HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats,
+    Status,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
@@ -434,6 +434,16 @@ impl DurableAllocator {
                 needs_fresh_view: false,
             };
             for job in jobs.iter_mut() {
+                // A caller that gave up (its request timed out, its connection closed) was told
+                // nothing was settled, and may have placed the VM through another agent and
+                // released it since: a write decided now, perhaps long after (a partition held
+                // this agent's commit, which was refused and is decided again), would place a VM
+                // nobody knows of. It is not applied.
+                if job.is_write() && job.abandoned() {
+                    metrics::counter!("allocator_abandoned_writes_total").increment(1);
+                    job.fail(CommandError::Unavailable(ABANDONED.to_owned()));
+                    continue;
+                }
                 job.run(&mut cx);
             }
             let needs_fresh_view = cx.needs_fresh_view;
@@ -626,6 +636,9 @@ const AVOIDANCE_TOP: usize = 16;
 /// answered as not durable (retryable).
 const MAX_ATTEMPTS: u32 = 5;
 
+/// The answer nobody reads to a write whose caller gave up before it was decided.
+const ABANDONED: &str = "the caller stopped waiting before the request was decided; it was not applied";
+
 /// A random pause before deciding a refused batch again, up to 0.5 ms doubled per attempt. Agents
 /// that lost a race for the same host (a dense-packing policy sends every agent to the one host
 /// with the right hole) would otherwise all come back at once and race again.
@@ -685,6 +698,21 @@ mod tests {
         let stored = crate::store::SqliteStore::open(&path).unwrap().load().unwrap();
         assert_eq!(stored.vms.len(), 1, "the rejection and the replay wrote nothing");
         assert_eq!(stored.host_states, [(HostId::from("z-h3"), HostState::Failed)]);
+    }
+
+    #[test]
+    fn a_write_whose_caller_gave_up_is_not_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
+        let (gone, answer) = job(allocate("gone", 1.0));
+        drop(answer);
+        let (kept, still_waiting) = job(allocate("kept", 1.0));
+        durable.execute(vec![gone, kept], 1.0);
+        assert!(placed(&still_waiting.ready()));
+        let stored = crate::store::SqliteStore::open(&path).unwrap().load().unwrap();
+        let ids: Vec<&str> = stored.vms.iter().map(|vm| vm.vm.id.as_str()).collect();
+        assert_eq!(ids, ["kept"], "the abandoned allocation placed nothing");
     }
 
     #[test]
