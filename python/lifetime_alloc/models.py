@@ -72,6 +72,15 @@ class Model:
         width, data = self._native.encode(rows, columns)
         return np.frombuffer(data, dtype="<f8").reshape(rows, width)
 
+    def predict_encoded(self, matrix: np.ndarray) -> pd.DataFrame:
+        """``p_long`` and ``expected_lifetime_s`` of rows already encoded (:meth:`encode`'s matrix):
+        the native evaluator alone, to compare with another evaluator on the same input."""
+        matrix = np.ascontiguousarray(matrix, dtype="<f8")
+        if matrix.ndim != 2:
+            raise InvalidInputError(f"expected a 2-d matrix, got {matrix.ndim} dimensions", field="matrix",
+                                    fix="pass Model.encode()'s matrix")
+        return frame_from_native(matrix.shape[0], self._native.predict_encoded(matrix.shape[1], matrix.tobytes()))
+
     def predict_remaining(self, frame: Frame, uptime_s: Union[float, Sequence[float], np.ndarray]) -> pd.Series:
         """Remaining lifetime in seconds of each row's VM after ``uptime_s`` of running (one number
         for every row, or one per row), as ``POST /v1/remaining-lifetime`` answers."""

@@ -3,7 +3,8 @@
 //!
 //! - [`columns`]: data frames in and out as Arrow-shaped column buffers (no Arrow crate: pyarrow
 //!   builds its arrays over the bytes handed back), and the records they hold;
-//! - [`trace`]: reading, writing, statistics and the synthetic generator (`traces`, as `vmtrace`);
+//! - [`trace`]: reading, writing, statistics and the synthetic generator (`traces`, as `vmtrace`),
+//!   with [`readahead`] overlapping gunzip and parsing;
 //! - [`sim`]: one run and comparisons (`simulator`, as `simulate run` and `simulate compare`);
 //! - [`model`]: a bundle's predictions (`lifetime-model`, as the inference server serves them);
 //! - [`train`]: training a bundle (`lifetime-train`, as its CLI does);
@@ -17,6 +18,7 @@ use pyo3::prelude::*;
 mod columns;
 mod errors;
 mod model;
+mod readahead;
 mod sim;
 mod trace;
 mod train;

@@ -166,6 +166,50 @@ impl Model {
         Ok((width, PyBytes::new(py, &bytes)))
     }
 
+    /// Predicts rows already encoded (`width` little-endian `f64`s a row, as [`Model::encode`]
+    /// returns them): the evaluator alone, for comparing it with another on the same matrix.
+    fn predict_encoded<'py>(&self, py: Python<'py>, width: usize, data: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        if width == 0 || data.len() % (8 * width) != 0 {
+            return Err(Raised::input(
+                "rows",
+                "the matrix is not rows of `width` float64s",
+                "pass Model.encode()'s matrix",
+            )
+            .into());
+        }
+        let values: Vec<f64> = data
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect();
+        let rows: Vec<&[f64]> = values.chunks_exact(width).collect();
+        let out = py.detach(|| {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let chunk = rows.len().div_ceil(threads).max(1024);
+            let parts: Vec<Vec<(f64, f64)>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = rows
+                    .chunks(chunk)
+                    .map(|part| {
+                        scope.spawn(|| {
+                            part.iter()
+                                .map(|row| {
+                                    let p = self.model.predict_row(row, false);
+                                    (p.p_long, p.expected_lifetime_s)
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+            });
+            let all: Vec<(f64, f64)> = parts.into_iter().flatten().collect();
+            vec![
+                OutColumn::float("p_long", all.iter().map(|p| p.0).collect()),
+                OutColumn::float("expected_lifetime_s", all.iter().map(|p| p.1).collect()),
+            ]
+        });
+        columns::to_python(py, out)
+    }
+
     /// The remaining lifetime of every row's VM after `uptime_s[i]` seconds of running, as
     /// `POST /v1/remaining-lifetime` answers it.
     fn predict_remaining<'py>(

@@ -3,13 +3,14 @@
 
 use crate::columns::{self, Table};
 use crate::errors::{Kind, Raised};
+use crate::readahead::ReadAhead;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::path::PathBuf;
 use traces::azure_sqlite::MachineType;
-use traces::csv_format::CsvTraceWriter;
+use traces::csv_format::{CsvTraceReader, CsvTraceWriter};
 use traces::synthetic::{generate, SyntheticConfig};
-use traces::{TraceSource, TraceStatsBuilder, VmRecord};
+use traces::{TraceError, TraceSource, TraceStatsBuilder, VmRecord};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_trace, m)?)?;
@@ -39,6 +40,18 @@ fn machine(machine: Option<(i64, f64, f64)>) -> Result<Option<MachineType>, Rais
 /// machine cannot host).
 pub fn read_records(path: &PathBuf, machine: Option<MachineType>) -> Result<(Vec<VmRecord>, u64), Raised> {
     let source = TraceSource::from_path(path, machine).map_err(|e| Raised::from(&e))?;
+    if let TraceSource::Csv(file) = &source {
+        let gzip = file.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("gz"));
+        let ahead = if gzip {
+            ReadAhead::gzip(file).map_err(|e| Raised::from(&TraceError::Io { path: file.clone(), source: e }))?
+        } else {
+            None
+        };
+        if let Some(ahead) = ahead {
+            let reader = CsvTraceReader::from_reader(ahead).map_err(|e| Raised::from(&e))?;
+            return Ok((reader.collect::<Result<Vec<_>, _>>().map_err(|e| Raised::from(&e))?, 0));
+        }
+    }
     let mut reader = source.open().map_err(|e| Raised::from(&e))?;
     let records = reader.by_ref().collect::<Result<Vec<_>, _>>().map_err(|e| Raised::from(&e))?;
     Ok((records, reader.skipped()))
