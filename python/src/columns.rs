@@ -10,6 +10,7 @@ use crate::errors::Raised;
 use domain::Priority;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use std::fmt::Write as _;
 use std::sync::Arc;
 use traces::csv_format::REQUIRED_COLUMNS;
 use traces::{ExtraColumns, VmRecord};
@@ -79,45 +80,91 @@ pub fn to_python<'py>(py: Python<'py>, columns: Vec<OutColumn>) -> PyResult<Vec<
     columns.into_iter().map(|column| column.into_py(py)).collect()
 }
 
-/// The columns of a trace's records, in the project's CSV column order, extra columns after.
-pub fn from_records(records: &[VmRecord]) -> Vec<OutColumn> {
-    let extra_names: Vec<String> = records.first().map(|r| r.extra.names().to_vec()).unwrap_or_default();
-    let mut vm_id = OutColumn::text("vm_id");
-    let mut tenant_id = OutColumn::text("tenant_id");
-    let mut vm_type = OutColumn::text("vm_type");
-    let mut priority = OutColumn::text("priority");
-    let mut extra: Vec<OutColumn> = extra_names.iter().map(|name| OutColumn::text(name)).collect();
-    let (mut cores, mut memory, mut start) = (Vec::new(), Vec::new(), Vec::new());
-    let mut end = Vec::with_capacity(records.len());
-    let mut end_valid = Vec::with_capacity(records.len());
-    for record in records {
+/// The columns of a trace's records, in the project's CSV column order, extra columns after, built
+/// one record at a time (a trace is read straight into them, never held as records).
+pub struct RecordColumns {
+    extra_names: Option<Vec<String>>,
+    text: [OutColumn; 4],
+    extra: Vec<OutColumn>,
+    numbers: [Vec<f64>; 4],
+    end_valid: Vec<bool>,
+    scratch: String,
+}
+
+impl RecordColumns {
+    pub fn new() -> Self {
+        RecordColumns {
+            extra_names: None,
+            text: ["vm_id", "tenant_id", "vm_type", "priority"].map(OutColumn::text),
+            extra: Vec::new(),
+            numbers: Default::default(),
+            end_valid: Vec::new(),
+            scratch: String::new(),
+        }
+    }
+
+    pub fn push(&mut self, record: &VmRecord) {
+        // The first record names the extra columns (a trace's records all share them).
+        let names = self.extra_names.get_or_insert_with(|| {
+            self.extra = record.extra.names().iter().map(|name| OutColumn::text(name)).collect();
+            record.extra.names().to_vec()
+        });
+        let [vm_id, tenant_id, vm_type, priority] = &mut self.text;
         vm_id.push_str(&record.vm_id);
         tenant_id.push_str(&record.tenant_id);
         vm_type.push_str(&record.vm_type);
-        priority.push_str(&record.priority.to_string());
+        self.scratch.clear();
+        let _ = write!(self.scratch, "{}", record.priority);
+        priority.push_str(&self.scratch);
+        let [cores, memory, start, end] = &mut self.numbers;
         cores.push(record.cores);
         memory.push(record.memory_gib);
         start.push(record.start_s);
         end.push(record.end_s.unwrap_or(f64::NAN));
-        end_valid.push(record.end_s.is_some());
-        let same = record.extra.names() == extra_names.as_slice();
-        for (i, column) in extra.iter_mut().enumerate() {
-            let value = if same { Some(record.extra.values()[i].as_str()) } else { record.extra.get(&extra_names[i]) };
+        self.end_valid.push(record.end_s.is_some());
+        let same = record.extra.names() == names.as_slice();
+        for (i, column) in self.extra.iter_mut().enumerate() {
+            let value = if same { Some(record.extra.values()[i].as_str()) } else { record.extra.get(&names[i]) };
             column.push_str(value.unwrap_or_default());
         }
     }
-    let mut columns = vec![
-        vm_id,
-        tenant_id,
-        vm_type,
-        OutColumn::float("cores", cores),
-        OutColumn::float("memory_gib", memory),
-        priority,
-        OutColumn::float("start_s", start),
-        OutColumn::Float { name: "end_s".to_owned(), values: end, valid: Some(end_valid) },
-    ];
-    columns.extend(extra);
-    columns
+
+    /// Records pushed so far.
+    pub fn len(&self) -> usize {
+        self.end_valid.len()
+    }
+
+    pub fn finish(self) -> Vec<OutColumn> {
+        let [vm_id, tenant_id, vm_type, priority] = self.text;
+        let [cores, memory, start, end] = self.numbers;
+        let mut columns = vec![
+            vm_id,
+            tenant_id,
+            vm_type,
+            OutColumn::float("cores", cores),
+            OutColumn::float("memory_gib", memory),
+            priority,
+            OutColumn::float("start_s", start),
+            OutColumn::Float { name: "end_s".to_owned(), values: end, valid: Some(self.end_valid) },
+        ];
+        columns.extend(self.extra);
+        columns
+    }
+}
+
+impl Default for RecordColumns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The columns of `records` ([`RecordColumns`]).
+pub fn from_records(records: &[VmRecord]) -> Vec<OutColumn> {
+    let mut columns = RecordColumns::new();
+    for record in records {
+        columns.push(record);
+    }
+    columns.finish()
 }
 
 /// A column handed in by Python.

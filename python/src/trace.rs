@@ -1,12 +1,12 @@
 //! Traces from Python, through the functions `vmtrace` runs: reading any source into columns,
 //! writing records back as the project's CSV, statistics, and the synthetic generator.
 
-use crate::columns::{self, Table};
+use crate::columns::{self, RecordColumns, Table};
 use crate::errors::{Kind, Raised};
 use crate::readahead::ReadAhead;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use traces::azure_sqlite::MachineType;
 use traces::csv_format::{CsvTraceReader, CsvTraceWriter};
 use traces::synthetic::{generate, SyntheticConfig};
@@ -36,9 +36,14 @@ fn machine(machine: Option<(i64, f64, f64)>) -> Result<Option<MachineType>, Rais
     Ok(Some(MachineType { machine_id, cores, memory_gib, ssd_gib: 0.0 }))
 }
 
-/// Every record of a trace file, and how many the source skipped on purpose (sqlite VMs the
-/// machine cannot host).
-pub fn read_records(path: &PathBuf, machine: Option<MachineType>) -> Result<(Vec<VmRecord>, u64), Raised> {
+/// Every record of a trace file, each handed to `each`; returns how many the source skipped on
+/// purpose (sqlite VMs the machine cannot host). A `.csv.gz` file is decompressed ahead of the
+/// parser ([`ReadAhead`]).
+pub fn for_each_record(
+    path: &Path,
+    machine: Option<MachineType>,
+    mut each: impl FnMut(VmRecord),
+) -> Result<u64, Raised> {
     let source = TraceSource::from_path(path, machine).map_err(|e| Raised::from(&e))?;
     if let TraceSource::Csv(file) = &source {
         let gzip = file.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("gz"));
@@ -48,13 +53,24 @@ pub fn read_records(path: &PathBuf, machine: Option<MachineType>) -> Result<(Vec
             None
         };
         if let Some(ahead) = ahead {
-            let reader = CsvTraceReader::from_reader(ahead).map_err(|e| Raised::from(&e))?;
-            return Ok((reader.collect::<Result<Vec<_>, _>>().map_err(|e| Raised::from(&e))?, 0));
+            for record in CsvTraceReader::from_reader(ahead).map_err(|e| Raised::from(&e))? {
+                each(record.map_err(|e| Raised::from(&e))?);
+            }
+            return Ok(0);
         }
     }
     let mut reader = source.open().map_err(|e| Raised::from(&e))?;
-    let records = reader.by_ref().collect::<Result<Vec<_>, _>>().map_err(|e| Raised::from(&e))?;
-    Ok((records, reader.skipped()))
+    for record in reader.by_ref() {
+        each(record.map_err(|e| Raised::from(&e))?);
+    }
+    Ok(reader.skipped())
+}
+
+/// Every record of a trace file.
+pub fn read_records(path: &Path, machine: Option<MachineType>) -> Result<Vec<VmRecord>, Raised> {
+    let mut records = Vec::new();
+    for_each_record(path, machine, |record| records.push(record))?;
+    Ok(records)
 }
 
 /// Reads a trace file (`.csv`, `.csv.gz`, or an Azure `.sqlite`/`.db` with `machine`) into columns;
@@ -68,7 +84,9 @@ fn read_trace<'py>(
 ) -> PyResult<(usize, Vec<Bound<'py, PyTuple>>, u64)> {
     let machine = self::machine(machine)?;
     let (rows, columns, skipped) = py.detach(|| {
-        read_records(&path, machine).map(|(records, skipped)| (records.len(), columns::from_records(&records), skipped))
+        let mut columns = RecordColumns::new();
+        let skipped = for_each_record(&path, machine, |record| columns.push(&record))?;
+        Ok::<_, Raised>((columns.len(), columns.finish(), skipped))
     })?;
     Ok((rows, columns::to_python(py, columns)?, skipped))
 }
@@ -120,7 +138,7 @@ fn trace_stats(
     trace_end_s: Option<f64>,
 ) -> PyResult<String> {
     let machine = self::machine(machine)?;
-    py.detach(|| stats_json(&read_records(&path, machine)?.0, trace_end_s)).map_err(Into::into)
+    py.detach(|| stats_json(&read_records(&path, machine)?, trace_end_s)).map_err(Into::into)
 }
 
 /// The same statistics of a frame's rows.

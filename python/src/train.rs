@@ -86,7 +86,7 @@ fn train(
     py.detach(|| -> Result<(String, String, Option<String>), Raised> {
         let (train, source) = match (frame, &path) {
             (Some(table), None) => (table.records()?, "data frame".to_owned()),
-            (None, Some(path)) => (read_records(path, None)?.0, path.display().to_string()),
+            (None, Some(path)) => (read_records(path, None)?, path.display().to_string()),
             _ => {
                 return Err(Raised::input(
                     "train",
@@ -95,7 +95,7 @@ fn train(
                 ))
             }
         };
-        let eval = eval_path.as_ref().map(|p| read_records(p, None).map(|r| r.0)).transpose()?;
+        let eval = eval_path.as_ref().map(|p| read_records(p, None)).transpose()?;
         std::fs::create_dir_all(&out).map_err(|e| {
             Raised::input("out", format!("{}: {e}", out.display()), "give a directory you can write to")
         })?;
