@@ -35,6 +35,11 @@ impl Raised {
         Raised { kind: Kind::Input, message: message.into(), field: Some(field.into()), fix: Some(fix.into()) }
     }
 
+    /// A failure of the work itself, not of the input (`LifetimeAllocError`).
+    pub fn other(message: impl Into<String>) -> Self {
+        Raised { kind: Kind::Failed, message: message.into(), field: None, fix: None }
+    }
+
     fn failed(error: &(dyn StdError + 'static)) -> Self {
         let kind = if io_not_found(error) { Kind::NotFound } else { Kind::Failed };
         let fix = matches!(kind, Kind::NotFound)

@@ -5,7 +5,7 @@
 //! the numbers are the server's for the same rows; the rows are shared out over the cores.
 
 use crate::columns::{self, OutColumn, Table};
-use crate::errors::{Kind, Raised};
+use crate::errors::Raised;
 use domain::PredictInstance;
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use pyo3::prelude::*;
@@ -31,12 +31,7 @@ fn predict_instances(py: Python<'_>, rows: usize, columns: &Bound<'_, PyAny>) ->
     let table = Table::extract(rows, columns)?;
     py.detach(|| -> Result<String, Raised> {
         let instances = table.records()?.iter().map(instance).collect::<Result<Vec<_>, _>>()?;
-        serde_json::to_string(&instances).map_err(|e| Raised {
-            kind: Kind::Failed,
-            message: e.to_string(),
-            field: None,
-            fix: None,
-        })
+        serde_json::to_string(&instances).map_err(|e| Raised::other(e.to_string()))
     })
     .map_err(Into::into)
 }
@@ -55,16 +50,7 @@ fn parallel<T: Send>(
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Raised {
-                        kind: Kind::Failed,
-                        message: "a prediction thread panicked".to_owned(),
-                        field: None,
-                        fix: None,
-                    })
-                })
-            })
+            .map(|h| h.join().unwrap_or_else(|_| Err(Raised::other("a prediction thread panicked".to_owned()))))
             .collect()
     });
     let mut out = Vec::with_capacity(records.len());
@@ -101,8 +87,7 @@ impl Model {
 
     /// The bundle's manifest, as JSON.
     fn manifest_json(&self) -> PyResult<String> {
-        serde_json::to_string(self.model.manifest())
-            .map_err(|e| Raised { kind: Kind::Failed, message: e.to_string(), field: None, fix: None }.into())
+        serde_json::to_string(self.model.manifest()).map_err(|e| Raised::other(e.to_string()).into())
     }
 
     /// Predicts every row: columns `p_long`, `long` (1 or 0), `expected_lifetime_s` and, with

@@ -4,7 +4,7 @@
 //! CLI writes with `--out`, so the two are compared field by field.
 
 use crate::columns::Table;
-use crate::errors::{Kind, Raised};
+use crate::errors::Raised;
 use pyo3::prelude::*;
 use simulator::compare::{self, CompareError, Comparison, Experiment};
 use simulator::engine::{self, SimConfig};
@@ -25,14 +25,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn failed(message: impl Into<String>) -> Raised {
-    Raised { kind: Kind::Failed, message: message.into(), field: None, fix: None }
-}
-
 /// `SimConfig::default()` as JSON (what `simulate run --print-config` starts from).
 #[pyfunction]
 fn default_config() -> PyResult<String> {
-    serde_json::to_string(&SimConfig::default()).map_err(|e| failed(e.to_string()).into())
+    serde_json::to_string(&SimConfig::default()).map_err(|e| Raised::other(e.to_string()).into())
 }
 
 /// The policy presets of the standard registry (`simulate run --policy`'s choices).
@@ -51,7 +47,7 @@ fn parse_prediction(text: &str) -> PyResult<String> {
             "use oracle, binned-oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8",
         )
     })?;
-    serde_json::to_string(&source).map_err(|e| failed(e.to_string()).into())
+    serde_json::to_string(&source).map_err(|e| Raised::other(e.to_string()).into())
 }
 
 fn config_from_json(json: &str) -> Result<SimConfig, Raised> {
@@ -70,7 +66,7 @@ fn config_from_json(json: &str) -> Result<SimConfig, Raised> {
 #[pyfunction]
 fn config_to_toml(json: &str) -> PyResult<String> {
     let config = config_from_json(json)?;
-    toml::to_string(&config).map_err(|e| failed(e.to_string()).into())
+    toml::to_string(&config).map_err(|e| Raised::other(e.to_string()).into())
 }
 
 /// A run configuration file's TOML (`simulate run --config`) as JSON.
@@ -83,14 +79,14 @@ fn config_from_toml(text: &str) -> PyResult<String> {
             "correct the file (`simulate run --print-config` writes a valid one)",
         )
     })?;
-    serde_json::to_string(&config).map_err(|e| failed(e.to_string()).into())
+    serde_json::to_string(&config).map_err(|e| Raised::other(e.to_string()).into())
 }
 
 /// An experiment file's TOML (`configs/experiments/*.toml`) as JSON.
 #[pyfunction]
 fn experiment_from_toml(text: &str) -> PyResult<String> {
     let experiment = Experiment::from_toml(text).map_err(compare_error)?;
-    serde_json::to_string(&experiment).map_err(|e| failed(e.to_string()).into())
+    serde_json::to_string(&experiment).map_err(|e| Raised::other(e.to_string()).into())
 }
 
 /// Calls a Python progress callback with `(done, total)` at most ten times a second, attaching to
@@ -154,7 +150,7 @@ fn simulate(
         let result =
             engine::run(&workload, &config, |done| progress.report(done, false)).map_err(|e| Raised::from(&e))?;
         progress.report(progress.total, true);
-        serde_json::to_string(&result).map_err(|e| failed(e.to_string()))
+        serde_json::to_string(&result).map_err(|e| Raised::other(e.to_string()))
     })
     .map_err(Into::into)
 }
@@ -168,7 +164,7 @@ fn compare_error(error: CompareError) -> Raised {
             let raised = Raised::from(source);
             Raised { message: format!("run `{label}`: {}", raised.message), ..raised }
         }
-        _ => failed(error.to_string()),
+        _ => Raised::other(error.to_string()),
     }
 }
 
@@ -204,7 +200,7 @@ fn compare_runs(
         .map_err(compare_error)?;
         progress.report(progress.total, true);
         let comparison = Comparison::new(experiment, runs);
-        let json = serde_json::to_string(&comparison).map_err(|e| failed(e.to_string()))?;
+        let json = serde_json::to_string(&comparison).map_err(|e| Raised::other(e.to_string()))?;
         Ok((json, compare::markdown(&comparison)))
     })
     .map_err(Into::into)

@@ -2,7 +2,7 @@
 //! writing records back as the project's CSV, statistics, and the synthetic generator.
 
 use crate::columns::{self, RecordColumns, Table};
-use crate::errors::{Kind, Raised};
+use crate::errors::Raised;
 use crate::readahead::ReadAhead;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -120,12 +120,7 @@ fn stats_json(records: &[VmRecord], trace_end_s: Option<f64>) -> Result<String, 
     for record in records {
         stats.push(record);
     }
-    serde_json::to_string(&stats.finish()).map_err(|e| Raised {
-        kind: Kind::Failed,
-        message: e.to_string(),
-        field: None,
-        fix: None,
-    })
+    serde_json::to_string(&stats.finish()).map_err(|e| Raised::other(e.to_string()))
 }
 
 /// `vmtrace stats --json` of a trace file.

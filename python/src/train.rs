@@ -2,7 +2,7 @@
 //! records of a trace file or a frame, then `plots::write_report` (evaluation.md and the plots).
 
 use crate::columns::Table;
-use crate::errors::{Kind, Raised};
+use crate::errors::Raised;
 use crate::trace::read_records;
 use lifetime_train::train::{train_bundle, Progress, TrainConfig, TrainData, TrainError};
 use pyo3::prelude::*;
@@ -33,7 +33,7 @@ fn train_error(error: TrainError) -> Raised {
             Raised::input("config", error.to_string(), format!("change the setting: {message}"))
         }
         TrainError::NotEnoughData(_) => Raised::input("train", error.to_string(), "train on a longer trace"),
-        _ => Raised { kind: Kind::Failed, message: error.to_string(), field: None, fix: None },
+        _ => Raised::other(error.to_string()),
     }
 }
 
@@ -104,12 +104,7 @@ fn train(
         let (report, warning) = lifetime_train::plots::write_report(&manifest, &out).map_err(|e| {
             Raised::input("out", format!("writing evaluation.md: {e}"), "give a directory you can write to")
         })?;
-        let manifest = serde_json::to_string(&manifest).map_err(|e| Raised {
-            kind: Kind::Failed,
-            message: e.to_string(),
-            field: None,
-            fix: None,
-        })?;
+        let manifest = serde_json::to_string(&manifest).map_err(|e| Raised::other(e.to_string()))?;
         Ok((manifest, report, warning))
     })
     .map_err(Into::into)
