@@ -3,8 +3,9 @@
 #   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
 #   (bindgen / LightGBM), the rustfmt + clippy components (CI lints), and schemathesis (the API
 #   fuzzer of control-service/tests/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store),
-#   and Debian's Chromium and ChromeDriver (the dashboard's browser test,
-#   control-service/tests/dashboard.rs).
+#   Debian's Chromium and ChromeDriver (the dashboard's browser test,
+#   control-service/tests/dashboard.rs), and the Python packages the Python package's tests need
+#   (maturin, pandas, pyarrow, pytest, nbclient, ...; scripts/test-python.sh).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
 #   --build-only: only what building the trainer (`lifetime-train`, LightGBM's C++) needs: CMake,
 #   libclang, a C++ compiler. The default model's training and the Dockerfile's build stage use it.
@@ -164,6 +165,37 @@ else
     command -v chromium >/dev/null && command -v chromedriver >/dev/null ||
         die "chromium and chromium-driver installed but chromium or chromedriver is not on PATH"
     say "Chromium and ChromeDriver installed ($(chromedriver --version | awk '{print $1, $2}'))"
+fi
+
+# --- 8. The Python package's tests (scripts/test-python.sh, from e2e/tests/python.rs) ----------
+# maturin builds the wheel; pytest, nbclient/nbformat/ipykernel (the executed example notebook) and
+# matplotlib (its plot) run the tests; numpy, pandas and pyarrow are the package's own dependencies.
+# Installed into python3 like cmake above; the tests' throwaway venv sees them (--system-site-packages),
+# and creating it needs ensurepip (Debian's python3-venv).
+PY_TEST_PACKAGES=(maturin numpy pandas pyarrow pytest nbclient nbformat ipykernel matplotlib)
+py_missing() {
+    python3 - "$@" <<'PY'
+import importlib.util, sys
+print(" ".join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))
+PY
+}
+missing=$(py_missing "${PY_TEST_PACKAGES[@]}")
+if [ -z "$missing" ]; then
+    say "Python test packages present (${PY_TEST_PACKAGES[*]})"
+else
+    say "Python packages missing ($missing), installing via pip"
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    # shellcheck disable=SC2086 # one package a word
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore \
+        python3 -m pip install -q --disable-pip-version-check $missing
+    missing=$(py_missing "${PY_TEST_PACKAGES[@]}")
+    [ -z "$missing" ] || die "still missing after pip install: $missing"
+    say "Python test packages installed"
+fi
+if python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    say "python3 venv present"
+else
+    say "python3 venv missing, installing python3-venv"; apt_install python3-venv
 fi
 
 say "all prerequisites present"

@@ -85,6 +85,13 @@ fn the_domain_libraries_link_no_http_runtime_database_lightgbm_cli_or_plots() {
     assert_clean("simulator", true, &[HTTP, RUNTIME, LIGHTGBM]);
 }
 
+/// The Python package is a layer over the libraries: no HTTP stack or async runtime of its own (its
+/// HTTP client is plain Python).
+#[test]
+fn the_python_package_links_no_http_or_runtime() {
+    assert_clean("lifetime-alloc-py", true, &[HTTP, RUNTIME]);
+}
+
 #[test]
 fn the_services_link_no_lightgbm() {
     for package in ["allocator", "inference-server", "control-service", "replay"] {

@@ -207,10 +207,10 @@ fn main() -> Result<()> {
     )?;
     bar.finish_and_clear();
 
-    let report = manifest.evaluation.to_markdown();
-    std::fs::write(out.join("evaluation.md"), &report).with_context(|| "writing evaluation.md")?;
-    if let Err(err) = lifetime_train::plots::write_plots(&manifest.evaluation, &out) {
-        eprintln!("warning: could not draw the plots: {err}");
+    let (report, warning) =
+        lifetime_train::plots::write_report(&manifest, &out).with_context(|| "writing evaluation.md")?;
+    if let Some(warning) = warning {
+        eprintln!("warning: {warning}");
     }
     println!("bundle {} (version {}) written to {}", manifest.name, manifest.version, out.display());
     println!(

@@ -1,9 +1,19 @@
 //! The SVG plots of a bundle's evaluation report (ROC curve, reprediction curve), written beside
 //! its `evaluation.md`.
 
+use lifetime_model::bundle::Manifest;
 use lifetime_model::report::{hours, EvaluationReport};
 use plotters::prelude::*;
 use std::path::Path;
+
+/// Writes what the trainer puts beside a bundle: `evaluation.md` (the report as Markdown, returned)
+/// and the plots. A plot that cannot be drawn is no failure: its error comes back as a warning.
+pub fn write_report(manifest: &Manifest, dir: &Path) -> Result<(String, Option<String>), std::io::Error> {
+    let report = manifest.evaluation.to_markdown();
+    std::fs::write(dir.join("evaluation.md"), &report)?;
+    let warning = write_plots(&manifest.evaluation, dir).err().map(|err| format!("could not draw the plots: {err}"));
+    Ok((report, warning))
+}
 
 /// Writes `roc.svg` and `reprediction.svg` into `dir`.
 pub fn write_plots(report: &EvaluationReport, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {

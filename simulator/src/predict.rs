@@ -133,6 +133,50 @@ pub enum PredictionSourceConfig {
     None,
 }
 
+impl PredictionSourceConfig {
+    /// A source as a short text: `oracle`, `binned-oracle`, `none`, `model` (the bundle in
+    /// `models/default`), `model:BUNDLE_DIR`, `accuracy:A` (paper 002 G.1), `pr:PRECISION,RECALL`
+    /// (paper 003 B.6, on the long class). The error starts with the text or its form, so a caller
+    /// can put its own flag or field name in front.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (kind, value) = text.split_once(':').map_or((text, None), |(k, v)| (k, Some(v)));
+        let number = |v: &str, what: &str| -> Result<f64, String> {
+            v.trim().parse::<f64>().map_err(|_| format!("{text}: {what} `{v}` is not a number"))
+        };
+        Ok(match (kind, value) {
+            ("oracle", None) => PredictionSourceConfig::Oracle,
+            ("binned-oracle", None) => PredictionSourceConfig::BinnedOracle { edges_s: Vec::new() },
+            ("none", None) => PredictionSourceConfig::None,
+            ("model", None) => PredictionSourceConfig::Model { bundle: PathBuf::from("models/default"), reading: None },
+            ("model", Some(dir)) => PredictionSourceConfig::Model { bundle: PathBuf::from(dir), reading: None },
+            ("accuracy", Some(a)) => {
+                let accuracy = number(a, "the accuracy")?;
+                if !(0.0..=1.0).contains(&accuracy) {
+                    return Err(format!("accuracy:A needs A in [0, 1], got {accuracy}"));
+                }
+                PredictionSourceConfig::NoisyAccuracy { accuracy }
+            }
+            ("pr", Some(pr)) => {
+                let Some((p, r)) = pr.split_once(',') else {
+                    return Err(format!("pr:PRECISION,RECALL, e.g. pr:0.9,0.8; got `{text}`"));
+                };
+                let (precision, recall) = (number(p, "the precision")?, number(r, "the recall")?);
+                for (what, v) in [("precision", precision), ("recall", recall)] {
+                    if !(v > 0.0 && v <= 1.0) {
+                        return Err(format!("pr:PRECISION,RECALL needs the {what} in (0, 1], got {v}"));
+                    }
+                }
+                PredictionSourceConfig::NoisyPrecisionRecall { precision, recall }
+            }
+            _ => {
+                return Err(format!(
+                    "`{text}` is not a source: use oracle, binned-oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8"
+                ))
+            }
+        })
+    }
+}
+
 /// Where one part of a hybrid prediction comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -79,6 +79,31 @@ impl VmRecord {
         self.end_s.unwrap_or(trace_end_s).max(self.start_s) - self.start_s
     }
 
+    /// Checks the values the CSV reader checks as it parses a row, for records built some other way
+    /// (from a data frame, say): a non-empty id, positive finite sizes, a finite start, and a finite
+    /// end no earlier than the start. The error names the column.
+    pub fn check(&self) -> Result<(), TraceError> {
+        let bad = |field: &'static str, message: &str| {
+            Err(TraceError::BadRecord { vm_id: self.vm_id.clone(), field, message: message.to_owned() })
+        };
+        if self.vm_id.is_empty() {
+            return bad("vm_id", "must not be empty");
+        }
+        for (field, value) in [("cores", self.cores), ("memory_gib", self.memory_gib)] {
+            if !(value.is_finite() && value > 0.0) {
+                return bad(field, "must be a finite number greater than 0");
+            }
+        }
+        if !self.start_s.is_finite() {
+            return bad("start_s", "must be a finite number");
+        }
+        match self.end_s {
+            Some(end) if !end.is_finite() => bad("end_s", "must be a finite number (or missing: still running)"),
+            Some(end) if end < self.start_s => bad("end_s", "must not be before start_s"),
+            _ => Ok(()),
+        }
+    }
+
     /// The allocation request of this VM, as the replay client sends it and the simulator places
     /// it: its id behind `vm_id_prefix` (none when empty), [`NO_TENANT`] for a missing tenant, its
     /// trace start as the request time, the `os` column as the request's OS and every other

@@ -121,6 +121,44 @@ struct Request {
     size: usize,
 }
 
+/// A [`SyntheticConfig`] setting out of range: `field` is the setting's name as the CLI's flag
+/// spells it without its dashes (`days`, `warmup_days`, `requests_per_hour`, `tenants`), `message`
+/// reads after it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{field} {message}")]
+pub struct InvalidSynthetic {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl SyntheticConfig {
+    /// Checks every setting, and that the whole trace (generated in memory) stays within sizes the
+    /// generator is meant for: at most 366 days in all and 100,000 requests an hour.
+    pub fn validate(&self) -> Result<(), InvalidSynthetic> {
+        let invalid = |field, message: String| Err(InvalidSynthetic { field, message });
+        for (field, value) in
+            [("days", self.span_days), ("warmup_days", self.warmup_days), ("requests_per_hour", self.requests_per_hour)]
+        {
+            if !value.is_finite() || value < 0.0 {
+                return invalid(field, format!("must be a non-negative number, got {value}"));
+            }
+        }
+        if self.tenants == 0 {
+            return invalid("tenants", "must be at least 1".to_owned());
+        }
+        if self.span_days + self.warmup_days > 366.0 {
+            return invalid(
+                "days",
+                format!("plus warmup_days must be at most 366, got {}", self.span_days + self.warmup_days),
+            );
+        }
+        if self.requests_per_hour > 100_000.0 {
+            return invalid("requests_per_hour", format!("must be at most 100000, got {}", self.requests_per_hour));
+        }
+        Ok(())
+    }
+}
+
 /// Generates the whole trace, sorted by start time.
 pub fn generate(config: &SyntheticConfig) -> Vec<VmRecord> {
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);

@@ -649,41 +649,9 @@ fn parse_buckets(text: &str) -> Result<Buckets> {
     }
 }
 
-/// `oracle`, `binned-oracle`, `none`, `model[:DIR]`, `accuracy:A`, `pr:P,R`.
+/// `oracle`, `binned-oracle`, `none`, `model[:DIR]`, `accuracy:A`, `pr:P,R`, as the library reads them.
 fn parse_prediction(text: &str) -> Result<PredictionSourceConfig> {
-    let (kind, value) = text.split_once(':').map_or((text, None), |(k, v)| (k, Some(v)));
-    let number = |v: &str, what: &str| -> Result<f64> {
-        v.trim().parse::<f64>().map_err(|_| anyhow!("--prediction {text}: {what} `{v}` is not a number"))
-    };
-    Ok(match (kind, value) {
-        ("oracle", None) => PredictionSourceConfig::Oracle,
-        ("binned-oracle", None) => PredictionSourceConfig::BinnedOracle { edges_s: Vec::new() },
-        ("none", None) => PredictionSourceConfig::None,
-        ("model", None) => PredictionSourceConfig::Model { bundle: PathBuf::from("models/default"), reading: None },
-        ("model", Some(dir)) => PredictionSourceConfig::Model { bundle: PathBuf::from(dir), reading: None },
-        ("accuracy", Some(a)) => {
-            let accuracy = number(a, "the accuracy")?;
-            if !(0.0..=1.0).contains(&accuracy) {
-                bail!("--prediction accuracy:A needs A in [0, 1], got {accuracy}");
-            }
-            PredictionSourceConfig::NoisyAccuracy { accuracy }
-        }
-        ("pr", Some(pr)) => {
-            let Some((p, r)) = pr.split_once(',') else {
-                bail!("--prediction pr:PRECISION,RECALL, e.g. pr:0.9,0.8; got `{text}`");
-            };
-            let (precision, recall) = (number(p, "the precision")?, number(r, "the recall")?);
-            for (what, v) in [("precision", precision), ("recall", recall)] {
-                if !(v > 0.0 && v <= 1.0) {
-                    bail!("--prediction pr:PRECISION,RECALL needs the {what} in (0, 1], got {v}");
-                }
-            }
-            PredictionSourceConfig::NoisyPrecisionRecall { precision, recall }
-        }
-        _ => bail!(
-            "--prediction `{text}` is not a source: use oracle, binned-oracle, none, model, model:BUNDLE_DIR, accuracy:0.9 or pr:0.9,0.8"
-        ),
-    })
+    PredictionSourceConfig::parse(text).map_err(|message| anyhow!("--prediction {message}"))
 }
 
 /// `off`, or `top=N,window=N,gain=X,share=on|off` (any of them).

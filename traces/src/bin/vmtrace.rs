@@ -130,23 +130,6 @@ fn counting_spinner(what: &str) -> ProgressBar {
 }
 
 fn run_generate(args: GenerateArgs) -> Result<()> {
-    for (flag, value) in
-        [("--days", args.days), ("--warmup-days", args.warmup_days), ("--requests-per-hour", args.requests_per_hour)]
-    {
-        if !value.is_finite() || value < 0.0 {
-            bail!("{flag} must be a non-negative number, got {value}");
-        }
-    }
-    if args.tenants == 0 {
-        bail!("--tenants must be at least 1");
-    }
-    // The whole trace is generated in memory: keep it to sizes this tool is meant for.
-    if args.days + args.warmup_days > 366.0 {
-        bail!("--days plus --warmup-days must be at most 366, got {}", args.days + args.warmup_days);
-    }
-    if args.requests_per_hour > 100_000.0 {
-        bail!("--requests-per-hour must be at most 100000, got {}", args.requests_per_hour);
-    }
     let config = SyntheticConfig {
         seed: args.seed,
         span_days: args.days,
@@ -155,6 +138,11 @@ fn run_generate(args: GenerateArgs) -> Result<()> {
         tenants: args.tenants,
         censor: !args.no_censor,
     };
+    // The library names the setting as the flag does, without its dashes.
+    config.validate().map_err(|e| {
+        let flag = |name: &str| format!("--{}", name.replace('_', "-"));
+        anyhow::anyhow!("{} {}", flag(e.field), e.message.replace("warmup_days", &flag("warmup_days")))
+    })?;
     let started = Instant::now();
     let records = generate(&config);
     let names = records.first().map(|r| r.extra.names().to_vec()).unwrap_or_default();

@@ -1,0 +1,109 @@
+"""Speed of the Python package against its references, side by side in one run (docs/benchmarks.md,
+"The Python package"):
+
+- a simulation through Python (``simulation.run``) against the CLI (``simulate run --config``) on the
+  same configuration, whole process for the CLI, the whole call for Python (both load the trace);
+- predicting 100,000 rows of a DataFrame (``Model.predict``: encoding, P(long) and the expected
+  lifetime) against LightGBM's own Python package (``Booster.predict`` of the bundle's long-lived
+  model file on the rows already encoded, so LightGBM is timed on less work);
+- reading the Azure V1 test trace into a DataFrame (``traces.read``) against ``pandas.read_csv``.
+
+    python python/benchmarks/bench.py [--trace ../shared/data/azure-v1-tracegen/trace-test.csv.gz]
+
+Each figure is the median of ``--repeat`` runs, the two sides alternating. Needs the installed package,
+the workspace's release ``simulate`` binary and ``pip install lightgbm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+import numpy as np
+import pandas as pd
+
+from lifetime_alloc import models, simulation, traces
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def timed(f: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    f()
+    return time.perf_counter() - started
+
+
+def side_by_side(ours: Callable[[], object], reference: Callable[[], object], repeat: int) -> Tuple[float, float]:
+    a: List[float] = []
+    b: List[float] = []
+    for _ in range(repeat):
+        a.append(timed(ours))
+        b.append(timed(reference))
+    return statistics.median(a), statistics.median(b)
+
+
+def report(what: str, ours: float, reference: float, reference_name: str, goal: str) -> None:
+    print(f"| {what} | {ours:.3f} s | {reference_name} {reference:.3f} s | {ours / reference:.2f}x | {goal} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", default=str(REPO.parent / "shared" / "data" / "azure-v1-tracegen" / "trace-test.csv.gz"))
+    parser.add_argument("--bin-dir", default=os.environ.get("CARGO_TARGET_DIR", str(REPO / "target")) + "/release")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--policy", default="nilas")
+    args = parser.parse_args()
+    import lightgbm  # type: ignore[import-untyped]
+
+    print(f"trace {args.trace}; {os.cpu_count()} cores; lightgbm {lightgbm.__version__}, pandas {pd.__version__}")
+    print("| what | Python package | reference | ratio | goal |")
+    print("|---|---:|---:|---:|---|")
+
+    # 1. Reading the trace into a DataFrame.
+    ours, reference = side_by_side(lambda: traces.read(args.trace), lambda: pd.read_csv(args.trace), args.repeat)
+    report("read the trace into a DataFrame", ours, reference, "pandas.read_csv", "<= 1.0x")
+
+    # 2. Predicting 100,000 rows.
+    frame = traces.read(args.trace).iloc[:100_000].reset_index(drop=True)
+    model = models.load(REPO / "models" / "default")
+    booster = lightgbm.Booster(model_file=str(REPO / "models" / "default" / "long_lived.lgbm.txt"))
+    encoded = model.encode(frame)
+    ours_p = model.predict(frame)["p_long"].to_numpy()
+    theirs_p = booster.predict(encoded)
+    same = np.array_equal(ours_p, np.clip(theirs_p, 0.0, 1.0))
+    ours, reference = side_by_side(lambda: model.predict(frame), lambda: booster.predict(encoded), args.repeat)
+    report(f"predict {len(frame):,} rows from the DataFrame (P(long) {'bit-identical to' if same else 'DIFFERS from'} "
+           "LightGBM's)", ours, reference, "Booster.predict (encoded rows)", "<= 1.0x")
+    ours, reference = side_by_side(lambda: model.predict_encoded(encoded), lambda: booster.predict(encoded), args.repeat)
+    report(f"predict {len(frame):,} encoded rows (evaluator alone)", ours, reference, "Booster.predict", "-")
+    encode, _ = side_by_side(lambda: model.encode(frame), lambda: None, args.repeat)
+    print(f"| encode {len(frame):,} rows alone (the features, each VM's tenant and job history) | {encode:.3f} s | | | |")
+
+    # 3. A simulation: Python against the CLI.
+    config = {"workload": {"trace": {"kind": "file", "path": str(Path(args.trace).resolve())}},
+              "policy": {"kind": args.policy}, "prediction": {"source": {"kind": "oracle"}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "run.toml"
+        path.write_text(simulation.to_toml(simulation.run(config, progress=False).config))
+        out = Path(tmp) / "result.json"
+        cli = [str(Path(args.bin_dir) / "simulate"), "run", "--config", str(path), "--quiet", "--out", str(out)]
+        python_result = {}
+
+        def ours_run() -> None:
+            python_result["r"] = simulation.run(config, progress=False)
+
+        ours, reference = side_by_side(ours_run, lambda: subprocess.run(cli, check=True, capture_output=True), args.repeat)
+        same = python_result["r"].without_timing() == simulation.without_timing(json.loads(out.read_text()))
+    report(f"simulate the trace, {args.policy} / oracle (result {'identical to' if same else 'DIFFERS from'} the CLI's)",
+           ours, reference, "simulate run", "<= 1.1x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+//! Data frames in and out as Arrow-shaped column buffers, and the trace records they hold.
+//!
+//! A column crosses as a tuple: `(name, "f64", validity, values)` (little-endian `f64`s, `validity`
+//! an Arrow bitmap or `None`) or `(name, "str", offsets, data)` (Arrow `large_string`: `n + 1`
+//! little-endian `i64` offsets into UTF-8 bytes). Python builds pyarrow arrays over the bytes handed
+//! back without copying them, and hands columns in the same shape (`lifetime_alloc._frames`), so
+//! no Arrow crate is linked and no Python object is made per value.
+
+use crate::errors::Raised;
+use domain::Priority;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use traces::csv_format::REQUIRED_COLUMNS;
+use traces::{ExtraColumns, VmRecord};
+
+/// A column built in Rust, on its way to Python.
+pub enum OutColumn {
+    Float { name: String, values: Vec<f64>, valid: Option<Vec<bool>> },
+    Text { name: String, offsets: Vec<i64>, data: Vec<u8> },
+}
+
+impl OutColumn {
+    pub fn float(name: &str, values: Vec<f64>) -> Self {
+        OutColumn::Float { name: name.to_owned(), values, valid: None }
+    }
+
+    pub fn text(name: &str) -> Self {
+        OutColumn::Text { name: name.to_owned(), offsets: vec![0], data: Vec::new() }
+    }
+
+    pub fn push_str(&mut self, value: &str) {
+        if let OutColumn::Text { offsets, data, .. } = self {
+            data.extend_from_slice(value.as_bytes());
+            // Offsets are i64: a column of more than 2^63 bytes cannot be built in memory anyway.
+            offsets.push(data.len() as i64);
+        }
+    }
+
+    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        match self {
+            OutColumn::Float { name, values, valid } => {
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let bitmap = valid.map(|valid| {
+                    let mut bits = vec![0u8; valid.len().div_ceil(8)];
+                    for (i, _) in valid.iter().enumerate().filter(|(_, ok)| **ok) {
+                        bits[i / 8] |= 1 << (i % 8);
+                    }
+                    PyBytes::new(py, &bits)
+                });
+                PyTuple::new(
+                    py,
+                    [
+                        name.into_pyobject(py)?.into_any(),
+                        "f64".into_pyobject(py)?.into_any(),
+                        bitmap.into_pyobject(py)?.into_any(),
+                        PyBytes::new(py, &bytes).into_any(),
+                    ],
+                )
+            }
+            OutColumn::Text { name, offsets, data } => {
+                let offsets: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+                PyTuple::new(
+                    py,
+                    [
+                        name.into_pyobject(py)?.into_any(),
+                        "str".into_pyobject(py)?.into_any(),
+                        PyBytes::new(py, &offsets).into_any(),
+                        PyBytes::new(py, &data).into_any(),
+                    ],
+                )
+            }
+        }
+    }
+}
+
+/// Columns as the list of tuples Python turns into a table.
+pub fn to_python<'py>(py: Python<'py>, columns: Vec<OutColumn>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    columns.into_iter().map(|column| column.into_py(py)).collect()
+}
+
+/// The columns of a trace's records, in the project's CSV column order, extra columns after, built
+/// one record at a time (a trace is read straight into them, never held as records).
+pub struct RecordColumns {
+    extra_names: Option<Vec<String>>,
+    text: [OutColumn; 4],
+    extra: Vec<OutColumn>,
+    numbers: [Vec<f64>; 4],
+    end_valid: Vec<bool>,
+    scratch: String,
+}
+
+impl RecordColumns {
+    pub fn new() -> Self {
+        RecordColumns {
+            extra_names: None,
+            text: ["vm_id", "tenant_id", "vm_type", "priority"].map(OutColumn::text),
+            extra: Vec::new(),
+            numbers: Default::default(),
+            end_valid: Vec::new(),
+            scratch: String::new(),
+        }
+    }
+
+    pub fn push(&mut self, record: &VmRecord) {
+        // The first record names the extra columns (a trace's records all share them).
+        let names = self.extra_names.get_or_insert_with(|| {
+            self.extra = record.extra.names().iter().map(|name| OutColumn::text(name)).collect();
+            record.extra.names().to_vec()
+        });
+        let [vm_id, tenant_id, vm_type, priority] = &mut self.text;
+        vm_id.push_str(&record.vm_id);
+        tenant_id.push_str(&record.tenant_id);
+        vm_type.push_str(&record.vm_type);
+        self.scratch.clear();
+        let _ = write!(self.scratch, "{}", record.priority);
+        priority.push_str(&self.scratch);
+        let [cores, memory, start, end] = &mut self.numbers;
+        cores.push(record.cores);
+        memory.push(record.memory_gib);
+        start.push(record.start_s);
+        end.push(record.end_s.unwrap_or(f64::NAN));
+        self.end_valid.push(record.end_s.is_some());
+        let same = record.extra.names() == names.as_slice();
+        for (i, column) in self.extra.iter_mut().enumerate() {
+            let value = if same { Some(record.extra.values()[i].as_str()) } else { record.extra.get(&names[i]) };
+            column.push_str(value.unwrap_or_default());
+        }
+    }
+
+    /// Records pushed so far.
+    pub fn len(&self) -> usize {
+        self.end_valid.len()
+    }
+
+    pub fn finish(self) -> Vec<OutColumn> {
+        let [vm_id, tenant_id, vm_type, priority] = self.text;
+        let [cores, memory, start, end] = self.numbers;
+        let mut columns = vec![
+            vm_id,
+            tenant_id,
+            vm_type,
+            OutColumn::float("cores", cores),
+            OutColumn::float("memory_gib", memory),
+            priority,
+            OutColumn::float("start_s", start),
+            OutColumn::Float { name: "end_s".to_owned(), values: end, valid: Some(self.end_valid) },
+        ];
+        columns.extend(self.extra);
+        columns
+    }
+}
+
+impl Default for RecordColumns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The columns of `records` ([`RecordColumns`]).
+pub fn from_records(records: &[VmRecord]) -> Vec<OutColumn> {
+    let mut columns = RecordColumns::new();
+    for record in records {
+        columns.push(record);
+    }
+    columns.finish()
+}
+
+/// A column handed in by Python.
+enum InColumn {
+    Float(Vec<f64>),
+    Text { offsets: Vec<i64>, data: Vec<u8> },
+}
+
+impl InColumn {
+    fn text(&self, row: usize) -> Option<&[u8]> {
+        match self {
+            InColumn::Text { offsets, data } => {
+                let (start, end) = (*offsets.get(row)?, *offsets.get(row + 1)?);
+                data.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+            }
+            InColumn::Float(_) => None,
+        }
+    }
+}
+
+/// A data frame handed in by Python: named columns of one length.
+pub struct Table {
+    rows: usize,
+    columns: Vec<(String, InColumn)>,
+}
+
+fn bad_column(name: &str, message: &str) -> Raised {
+    Raised::input(
+        name,
+        format!("column `{name}`: {message}"),
+        "pass the frame through lifetime_alloc's own functions, which convert its columns",
+    )
+}
+
+impl Table {
+    /// Reads the tuples `lifetime_alloc._frames.to_native` makes; `rows` is the frame's length.
+    pub fn extract(rows: usize, columns: &Bound<'_, PyAny>) -> Result<Table, PyErr> {
+        let mut out = Vec::new();
+        for item in columns.try_iter()? {
+            let item = item?;
+            let (name, kind, first, second): (String, String, Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let column = match kind.as_str() {
+                "f64" => {
+                    let bytes: &[u8] = second.cast::<PyBytes>()?.as_bytes();
+                    let values: Vec<f64> = bytes
+                        .chunks_exact(8)
+                        .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                        .collect();
+                    if values.len() != rows {
+                        return Err(
+                            bad_column(&name, "holds a different number of values than the frame has rows").into()
+                        );
+                    }
+                    InColumn::Float(values)
+                }
+                "str" => {
+                    let offsets: Vec<i64> = first
+                        .cast::<PyBytes>()?
+                        .as_bytes()
+                        .chunks_exact(8)
+                        .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                        .collect();
+                    if offsets.len() != rows + 1 {
+                        return Err(
+                            bad_column(&name, "holds a different number of values than the frame has rows").into()
+                        );
+                    }
+                    InColumn::Text { offsets, data: second.cast::<PyBytes>()?.as_bytes().to_vec() }
+                }
+                _ => return Err(bad_column(&name, "is neither numbers nor text").into()),
+            };
+            out.push((name, column));
+        }
+        Ok(Table { rows, columns: out })
+    }
+
+    fn column(&self, name: &str) -> Result<&InColumn, Raised> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c).ok_or_else(|| {
+            Raised::input(
+                name,
+                format!("the frame has no column `{name}`"),
+                format!("add the column `{name}`: a trace has at least {}", REQUIRED_COLUMNS.join(",")),
+            )
+        })
+    }
+
+    /// The frame's rows as trace records, each checked as the CSV reader checks a row
+    /// ([`VmRecord::check`]); `end_s` NaN means still running, empty `priority` is regular.
+    pub fn records(&self) -> Result<Vec<VmRecord>, Raised> {
+        let text = |name: &'static str| -> Result<&InColumn, Raised> {
+            match self.column(name)? {
+                column @ InColumn::Text { .. } => Ok(column),
+                InColumn::Float(_) => Err(Raised::input(
+                    name,
+                    format!("column `{name}` holds numbers, not text"),
+                    format!("give `{name}` as text (df[\"{name}\"] = df[\"{name}\"].astype(str))"),
+                )),
+            }
+        };
+        let number = |name: &'static str| -> Result<&[f64], Raised> {
+            match self.column(name)? {
+                InColumn::Float(values) => Ok(values),
+                InColumn::Text { .. } => Err(Raised::input(
+                    name,
+                    format!("column `{name}` holds text, not numbers"),
+                    format!("give `{name}` as numbers (pd.to_numeric(df[\"{name}\"]))"),
+                )),
+            }
+        };
+        let (vm_id, tenant_id, vm_type, priority) =
+            (text("vm_id")?, text("tenant_id")?, text("vm_type")?, text("priority")?);
+        let (cores, memory, start, end) =
+            (number("cores")?, number("memory_gib")?, number("start_s")?, number("end_s")?);
+        let extra: Vec<(&String, &InColumn)> = self
+            .columns
+            .iter()
+            .filter(|(name, _)| !REQUIRED_COLUMNS.contains(&name.as_str()))
+            .map(|(name, column)| (name, column))
+            .collect();
+        for (name, column) in &extra {
+            if let InColumn::Float(_) = column {
+                return Err(bad_column(name, "an extra column must be handed in as text"));
+            }
+        }
+        let names: Arc<[String]> = extra.iter().map(|(name, _)| (*name).clone()).collect();
+        let get = |column: &InColumn, name: &str, row: usize| -> Result<String, Raised> {
+            let bytes = column.text(row).ok_or_else(|| bad_column(name, "has offsets outside its data"))?;
+            String::from_utf8(bytes.to_vec()).map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
+        };
+        let mut records = Vec::with_capacity(self.rows);
+        for row in 0..self.rows {
+            let priority = match get(priority, "priority", row)?.as_str() {
+                "" => Priority::Regular,
+                text => text.parse().map_err(|message: String| {
+                    Raised::input(
+                        "priority",
+                        format!("row {row}: {message}"),
+                        "write `regular`, `low` or leave it empty",
+                    )
+                })?,
+            };
+            let values = extra.iter().map(|(name, column)| get(column, name, row)).collect::<Result<Vec<_>, _>>()?;
+            let record = VmRecord {
+                vm_id: get(vm_id, "vm_id", row)?,
+                tenant_id: get(tenant_id, "tenant_id", row)?,
+                vm_type: get(vm_type, "vm_type", row)?,
+                cores: cores[row],
+                memory_gib: memory[row],
+                priority,
+                start_s: start[row],
+                end_s: Some(end[row]).filter(|end| !end.is_nan()),
+                extra: if names.is_empty() {
+                    ExtraColumns::default()
+                } else {
+                    ExtraColumns::new(Arc::clone(&names), values)
+                },
+            };
+            record.check().map_err(|error| {
+                let raised = Raised::from(&error);
+                Raised { message: format!("row {row}: {}", raised.message), ..raised }
+            })?;
+            records.push(record);
+        }
+        Ok(records)
+    }
+}
