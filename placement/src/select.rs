@@ -380,8 +380,8 @@ impl ClassCache {
                 let key = policy.cached_score(&view, &request);
                 let exit = view.lifetime.exit_s;
                 if self.key_of(host) == Some(key) {
-                    // Same group: at most its exit time moved (a VM placed or released on a host
-                    // of a temporal policy mostly leaves its best-fit bucket as it was), and the
+                    // Same group: at most its exit time moved (a VM placed or released often
+                    // leaves the host's coarse best-fit bucket as it was), and the
                     // host moves within the group's exit order, the group and its counts as they
                     // were.
                     self.move_exit(host, exit);
@@ -403,8 +403,8 @@ impl ClassCache {
     /// A changed host is rarely in the cache when a class catches up on it (at 100k hosts a class
     /// is used every few decisions, and the releases' repredictions in between sweep the caches),
     /// and each re-evaluation waits for its misses before the next one starts. These reads do not
-    /// depend on each other, so their misses overlap: for a temporal policy at 100k hosts this was
-    /// most of the time catching up took (issue 32).
+    /// depend on each other, so their misses overlap: for a temporal policy at 100k hosts waiting
+    /// on them was the larger part of what catching up cost (issue 32).
     fn touch(&self, state: &InventoryState, lifetimes: &[HostLifetime], hosts: impl Iterator<Item = HostIndex>) -> u64 {
         let records = state.hosts();
         hosts.fold(0, |seen, host| {
