@@ -83,9 +83,24 @@ impl RequestFeatures {
         }
     }
 
-    /// Features of a VM request; `now_s` stands in for a missing request time.
+    /// Features of a VM request; `now_s` stands in for a missing request time. The same as
+    /// [`RequestFeatures::from_instance`] of [`PredictInstance::from_vm`], built without the
+    /// instance in between (the allocator takes these for every VM it places, issue 32).
     pub fn from_request(vm: &VmRequest, now_s: f64) -> Self {
-        Self::from_instance(&PredictInstance::from_vm(vm), now_s)
+        let mut extra: Vec<(String, String)> = Vec::with_capacity(vm.features.len() + usize::from(vm.os.is_some()));
+        extra.extend(vm.features.iter().map(|(name, value)| (name.clone(), value.to_string())));
+        if let Some(os) = &vm.os {
+            extra.push(("os".to_owned(), os.clone()));
+        }
+        RequestFeatures {
+            tenant_id: vm.tenant_id.as_str().to_owned(),
+            vm_type: vm.vm_type.clone(),
+            cores: vm.demand.cores(),
+            memory_gib: vm.demand.memory_gib(),
+            priority: vm.priority,
+            time_s: vm.requested_at_s.unwrap_or(now_s),
+            extra,
+        }
     }
 }
 
@@ -611,6 +626,20 @@ mod tests {
         .unwrap();
         let served = encoder.encode(&RequestFeatures::from_request(&vm, 0.0), &past, None);
         assert_eq!(format!("{row:?}"), format!("{served:?}"));
+    }
+
+    #[test]
+    fn features_of_a_request_are_those_of_its_predict_instance() {
+        let mut vm: VmRequest = serde_json::from_value(serde_json::json!({
+            "vm_id": "v", "tenant_id": "t", "vm_type": "D4", "demand": {"cores": 4, "memory_gib": 16},
+            "priority": "low", "os": "linux", "features": {"batch_size": 4.5, "team": "web"}
+        }))
+        .unwrap();
+        let via_instance = |vm: &VmRequest| RequestFeatures::from_instance(&PredictInstance::from_vm(vm), 7.0);
+        assert_eq!(RequestFeatures::from_request(&vm, 7.0), via_instance(&vm), "no request time: now");
+        vm.requested_at_s = Some(3.0);
+        vm.os = None;
+        assert_eq!(RequestFeatures::from_request(&vm, 7.0), via_instance(&vm));
     }
 
     #[test]

@@ -100,15 +100,52 @@ impl HistoryKey {
 pub trait Histories {
     fn get(&self, key: &HistoryKey) -> Option<&TenantHistory>;
 
-    /// The past of a VM of `tenant_id` and `vm_type` as of `now_s`, over a look-back window of
-    /// `window_s`, counting VMs of at least `long_threshold_s` as long-lived.
-    fn past(&self, tenant_id: &str, vm_type: &str, now_s: f64, window_s: f64, long_threshold_s: f64) -> Past {
-        let [tenant, job] = HistoryKey::of(tenant_id, vm_type).map(|key| {
-            key.and_then(|key| self.get(&key))
-                .map_or(TenantSummary::unknown(), |history| history.summary(now_s, window_s, long_threshold_s))
-        });
-        Past { tenant, job }
+    /// The history of tenant `tenant_id` (not empty). By default through a [`HistoryKey`]; a store
+    /// that can look a tenant up by `&str` does so without building the key (the allocator
+    /// encodes every VM it places, issue 32).
+    fn tenant(&self, tenant_id: &str) -> Option<&TenantHistory> {
+        self.get(&HistoryKey::Tenant(tenant_id.to_owned()))
     }
+
+    /// The history of the job identity of `tenant_id` and `vm_type` (not empty), as
+    /// [`Histories::tenant`] for jobs.
+    fn job(&self, tenant_id: &str, vm_type: &str) -> Option<&TenantHistory> {
+        self.get(&HistoryKey::Job(job_id(tenant_id, vm_type)))
+    }
+
+    /// The past of a VM of `tenant_id` and `vm_type` as of `now_s`, over a look-back window of
+    /// `window_s`, counting VMs of at least `long_threshold_s` as long-lived. The histories are
+    /// those [`HistoryKey::of`] names: none for an empty tenant or type.
+    fn past(&self, tenant_id: &str, vm_type: &str, now_s: f64, window_s: f64, long_threshold_s: f64) -> Past {
+        let summary = |history: Option<&TenantHistory>| {
+            history.map_or(TenantSummary::unknown(), |history| history.summary(now_s, window_s, long_threshold_s))
+        };
+        Past {
+            tenant: summary(if tenant_id.is_empty() { None } else { self.tenant(tenant_id) }),
+            job: summary(if vm_type.is_empty() { None } else { self.job(tenant_id, vm_type) }),
+        }
+    }
+}
+
+/// Calls `f` with the job id of `tenant_id` and `vm_type` ([`job_id`]), built on the stack when it
+/// fits: looking a job up by `&str` then allocates nothing.
+fn with_job_id<R>(tenant_id: &str, vm_type: &str, f: impl FnOnce(&str) -> R) -> R {
+    let mut buffer = [0u8; 256];
+    let mut separator = [0u8; 4];
+    let separator = JOB_ID_SEPARATOR.encode_utf8(&mut separator).as_bytes();
+    let len = tenant_id.len() + separator.len() + vm_type.len();
+    if let Some(id) = buffer.get_mut(..len) {
+        let (tenant, rest) = id.split_at_mut(tenant_id.len());
+        let (sep, vm_type_bytes) = rest.split_at_mut(separator.len());
+        tenant.copy_from_slice(tenant_id.as_bytes());
+        sep.copy_from_slice(separator);
+        vm_type_bytes.copy_from_slice(vm_type.as_bytes());
+        // Three UTF-8 strings end to end are UTF-8.
+        if let Ok(id) = std::str::from_utf8(id) {
+            return f(id);
+        }
+    }
+    f(&job_id(tenant_id, vm_type))
 }
 
 impl TenantSummary {
@@ -159,27 +196,55 @@ impl TenantHistory {
     pub fn summary(&self, now_s: f64, window_s: f64, long_threshold_s: f64) -> TenantSummary {
         let since = now_s - window_s;
         let vms_in_window = self.starts.iter().filter(|&&s| s > since && s <= now_s).count() as f64;
-        let mut lifetimes: Vec<f64> =
-            self.completed.iter().filter(|&&(end, _)| end > since && end <= now_s).map(|&(_, life)| life).collect();
+        // The lifetimes ended in the window, on the stack when they fit (a history keeps at most
+        // `MAX_EVENTS_PER_TENANT`; one read from a file may hold more): the allocator takes a
+        // summary for every VM it places (issue 32).
+        let mut stack = [0.0; MAX_EVENTS_PER_TENANT];
+        let mut heap = Vec::new();
+        let in_window = self.completed.iter().filter(|&&(end, _)| end > since && end <= now_s).map(|&(_, life)| life);
+        let lifetimes: &mut [f64] = if self.completed.len() <= stack.len() {
+            let mut len = 0;
+            for (slot, life) in stack.iter_mut().zip(in_window) {
+                *slot = life;
+                len += 1;
+            }
+            &mut stack[..len]
+        } else {
+            heap.extend(in_window);
+            &mut heap
+        };
         let running_long = self.running.iter().filter(|&&s| s <= now_s - long_threshold_s).count() as f64;
         let completed_long = lifetimes.iter().filter(|&&l| l >= long_threshold_s).count() as f64;
         let known = lifetimes.len() as f64 + running_long;
         let long_known = completed_long + running_long;
-        lifetimes.sort_by(f64::total_cmp);
-        let log_quantile = |q: f64| -> f64 {
+        // The quartiles are the lifetimes of three ranks in sorted order. Each is put in place by a
+        // selection, no sort needed: the median's, then the lower quartile's among the lifetimes
+        // left of it (all at most the median), the upper's among those right of it. Values equal
+        // under `total_cmp` have the same bits, so any order of equal values reads the same.
+        let rank = |q: f64| ((q * lifetimes.len() as f64).ceil() as usize).clamp(1, lifetimes.len().max(1)) - 1;
+        let (r25, r50, r75) = (rank(0.25), rank(0.50), rank(0.75));
+        if !lifetimes.is_empty() {
+            lifetimes.select_nth_unstable_by(r50, f64::total_cmp);
+            if r25 < r50 {
+                lifetimes[..r50].select_nth_unstable_by(r25, f64::total_cmp);
+            }
+            if r75 > r50 {
+                lifetimes[r50 + 1..].select_nth_unstable_by(r75 - r50 - 1, f64::total_cmp);
+            }
+        }
+        let log_quantile = |index: usize| -> f64 {
             if lifetimes.is_empty() {
                 return f64::NAN;
             }
-            let index = ((q * lifetimes.len() as f64).ceil() as usize).clamp(1, lifetimes.len()) - 1;
             lifetimes[index].max(1.0).log10()
         };
         TenantSummary {
             vms_in_window,
             long_known,
             long_share: if known > 0.0 { long_known / known } else { f64::NAN },
-            log10_lifetime_p25: log_quantile(0.25),
-            log10_lifetime_p50: log_quantile(0.50),
-            log10_lifetime_p75: log_quantile(0.75),
+            log10_lifetime_p25: log_quantile(r25),
+            log10_lifetime_p50: log_quantile(r50),
+            log10_lifetime_p75: log_quantile(r75),
             running: self.running.iter().filter(|&&s| s <= now_s).count() as f64,
         }
     }
@@ -210,6 +275,17 @@ impl Histories for FeatureStore {
             HistoryKey::Tenant(id) => self.tenants.get(id),
             HistoryKey::Job(id) => self.jobs.get(id),
         }
+    }
+
+    fn tenant(&self, tenant_id: &str) -> Option<&TenantHistory> {
+        self.tenants.get(tenant_id)
+    }
+
+    fn job(&self, tenant_id: &str, vm_type: &str) -> Option<&TenantHistory> {
+        if self.jobs.is_empty() {
+            return None;
+        }
+        with_job_id(tenant_id, vm_type, |id| self.jobs.get(id))
     }
 }
 
@@ -292,6 +368,72 @@ mod tests {
         assert_eq!(much_later.vms_in_window, 0.0);
         assert!(much_later.log10_lifetime_p50.is_nan()); // the completion left the window
         assert_eq!(much_later.long_share, 1.0);
+    }
+
+    #[test]
+    fn a_summary_of_more_completions_than_a_history_keeps_is_the_same_as_of_its_latest() {
+        // A history read from a file may hold more completions than one recorded here keeps.
+        let completed: Vec<(f64, f64)> =
+            (0..300).map(|i| (1_000.0 + f64::from(i), f64::from((i * 37) % 500))).collect();
+        let long: TenantHistory =
+            serde_json::from_value(serde_json::json!({"starts": [], "completed": completed, "running": []})).unwrap();
+        let recent: TenantHistory = serde_json::from_value(
+            serde_json::json!({"starts": [], "completed": completed[300 - MAX_EVENTS_PER_TENANT..], "running": []}),
+        )
+        .unwrap();
+        // A window that sees only the latest completions reads the same from both.
+        let window = (MAX_EVENTS_PER_TENANT as f64) - 0.5;
+        let (a, b) = (long.summary(1_299.0, window, 200.0), recent.summary(1_299.0, window, 200.0));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert!(a.log10_lifetime_p50.is_finite());
+        // And the whole window counts every completion.
+        assert_eq!(
+            long.summary(1_299.0, 1e6, 200.0).long_known,
+            completed.iter().filter(|c| c.1 >= 200.0).count() as f64
+        );
+    }
+
+    #[test]
+    fn quartiles_are_those_of_the_sorted_lifetimes() {
+        // Every count from 1 to 40, with ties, zeros and subsecond lifetimes.
+        for n in 1..=40u32 {
+            let completed: Vec<(f64, f64)> =
+                (0..n).map(|i| (100.0 + f64::from(i), f64::from((i * 7919) % 13) * 0.5)).collect();
+            let history: TenantHistory =
+                serde_json::from_value(serde_json::json!({"starts": [], "completed": completed, "running": []}))
+                    .unwrap();
+            let summary = history.summary(200.0, 1_000.0, 1e9);
+            let mut sorted: Vec<f64> = completed.iter().map(|c| c.1).collect();
+            sorted.sort_by(f64::total_cmp);
+            let quartile = |q: f64| {
+                let index = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+                sorted[index].max(1.0).log10()
+            };
+            assert_eq!(
+                [summary.log10_lifetime_p25, summary.log10_lifetime_p50, summary.log10_lifetime_p75].map(f64::to_bits),
+                [quartile(0.25), quartile(0.5), quartile(0.75)].map(f64::to_bits),
+                "{n} lifetimes"
+            );
+        }
+    }
+
+    #[test]
+    fn tenants_and_jobs_are_found_by_their_ids_without_keys() {
+        let mut store = FeatureStore::empty(0.0);
+        let long_type = "x".repeat(300);
+        for (tenant, vm_type) in [("t", "nightly"), ("t", long_type.as_str()), ("", "nightly")] {
+            store.record_start(tenant, vm_type, 0.0);
+        }
+        for (tenant, vm_type) in [("t", "nightly"), ("t", long_type.as_str()), ("", "nightly"), ("t", "web")] {
+            let key = HistoryKey::Job(job_id(tenant, vm_type));
+            assert_eq!(store.job(tenant, vm_type), store.get(&key), "{tenant}/{vm_type}");
+        }
+        assert!(store.job("t", &long_type).is_some(), "an id longer than the stack buffer");
+        assert_eq!(store.tenant("t"), store.get(&HistoryKey::Tenant("t".to_owned())));
+        assert!(store.tenant("u").is_none());
+        // Without a tenant or a type, no history of that kind, as `HistoryKey::of` says.
+        let past = store.past("", "nightly", HOUR, 24.0 * HOUR, 2.0 * HOUR);
+        assert_eq!((past.tenant.running, past.job.running), (0.0, 1.0));
     }
 
     #[test]

@@ -126,8 +126,11 @@ struct VmExit {
     lifetime_s: f64,
     /// Its last predicted exit time (policies that read exit times), until the next reprediction.
     exit_s: Option<f64>,
-    /// What the model reads of it (only with a model).
-    row: Option<VmRow>,
+    /// What the model reads of it (only with a model). Boxed: a host's VMs are one vector, which
+    /// grows when the host takes more VMs than it ever held, and with the rows in line a grown
+    /// vector was kilobytes, an allocation for which the allocator first consolidates its free
+    /// lists (most of what placing a VM on such a host cost, issue 32).
+    row: Option<Box<VmRow>>,
 }
 
 /// How [`Repredictions::host_exit_s`] gets each VM's exit time.
@@ -176,11 +179,8 @@ impl Repredictions {
         let with_model = self.model.is_some();
         for vm in self.hosts.iter_mut().flatten() {
             // Rows are only read with a model, and a new model answers for itself.
-            vm.row = if with_model { features(&vm.id) } else { None }.map(|features| VmRow {
-                features,
-                encoded: None,
-                last: None,
-            });
+            vm.row = if with_model { features(&vm.id) } else { None }
+                .map(|features| Box::new(VmRow { features, encoded: None, last: None }));
         }
     }
 
@@ -202,8 +202,9 @@ impl Repredictions {
         lifetime_s: f64,
         features: Option<RequestFeatures>,
     ) {
-        let row =
-            features.filter(|_| self.model.is_some()).map(|features| VmRow { features, encoded: None, last: None });
+        let row = features
+            .filter(|_| self.model.is_some())
+            .map(|features| Box::new(VmRow { features, encoded: None, last: None }));
         if let Some(vms) = self.hosts.get_mut(host) {
             vms.push(VmExit { id: vm.clone(), placed_at_s, lifetime_s, exit_s: None, row });
         }
@@ -232,7 +233,7 @@ impl Repredictions {
     /// this does not know gets its initial lifetime minus its age).
     pub fn remaining_s(&mut self, host: usize, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
         let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
-        let row = found.and_then(|v| v.row.as_mut());
+        let row = found.and_then(|v| v.row.as_deref_mut());
         remaining(&self.model, &self.version, &mut self.count, vm, row, initial_lifetime_s, uptime_s)
     }
 
@@ -252,7 +253,7 @@ impl Repredictions {
                         &self.version,
                         &mut self.count,
                         &vm.id,
-                        vm.row.as_mut(),
+                        vm.row.as_deref_mut(),
                         vm.lifetime_s,
                         uptime_s,
                     );

@@ -161,7 +161,7 @@ impl Journal {
     }
 
     /// Hosts changed at or after `revision`, or `None` when that part was dropped.
-    fn since(&self, revision: u64) -> Option<impl Iterator<Item = HostIndex> + '_> {
+    fn since(&self, revision: u64) -> Option<impl Iterator<Item = HostIndex> + Clone + '_> {
         let offset = revision.checked_sub(self.start)?;
         Some(self.changed.iter().skip(offset as usize).copied())
     }
@@ -172,6 +172,10 @@ impl Journal {
         }
     }
 }
+
+/// Hosts a class reads ahead of re-evaluating them when it catches up on the journal
+/// ([`ClassCache::touch`]).
+const CATCH_UP_BATCH: usize = 16;
 
 /// Slot value of a host that no validator has looked at yet.
 const UNSET: u32 = u32::MAX;
@@ -286,14 +290,40 @@ struct ClassCache {
     /// Hosts eliminated by each cacheable validator.
     eliminated: Vec<usize>,
     /// For each preference level but the last, valid hosts per score-key prefix (the key with the
-    /// entries below that level zeroed).
-    prefix_counts: Vec<HashMap<ScoreKey, usize>>,
+    /// entries below that level zeroed). Hashed with [`ClassKeyHasher`]: every host a class
+    /// re-files into another group updates these, and only sums are read of them (no order).
+    prefix_counts: Vec<PrefixCounts>,
     ordered: bool,
     /// The policy's temporal level: its buckets hold hosts by exit time.
     temporal: Option<usize>,
     /// Each host's exit time as filed in its bucket (temporal policies only).
     filed_exit: Vec<f64>,
 }
+
+/// What a temporal decision lists ([`ClassCache::choose_temporal`]), kept across decisions so that
+/// a decision allocates none of it.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The cached groups' keys as the request ranks them, with their buckets.
+    keys: Vec<(ScoreKey, u32)>,
+    /// For each bucket of one group: its lowest cost, its key and its id.
+    lowest: Vec<(u32, ScoreKey, u32)>,
+    /// The runs of hosts at the group's best cost.
+    runs: Vec<Run>,
+}
+
+/// The hosts of one temporal cost in one bucket: a contiguous run of its exit order.
+#[derive(Debug)]
+struct Run {
+    key: ScoreKey,
+    id: u32,
+    ranks: std::ops::Range<usize>,
+    /// Of them, those the request may use.
+    usable: usize,
+}
+
+/// Valid hosts per score-key prefix ([`ClassCache::prefix_counts`]).
+type PrefixCounts = HashMap<ScoreKey, usize, std::hash::BuildHasherDefault<ClassKeyHasher>>;
 
 fn masked(key: &ScoreKey, level: usize) -> ScoreKey {
     let mut prefix = [0; crate::policy::MAX_PREFERENCE_RULES];
@@ -321,7 +351,7 @@ impl ClassCache {
             buckets: Vec::new(),
             free_buckets: Vec::new(),
             eliminated: vec![0; policy.cached_validators()],
-            prefix_counts: vec![HashMap::new(); levels],
+            prefix_counts: vec![PrefixCounts::default(); levels],
             ordered,
             temporal,
             filed_exit: if temporal.is_some() { vec![f64::NEG_INFINITY; state.hosts().len()] } else { Vec::new() },
@@ -349,8 +379,12 @@ impl ClassCache {
             None => {
                 let key = policy.cached_score(&view, &request);
                 let exit = view.lifetime.exit_s;
-                let same_exit = self.temporal.is_none() || self.filed_exit[host.get()] == exit;
-                if same_exit && self.key_of(host) == Some(key) {
+                if self.key_of(host) == Some(key) {
+                    // Same group: at most its exit time moved (a VM placed or released often
+                    // leaves the host's coarse best-fit bucket as it was), and the
+                    // host moves within the group's exit order, the group and its counts as they
+                    // were.
+                    self.move_exit(host, exit);
                     return;
                 }
                 self.remove(host);
@@ -362,12 +396,41 @@ impl ClassCache {
         }
     }
 
+    /// Reads what re-evaluating `hosts` reads first (their places in this class, their lifetime
+    /// summaries, the parts of their records the validators read), and returns something of it
+    /// for the caller to pass to `black_box`.
+    ///
+    /// A changed host is rarely in the cache when a class catches up on it (at 100k hosts a class
+    /// is used every few decisions, and the releases' repredictions in between sweep the caches),
+    /// and each re-evaluation waits for its misses before the next one starts. These reads do not
+    /// depend on each other, so their misses overlap: for a temporal policy at 100k hosts waiting
+    /// on them was the larger part of what catching up cost (issue 32).
+    fn touch(&self, state: &InventoryState, lifetimes: &[HostLifetime], hosts: impl Iterator<Item = HostIndex>) -> u64 {
+        let records = state.hosts();
+        hosts.fold(0, |seen, host| {
+            let i = host.get();
+            let record = &records[i];
+            let filed = self.filed_exit.get(i).map_or(0, |exit| exit.to_bits());
+            let used = u64::from(record.used == domain::Resources::ZERO);
+            let listed = (record.vms.len() ^ record.incoming.len()) as u64 ^ record.state as u64;
+            seen ^ u64::from(self.slots[i].bucket) ^ filed ^ lifetimes[i].exit_s.to_bits() ^ used ^ listed
+        })
+    }
+
     /// The host's exit time moved to `exit_s` and nothing else this class caches of it changed
     /// ([`IncrementalIndex::host_exit_moved`]): moves it within its bucket's exit order, if it is
     /// filed in one, without evaluating any rule.
     fn refile_exit(&mut self, host: HostIndex, exit_s: f64) {
+        if self.key_of(host).is_some() {
+            self.move_exit(host, exit_s);
+        }
+    }
+
+    /// Moves a host filed in a group (`key_of` is some) to `exit_s` in the group's exit order (a
+    /// temporal policy; nothing otherwise).
+    fn move_exit(&mut self, host: HostIndex, exit_s: f64) {
         let slot = self.slots[host.get()];
-        if self.temporal.is_none() || slot.bucket >= REJECTED {
+        if self.temporal.is_none() {
             return;
         }
         let filed = &mut self.filed_exit[host.get()];
@@ -480,13 +543,14 @@ impl ClassCache {
         lifetimes: &[HostLifetime],
         request: &RuleRequest,
         chooser: &mut Chooser,
+        scratch: &mut Scratch,
     ) -> Selection {
         let mut eliminated = self.eliminated.clone();
         eliminated.resize(policy.validators().len(), 0);
         // Hosts valid for the class that a request-specific validator (spread) rejects.
         let excluded = self.request_rejections(policy, state, lifetimes, request, &mut eliminated);
         if let Some(level) = self.temporal {
-            return self.choose_temporal(policy, state, request, chooser, level, &eliminated, &excluded);
+            return self.choose_temporal(policy, state, request, chooser, level, &eliminated, &excluded, scratch);
         }
         let mut excluded_per_bucket: HashMap<u32, usize> = HashMap::new();
         for host in &excluded {
@@ -546,6 +610,10 @@ impl ClassCache {
     /// as this request ranks them ([`Policy::rank_codes`]: a host-coded rule's codes become its
     /// scores, so several cached groups may tie): the buckets with the lowest (cost, key below
     /// the level), and in them the runs of hosts with that cost.
+    ///
+    /// A bucket whose lowest cost is above the group's best has no host of that cost, so the
+    /// runs of the buckets at the best cost are all that the draw and the tie counts read; each is
+    /// found once. The lists live in `scratch`, kept across decisions.
     #[allow(clippy::too_many_arguments)]
     fn choose_temporal(
         &self,
@@ -556,31 +624,21 @@ impl ClassCache {
         level: usize,
         eliminated: &[usize],
         excluded: &[HostIndex],
+        scratch: &mut Scratch,
     ) -> Selection {
         let levels = policy.preferences().len();
         let bounds = policy.preferences()[level].exit_buckets().unwrap_or(&[0.0]);
         let cost = |exit: OrderedTime| crate::rules::bucket_of(bounds, request.exit_s, exit.0);
-        let excluded: HashSet<HostIndex> = excluded.iter().copied().collect();
+        let excluded_set: HashSet<HostIndex> = excluded.iter().copied().collect();
+        let excluded = &excluded_set;
         let members = |id: u32| match &self.buckets[id as usize].members {
             TieSet::ByExit(members) => Some(members),
             _ => None,
         };
-        // The run of hosts with temporal cost `c` in a bucket: its hosts, and the ranks from the
-        // first host costing c to the last (those costing more come first).
-        let run = |id: u32, c: u32| {
-            members(id).map(|hosts| {
-                (hosts, hosts.partition_point(|(e, _)| cost(*e) > c)..hosts.partition_point(|(e, _)| cost(*e) >= c))
-            })
-        };
-        let usable = |(hosts, ranks): &(&ChunkedSorted<(OrderedTime, HostIndex)>, std::ops::Range<usize>)| {
-            if excluded.is_empty() {
-                return ranks.len();
-            }
-            hosts.range(ranks.clone()).filter(|(_, h)| !excluded.contains(h)).count()
-        };
         let ranked_key = |host: &HostIndex| self.key_of(*host).map(|k| policy.rank_codes(k, request));
-        let mut keys: Vec<(ScoreKey, u32)> =
-            self.order.iter().map(|(k, id)| (policy.rank_codes(*k, request), *id)).collect();
+        let Scratch { keys, lowest, runs } = scratch;
+        keys.clear();
+        keys.extend(self.order.iter().map(|(k, id)| (policy.rank_codes(*k, request), *id)));
         keys.sort_unstable();
         let mut start = 0;
         while start < keys.len() {
@@ -588,48 +646,57 @@ impl ClassCache {
             let group = &keys[start..end];
             start = end;
             // Lowest cost of each bucket among the hosts the request may use.
-            let lowest: Vec<(u32, ScoreKey, u32)> = group
-                .iter()
-                .filter_map(|&(key, id)| {
-                    let last = members(id)?.iter().rev().find(|(_, h)| !excluded.contains(h))?;
-                    Some((cost(last.0), key, id))
-                })
-                .collect();
+            lowest.clear();
+            lowest.extend(group.iter().filter_map(|&(key, id)| {
+                let last = members(id)?.iter().rev().find(|(_, h)| !excluded.contains(h))?;
+                Some((cost(last.0), key, id))
+            }));
             let Some(&(best_cost, mut best_key, _)) = lowest.iter().min_by_key(|&&(c, key, _)| (c, key)) else {
                 continue;
             };
             best_key[level] = best_cost;
-            let runs: Vec<_> = lowest
-                .iter()
-                .filter(|&&(c, key, _)| c == best_cost && key[level + 1..] == best_key[level + 1..])
-                .filter_map(|&(_, _, id)| run(id, best_cost))
-                .collect();
-            let ties: usize = runs.iter().map(usable).sum();
+            // The run of hosts costing `best_cost` in each bucket at that cost, in the group's
+            // order: the ranks from the first host costing it to the last (those costing more
+            // come first), and how many of them the request may use.
+            runs.clear();
+            runs.extend(lowest.iter().filter(|&&(c, _, _)| c == best_cost).filter_map(|&(_, key, id)| {
+                let hosts = members(id)?;
+                let ranks = hosts.partition_point(|(e, _)| cost(*e) > best_cost)
+                    ..hosts.partition_point(|(e, _)| cost(*e) >= best_cost);
+                let usable = if excluded.is_empty() {
+                    ranks.len()
+                } else {
+                    hosts.range(ranks.clone()).filter(|(_, h)| !excluded.contains(h)).count()
+                };
+                Some(Run { key, id, ranks, usable })
+            }));
+            let best_runs = || runs.iter().filter(|run| run.key[level + 1..] == best_key[level + 1..]);
+            let ties: usize = best_runs().map(|run| run.usable).sum();
+            let hosts_of = |run: &Run| {
+                let ranks = run.ranks.clone();
+                members(run.id).into_iter().flat_map(move |hosts| hosts.range(ranks.clone())).map(|(_, h)| *h)
+            };
             let host = match chooser.mode() {
                 // Draw among the runs directly unless some of them is excluded.
                 TieBreak::Random if excluded.is_empty() => chooser.draw(ties).and_then(|mut i| {
-                    runs.iter().find_map(|(hosts, ranks)| {
-                        if i < ranks.len() {
-                            return hosts.get(ranks.start + i).map(|(_, host)| host);
+                    best_runs().find_map(|run| {
+                        if i < run.ranks.len() {
+                            return members(run.id)?.get(run.ranks.start + i).map(|(_, host)| host);
                         }
-                        i -= ranks.len();
+                        i -= run.ranks.len();
                         None
                     })
                 }),
-                _ => {
-                    let candidates: Vec<HostIndex> = runs
-                        .iter()
-                        .flat_map(|(hosts, ranks)| hosts.range(ranks.clone()))
-                        .map(|(_, h)| *h)
-                        .filter(|h| !excluded.contains(h))
-                        .collect();
+                // The lowest index of the runs, as `Chooser::pick` takes it, without listing them.
+                TieBreak::LowestIndex => best_runs().flat_map(hosts_of).filter(|h| !excluded.contains(h)).min(),
+                TieBreak::Random => {
+                    let candidates: Vec<HostIndex> =
+                        best_runs().flat_map(hosts_of).filter(|h| !excluded.contains(h)).collect();
                     chooser.pick(&candidates)
                 }
             };
             // Ties: above the level, the valid hosts whose ranked keys agree down to that level;
             // at and below it, the hosts of the group with the best cost whose keys agree.
-            let group_runs: Vec<(ScoreKey, usize)> =
-                group.iter().map(|&(key, id)| (key, run(id, best_cost).map_or(0, |r| usable(&r)))).collect();
             let tied: Vec<usize> = (0..levels)
                 .map(|l| {
                     if l < level {
@@ -638,16 +705,15 @@ impl ClassCache {
                             .filter(|(prefix, _)| prefix_eq(&policy.rank_codes(**prefix, request), &best_key, l))
                             .map(|(_, count)| count)
                             .sum();
-                        let gone = excluded
+                        let gone = excluded_set
                             .iter()
                             .filter(|h| ranked_key(h).is_some_and(|k| prefix_eq(&k, &best_key, l)))
                             .count();
                         return cached - gone;
                     }
-                    group_runs
-                        .iter()
-                        .filter(|(key, _)| key[level + 1..=l] == best_key[level + 1..=l])
-                        .map(|(_, count)| count)
+                    runs.iter()
+                        .filter(|run| run.key[level + 1..=l] == best_key[level + 1..=l])
+                        .map(|run| run.usable)
                         .sum()
                 })
                 .collect();
@@ -739,6 +805,7 @@ pub struct IncrementalIndex {
     tick: u64,
     /// Journal entries kept at most, beyond which lagging classes are rebuilt instead.
     journal_limit: usize,
+    scratch: Scratch,
 }
 
 impl IncrementalIndex {
@@ -750,6 +817,7 @@ impl IncrementalIndex {
             journal: Journal::default(),
             tick: 0,
             journal_limit: hosts.max(4096),
+            scratch: Scratch::default(),
         }
     }
 
@@ -815,15 +883,21 @@ impl IncrementalIndex {
         let cache = &mut self.classes[at];
         match self.journal.since(cache.revision) {
             Some(changed) => {
-                for host in changed {
-                    cache.refresh(policy, state, lifetimes, host);
+                let mut changed = changed.peekable();
+                while changed.peek().is_some() {
+                    let batch = changed.clone().take(CATCH_UP_BATCH);
+                    std::hint::black_box(cache.touch(state, lifetimes, batch.clone()));
+                    for host in batch {
+                        cache.refresh(policy, state, lifetimes, host);
+                    }
+                    changed.nth(CATCH_UP_BATCH - 1);
                 }
                 cache.revision = revision;
             }
             None => *cache = ClassCache::build(policy, state, lifetimes, request.traits.clone(), revision, ordered),
         }
         cache.last_used = self.tick;
-        let selection = cache.choose(policy, state, lifetimes, request, chooser);
+        let selection = cache.choose(policy, state, lifetimes, request, chooser, &mut self.scratch);
         self.trim_journal();
         selection
     }

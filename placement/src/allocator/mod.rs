@@ -43,7 +43,7 @@ use domain::{
 use lifetime_model::RequestFeatures;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 /// How hosts are chosen.
@@ -122,7 +122,10 @@ pub struct Allocator {
     /// the hosts whose policy state changed are added when they are taken.
     journal: Vec<Change>,
     drain_changed: bool,
-    state_changed: BTreeSet<HostIndex>,
+    /// Hosts whose policy state changed since the changes were last taken, in any order and maybe
+    /// more than once (sorted and deduplicated when taken). A vector that keeps its capacity: a
+    /// set emptied at every take would allocate again at every placement of a stateful policy.
+    state_changed: Vec<HostIndex>,
     index: Option<IncrementalIndex>,
     chooser: Chooser,
     avoidance: Option<ConflictAvoidance>,
@@ -162,7 +165,7 @@ impl Allocator {
             drain: None,
             journal: Vec::new(),
             drain_changed: false,
-            state_changed: BTreeSet::new(),
+            state_changed: Vec::new(),
             index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
             chooser: Chooser::new(config.tie_break, config.seed),
             avoidance: None,
@@ -227,7 +230,9 @@ impl Allocator {
             self.journal.push(Change::Drain(self.drain.clone().map(Box::new)));
         }
         if let Some(policy) = &self.host_state {
-            for host in std::mem::take(&mut self.state_changed) {
+            self.state_changed.sort_unstable();
+            self.state_changed.dedup();
+            for host in self.state_changed.drain(..) {
                 self.journal.push(Change::PolicyHostState {
                     host: self.state.hosts()[host.get()].id.clone(),
                     policy: policy.name(),
@@ -460,7 +465,7 @@ impl Allocator {
         self.repredictions.add(host.get(), &vm.vm_id, self.clock_s, lifetime.lifetime_s, features);
         if let Some(state) = &mut self.host_state {
             state.on_place(host, &self.state.hosts()[host.get()], lifetime.class, self.clock_s);
-            self.state_changed.insert(host);
+            self.state_changed.push(host);
         }
         self.refresh_lifetime(host);
         self.host_changed(host);
@@ -487,7 +492,7 @@ impl Allocator {
         self.drain_changed |= drained;
         if let Some(state) = &mut self.host_state {
             state.on_release(placed.host, &self.state.hosts()[placed.host.get()], vm, self.clock_s);
-            self.state_changed.insert(placed.host);
+            self.state_changed.push(placed.host);
         }
         self.refresh_lifetime(placed.host);
         self.host_changed(placed.host);

@@ -123,7 +123,7 @@ impl Allocator {
             let before = self.lifetimes[host.get()];
             if let Some(state) = &mut self.host_state {
                 if state.on_timer(host, &self.state.hosts()[host.get()], at) {
-                    self.state_changed.insert(host);
+                    self.state_changed.push(host);
                 }
             }
             if self.next_refresh[host.get()] <= at {

@@ -3,9 +3,11 @@
 //!
 //! A group at 100k hosts holds tens of thousands of hosts, and each placement or release moves one
 //! of them. In one sorted vector each move shifts half the group in memory, twice; here it shifts
-//! at most one chunk, found by a binary search over the chunks' last entries. Positions (ranks)
-//! are still what the index reads, to count the hosts of a temporal cost and to draw one of them:
-//! a rank walks the chunks' lengths, a few hundred additions at most.
+//! at most one chunk, found by a binary search over the chunks' last entries. Those are kept in a
+//! vector of their own: read through each chunk's buffer, every step of that search was a cache
+//! miss (issue 32). Positions (ranks) are still what the index reads, to count the hosts of a
+//! temporal cost and to draw one of them: a rank walks the chunks' lengths, a few hundred
+//! additions at most.
 
 /// Entries per chunk at most; a fuller chunk is split in two.
 const MAX_CHUNK: usize = 512;
@@ -14,12 +16,14 @@ const MAX_CHUNK: usize = 512;
 #[derive(Debug, Clone)]
 pub(crate) struct ChunkedSorted<T> {
     chunks: Vec<Vec<T>>,
+    /// Each chunk's last entry, by chunk.
+    lasts: Vec<T>,
     len: usize,
 }
 
 impl<T> Default for ChunkedSorted<T> {
     fn default() -> Self {
-        ChunkedSorted { chunks: Vec::new(), len: 0 }
+        ChunkedSorted { chunks: Vec::new(), lasts: Vec::new(), len: 0 }
     }
 }
 
@@ -31,7 +35,7 @@ impl<T: Ord + Copy> ChunkedSorted<T> {
     /// The chunk `entry` belongs in: the first whose last entry is not below it (the last chunk
     /// for an entry above every other). Not called when there is no chunk.
     fn chunk_for(&self, entry: &T) -> usize {
-        let at = self.chunks.partition_point(|chunk| chunk.last().is_some_and(|last| last < entry));
+        let at = self.lasts.partition_point(|last| last < entry);
         at.min(self.chunks.len() - 1)
     }
 
@@ -39,6 +43,7 @@ impl<T: Ord + Copy> ChunkedSorted<T> {
     pub fn insert(&mut self, entry: T) {
         if self.chunks.is_empty() {
             self.chunks.push(vec![entry]);
+            self.lasts.push(entry);
             self.len = 1;
             return;
         }
@@ -47,8 +52,14 @@ impl<T: Ord + Copy> ChunkedSorted<T> {
         let Err(pos) = chunk.binary_search(&entry) else { return };
         chunk.insert(pos, entry);
         self.len += 1;
+        if pos + 1 == chunk.len() {
+            self.lasts[at] = entry;
+        }
         if chunk.len() > MAX_CHUNK {
             let tail = chunk.split_off(chunk.len() / 2);
+            if let Some(&last) = chunk.last() {
+                self.lasts.insert(at, last);
+            }
             self.chunks.insert(at + 1, tail);
         }
     }
@@ -63,8 +74,12 @@ impl<T: Ord + Copy> ChunkedSorted<T> {
         let Ok(pos) = chunk.binary_search(entry) else { return false };
         chunk.remove(pos);
         self.len -= 1;
-        if chunk.is_empty() {
-            self.chunks.remove(at);
+        match chunk.last() {
+            None => {
+                self.chunks.remove(at);
+                self.lasts.remove(at);
+            }
+            Some(&last) => self.lasts[at] = last,
         }
         true
     }
@@ -72,7 +87,7 @@ impl<T: Ord + Copy> ChunkedSorted<T> {
     /// The number of leading entries for which `below` holds (`below` must hold for a prefix of
     /// the sequence and fail for the rest, as for `slice::partition_point`).
     pub fn partition_point(&self, mut below: impl FnMut(&T) -> bool) -> usize {
-        let at = self.chunks.partition_point(|chunk| chunk.last().is_some_and(&mut below));
+        let at = self.lasts.partition_point(&mut below);
         let before: usize = self.chunks[..at].iter().map(Vec::len).sum();
         before + self.chunks.get(at).map_or(0, |chunk| chunk.partition_point(below))
     }
@@ -101,6 +116,7 @@ impl<T: Ord + Copy> ChunkedSorted<T> {
     /// Bytes held on the heap.
     pub fn heap_bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Vec<T>>()
+            + self.lasts.capacity() * std::mem::size_of::<T>()
             + self.chunks.iter().map(|c| c.capacity() * std::mem::size_of::<T>()).sum::<usize>()
     }
 }
@@ -130,6 +146,8 @@ mod tests {
                 prop_assert_eq!(chunked.len(), plain.len());
             }
             prop_assert!(chunked.chunks.iter().all(|c| !c.is_empty() && c.len() <= MAX_CHUNK));
+            let lasts: Vec<u32> = chunked.chunks.iter().filter_map(|c| c.last().copied()).collect();
+            prop_assert_eq!(&chunked.lasts, &lasts);
             prop_assert_eq!(chunked.iter().copied().collect::<Vec<_>>(), plain.clone());
             prop_assert_eq!(chunked.iter().next_back(), plain.last());
             for probe in [0, 1, 700, 1500, 2999, 3000] {
