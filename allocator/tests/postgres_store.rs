@@ -577,6 +577,37 @@ fn a_rejection_is_refused_when_the_vm_is_placed_and_refuses_a_placement_decided_
 }
 
 #[test]
+fn a_placement_that_lands_after_its_vm_was_placed_and_released_elsewhere_is_refused() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let none = |_: &HostId| None;
+    let mut held = store::open(&location, &spec()).unwrap();
+    let mut other = store::open(&location, &spec()).unwrap();
+    // `held` decided to place `x` on its view, and its commit waits on the network (a partition)
+    // while the client gives up, retries on `other`, is answered placed there and releases `x`.
+    let x = new_vm("x", 2.0);
+    other.apply(&[Change::Placed { vm: x.clone(), host: HostId::from("z-h0") }], &none).unwrap();
+    let was = placement::PlacedVm { host: placement::HostIndex(0), record: x.clone() };
+    other.apply(&[Change::Released { vm: x.id.clone(), was, ended_at_s: 2.0 }], &none).unwrap();
+    // The held commit lands: the primary key cannot refuse it (`x` left `vms`), the releases do,
+    // and nothing of its batch is written.
+    let late = [
+        Change::Placed { vm: new_vm("w", 1.0), host: HostId::from("z-h1") },
+        Change::Placed { vm: x.clone(), host: HostId::from("z-h1") },
+    ];
+    let err = held.apply(&late, &none).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Refused { .. }) && err.to_string().contains("released by another agent"),
+        "{err}"
+    );
+    assert_eq!(pg.psql("SELECT count(*) FROM vms"), "0");
+    // On a view that followed the release, placing the id again is a new decision, not a stale one.
+    assert!(matches!(held.follow(), Ok(store::Followed::Batches(_))));
+    held.apply(&late, &none).unwrap();
+    assert_eq!(pg.psql("SELECT string_agg(vm_id, ',' ORDER BY vm_id) FROM vms"), "w,x");
+}
+
+#[test]
 fn the_first_answer_stands_across_agents_rejected_or_placed() {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
@@ -619,13 +650,34 @@ fn a_version_4_database_gains_the_batch_functions() {
          UPDATE meta SET value = 4 WHERE key = 'schema_version'",
     );
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), "5");
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     // The batch locks its hosts instead of a foreign key checking each VM's.
     assert_eq!(pg.psql("SELECT count(*) FROM pg_constraint WHERE conname = 'vms_host_id_fkey'"), "0");
     assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
     durable.execute_one(Release::vm(VmId::from("old")), 22.0).unwrap();
     assert_eq!(pg.psql("SELECT string_agg(vm_id, ',') FROM vms"), "new");
     assert_eq!(pg.psql("SELECT sum(cores_used)::bigint FROM hosts"), "2000", "the host use of `new` alone");
+}
+
+#[test]
+fn a_version_5_database_gains_the_releases_and_records_them() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    assert!(host_of(&durable.execute_one(allocate("old", 2.0), 11.0)).is_some());
+    drop(durable);
+    // Version 5 is version 6 without the releases (and with the log function of fewer arguments,
+    // which version 6 replaces).
+    pg.psql(
+        "DROP TABLE releases; UPDATE meta SET value = 5 WHERE key = 'schema_version'; \
+         CREATE FUNCTION allocator_log_batch(text, text, bigint, double precision, bigint, text[], text[]) \
+         RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'",
+    );
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
+    durable.execute_one(Release::vm(VmId::from("old")), 21.0).unwrap();
+    assert_eq!(pg.psql("SELECT string_agg(vm_id, ',') FROM releases"), "old");
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_proc WHERE proname = 'allocator_log_batch'"), "1");
 }
 
 /// Polls `condition` for up to 20 s: notifications travel between processes.

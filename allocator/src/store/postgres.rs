@@ -27,11 +27,12 @@
 //! back and followed in the log's order, and while the listener is not connected every batch
 //! follows first, as before.
 //!
-//! Schema (version 5, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! Schema (version 6, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
 //! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
 //! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table,
-//! versions 1 to 3 the (empty) `rejections` table, and versions 1 to 4 the batch functions.
+//! versions 1 to 3 the (empty) `rejections` table, versions 1 to 5 the (empty) `releases` table,
+//! and versions 1 to 5 the batch functions of this version.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -69,6 +70,8 @@
 //! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL,  -- ids answered "rejected",
 //!     at TIMESTAMPTZ NOT NULL DEFAULT now());                             -- at a log position
 //! CREATE INDEX rejections_by_seq ON rejections (seq);
+//! CREATE TABLE releases (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL);   -- the last release of
+//! CREATE INDEX releases_by_seq ON releases (seq);                         -- each id, its position
 //! CREATE TABLE exits (start_s DOUBLE PRECISION NOT NULL,                 -- requested_at_s, else
 //!     seq BIGINT NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,         -- placed_at_s; the
 //!     ended_at_s DOUBLE PRECISION NOT NULL,                                -- columns of vms
@@ -99,6 +102,15 @@
 //! head's row lock from the moment it moves the head to its end, and each statement of the
 //! function takes a snapshot of its own (read committed), so these reads see exactly the commits
 //! before this one. Rejections are trimmed with the log, once they no longer stand.
+//!
+//! **Releases** (schema 6, issue 31). A commit can reach the database long after its batch was
+//! decided: held on the network by a partition, it lands after the client gave up on it, retried
+//! on another agent, had the VM placed there and released it. The primary key cannot refuse that
+//! placement (the id is no longer in `vms`), so the log function records each released id at its
+//! log position in `releases` and refuses a batch that places an id released after this agent's
+//! view (`AL003`: decided again after following, where the request, given up by its caller, is
+//! not applied). A view older than the log keeps is refused the same way: the releases are
+//! trimmed with the log.
 
 use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
 use super::listener::{Listener, Waker};
@@ -113,7 +125,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -439,13 +451,20 @@ impl PostgresStore {
                 _ => None,
             })
             .collect();
+        let released: Vec<&str> = changes
+            .iter()
+            .filter_map(|change| match change {
+                Change::Released { vm, .. } => Some(vm.as_str()),
+                _ => None,
+            })
+            .collect();
         let logged: Vec<LoggedChange> = changes.iter().map(|c| LoggedChange::of(c, policy_state)).collect();
         let body = serde_json::to_string(&logged).map_err(|e| StoreError::CorruptVm {
             store: self.name.clone(),
             vm: "change log".to_owned(),
             detail: e.to_string(),
         })?;
-        let log = LogEntry { agent: &self.agent, body, followed: self.followed, placed, rejected };
+        let log = LogEntry { agent: &self.agent, body, followed: self.followed, placed, rejected, released };
         let name = self.name.as_str();
         let seq = if changes.is_empty() {
             // Rejections only: the log's part alone, a transaction of its own.
@@ -491,8 +510,9 @@ impl PostgresStore {
 }
 
 /// The refusal a batch gets when other agents decided some of its VM ids meanwhile (the log
-/// function's `AL001` and `AL002`, the ids in the error's detail): placed what it rejects (decide
-/// again: a replay), or rejected what it places (the first answer stands).
+/// function's `AL001`, `AL002` and `AL003`, the ids in the error's detail): placed what it rejects
+/// (decide again: a replay), rejected what it places (the first answer stands), or released what
+/// it places after its view (decide again on the followed view).
 fn decided_elsewhere(name: &str, db: &postgres::error::DbError) -> Option<StoreError> {
     let vms =
         || -> Vec<String> { db.detail().and_then(|detail| serde_json::from_str(detail).ok()).unwrap_or_default() };
@@ -507,6 +527,10 @@ fn decided_elsewhere(name: &str, db: &postgres::error::DbError) -> Option<StoreE
                 store: name.to_owned(),
                 detail: format!("VMs {:?} this batch rejects were placed by another agent meanwhile", vms()),
             })
+        }
+        "AL003" => {
+            metrics::counter!("allocator_decided_elsewhere_total", "decision" => "released").increment(1);
+            Some(StoreError::Refused { store: name.to_owned(), detail: format!("{} {:?}", db.message(), vms()) })
         }
         _ => None,
     }
@@ -721,6 +745,8 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS rejections (
                      vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now());
                  CREATE INDEX IF NOT EXISTS rejections_by_seq ON rejections (seq);
+                 CREATE TABLE IF NOT EXISTS releases (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL);
+                 CREATE INDEX IF NOT EXISTS releases_by_seq ON releases (seq);
                  CREATE TABLE IF NOT EXISTS exits (
                      start_s DOUBLE PRECISION NOT NULL,
                      seq BIGINT NOT NULL,
@@ -736,7 +762,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 5)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 6)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -789,20 +815,22 @@ impl Statements {
                 "SELECT allocator_commit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
                                                $16, $17, $18, $19, $20, $21, $22, $23, $24)",
             )?,
-            log_batch: client.prepare("SELECT allocator_log_batch($1, $2, $3, $4, $5, $6, $7)")?,
+            log_batch: client.prepare("SELECT allocator_log_batch($1, $2, $3, $4, $5, $6, $7, $8)")?,
             follow: client.prepare("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq")?,
         })
     }
 }
 
-/// The server-side functions that write a batch (schema 5), created or replaced with the schema.
+/// The server-side functions that write a batch (schema 5; schema 6 records releases), created or
+/// replaced with the schema.
 ///
 /// `allocator_log_batch` is the end of every batch: it moves the log's head (taking its row lock,
 /// held to the commit: the log's order is the commit order), inserts the batch's row, records its
-/// rejections at that position, refuses the batch (an error rolls all of it back) when another
-/// agent rejected one of the VM ids it places after this agent's view or less than `p_stands`
-/// seconds ago (`AL002`, the ids as a JSON array in the detail) or placed one of those it rejects
-/// (`AL001`), trims the log every 1,000 batches, and notifies [`super::listener::CHANNEL`]. Its
+/// rejections and releases at that position, refuses the batch (an error rolls all of it back)
+/// when another agent rejected one of the VM ids it places after this agent's view or less than
+/// `p_stands` seconds ago (`AL002`, the ids as a JSON array in the detail), placed one of those it
+/// rejects (`AL001`), or released one it places after this agent's view (`AL003`; also a view
+/// older than the log keeps), trims the log and the releases every 1,000 batches, and notifies [`super::listener::CHANNEL`]. Its
 /// reads come after the head's lock is granted, each with a snapshot of its own (read
 /// committed), so they see every batch committed before this one.
 ///
@@ -822,9 +850,10 @@ impl Statements {
 /// are planned once per connection (`plan_cache_mode = force_generic_plan`): with arrays for
 /// parameters the plan cache otherwise planned each call afresh (13% of the backend's CPU).
 const BATCH_FUNCTIONS: &str = "
+DROP FUNCTION IF EXISTS allocator_log_batch(text, text, bigint, double precision, bigint, text[], text[]);
 CREATE OR REPLACE FUNCTION allocator_log_batch(
     p_agent text, p_body text, p_followed bigint, p_stands double precision, p_log_kept bigint,
-    p_placed text[], p_rejected text[]) RETURNS bigint
+    p_placed text[], p_rejected text[], p_released text[]) RETURNS bigint
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     v_seq bigint;
@@ -837,6 +866,11 @@ BEGIN
             SELECT r.vm_id, v_seq, now() FROM unnest(p_rejected) AS r(vm_id)
             ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at;
     END IF;
+    IF cardinality(p_released) > 0 THEN
+        INSERT INTO releases (vm_id, seq)
+            SELECT r.vm_id, v_seq FROM unnest(p_released) AS r(vm_id)
+            ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq;
+    END IF;
     IF cardinality(p_placed) > 0 THEN
         SELECT array_agg(vm_id) INTO v_ids FROM rejections
             WHERE vm_id = ANY (p_placed) AND seq < v_seq
@@ -844,6 +878,16 @@ BEGIN
         IF v_ids IS NOT NULL THEN
             RAISE EXCEPTION 'VMs this batch places were rejected by another agent meanwhile'
                 USING ERRCODE = 'AL002', DETAIL = array_to_json(v_ids)::text;
+        END IF;
+        IF p_followed < v_seq - p_log_kept THEN
+            RAISE EXCEPTION 'this batch was decided on a view older than the change log keeps'
+                USING ERRCODE = 'AL003', DETAIL = '[]';
+        END IF;
+        SELECT array_agg(vm_id) INTO v_ids FROM releases
+            WHERE vm_id = ANY (p_placed) AND seq > p_followed AND seq < v_seq;
+        IF v_ids IS NOT NULL THEN
+            RAISE EXCEPTION 'VMs this batch places were released by another agent after its view'
+                USING ERRCODE = 'AL003', DETAIL = array_to_json(v_ids)::text;
         END IF;
     END IF;
     IF cardinality(p_rejected) > 0 THEN
@@ -856,6 +900,7 @@ BEGIN
     IF v_seq % 1000 = 0 THEN
         DELETE FROM changes WHERE seq <= v_seq - p_log_kept;
         DELETE FROM rejections WHERE seq <= v_seq - p_log_kept AND at < now() - p_stands * INTERVAL '1 second';
+        DELETE FROM releases WHERE seq <= v_seq - p_log_kept;
     END IF;
     PERFORM pg_notify('allocator_log', v_seq || ' ' || p_agent);
     RETURN v_seq;
@@ -947,7 +992,7 @@ BEGIN
             FROM unnest(p_state_host, p_state) AS d(host_id, state)
             WHERE hosts.host_id = d.host_id;
     END IF;
-    RETURN allocator_log_batch(p_agent, p_body, p_followed, p_stands, p_log_kept, p_vm_id, p_rejected);
+    RETURN allocator_log_batch(p_agent, p_body, p_followed, p_stands, p_log_kept, p_vm_id, p_rejected, p_released);
 END
 $fn$;
 ";
@@ -978,6 +1023,8 @@ struct LogEntry<'a> {
     /// The VM ids the batch places, and those it answered "rejected" (sorted, distinct).
     placed: Vec<&'a str>,
     rejected: Vec<&'a str>,
+    /// The VM ids the batch releases.
+    released: Vec<&'a str>,
 }
 
 /// Writes a batch of placements, releases, host and policy states with one call of
@@ -1083,7 +1130,16 @@ fn log_batch(
     let row = client
         .query_one(
             &statements.log_batch,
-            &[&log.agent, &log.body, &log.followed, &REJECTION_STANDS_S, &LOG_KEPT, &log.placed, &log.rejected],
+            &[
+                &log.agent,
+                &log.body,
+                &log.followed,
+                &REJECTION_STANDS_S,
+                &LOG_KEPT,
+                &log.placed,
+                &log.rejected,
+                &log.released,
+            ],
         )
         .map_err(|source| {
             refusal(name, &source).unwrap_or_else(|| StoreError::Sql {

@@ -156,8 +156,10 @@ impl Postgres {
         let pid_file = self.dir.path().join("data").join("postmaster.pid");
         let pid = std::fs::read_to_string(&pid_file).expect("postmaster.pid of a running server");
         let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
-        // The backends first (children of the postmaster), then the postmaster itself: with the
-        // postmaster gone first, a backend could not be found by its parent any more.
+        // The postmaster is stopped first so that it cannot react to its children's deaths by
+        // forking new ones (crash recovery's startup process, which would outlive it and hold the
+        // shared memory the restart needs); then its children are listed and all are killed.
+        let _ = Command::new("kill").args(["-STOP", &pid]).status().expect("kill");
         let children = Command::new("pgrep").args(["-P", &pid]).output().expect("pgrep");
         let mut pids: Vec<String> =
             String::from_utf8_lossy(&children.stdout).split_whitespace().map(str::to_owned).collect();
@@ -175,8 +177,20 @@ impl Postgres {
 
     pub fn restart(&mut self) {
         let out = self.pg_start();
-        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_tail()
+        );
         self.stopped = false;
+    }
+
+    /// The last lines of the server's log, for a failure message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        format!("postgres.log ends:\n{}", lines[lines.len().saturating_sub(15)..].join("\n"))
     }
 
     /// `pg_ctl start` of this cluster's data directory on its port, waiting until it accepts
