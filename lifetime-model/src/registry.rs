@@ -25,6 +25,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -233,6 +234,8 @@ pub struct Registry {
     current: ArcSwapOption<Deployment>,
     published: ArcSwap<Published>,
     scan: Mutex<ScanState>,
+    /// Loaded bundles dropped so far (removed from the directory, or replaced by a changed copy).
+    retired: AtomicU64,
 }
 
 fn entry_kind(file_type: std::fs::FileType) -> &'static str {
@@ -291,6 +294,7 @@ impl Registry {
             current: ArcSwapOption::empty(),
             published: ArcSwap::from_pointee(Published::default()),
             scan: Mutex::new(ScanState::default()),
+            retired: AtomicU64::new(0),
         }
     }
 
@@ -300,6 +304,13 @@ impl Registry {
 
     pub fn options(&self) -> &RegistryOptions {
         &self.options
+    }
+
+    /// How many loaded bundles were dropped since the start (removed from the directory, or
+    /// replaced by a changed copy). A service that sees it grow can give the freed memory back to
+    /// the operating system once the requests that still held the old model are done.
+    pub fn retired(&self) -> u64 {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// The deployment serving now, if any bundle is valid. Never waits.
@@ -353,7 +364,9 @@ impl Registry {
         // Loads of bundles that disappeared are abandoned (their threads finish into the void).
         state.loading.retain(|name, _| present.contains(name));
         self.collect_loads(state);
+        let before = state.loaded.len();
         state.loaded.retain(|name, _| present.contains(name));
+        self.retired.fetch_add((before - state.loaded.len()) as u64, Ordering::Relaxed);
         state.rejected.retain(|name, _| present.contains(name));
         self.read_rollout(state);
         self.redeploy(state)
@@ -410,7 +423,9 @@ impl Registry {
             Ok(model) => {
                 tracing::info!(bundle = %name, version = %model.version(), "bundle loaded and validated");
                 state.rejected.remove(&name);
-                state.loaded.insert(name, (print, Arc::new(model)));
+                if state.loaded.insert(name, (print, Arc::new(model))).is_some() {
+                    self.retired.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Err(reason) => {
                 tracing::warn!(bundle = %name, error = %reason, "bundle rejected; whatever served before keeps serving");
@@ -749,6 +764,27 @@ mod tests {
         std::fs::rename(models.path().join(".incoming"), models.path().join("new")).unwrap();
         registry.refresh().unwrap();
         assert!(registry.statuses().iter().any(|s| s.bundle == "new"));
+    }
+
+    /// A bundle removed from the directory, or replaced by a changed copy, counts as retired (the
+    /// services give its memory back then); a scan that changes nothing does not.
+    #[test]
+    fn dropped_bundles_count_as_retired() {
+        let models = models_with(&["good", "old"]);
+        let registry = Registry::new(models.path());
+        registry.refresh().unwrap();
+        registry.refresh().unwrap();
+        assert_eq!(registry.retired(), 0);
+        std::fs::remove_dir_all(models.path().join("old")).unwrap();
+        registry.refresh().unwrap();
+        assert_eq!(registry.retired(), 1);
+        // A changed copy under the same name: the loaded model it replaces is dropped.
+        let manifest = models.path().join("good").join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        std::fs::write(&manifest, format!("{text} ")).unwrap();
+        registry.refresh().unwrap();
+        assert_eq!(registry.statuses().iter().filter(|s| s.bundle == "good").count(), 1);
+        assert_eq!(registry.retired(), 2);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 sustainable rate, watching for what only time shows (memory or descriptors that leak, a store that
 grows without bound, latency that creeps up).
 
-    python3 scripts/bench/soak.py [--minutes 60] [--rate REQUESTS_PER_S] [--out target/soak]
+    python3 scripts/bench/soak.py [--minutes 60] [--warmup-minutes 30] [--swaps 2] [--rate REQUESTS_PER_S]
+                                  [--out target/soak]
 
 1. Builds the binaries (release) and trains a second bundle for the model swap (seed 43, about
    25 s) unless it exists in OUT/bundles/swap.
@@ -13,19 +14,22 @@ grows without bound, latency that creeps up).
    allocations plus releases per second.
 3. The soak, on a fresh stack: vmreplay of the seeded synthetic trace from the default bundle's
    training cut-off on, at half that rate (each VM allocated, then released at its trace end), for
-   --minutes; meanwhile
+   --warmup-minutes (not judged: the capped structures fill, the population of running VMs grows
+   to its steady state) and then --minutes (judged); meanwhile
    - the dashboard's reads every 2 s (zones, stats, stats history, the zone's host page);
    - the allocator repredicts remaining lifetimes (NILAS, the checked-in policy) as it always does;
-   - at half time, the model swap: the second bundle is copied into the models directory and made
-     stable in rollout.toml, which the inference server and the allocator follow; 10 s after the
-     inference server serves it, the old bundle is removed from the directory;
+   - --swaps model swaps, spread evenly over the judged time (at 25% and 75% of it for two): a
+     bundle (the seed-43 one, then the default again, alternately, each under a new name) is copied
+     into the models directory and made stable in rollout.toml, which the inference server and the
+     allocator follow; 10 s after the inference server serves it, the bundle it replaced is removed
+     from the directory (a bundle that stayed referenced would show as a step at every swap);
    - every 10 s: RSS, open file descriptors and CPU time of each service, the allocator's store size
      (SQLite file and WAL), its repredictions counter.
 4. Writes OUT/resources.csv, OUT/replay.json (vmreplay's summary, with the client latency per
    minute), OUT/soak.md (the tables and the verdict) and OUT/soak.svg (the plot), and prints soak.md.
 
-Flat means: the level of the last 10 minutes (median of its samples) within 10% of the first 10
-minutes' level, for each service's RSS and descriptors; for the per-minute p99, at most 10% above it. Standard library
+Flat means: the level of the last 10 minutes (median of its samples) within 10% of the level of
+the first 10 minutes after the warm-up, for each service's RSS and descriptors; for the per-minute p99, at most 10% above it. Standard library
 only; the services are the stack's own (scripts/stack.sh), so the figures are the ones a user gets.
 """
 
@@ -196,15 +200,15 @@ def repredictions():
 class Background:
     """The samplers, the dashboard and the swap, each on a thread, until `stop`."""
 
-    def __init__(self, out, minutes, models, swap):
-        self.out, self.models, self.swap = out, models, swap
+    def __init__(self, out, warmup_minutes, minutes, swaps, models, bundles):
+        self.out, self.models, self.bundles = out, models, bundles
         self.stop = threading.Event()
         self.start = time.monotonic()
-        self.swap_at_s = minutes * 60 / 2
+        self.swap_at_s = [(warmup_minutes + minutes * (i + 0.5) / swaps) * 60 for i in range(swaps)]
         self.samples, self.dashboard, self.events = [], {"polls": 0, "errors": 0, "seconds": []}, []
         self.pids = pids()
         self.threads = [threading.Thread(target=target, daemon=True)
-                        for target in (self.sample_loop, self.dashboard_loop, self.swap_once)]
+                        for target in (self.sample_loop, self.dashboard_loop, self.swap_loop)]
         for thread in self.threads:
             thread.start()
 
@@ -238,33 +242,38 @@ class Background:
             self.dashboard["polls"] += 1
             self.stop.wait(DASHBOARD_POLL_S)
 
-    def swap_once(self):
-        """Makes the second bundle stable at half time, as an operator would: copy, then rename."""
-        if self.stop.wait(self.swap_at_s):
-            return
-        hidden = os.path.join(self.models, ".swap.tmp")
-        shutil.copytree(self.swap, hidden)
-        os.rename(hidden, os.path.join(self.models, "swap"))
-        rollout = os.path.join(self.models, ".rollout.toml.tmp")
-        with open(rollout, "w", encoding="utf-8") as f:
-            f.write('stable = "swap"\n')
-        os.rename(rollout, os.path.join(self.models, "rollout.toml"))
-        swapped = self.elapsed()
-        self.events.append((swapped, "model swap: bundle `swap` copied in and made stable"))
-        headers = {"authorization": f"Bearer {token()}"}
-        while not self.stop.wait(0.2):
-            models = json.loads(get(f"{INFERENCE}/v1/models", headers))
-            if any(m.get("bundle") == "swap" and m.get("state") == "stable" for m in models):
-                self.events.append((self.elapsed(), f"inference server serves `swap` as stable "
-                                                    f"({self.elapsed() - swapped:.1f} s after the swap)"))
-                break
-        # The retired bundle leaves the directory, as an operator would clear it out: the services
-        # hold every bundle present (for instant rollbacks), and the old one would otherwise stay.
-        if not self.stop.wait(10):
-            retired = os.path.join(self.models, ".default.retired")
-            os.rename(os.path.join(self.models, "default"), retired)
+    def swap_loop(self):
+        """The swaps, as an operator makes them: copy under a hidden name, rename, make it stable,
+        and once it serves, clear the bundle it replaced out of the directory."""
+        serving = "default"
+        for i, at_s in enumerate(self.swap_at_s):
+            if self.stop.wait(max(0.0, at_s - self.elapsed())):
+                return
+            name = f"swap-{i + 1}"
+            hidden = os.path.join(self.models, f".{name}.tmp")
+            shutil.copytree(self.bundles[i % len(self.bundles)], hidden)
+            os.rename(hidden, os.path.join(self.models, name))
+            rollout = os.path.join(self.models, ".rollout.toml.tmp")
+            with open(rollout, "w", encoding="utf-8") as f:
+                f.write(f'stable = "{name}"\n')
+            os.rename(rollout, os.path.join(self.models, "rollout.toml"))
+            swapped = self.elapsed()
+            self.events.append((swapped, f"model swap: bundle `{name}` copied in and made stable"))
+            headers = {"authorization": f"Bearer {token()}"}
+            while not self.stop.wait(0.2):
+                models = json.loads(get(f"{INFERENCE}/v1/models", headers))
+                if any(m.get("bundle") == name and m.get("state") == "stable" for m in models):
+                    self.events.append((self.elapsed(), f"inference server serves `{name}` as stable "
+                                                        f"({self.elapsed() - swapped:.1f} s after the swap)"))
+                    break
+            # The services hold every bundle present (for instant rollbacks): the retired one leaves.
+            if self.stop.wait(10):
+                return
+            retired = os.path.join(self.models, f".{serving}.retired")
+            os.rename(os.path.join(self.models, serving), retired)
             shutil.rmtree(retired)
-            self.events.append((self.elapsed(), "the old bundle `default` removed from the models directory"))
+            self.events.append((self.elapsed(), f"the old bundle `{serving}` removed from the models directory"))
+            serving = name
 
     def finish(self):
         self.stop.set()
@@ -277,23 +286,25 @@ def median_in(points, lo, hi):
     return statistics.median(values) if values else None
 
 
-def flatness(points, duration_s):
-    """(first 10 minutes' level, last 10 minutes' level, their ratio)."""
-    first = median_in(points, 0, FLAT_WINDOW_S)
+def flatness(points, judged_from_s, duration_s):
+    """(the level of the first 10 judged minutes, the last 10 minutes' level, their ratio)."""
+    first = median_in(points, judged_from_s, judged_from_s + FLAT_WINDOW_S)
     last = median_in(points, duration_s - FLAT_WINDOW_S, duration_s)
     ratio = last / first if first and last is not None else None
     return first, last, ratio
 
 
-def verdict_rows(samples, minutes_p99, duration_s):
+def verdict_rows(samples, minutes_p99, judged_from_s, duration_s):
     rows = []
     for service in SERVICES:
         for key, unit, scale in (("rss_kib", "MiB", 1 / 1024), ("fds", "", 1)):
             points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples]
-            rows.append((f"{service} {'RSS' if key == 'rss_kib' else 'descriptors'}", unit, *flatness(points, duration_s)))
-    rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, duration_s)))
+            rows.append((f"{service} {'RSS' if key == 'rss_kib' else 'descriptors'}", unit,
+                         *flatness(points, judged_from_s, duration_s)))
+    rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, judged_from_s, duration_s)))
     points = [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples]
-    rows.append(("allocator store (not judged: grows until exits age out)", "MiB", *flatness(points, duration_s)))
+    rows.append(("allocator store (not judged: grows until exits age out)", "MiB",
+                 *flatness(points, judged_from_s, duration_s)))
     return rows
 
 
@@ -343,7 +354,10 @@ def report(out, args, rate, sustainable, summary, background):
         f.write(",".join(keys) + "\n")
         for s in samples:
             f.write(",".join("" if s[k] is None else str(s[k]) for k in keys) + "\n")
+    judged_from_s = args.warmup_minutes * 60
     events = [(t, text) for t, text in background.events]
+    if judged_from_s > 0:
+        events.insert(0, (judged_from_s, "warm-up over: the judged time starts"))
     svg_plot(os.path.join(out, "soak.svg"), [
         ("RSS", "MiB", [(svc, [(s["elapsed_s"], s[f"{svc}_rss_kib"] / 1024) for s in samples]) for svc in SERVICES]),
         ("open file descriptors", "count", [(svc, [(s["elapsed_s"], s[f"{svc}_fds"]) for s in samples]) for svc in SERVICES]),
@@ -355,7 +369,8 @@ def report(out, args, rate, sustainable, summary, background):
     first, last = samples[0], samples[-1]
     cpu = {svc: last[f"{svc}_cpu_s"] - first[f"{svc}_cpu_s"] for svc in SERVICES}
     lines = [
-        f"# Soak: {duration_s / 60:.1f} minutes at {rate:.0f} requests/s",
+        f"# Soak: {duration_s / 60:.1f} minutes at {rate:.0f} requests/s "
+        f"({args.warmup_minutes:g} of warm-up, then {(duration_s - judged_from_s) / 60:.1f} judged)",
         "",
         f"- rate: {rate:.0f} requests/s (allocations and releases), "
         + (f"half the sustainable {sustainable:.0f}/s measured by the probe" if sustainable else "given with --rate"),
@@ -370,10 +385,10 @@ def report(out, args, rate, sustainable, summary, background):
         "- CPU seconds over the run: " + ", ".join(f"{svc} {cpu[svc]:.0f}" for svc in SERVICES),
     ]
     lines += [f"- at {t / 60:.1f} min: {text}" for t, text in events]
-    lines += ["", "| what | unit | first 10 min (median) | last 10 min (median) | last / first | flat (within 10%; p99: at most 10% higher) |",
+    lines += ["", "| what | unit | first 10 judged min (median) | last 10 min (median) | last / first | flat (within 10%; p99: at most 10% higher) |",
               "|---|---|---:|---:|---:|---|"]
     judged_ok = True
-    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, duration_s):
+    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, judged_from_s, duration_s):
         judged = "not judged" not in name
         # Latency that falls is no drift to worry about; resources must stay level either way.
         flat = ratio is not None and ((ratio - 1) if "p99" in name else abs(ratio - 1)) <= FLAT_TOLERANCE
@@ -404,7 +419,10 @@ def report(out, args, rate, sustainable, summary, background):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--minutes", type=float, default=60, help="the judged time")
+    parser.add_argument("--warmup-minutes", type=float, default=30,
+                        help="run before the judged time, not judged (the capped structures fill)")
+    parser.add_argument("--swaps", type=int, default=2, help="model swaps, spread evenly over the judged time")
     parser.add_argument("--rate", type=float, help="requests/s; default: half the probe's sustainable rate")
     parser.add_argument("--probe-vms", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=8,
@@ -419,6 +437,8 @@ def main():
     args = parser.parse_args()
     if not args.minutes > 0:
         parser.error("--minutes must be positive")
+    if args.warmup_minutes < 0 or args.swaps < 0:
+        parser.error("--warmup-minutes and --swaps must not be negative")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     if not args.no_build:
@@ -440,10 +460,11 @@ def main():
         log(f"sustainable {sustainable:.0f} requests/s; the soak runs at {rate:.0f}/s")
 
     models, swap = prepare_models(out)
-    vms = int(rate * args.minutes * 60 / 2)
+    vms = int(rate * (args.warmup_minutes + args.minutes) * 60 / 2)
     stack(["up", "--fresh"], out)
     try:
-        background = Background(out, args.minutes, models, swap)
+        bundles = [swap, os.path.join(ROOT, "models", "default")]
+        background = Background(out, args.warmup_minutes, args.minutes, args.swaps, models, bundles)
         try:
             summary = replay(out, "replay", vms, rate, args.concurrency, 60)
         finally:

@@ -141,7 +141,9 @@ async fn release_memory_after_bursts(permits: Arc<Semaphore>, max_connections: u
 }
 
 /// Returns free heap pages to the operating system (glibc's `malloc_trim`); nothing elsewhere.
-fn release_free_memory() {
+/// Walks every arena: call it off the async workers, after something large was freed (a burst's
+/// connections, a retired model bundle).
+pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists under its locks; it takes no
     // pointer and is safe to call from any thread at any time.

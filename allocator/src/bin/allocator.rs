@@ -98,7 +98,13 @@ fn main() -> Result<()> {
 async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
     let registry = Arc::new(lifetime_model::registry::Registry::new(&dir));
     let mut current: Option<String> = None;
+    // A retired bundle's memory, given back to the operating system on the scan after the one that
+    // dropped it (the worker let go of it by then; glibc keeps it in its arenas otherwise).
+    let (mut retired, mut give_back) = (registry.retired(), false);
     loop {
+        if std::mem::take(&mut give_back) {
+            let _ = tokio::task::spawn_blocking(service_common::server::release_free_memory).await;
+        }
         let scanning = Arc::clone(&registry);
         let scanned = tokio::task::spawn_blocking(move || scanning.refresh()).await;
         match scanned {
@@ -120,6 +126,8 @@ async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
             Ok(Err(error)) => tracing::warn!(models = %dir.display(), %error, "scanning the models directory failed"),
             Err(error) => tracing::error!(models = %dir.display(), %error, "the models directory scan panicked"),
         }
+        give_back = registry.retired() != retired;
+        retired = registry.retired();
         tokio::time::sleep(Duration::from_secs_f64(poll_s.max(0.1))).await;
     }
 }

@@ -75,8 +75,15 @@ async fn serve(config: ServerConfig) -> Result<()> {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut overrunning = None;
+        // A retired bundle's memory is freed once the last request holding it is done: given back
+        // to the operating system one tick after the scan that dropped it (glibc keeps it in its
+        // arenas otherwise; docs/benchmarks.md, "Soak").
+        let (mut retired, mut give_back) = (watched.retired(), false);
         loop {
             ticker.tick().await;
+            if std::mem::take(&mut give_back) {
+                let _ = tokio::task::spawn_blocking(service_common::server::release_free_memory).await;
+            }
             let mut scan = overrunning.take().unwrap_or_else(|| {
                 let registry = Arc::clone(&watched);
                 tokio::task::spawn_blocking(move || registry.refresh())
@@ -93,6 +100,8 @@ async fn serve(config: ServerConfig) -> Result<()> {
                 Ok(Err(error)) => tracing::warn!(%error, "models directory scan panicked"),
                 Ok(Ok(Ok(_))) => {}
             }
+            give_back = watched.retired() != retired;
+            retired = watched.retired();
         }
     });
 
