@@ -667,11 +667,7 @@ impl LifetimeModel {
 
     /// Predicts from an encoded base row; the interval only when `with_interval` is set.
     pub fn predict_row(&self, row: &[f64], with_interval: bool) -> ModelPrediction {
-        let interval_class = with_interval.then(|| {
-            let mut classes = vec![0.0; self.multiclass.num_outputs()];
-            self.multiclass.predict_into(row, &mut classes);
-            crate::argmax(&classes) as u32
-        });
+        let interval_class = with_interval.then(|| self.interval_class(row));
         let (p_long, expected_lifetime_s) = match &self.survival {
             Some(survival) => {
                 let values = curve_of(&survival.hazards, row, &survival.grid);
@@ -695,6 +691,67 @@ impl LifetimeModel {
             class: if p_long >= self.manifest.decision_threshold { LifetimeClass::Long } else { LifetimeClass::Short },
             interval_class,
             expected_lifetime_s,
+        }
+    }
+
+    /// The lifetime interval of an encoded base row, the multi-class model alone: what
+    /// [`LifetimeModel::predict_row`] gives with the interval.
+    pub fn interval_class(&self, row: &[f64]) -> u32 {
+        let mut classes = vec![0.0; self.multiclass.num_outputs()];
+        self.multiclass.predict_into(row, &mut classes);
+        crate::argmax(&classes) as u32
+    }
+
+    /// P(long) of many encoded base rows (`rows` row-major, [`FeatureSchema::len`] values a row)
+    /// into `out`, one per row: bit for bit [`LifetimeModel::predict_row`]'s `p_long` of each row,
+    /// with only the model that P(long) comes from evaluated, tree by tree over blocks of rows
+    /// ([`TreeEnsemble::predict_rows`]). One thread: a caller with many rows shares them out.
+    ///
+    /// # Panics
+    ///
+    /// If `rows.len()` is not `out.len()` rows of the schema's width.
+    pub fn p_long_rows(&self, rows: &[f64], out: &mut [f64]) {
+        let width = self.manifest.schema.len();
+        match &self.survival {
+            Some(survival) if survival.spec.p_long_from_survival => {
+                assert_eq!(rows.len(), width * out.len(), "`rows` must hold one row of the schema per output");
+                for (row, p_long) in rows.chunks_exact(width).zip(out.iter_mut()) {
+                    *p_long = self.predict_row(row, false).p_long;
+                }
+            }
+            _ => {
+                self.binary.predict_rows(rows, width, out);
+                for p_long in out.iter_mut() {
+                    *p_long = p_long.clamp(0.0, 1.0);
+                }
+            }
+        }
+    }
+
+    /// The expected lifetime of many encoded base rows (as [`LifetimeModel::p_long_rows`] takes
+    /// them) into `out`: bit for bit [`LifetimeModel::predict_row`]'s `expected_lifetime_s`.
+    ///
+    /// # Panics
+    ///
+    /// If `rows.len()` is not `out.len()` rows of the schema's width.
+    pub fn expected_lifetime_rows(&self, rows: &[f64], out: &mut [f64]) {
+        let width = self.manifest.schema.len();
+        assert_eq!(rows.len(), width * out.len(), "`rows` must hold one row of the schema per output");
+        if self.survival.is_some() {
+            for (row, lifetime) in rows.chunks_exact(width).zip(out.iter_mut()) {
+                *lifetime = self.predict_row(row, false).expected_lifetime_s;
+            }
+            return;
+        }
+        // The remaining-lifetime model reads the uptime after the base row: 0 at request time.
+        let mut with_uptime = Vec::with_capacity(rows.len() + out.len());
+        for row in rows.chunks_exact(width) {
+            with_uptime.extend_from_slice(row);
+            with_uptime.push(0.0);
+        }
+        self.remaining.predict_rows(&with_uptime, width + 1, out);
+        for lifetime in out.iter_mut() {
+            *lifetime = self.remaining_from_log10(*lifetime);
         }
     }
 
@@ -835,6 +892,33 @@ mod tests {
         let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
         // SAFETY: `name` is a valid NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+    }
+
+    #[test]
+    fn rows_predicted_together_equal_each_row_alone() {
+        let model = LifetimeModel::load(default_dir()).unwrap();
+        // The probes' rows, then variations of them (missing values, other sizes and times).
+        let mut rows: Vec<Vec<f64>> = model.manifest().probes.iter().map(|p| p.row.clone()).collect();
+        for i in 0..300 {
+            let mut row = rows[i % model.manifest().probes.len()].clone();
+            let at = i % row.len();
+            row[at] = match i % 4 {
+                0 => f64::NAN,
+                1 => 0.0,
+                2 => row[at] * 1.5 + 1.0,
+                _ => (i as f64).ln(),
+            };
+            rows.push(row);
+        }
+        let matrix: Vec<f64> = rows.iter().flatten().copied().collect();
+        let (mut p_long, mut lifetime) = (vec![f64::NAN; rows.len()], vec![f64::NAN; rows.len()]);
+        model.p_long_rows(&matrix, &mut p_long);
+        model.expected_lifetime_rows(&matrix, &mut lifetime);
+        for (i, row) in rows.iter().enumerate() {
+            let alone = model.predict_row(row, false);
+            assert_eq!(p_long[i].to_bits(), alone.p_long.to_bits(), "row {i}");
+            assert_eq!(lifetime[i].to_bits(), alone.expected_lifetime_s.to_bits(), "row {i}");
+        }
     }
 
     #[test]

@@ -47,16 +47,18 @@ class Model:
         """The bundle's ``manifest.json``: schema, thresholds, training window, evaluation report."""
         return json.loads(self._native.manifest_json())
 
-    def predict(self, frame: Frame, *, interval: bool = False) -> pd.DataFrame:
+    def predict(self, frame: Frame, *, interval: bool = False, lifetime: bool = True) -> pd.DataFrame:
         """Predicts every row of a trace frame; the index is the frame's.
 
         Columns: ``p_long`` (P(lifetime >= the long-lived threshold)), ``long`` (the class at the
-        bundle's decision threshold), ``expected_lifetime_s`` and, with ``interval``,
-        ``interval_class`` (the lifetime interval, the costly multi-class model). The frame needs
-        ``tenant_id, vm_type, cores, memory_gib, start_s``; extra columns are features.
+        bundle's decision threshold), with ``lifetime`` ``expected_lifetime_s`` (the
+        remaining-lifetime model at uptime 0; ``lifetime=False`` skips it and halves the work when
+        only the class is wanted) and, with ``interval``, ``interval_class`` (the lifetime
+        interval, the costly multi-class model). The frame needs ``tenant_id, vm_type, cores,
+        memory_gib, start_s``; extra columns are features.
         """
         rows, columns = to_native(frame, _ROW_DEFAULTS)
-        out = frame_from_native(rows, self._native.predict(rows, columns, interval))
+        out = frame_from_native(rows, self._native.predict(rows, columns, interval, lifetime))
         out["long"] = out["long"].astype(bool)
         if interval:
             out["interval_class"] = out["interval_class"].astype("Int64")
@@ -72,14 +74,16 @@ class Model:
         width, data = self._native.encode(rows, columns)
         return np.frombuffer(data, dtype="<f8").reshape(rows, width)
 
-    def predict_encoded(self, matrix: np.ndarray) -> pd.DataFrame:
-        """``p_long`` and ``expected_lifetime_s`` of rows already encoded (:meth:`encode`'s matrix):
-        the native evaluator alone, to compare with another evaluator on the same input."""
+    def predict_encoded(self, matrix: np.ndarray, *, lifetime: bool = True) -> pd.DataFrame:
+        """``p_long`` and, with ``lifetime``, ``expected_lifetime_s`` of rows already encoded
+        (:meth:`encode`'s matrix): the native evaluator alone, to compare with another evaluator on
+        the same input."""
         matrix = np.ascontiguousarray(matrix, dtype="<f8")
         if matrix.ndim != 2:
             raise InvalidInputError(f"expected a 2-d matrix, got {matrix.ndim} dimensions", field="matrix",
                                     fix="pass Model.encode()'s matrix")
-        return frame_from_native(matrix.shape[0], self._native.predict_encoded(matrix.shape[1], matrix.tobytes()))
+        return frame_from_native(matrix.shape[0],
+                                 self._native.predict_encoded(matrix.shape[1], matrix.tobytes(), lifetime))
 
     def predict_remaining(self, frame: Frame, uptime_s: Union[float, Sequence[float], np.ndarray]) -> pd.Series:
         """Remaining lifetime in seconds of each row's VM after ``uptime_s`` of running (one number

@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use traces::csv_format::REQUIRED_COLUMNS;
+use traces::csv_chunks::RowSink;
+use traces::csv_format::{CsvRow, REQUIRED_COLUMNS};
 use traces::{ExtraColumns, VmRecord};
 
 /// A column built in Rust, on its way to Python.
@@ -35,6 +36,42 @@ impl OutColumn {
             data.extend_from_slice(value.as_bytes());
             // Offsets are i64: a column of more than 2^63 bytes cannot be built in memory anyway.
             offsets.push(data.len() as i64);
+        }
+    }
+
+    /// An empty column of the same name and kind.
+    fn empty_like(&self) -> Self {
+        match self {
+            OutColumn::Float { name, .. } => OutColumn::float(name, Vec::new()),
+            OutColumn::Text { name, .. } => OutColumn::text(name),
+        }
+    }
+
+    /// Appends the values of `other`, a column of the same kind.
+    fn append(&mut self, other: OutColumn) {
+        match (self, other) {
+            (OutColumn::Text { offsets, data, .. }, OutColumn::Text { offsets: more, data: more_data, .. }) => {
+                // Offsets are i64: a column of more than 2^63 bytes cannot be built in memory anyway.
+                let base = data.len() as i64;
+                offsets.extend(more.iter().skip(1).map(|o| o + base));
+                data.extend_from_slice(&more_data);
+            }
+            (OutColumn::Float { values, valid, .. }, OutColumn::Float { values: more, valid: more_valid, .. }) => {
+                let had = values.len();
+                values.extend(more);
+                match (valid, more_valid) {
+                    (Some(valid), Some(more_valid)) => valid.extend(more_valid),
+                    (Some(valid), None) => valid.resize(values.len(), true),
+                    (valid @ None, Some(more_valid)) => {
+                        let mut all = vec![true; had];
+                        all.extend(more_valid);
+                        *valid = Some(all);
+                    }
+                    (None, None) => {}
+                }
+            }
+            // Columns of one trace are of one kind each: nothing else is ever appended.
+            _ => {}
         }
     }
 
@@ -129,6 +166,29 @@ impl RecordColumns {
         }
     }
 
+    /// Columns for the rows of a CSV trace whose extra columns are `names` (in file order).
+    pub fn with_extra_names(names: &[String]) -> Self {
+        let mut columns = RecordColumns::new();
+        columns.extra = names.iter().map(|name| OutColumn::text(name)).collect();
+        columns.extra_names = Some(names.to_vec());
+        columns
+    }
+
+    /// Appends the rows of `other` (columns of the same trace) after these.
+    pub fn append(&mut self, other: RecordColumns) {
+        if self.extra_names.is_none() {
+            self.extra_names = other.extra_names.clone();
+            self.extra = other.extra.iter().map(OutColumn::empty_like).collect();
+        }
+        for (column, more) in self.text.iter_mut().zip(other.text).chain(self.extra.iter_mut().zip(other.extra)) {
+            column.append(more);
+        }
+        for (column, more) in self.numbers.iter_mut().zip(other.numbers) {
+            column.extend(more);
+        }
+        self.end_valid.extend(other.end_valid);
+    }
+
     /// Records pushed so far.
     pub fn len(&self) -> usize {
         self.end_valid.len()
@@ -149,6 +209,26 @@ impl RecordColumns {
         ];
         columns.extend(self.extra);
         columns
+    }
+}
+
+impl RowSink for RecordColumns {
+    /// A checked row of a CSV trace, straight into the columns: no record, no string of its own.
+    fn push(&mut self, row: &CsvRow<'_>) {
+        let [vm_id, tenant_id, vm_type, priority] = &mut self.text;
+        vm_id.push_str(row.vm_id);
+        tenant_id.push_str(row.tenant_id);
+        vm_type.push_str(row.vm_type);
+        priority.push_str(row.priority.as_str());
+        let [cores, memory, start, end] = &mut self.numbers;
+        cores.push(row.cores);
+        memory.push(row.memory_gib);
+        start.push(row.start_s);
+        end.push(row.end_s.unwrap_or(f64::NAN));
+        self.end_valid.push(row.end_s.is_some());
+        for (column, value) in self.extra.iter_mut().zip(row.extra()) {
+            column.push_str(&value);
+        }
     }
 }
 
@@ -254,6 +334,17 @@ impl Table {
     /// The frame's rows as trace records, each checked as the CSV reader checks a row
     /// ([`VmRecord::check`]); `end_s` NaN means still running, empty `priority` is regular.
     pub fn records(&self) -> Result<Vec<VmRecord>, Raised> {
+        self.records_in(0..self.rows)
+    }
+
+    /// Rows; every frame has this many.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The rows `range` of the frame as trace records, checked as [`Table::records`] checks them
+    /// (errors name the row's index in the whole frame): threads each take a range.
+    pub fn records_in(&self, range: std::ops::Range<usize>) -> Result<Vec<VmRecord>, Raised> {
         let text = |name: &'static str| -> Result<&InColumn, Raised> {
             match self.column(name)? {
                 column @ InColumn::Text { .. } => Ok(column),
@@ -294,8 +385,8 @@ impl Table {
             let bytes = column.text(row).ok_or_else(|| bad_column(name, "has offsets outside its data"))?;
             String::from_utf8(bytes.to_vec()).map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
         };
-        let mut records = Vec::with_capacity(self.rows);
-        for row in 0..self.rows {
+        let mut records = Vec::with_capacity(range.len());
+        for row in range.filter(|&row| row < self.rows) {
             let priority = match get(priority, "priority", row)?.as_str() {
                 "" => Priority::Regular,
                 text => text.parse().map_err(|message: String| {

@@ -10,6 +10,7 @@ use domain::PredictInstance;
 use lifetime_model::{LifetimeModel, RequestFeatures};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use std::ops::Range;
 use std::path::PathBuf;
 use traces::VmRecord;
 
@@ -25,6 +26,15 @@ fn instance(record: &VmRecord) -> Result<PredictInstance, Raised> {
     Ok(PredictInstance::from_vm(&request))
 }
 
+/// The features of a trace row as the inference server reads them off its instance: the same as
+/// `RequestFeatures::from_instance(&instance(record)?, record.start_s)` (`from_request` is
+/// documented to equal it), built without the instance in between. Every trace row carries its
+/// request time (`start_s`); the fallback is never read.
+fn features(record: &VmRecord) -> Result<RequestFeatures, Raised> {
+    let request = record.to_request("").map_err(|e| Raised::from(&e))?;
+    Ok(RequestFeatures::from_request(&request, record.start_s))
+}
+
 /// The frame's rows as the `instances` of a `POST /v1/predict` body (JSON).
 #[pyfunction]
 fn predict_instances(py: Python<'_>, rows: usize, columns: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -36,29 +46,30 @@ fn predict_instances(py: Python<'_>, rows: usize, columns: &Bound<'_, PyAny>) ->
     .map_err(Into::into)
 }
 
-/// `f` over `records` in one chunk per core, the outputs in order.
-fn parallel<T: Send>(
-    records: &[VmRecord],
-    f: impl Fn(&VmRecord) -> Result<T, Raised> + Sync,
-) -> Result<Vec<T>, Raised> {
+/// `f` over the row indices `0..rows` in one range per core (at least [`MIN_CHUNK`] rows each),
+/// the outputs in order; the first error in row order is the one returned. The evaluator itself
+/// is single-threaded (the inference server and the allocator call it per request): sharing rows
+/// out over the cores is this caller's choice.
+fn parallel<T: Send>(rows: usize, f: impl Fn(Range<usize>) -> Result<T, Raised> + Sync) -> Result<Vec<T>, Raised> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = records.len().div_ceil(threads).max(1024);
-    let parts: Vec<Result<Vec<T>, Raised>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = records
-            .chunks(chunk)
-            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<Result<Vec<T>, _>>()))
-            .collect();
+    let chunk = rows.div_ceil(threads).max(MIN_CHUNK);
+    let ranges: Vec<Range<usize>> =
+        (0..rows).step_by(chunk.max(1)).map(|start| start..(start + chunk).min(rows)).collect();
+    if ranges.len() <= 1 {
+        return ranges.into_iter().map(&f).collect();
+    }
+    let parts: Vec<Result<T, Raised>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ranges.into_iter().map(|range| scope.spawn(|| f(range))).collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(Raised::other("a prediction thread panicked".to_owned()))))
             .collect()
     });
-    let mut out = Vec::with_capacity(records.len());
-    for part in parts {
-        out.extend(part?);
-    }
-    Ok(out)
+    parts.into_iter().collect()
 }
+
+/// Fewer rows than this are not worth a thread.
+const MIN_CHUNK: usize = 1024;
 
 /// A loaded model bundle.
 #[pyclass(frozen, module = "lifetime_alloc._native")]
@@ -90,42 +101,36 @@ impl Model {
         serde_json::to_string(self.model.manifest()).map_err(|e| Raised::other(e.to_string()).into())
     }
 
-    /// Predicts every row: columns `p_long`, `long` (1 or 0), `expected_lifetime_s` and, with
-    /// `interval`, `interval_class`.
-    #[pyo3(signature = (rows, columns, interval=false))]
+    /// Predicts every row: columns `p_long`, `long` (1 or 0), with `lifetime` `expected_lifetime_s`
+    /// (the remaining-lifetime model, as costly as the long-lived one) and, with `interval`,
+    /// `interval_class`.
+    #[pyo3(signature = (rows, columns, interval=false, lifetime=true))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         rows: usize,
         columns: &Bound<'py, PyAny>,
         interval: bool,
+        lifetime: bool,
     ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let table = Table::extract(rows, columns)?;
         let out = py.detach(|| -> Result<Vec<OutColumn>, Raised> {
-            let records = table.records()?;
-            let predictions = parallel(&records, |record| {
-                let instance = instance(record)?;
-                // Every trace row carries its request time (start_s); the fallback is never read.
-                let features = RequestFeatures::from_instance(&instance, record.start_s);
-                let row = self.model.encode(&features);
-                Ok(self.model.predict_row(&row, interval))
+            let parts = parallel(table.rows(), |range| {
+                let encoded = self.encode_rows(&table, range)?;
+                Ok(self.evaluate(&encoded, lifetime, interval))
             })?;
-            let mut columns = vec![
-                OutColumn::float("p_long", predictions.iter().map(|p| p.p_long).collect()),
-                OutColumn::float(
-                    "long",
-                    predictions
-                        .iter()
-                        .map(|p| if p.class == domain::LifetimeClass::Long { 1.0 } else { 0.0 })
-                        .collect(),
-                ),
-                OutColumn::float("expected_lifetime_s", predictions.iter().map(|p| p.expected_lifetime_s).collect()),
-            ];
+            let mut predictions = Predictions::default();
+            for part in parts {
+                predictions.append(part);
+            }
+            let threshold = self.model.manifest().decision_threshold;
+            let long = predictions.p_long.iter().map(|&p| if p >= threshold { 1.0 } else { 0.0 }).collect();
+            let mut columns = vec![OutColumn::float("p_long", predictions.p_long), OutColumn::float("long", long)];
+            if lifetime {
+                columns.push(OutColumn::float("expected_lifetime_s", predictions.lifetime));
+            }
             if interval {
-                columns.push(OutColumn::float(
-                    "interval_class",
-                    predictions.iter().map(|p| p.interval_class.map_or(f64::NAN, f64::from)).collect(),
-                ));
+                columns.push(OutColumn::float("interval_class", predictions.interval));
             }
             Ok(columns)
         })?;
@@ -141,23 +146,28 @@ impl Model {
         columns: &Bound<'py, PyAny>,
     ) -> PyResult<(usize, Bound<'py, PyBytes>)> {
         let table = Table::extract(rows, columns)?;
-        let encoded = py.detach(|| -> Result<Vec<Vec<f64>>, Raised> {
-            parallel(&table.records()?, |record| {
-                Ok(self.model.encode(&RequestFeatures::from_instance(&instance(record)?, record.start_s)))
-            })
+        let encoded = py.detach(|| -> Result<Vec<f64>, Raised> {
+            Ok(parallel(table.rows(), |range| self.encode_rows(&table, range))?.concat())
         })?;
-        let bytes: Vec<u8> = encoded.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
-        let width = encoded.first().map_or(0, Vec::len);
-        Ok((width, PyBytes::new(py, &bytes)))
+        let bytes: Vec<u8> = encoded.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok((self.model.schema().len(), PyBytes::new(py, &bytes)))
     }
 
     /// Predicts rows already encoded (`width` little-endian `f64`s a row, as [`Model::encode`]
     /// returns them): the evaluator alone, for comparing it with another on the same matrix.
-    fn predict_encoded<'py>(&self, py: Python<'py>, width: usize, data: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        if width == 0 || data.len() % (8 * width) != 0 {
+    /// Columns `p_long` and, with `lifetime`, `expected_lifetime_s`.
+    #[pyo3(signature = (width, data, lifetime=true))]
+    fn predict_encoded<'py>(
+        &self,
+        py: Python<'py>,
+        width: usize,
+        data: &[u8],
+        lifetime: bool,
+    ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        if width != self.model.schema().len() || data.len() % (8 * width) != 0 {
             return Err(Raised::input(
-                "rows",
-                "the matrix is not rows of `width` float64s",
+                "matrix",
+                format!("the matrix is not rows of {} float64s (the bundle's features)", self.model.schema().len()),
                 "pass Model.encode()'s matrix",
             )
             .into());
@@ -166,32 +176,20 @@ impl Model {
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             .collect();
-        let rows: Vec<&[f64]> = values.chunks_exact(width).collect();
-        let out = py.detach(|| {
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let chunk = rows.len().div_ceil(threads).max(1024);
-            let parts: Vec<Vec<(f64, f64)>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = rows
-                    .chunks(chunk)
-                    .map(|part| {
-                        scope.spawn(|| {
-                            part.iter()
-                                .map(|row| {
-                                    let p = self.model.predict_row(row, false);
-                                    (p.p_long, p.expected_lifetime_s)
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
-            });
-            let all: Vec<(f64, f64)> = parts.into_iter().flatten().collect();
-            vec![
-                OutColumn::float("p_long", all.iter().map(|p| p.0).collect()),
-                OutColumn::float("expected_lifetime_s", all.iter().map(|p| p.1).collect()),
-            ]
-        });
+        let out = py.detach(|| -> Result<Vec<OutColumn>, Raised> {
+            let parts = parallel(values.len() / width, |range| {
+                Ok(self.evaluate(&values[range.start * width..range.end * width], lifetime, false))
+            })?;
+            let mut predictions = Predictions::default();
+            for part in parts {
+                predictions.append(part);
+            }
+            let mut columns = vec![OutColumn::float("p_long", predictions.p_long)];
+            if lifetime {
+                columns.push(OutColumn::float("expected_lifetime_s", predictions.lifetime));
+            }
+            Ok(columns)
+        })?;
         columns::to_python(py, out)
     }
 
@@ -222,15 +220,69 @@ impl Model {
             .into());
         }
         let out = py.detach(|| -> Result<Vec<OutColumn>, Raised> {
-            let records = table.records()?;
-            let remaining =
-                parallel(&records, |record| Ok(RequestFeatures::from_instance(&instance(record)?, record.start_s)))?
+            let remaining = parallel(table.rows(), |range| {
+                let records = table.records_in(range.clone())?;
+                records
                     .iter()
-                    .zip(&uptime_s)
-                    .map(|(features, uptime)| self.model.predict_remaining(features, *uptime))
-                    .collect();
+                    .zip(&uptime_s[range])
+                    .map(|(record, uptime)| Ok(self.model.predict_remaining(&features(record)?, *uptime)))
+                    .collect::<Result<Vec<f64>, Raised>>()
+            })?
+            .concat();
             Ok(vec![OutColumn::float("remaining_lifetime_s", remaining)])
         })?;
         columns::to_python(py, out)
+    }
+}
+
+impl Model {
+    /// The encoded base rows of the frame's rows `range`, row-major, as the inference server
+    /// encodes the same VMs (each with its tenant's and job's past in the bundle's feature store).
+    fn encode_rows(&self, table: &Table, range: Range<usize>) -> Result<Vec<f64>, Raised> {
+        let records = table.records_in(range)?;
+        let (encoder, store) = (self.model.encoder(), self.model.feature_store());
+        let mut encoded = Vec::with_capacity(records.len() * self.model.schema().len());
+        for record in &records {
+            let features = features(record)?;
+            encoder.encode_into(&features, &self.model.past(store, &features), None, &mut encoded);
+        }
+        Ok(encoded)
+    }
+
+    /// The predictions of encoded base rows: only the models asked for are evaluated.
+    fn evaluate(&self, encoded: &[f64], lifetime: bool, interval: bool) -> Predictions {
+        let width = self.model.schema().len();
+        let rows = encoded.len() / width;
+        let mut p_long = vec![0.0; rows];
+        self.model.p_long_rows(encoded, &mut p_long);
+        let lifetime = if lifetime {
+            let mut out = vec![0.0; rows];
+            self.model.expected_lifetime_rows(encoded, &mut out);
+            out
+        } else {
+            Vec::new()
+        };
+        let interval = if interval {
+            encoded.chunks_exact(width).map(|row| f64::from(self.model.interval_class(row))).collect()
+        } else {
+            Vec::new()
+        };
+        Predictions { p_long, lifetime, interval }
+    }
+}
+
+/// Predicted columns of some rows (empty when not asked for).
+#[derive(Default)]
+struct Predictions {
+    p_long: Vec<f64>,
+    lifetime: Vec<f64>,
+    interval: Vec<f64>,
+}
+
+impl Predictions {
+    fn append(&mut self, mut other: Predictions) {
+        self.p_long.append(&mut other.p_long);
+        self.lifetime.append(&mut other.lifetime);
+        self.interval.append(&mut other.interval);
     }
 }

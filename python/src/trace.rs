@@ -4,10 +4,14 @@
 use crate::columns::{self, RecordColumns, Table};
 use crate::errors::Raised;
 use crate::readahead::ReadAhead;
+use flate2::read::MultiGzDecoder;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use std::fs::File;
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use traces::azure_sqlite::MachineType;
+use traces::csv_chunks::read_parallel;
 use traces::csv_format::{CsvTraceReader, CsvTraceWriter};
 use traces::synthetic::{generate, SyntheticConfig};
 use traces::{TraceError, TraceSource, TraceStatsBuilder, VmRecord};
@@ -73,6 +77,29 @@ pub fn read_records(path: &Path, machine: Option<MachineType>) -> Result<Vec<VmR
     Ok(records)
 }
 
+/// The columns of a CSV trace (`.csv` or `.csv.gz`), its rows parsed on every core while this
+/// thread reads and decompresses the file (`traces::csv_chunks`: the checks and errors of the
+/// sequential reader); `None` for another kind of trace.
+fn read_csv_columns(path: &Path) -> Result<Option<RecordColumns>, Raised> {
+    let source = TraceSource::from_path(path, None).map_err(|e| Raised::from(&e))?;
+    let TraceSource::Csv(file) = &source else { return Ok(None) };
+    let io_error = |e| Raised::from(&TraceError::Io { path: file.clone(), source: e });
+    let input = File::open(file).map_err(io_error)?;
+    let input: Box<dyn Read> = if file.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("gz")) {
+        Box::new(MultiGzDecoder::new(BufReader::with_capacity(1 << 16, input)))
+    } else {
+        Box::new(input)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parsed =
+        read_parallel(input, threads, |names| RecordColumns::with_extra_names(names)).map_err(|e| Raised::from(&e))?;
+    let mut columns = RecordColumns::with_extra_names(&parsed.extra_names);
+    for part in parsed.parts {
+        columns.append(part);
+    }
+    Ok(Some(columns))
+}
+
 /// Reads a trace file (`.csv`, `.csv.gz`, or an Azure `.sqlite`/`.db` with `machine`) into columns;
 /// returns `(rows, columns, skipped)`.
 #[pyfunction]
@@ -84,6 +111,9 @@ fn read_trace<'py>(
 ) -> PyResult<(usize, Vec<Bound<'py, PyTuple>>, u64)> {
     let machine = self::machine(machine)?;
     let (rows, columns, skipped) = py.detach(|| {
+        if let Some(columns) = read_csv_columns(&path)? {
+            return Ok::<_, Raised>((columns.len(), columns.finish(), 0));
+        }
         let mut columns = RecordColumns::new();
         let skipped = for_each_record(&path, machine, |record| columns.push(&record))?;
         Ok::<_, Raised>((columns.len(), columns.finish(), skipped))

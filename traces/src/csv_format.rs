@@ -10,6 +10,7 @@ use crate::record::{ExtraColumns, VmRecord};
 use domain::Priority;
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
@@ -32,14 +33,158 @@ fn is_gzip(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("gz"))
 }
 
-/// Streams [`VmRecord`]s out of a CSV trace.
-pub struct CsvTraceReader {
-    reader: csv::Reader<Box<dyn Read + Send>>,
+/// Where the columns of a CSV trace are, read off its header: the required columns' positions and
+/// the extra (feature) columns' positions and names. [`CsvTraceReader`] and the parallel reader
+/// ([`crate::csv_chunks`]) check rows through the same layout, so they accept and refuse the same.
+#[derive(Clone, Debug)]
+pub struct CsvLayout {
     /// Position of each required column in the file.
     required: [usize; 8],
     /// Positions and names of the extra columns.
     extra_positions: Vec<usize>,
     extra_names: Arc<[String]>,
+    /// Fields in the header: every row must have as many.
+    width: usize,
+}
+
+impl CsvLayout {
+    pub(crate) fn from_header(header: &csv::ByteRecord) -> Result<Self, TraceError> {
+        let names: Vec<String> = header.iter().map(|h| String::from_utf8_lossy(h).trim().to_owned()).collect();
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
+                return Err(TraceError::DuplicateColumn { column: name.clone() });
+            }
+        }
+        let mut required = [0; 8];
+        for (slot, column) in required.iter_mut().zip(REQUIRED_COLUMNS) {
+            *slot = names
+                .iter()
+                .position(|n| n == column)
+                .ok_or_else(|| TraceError::MissingColumn { column, expected: REQUIRED_COLUMNS.join(",") })?;
+        }
+        let extra_positions: Vec<usize> = (0..names.len()).filter(|i| !required.contains(i)).collect();
+        let extra_names: Arc<[String]> = extra_positions.iter().map(|&i| names[i].clone()).collect();
+        Ok(CsvLayout { required, extra_positions, extra_names, width: names.len() })
+    }
+
+    /// Names of the extra (feature) columns, in file order.
+    pub fn extra_names(&self) -> &Arc<[String]> {
+        &self.extra_names
+    }
+
+    /// Fields a row must have (the header's).
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The checked fields of the data row `row`, which starts on line `line` of the file.
+    pub(crate) fn row<'a>(&'a self, row: &'a csv::ByteRecord, line: u64) -> Result<CsvRow<'a>, TraceError> {
+        let field = |column: usize| -> Result<&'a str, TraceError> {
+            let bytes = row.get(self.required[column]).unwrap_or_default();
+            std::str::from_utf8(bytes).map_err(|_| bad(line, column, &String::from_utf8_lossy(bytes), "is not UTF-8"))
+        };
+        let number = |column: usize| -> Result<f64, TraceError> {
+            let text = field(column)?;
+            match text.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(v),
+                Ok(_) => Err(bad(line, column, text, "must be a finite number")),
+                Err(_) => Err(bad(line, column, text, "is not a number")),
+            }
+        };
+        let positive = |column: usize| -> Result<f64, TraceError> {
+            let value = number(column)?;
+            if value > 0.0 {
+                Ok(value)
+            } else {
+                Err(bad(line, column, field(column)?, "must be greater than 0"))
+            }
+        };
+
+        // The checks run in this order so that a row with several bad fields reports the same one
+        // whichever reader reads it.
+        let vm_id = field(VM_ID)?;
+        if vm_id.is_empty() {
+            return Err(bad(line, VM_ID, vm_id, "must not be empty"));
+        }
+        let cores = positive(CORES)?;
+        let memory_gib = positive(MEMORY_GIB)?;
+        let priority = match field(PRIORITY)? {
+            "" => Priority::Regular,
+            text => text.parse().map_err(|message: String| bad(line, PRIORITY, text, &message))?,
+        };
+        let start_s = number(START_S)?;
+        let end_s = if field(END_S)?.trim().is_empty() {
+            None
+        } else {
+            let end = number(END_S)?;
+            if end < start_s {
+                return Err(bad(line, END_S, field(END_S)?, "must not be before start_s"));
+            }
+            Some(end)
+        };
+        Ok(CsvRow {
+            vm_id,
+            tenant_id: field(TENANT_ID)?,
+            vm_type: field(VM_TYPE)?,
+            cores,
+            memory_gib,
+            priority,
+            start_s,
+            end_s,
+            row,
+            extra_positions: &self.extra_positions,
+        })
+    }
+}
+
+/// One data row of a CSV trace, checked, its text borrowed from the row read.
+#[derive(Clone, Copy, Debug)]
+pub struct CsvRow<'a> {
+    pub vm_id: &'a str,
+    pub tenant_id: &'a str,
+    pub vm_type: &'a str,
+    pub cores: f64,
+    pub memory_gib: f64,
+    pub priority: Priority,
+    pub start_s: f64,
+    pub end_s: Option<f64>,
+    row: &'a csv::ByteRecord,
+    extra_positions: &'a [usize],
+}
+
+impl<'a> CsvRow<'a> {
+    /// The extra columns' values in the layout's order ([`CsvLayout::extra_names`]); bytes that are
+    /// not UTF-8 read as U+FFFD, as in [`VmRecord::extra`].
+    pub fn extra(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+        let row = self.row;
+        self.extra_positions.iter().map(move |&i| String::from_utf8_lossy(row.get(i).unwrap_or_default()))
+    }
+
+    /// The row as an owned record.
+    pub fn to_record(&self, extra_names: &Arc<[String]>) -> VmRecord {
+        let extra = if self.extra_positions.is_empty() {
+            ExtraColumns::default()
+        } else {
+            ExtraColumns::new(Arc::clone(extra_names), self.extra().map(Cow::into_owned).collect())
+        };
+        VmRecord {
+            vm_id: self.vm_id.to_owned(),
+            tenant_id: self.tenant_id.to_owned(),
+            vm_type: self.vm_type.to_owned(),
+            cores: self.cores,
+            memory_gib: self.memory_gib,
+            priority: self.priority,
+            start_s: self.start_s,
+            end_s: self.end_s,
+            extra,
+        }
+    }
+}
+
+/// Streams [`VmRecord`]s out of a CSV trace.
+pub struct CsvTraceReader {
+    reader: csv::Reader<Box<dyn Read + Send>>,
+    layout: CsvLayout,
     row: csv::ByteRecord,
     failed: bool,
 }
@@ -63,101 +208,18 @@ impl CsvTraceReader {
             .has_headers(true)
             .buffer_capacity(1 << 16)
             .from_reader(Box::new(input) as Box<dyn Read + Send>);
-        let header = reader.byte_headers().map_err(csv_error)?.clone();
-        let names: Vec<String> = header.iter().map(|h| String::from_utf8_lossy(h).trim().to_owned()).collect();
-        for (i, name) in names.iter().enumerate() {
-            if names[..i].contains(name) {
-                return Err(TraceError::DuplicateColumn { column: name.clone() });
-            }
-        }
-        let mut required = [0; 8];
-        for (slot, column) in required.iter_mut().zip(REQUIRED_COLUMNS) {
-            *slot = names
-                .iter()
-                .position(|n| n == column)
-                .ok_or_else(|| TraceError::MissingColumn { column, expected: REQUIRED_COLUMNS.join(",") })?;
-        }
-        let extra_positions: Vec<usize> = (0..names.len()).filter(|i| !required.contains(i)).collect();
-        let extra_names: Arc<[String]> = extra_positions.iter().map(|&i| names[i].clone()).collect();
-        Ok(CsvTraceReader {
-            reader,
-            required,
-            extra_positions,
-            extra_names,
-            row: csv::ByteRecord::new(),
-            failed: false,
-        })
+        let layout = CsvLayout::from_header(reader.byte_headers().map_err(csv_error)?)?;
+        Ok(CsvTraceReader { reader, layout, row: csv::ByteRecord::new(), failed: false })
     }
 
     /// Names of the extra (feature) columns, in file order.
     pub fn extra_column_names(&self) -> &Arc<[String]> {
-        &self.extra_names
+        self.layout.extra_names()
     }
 
     fn parse_row(&self) -> Result<VmRecord, TraceError> {
         let line = self.row.position().map_or(0, csv::Position::line);
-        let field = |column: usize| -> Result<&str, TraceError> {
-            let bytes = self.row.get(self.required[column]).unwrap_or_default();
-            std::str::from_utf8(bytes).map_err(|_| bad(line, column, &String::from_utf8_lossy(bytes), "is not UTF-8"))
-        };
-        let number = |column: usize| -> Result<f64, TraceError> {
-            let text = field(column)?;
-            match text.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() => Ok(v),
-                Ok(_) => Err(bad(line, column, text, "must be a finite number")),
-                Err(_) => Err(bad(line, column, text, "is not a number")),
-            }
-        };
-        let positive = |column: usize| -> Result<f64, TraceError> {
-            let value = number(column)?;
-            if value > 0.0 {
-                Ok(value)
-            } else {
-                Err(bad(line, column, field(column)?, "must be greater than 0"))
-            }
-        };
-
-        let vm_id = field(VM_ID)?;
-        if vm_id.is_empty() {
-            return Err(bad(line, VM_ID, vm_id, "must not be empty"));
-        }
-        let cores = positive(CORES)?;
-        let memory_gib = positive(MEMORY_GIB)?;
-        let priority = match field(PRIORITY)? {
-            "" => Priority::Regular,
-            text => text.parse().map_err(|message: String| bad(line, PRIORITY, text, &message))?,
-        };
-        let start_s = number(START_S)?;
-        let end_s = if field(END_S)?.trim().is_empty() {
-            None
-        } else {
-            let end = number(END_S)?;
-            if end < start_s {
-                return Err(bad(line, END_S, field(END_S)?, "must not be before start_s"));
-            }
-            Some(end)
-        };
-        let extra = if self.extra_positions.is_empty() {
-            ExtraColumns::default()
-        } else {
-            let values = self
-                .extra_positions
-                .iter()
-                .map(|&i| String::from_utf8_lossy(self.row.get(i).unwrap_or_default()).into_owned())
-                .collect();
-            ExtraColumns::new(Arc::clone(&self.extra_names), values)
-        };
-        Ok(VmRecord {
-            vm_id: vm_id.to_owned(),
-            tenant_id: field(TENANT_ID)?.to_owned(),
-            vm_type: field(VM_TYPE)?.to_owned(),
-            cores,
-            memory_gib,
-            priority,
-            start_s,
-            end_s,
-            extra,
-        })
+        Ok(self.layout.row(&self.row, line)?.to_record(self.layout.extra_names()))
     }
 }
 
@@ -170,7 +232,7 @@ fn bad(line: u64, column: usize, value: &str, message: &str) -> TraceError {
     }
 }
 
-fn csv_error(err: csv::Error) -> TraceError {
+pub(crate) fn csv_error(err: csv::Error) -> TraceError {
     let line = err.position().map_or(0, csv::Position::line);
     let message = match err.kind() {
         csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {

@@ -1,6 +1,7 @@
 //! VM request traces: one record type, three sources behind one iterator, and trace statistics.
 //!
-//! - [`csv_format`]: the project's CSV (`.csv` or `.csv.gz`), read and written; see
+//! - [`csv_format`]: the project's CSV (`.csv` or `.csv.gz`), read and written ([`csv_chunks`]: read
+//!   with its rows parsed on several threads); see
 //!   `docs/trace-format.md`.
 //! - [`azure_sqlite`]: the Azure packing trace 2020 (sqlite tables `vm` and `vmType`), mapped onto one
 //!   machine type.
@@ -11,6 +12,7 @@
 //! [`window`] cuts it to the time window the simulator and the replay client both replay.
 
 pub mod azure_sqlite;
+pub mod csv_chunks;
 pub mod csv_format;
 pub mod error;
 pub mod record;
