@@ -240,7 +240,8 @@ impl Blocks {
         if self.sequential {
             return Ok(None);
         }
-        while !self.text.eof && !(self.text.data.len() >= self.block && self.text.has_newline) {
+        // Read until a block's worth of whole lines is pending, or the text ends.
+        while !(self.text.eof || (self.text.data.len() >= self.block && self.text.has_newline)) {
             self.text.fill(input).map_err(|error| self.shift(error))?;
         }
         if self.text.data.is_empty() {
