@@ -175,14 +175,15 @@ def pids():
 
 
 def process_sample(pid):
-    """RSS (KiB), open descriptors and CPU seconds of a process, from /proc."""
+    """RSS (KiB) with its anonymous (heap) and file-backed (mapped files, the binary) parts, open
+    descriptors and CPU seconds of a process, from /proc."""
     with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        status = {line.split(":")[0]: line.split()[1] for line in f if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))}
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return rss, fds, cpu_s
+    return int(status["VmRSS"]), int(status.get("RssAnon", 0)), int(status.get("RssFile", 0)), fds, cpu_s
 
 
 def store_bytes():
@@ -219,7 +220,8 @@ class Background:
         while not self.stop.is_set():
             row = {"elapsed_s": round(self.elapsed(), 1), "store_bytes": store_bytes()}
             for service, pid in self.pids.items():
-                row[f"{service}_rss_kib"], row[f"{service}_fds"], row[f"{service}_cpu_s"] = process_sample(pid)
+                (row[f"{service}_rss_kib"], row[f"{service}_rss_anon_kib"], row[f"{service}_rss_file_kib"],
+                 row[f"{service}_fds"], row[f"{service}_cpu_s"]) = process_sample(pid)
             try:
                 row["repredictions"] = repredictions()
             except OSError:
@@ -301,6 +303,10 @@ def verdict_rows(samples, minutes_p99, judged_from_s, duration_s):
             points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples]
             rows.append((f"{service} {'RSS' if key == 'rss_kib' else 'descriptors'}", unit,
                          *flatness(points, judged_from_s, duration_s)))
+        # Where RSS went: the heap, or mapped files (the binary, a store's pages).
+        for key, part in (("rss_anon_kib", "anonymous"), ("rss_file_kib", "file-backed")):
+            points = [(s["elapsed_s"], s[f"{service}_{key}"] / 1024) for s in samples]
+            rows.append((f"{service} RSS, {part} part (not judged)", "MiB", *flatness(points, judged_from_s, duration_s)))
     rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, judged_from_s, duration_s)))
     points = [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples]
     rows.append(("allocator store (not judged: grows until exits age out)", "MiB",
