@@ -3,9 +3,11 @@
 #![allow(dead_code)]
 
 pub mod faults;
+mod listening;
 pub mod postgres;
 pub mod proxy;
 
+use listening::listens_on;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,29 +44,6 @@ impl Drop for Server {
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Whether process `pid` holds the socket listening on `port` (`/proc/net/tcp`, then the process's
-/// descriptors). CI once ran a test's clients against another test's server on a port both had
-/// been handed, whose readiness answered for the server that failed to bind.
-fn listens_on(pid: u32, port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let sockets: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (_, local_port) = fields.get(1)?.split_once(':')?;
-            // State 0A: listening.
-            let listening = u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == "0A";
-            listening.then(|| format!("socket:[{}]", fields.get(9).copied().unwrap_or_default()))
-        })
-        .collect();
-    let descriptors = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
-    descriptors.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|target| {
-        let target = target.to_string_lossy();
-        sockets.iter().any(|socket| *socket == target)
-    })
 }
 
 /// The configuration of a test server: `hosts` hosts of 16 cores and 64 GiB, two to a rack, plus

@@ -3,6 +3,11 @@
 
 #![allow(dead_code)]
 
+// The allocator's test support has the same check (where CI met the race): one copy for both.
+#[path = "../../../allocator/tests/support/listening.rs"]
+mod listening;
+
+use listening::listens_on;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -129,28 +134,6 @@ async fn wait_ready(process: &mut Process, what: &str) {
         assert!(Instant::now() < deadline, "{what} did not become ready at {}", process.base);
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-}
-
-/// Whether process `pid` holds the socket listening on `port` (`/proc/net/tcp`, then the process's
-/// descriptors; the allocator's test support has the same check, where CI met the race).
-fn listens_on(pid: u32, port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let sockets: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (_, local_port) = fields.get(1)?.split_once(':')?;
-            // State 0A: listening.
-            let listening = u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == "0A";
-            listening.then(|| format!("socket:[{}]", fields.get(9).copied().unwrap_or_default()))
-        })
-        .collect();
-    let descriptors = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
-    descriptors.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|target| {
-        let target = target.to_string_lossy();
-        sockets.iter().any(|socket| *socket == target)
-    })
 }
 
 fn spawn(binary: &Path, config: &Path) -> Child {
