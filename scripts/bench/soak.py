@@ -52,6 +52,7 @@ SERVICES = ["inference-server", "allocator", "control-service"]
 CONTROL = "http://127.0.0.1:8080"
 INFERENCE = "http://127.0.0.1:8081"
 ALLOCATOR = "http://127.0.0.1:8082"
+SERVICE_URLS = {"inference-server": INFERENCE, "allocator": ALLOCATOR, "control-service": CONTROL}
 # Synthetic VMs per trace day at the generator's defaults (about 10,900): days enough for the run.
 VMS_PER_DAY = 10000
 SAMPLE_S = 10.0
@@ -191,6 +192,20 @@ def store_bytes():
                if name.startswith("allocator.db"))
 
 
+def heap_sample(url):
+    """(bytes of the C heap in use, bytes it keeps free) from a service's /metrics
+    (service-common's heap gauges), or (None, None) if it did not answer."""
+    found = {}
+    try:
+        for line in get(f"{url}/metrics").decode().splitlines():
+            if line.startswith(("process_heap_in_use_bytes ", "process_heap_free_bytes ")):
+                name, value = line.split()
+                found[name] = int(float(value))
+    except OSError:
+        pass
+    return found.get("process_heap_in_use_bytes"), found.get("process_heap_free_bytes")
+
+
 def repredictions():
     for line in get(f"{ALLOCATOR}/metrics").decode().splitlines():
         if line.startswith("allocator_repredictions_total"):
@@ -222,6 +237,7 @@ class Background:
             for service, pid in self.pids.items():
                 (row[f"{service}_rss_kib"], row[f"{service}_rss_anon_kib"], row[f"{service}_rss_file_kib"],
                  row[f"{service}_fds"], row[f"{service}_cpu_s"]) = process_sample(pid)
+                row[f"{service}_heap_in_use"], row[f"{service}_heap_free"] = heap_sample(SERVICE_URLS[service])
             try:
                 row["repredictions"] = repredictions()
             except OSError:
@@ -304,9 +320,13 @@ def verdict_rows(samples, minutes_p99, judged_from_s, duration_s):
             rows.append((f"{service} {'RSS' if key == 'rss_kib' else 'descriptors'}", unit,
                          *flatness(points, judged_from_s, duration_s)))
         # Where RSS went: the heap, or mapped files (the binary, a store's pages).
-        for key, part in (("rss_anon_kib", "anonymous"), ("rss_file_kib", "file-backed")):
-            points = [(s["elapsed_s"], s[f"{service}_{key}"] / 1024) for s in samples]
-            rows.append((f"{service} RSS, {part} part (not judged)", "MiB", *flatness(points, judged_from_s, duration_s)))
+        for key, part, scale in (("rss_anon_kib", "RSS, anonymous part", 1 / 1024),
+                                 ("rss_file_kib", "RSS, file-backed part", 1 / 1024),
+                                 ("heap_in_use", "heap in use by the program", 1 / 2**20),
+                                 ("heap_free", "heap kept free (fragmentation)", 1 / 2**20)):
+            points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples
+                      if s.get(f"{service}_{key}") is not None]
+            rows.append((f"{service} {part} (not judged)", "MiB", *flatness(points, judged_from_s, duration_s)))
     rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, judged_from_s, duration_s)))
     points = [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples]
     rows.append(("allocator store (not judged: grows until exits age out)", "MiB",
@@ -367,6 +387,9 @@ def report(out, args, rate, sustainable, summary, background):
     svg_plot(os.path.join(out, "soak.svg"), [
         ("RSS", "MiB", [(svc, [(s["elapsed_s"], s[f"{svc}_rss_kib"] / 1024) for s in samples]) for svc in SERVICES]),
         ("open file descriptors", "count", [(svc, [(s["elapsed_s"], s[f"{svc}_fds"]) for s in samples]) for svc in SERVICES]),
+        ("C heap in use by the program (a leak if it climbs)", "MiB",
+         [(svc, [(s["elapsed_s"], s[f"{svc}_heap_in_use"] / 2**20) for s in samples
+                 if s.get(f"{svc}_heap_in_use") is not None]) for svc in SERVICES]),
         ("allocator store (SQLite + WAL)", "MiB", [("store", [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples])]),
         ("POST /allocate latency per minute (client)", "ms", [("p99", p99), ("p50", p50)]),
     ], duration_s, events)
