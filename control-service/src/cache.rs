@@ -62,7 +62,7 @@ mod tests {
 
     fn key(tenant: &str) -> FeatureKey {
         let vm = VmRequest::new("v", tenant, "D2", Resources::from_whole(2.0, 8.0, 0.0).unwrap());
-        FeatureKey::new(&vm, 0.0, 0)
+        FeatureKey::new(&vm, 0.0, &crate::feature_key::KeySpec::full(0))
     }
 
     #[test]

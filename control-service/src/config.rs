@@ -5,6 +5,7 @@
 use crate::auth::ApiKeys;
 pub use crate::auth::{ApiKeyConfig, AuthConfig, AuthMode, KeysFile};
 use crate::health::HealthPolicy;
+use crate::feature_key::KeySpec;
 use domain::ValidationLimits;
 use serde::{Deserialize, Serialize};
 use service_common::layers::LayerConfig;
@@ -136,6 +137,24 @@ pub struct CacheConfig {
     /// and the weekday, so answers within one step are interchangeable. 0 leaves time out of the
     /// key.
     pub time_bucket_s: u64,
+    /// What the key keeps of a VM: `tenant`, `vm_type`, `cores`, `memory`, `priority`, `os`,
+    /// `features` (every extra feature) or `feature.NAME` (one extra feature). A field left out makes
+    /// VMs that differ only in it share one answer: more hits, each served an answer computed for
+    /// another VM ([`crate::feature_key`]).
+    pub key: Vec<String>,
+}
+
+impl CacheConfig {
+    /// The key these settings describe; [`ControlConfig::check`] has refused a bad one by then.
+    pub fn key_spec(&self) -> Result<KeySpec, ConfigError> {
+        KeySpec::parse(&self.key, self.time_bucket_s).map_err(|error| {
+            let field = match error.index() {
+                Some(index) => format!("cache.key[{index}]"),
+                None => "cache.key".to_owned(),
+            };
+            invalid(field, error.to_string())
+        })
+    }
 }
 
 /// `[dashboard]`: the timeline behind the console's charts (`GET /v1/stats/history`), sampled from
@@ -334,7 +353,12 @@ impl Default for RequestTimeConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { max_entries: 100_000, ttl_s: 300, time_bucket_s: 3_600 }
+        CacheConfig {
+            max_entries: 100_000,
+            ttl_s: 300,
+            time_bucket_s: 3_600,
+            key: KeySpec::full(3_600).entries(),
+        }
     }
 }
 
@@ -503,6 +527,7 @@ impl ControlConfig {
         if rate.enabled && rate.burst == 0 {
             return Err(invalid("rate_limit.burst", "must be at least 1"));
         }
+        self.cache.key_spec()?;
         let skew = self.request_time.max_skew_s;
         if !(skew.is_finite() && skew >= 0.0) {
             return Err(invalid("request_time.max_skew_s", format!("must be a finite number >= 0, got {skew}")));
@@ -564,6 +589,20 @@ mod tests {
             name: None,
         });
         assert!(config.check().unwrap_err().to_string().starts_with("auth.keys[0].sha256:"));
+    }
+
+    #[test]
+    fn a_bad_cache_key_is_refused_naming_the_entry() {
+        let config: ControlConfig = toml::from_str("[cache]\nkey = [\"tenant\", \"vm_type\", \"feature.batch_size\"]\n").unwrap();
+        config.check().unwrap();
+        assert_eq!(config.cache.key_spec().unwrap().entries(), ["tenant", "vm_type", "feature.batch_size"]);
+        let config: ControlConfig = toml::from_str("[cache]\nkey = [\"tenant\", \"mem\"]\n").unwrap();
+        let error = config.check().unwrap_err().to_string();
+        assert!(error.starts_with("cache.key[1]: `mem` is not a key field"), "{error}");
+        let config: ControlConfig = toml::from_str("[cache]\nkey = []\n").unwrap();
+        let error = config.check().unwrap_err().to_string();
+        assert!(error.starts_with("cache.key: the key is empty"), "{error}");
+        assert!(error.contains("cache.max_entries = 0"), "the error says how to turn the cache off: {error}");
     }
 
     #[test]

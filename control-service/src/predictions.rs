@@ -3,7 +3,7 @@
 //! so these rules are tested without a network.
 
 use crate::cache::PredictionCache;
-use crate::feature_key::FeatureKey;
+use crate::feature_key::{FeatureKey, KeySpec};
 use crate::quality::QualityWatch;
 use crate::safeguard::Safeguard;
 use domain::{LifetimeClass, LifetimePrediction, PredictInstance, PredictRequest, PredictionSource, VmRequest};
@@ -49,7 +49,8 @@ pub trait Predictor: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct ResolverConfig {
     pub budget: Duration,
-    pub time_step_s: u64,
+    /// What the cache key keeps of a VM (`[cache] key` and `time_bucket_s`).
+    pub key: KeySpec,
     pub interval_class: bool,
 }
 
@@ -177,7 +178,7 @@ impl<P: Predictor> Resolver<P> {
         let mut misses: Vec<(FeatureKey, Vec<usize>)> = Vec::new();
         let mut miss_index: HashMap<FeatureKey, usize> = HashMap::new();
         for (i, vm) in vms.iter().enumerate() {
-            let key = FeatureKey::new(vm, vm.requested_at_s.unwrap_or(arrival_s), self.config.time_step_s);
+            let key = FeatureKey::new(vm, vm.requested_at_s.unwrap_or(arrival_s), &self.config.key);
             if let Some(&at) = miss_index.get(&key) {
                 misses[at].1.push(i);
                 predictions.push(None);
@@ -338,7 +339,7 @@ mod tests {
                 established_after_s: 0,
                 ..SafeguardConfig::default()
             }),
-            ResolverConfig { budget: Duration::from_millis(50), time_step_s: 3_600, interval_class: false },
+            ResolverConfig { budget: Duration::from_millis(50), key: KeySpec::full(3_600), interval_class: false },
         )
     }
 

@@ -152,7 +152,7 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
         Safeguard::new(config.safeguard.clone()),
         ResolverConfig {
             budget: Duration::from_millis(config.inference.timeout_ms),
-            time_step_s: config.cache.time_bucket_s,
+            key: config.cache.key_spec()?,
             interval_class: config.inference.interval_class,
         },
     );
