@@ -13,7 +13,11 @@
 //! runs out, counted on the trace's clock (what a deployment in real time sees; `none`: the demo's
 //! compressed clock, where the 300 s wall-clock TTL is 5 trace days at 1,440x and never expires in a
 //! one-day replay, so that the time bucket alone limits hits). A hit serves the answer computed for
-//! the VM that missed, which is what the control service does.
+//! the VM that missed, which is what the control service does. An answer is served only from
+//! `--in-flight-s` (default 1 s of trace time) after the request that asked for it: the control
+//! service does not coalesce identical concurrent misses, and the replay sends each VM on its own,
+//! so a gang's VMs, requested at one instant, all miss (at 1,440x a 1 ms round trip is 1.4 trace
+//! seconds). The hit rate with answers served at once (`instant`) is the upper bound beside it.
 //!
 //! Per variant: the hit rate, and ROC AUC and average precision of the served P(long) against the
 //! realized label (lifetime at least the bundle's `long_threshold_s`; VMs still running at the end
@@ -27,7 +31,8 @@
 //! `--max-auc-loss` of the fresh one on every one of them) and reported on the demo's.
 //!
 //! `cargo bench -p control-service --bench cache_key -- [--out DIR] [--synthetic SEED=MODEL]...
-//! [--days 10,11,12,13] [--azure TRACE] [--azure-model DIR] [--azure-days N] [--max-auc-loss X]`;
+//! [--days 10,11,12,13] [--azure TRACE] [--azure-model DIR] [--azure-days N] [--max-auc-loss X]
+//! [--in-flight-s S]`;
 //! relative paths are read from the workspace root. Writes `cases.md` (every variant of every case),
 //! `summary.md` (per variant over the cases) and `tradeoff.svg` into `--out` (default
 //! `target/cache-key`).
@@ -75,6 +80,7 @@ struct Args {
     azure_model: PathBuf,
     azure_days: u32,
     max_auc_loss: f64,
+    in_flight_s: f64,
 }
 
 fn parse_args(root: &Path) -> Result<Args> {
@@ -86,6 +92,7 @@ fn parse_args(root: &Path) -> Result<Args> {
         azure_model: root.join("target/eval-models/azure-v1-survival"),
         azure_days: 5,
         max_auc_loss: 0.005,
+        in_flight_s: 1.0,
     };
     // `cargo bench` adds `--bench`.
     let mut given = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -108,6 +115,7 @@ fn parse_args(root: &Path) -> Result<Args> {
             "--azure-model" => args.azure_model = root.join(value()?),
             "--azure-days" => args.azure_days = value()?.parse().context("--azure-days: a whole number")?,
             "--max-auc-loss" => args.max_auc_loss = value()?.parse().context("--max-auc-loss: a number")?,
+            "--in-flight-s" => args.in_flight_s = value()?.parse().context("--in-flight-s: a number of seconds")?,
             other => bail!("unknown argument `{other}` (see the bench's documentation)"),
         }
     }
@@ -188,6 +196,10 @@ struct Variant {
     spec: KeySpec,
     bucket_s: u64,
     ttl_s: Option<f64>,
+    /// An answer can be served from this long after the request that asked for it (trace
+    /// seconds): requests in flight together all miss, as the control service does not coalesce
+    /// identical concurrent misses.
+    in_flight_s: f64,
 }
 
 impl Variant {
@@ -196,13 +208,13 @@ impl Variant {
     }
 }
 
-fn variants() -> Result<Vec<Variant>> {
+fn variants(in_flight_s: f64) -> Result<Vec<Variant>> {
     let mut variants = Vec::new();
     for (key, entries) in KEYS {
         for bucket_s in BUCKETS_S {
             let spec = KeySpec::parse(entries, bucket_s)?;
             for ttl_s in TTLS_S {
-                variants.push(Variant { key, spec: spec.clone(), bucket_s, ttl_s });
+                variants.push(Variant { key, spec: spec.clone(), bucket_s, ttl_s, in_flight_s });
             }
         }
     }
@@ -213,6 +225,9 @@ fn variants() -> Result<Vec<Variant>> {
 #[derive(Clone, Copy, Debug)]
 struct Outcome {
     hit_rate: f64,
+    /// The hit rate if answers could be served at once (`in_flight_s` = 0): an upper bound, where
+    /// VMs requested at the same instant (a gang's) hit each other's answers.
+    hit_rate_instant: f64,
     auc_fresh: f64,
     auc_served: f64,
     ap_fresh: f64,
@@ -229,19 +244,22 @@ impl Outcome {
 
 /// The simulated cache: see the module documentation.
 fn simulate(vms: &[Vm], variant: &Variant) -> Outcome {
+    // Key -> (asked at, P(long)).
     let mut cache: HashMap<FeatureKey, (f64, f64)> = HashMap::new();
     let (mut hits, mut drift) = (0usize, 0.0);
     let mut served = Vec::with_capacity(vms.len());
     for vm in vms {
         let key = FeatureKey::new(&vm.request, vm.time_s, &variant.spec);
-        let cached = cache.get(&key).filter(|(stored_s, _)| variant.ttl_s.is_none_or(|ttl| vm.time_s - stored_s < ttl));
-        let answer = match cached {
-            Some(&(_, p_long)) => {
+        let live = |asked_s: f64| variant.ttl_s.is_none_or(|ttl| vm.time_s - asked_s < ttl);
+        let answer = match cache.get(&key) {
+            Some(&(asked_s, p_long)) if live(asked_s) && vm.time_s - asked_s >= variant.in_flight_s => {
                 hits += 1;
                 drift += (p_long - vm.fresh).abs();
                 p_long
             }
-            None => {
+            // Still in flight: this request asks too; the first answer stays.
+            Some(&(asked_s, _)) if live(asked_s) => vm.fresh,
+            _ => {
                 cache.insert(key, (vm.time_s, vm.fresh));
                 vm.fresh
             }
@@ -260,6 +278,7 @@ fn simulate(vms: &[Vm], variant: &Variant) -> Outcome {
     let served = Scored::new(&served_scores, &labels);
     Outcome {
         hit_rate: hits as f64 / vms.len().max(1) as f64,
+        hit_rate_instant: f64::NAN,
         auc_fresh: fresh.roc_auc(),
         auc_served: served.roc_auc(),
         ap_fresh: fresh.average_precision(),
@@ -345,7 +364,7 @@ fn main() -> Result<()> {
     );
     let mut cases = synthetic_cases(&args, &progress)?;
     cases.extend(azure_cases(&args, &progress)?);
-    let variants = variants()?;
+    let variants = variants(args.in_flight_s)?;
     progress.set_message("simulating the cache");
     progress.set_length((cases.len() * variants.len()) as u64);
     progress.set_position(0);
@@ -357,7 +376,13 @@ fn main() -> Result<()> {
                 .iter()
                 .map(|variant| {
                     progress.inc(1);
-                    simulate(&case.vms, variant)
+                    let mut outcome = simulate(&case.vms, variant);
+                    outcome.hit_rate_instant = if variant.in_flight_s == 0.0 {
+                        outcome.hit_rate
+                    } else {
+                        simulate(&case.vms, &Variant { in_flight_s: 0.0, spec: variant.spec.clone(), ..*variant }).hit_rate
+                    };
+                    outcome
                 })
                 .collect()
         })
@@ -365,21 +390,22 @@ fn main() -> Result<()> {
     progress.finish_and_clear();
 
     let mut cases_md = String::from(
-        "| case | VMs | labelled | key | bucket s | TTL s | hit rate | AUC fresh | AUC served | AUC loss | AP fresh | AP \
-         served | mean drift on hits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| case | VMs | labelled | key | bucket s | TTL s | hit rate | hit rate, instant | AUC fresh | AUC served | AUC loss | AP fresh | AP \
+         served | mean drift on hits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (case, row) in cases.iter().zip(&outcomes) {
         let labelled = case.vms.iter().filter(|vm| vm.label.is_some()).count();
         for (variant, o) in variants.iter().zip(row) {
             writeln!(
                 cases_md,
-                "| {} | {} | {labelled} | {} | {} | {} | {:.3} | {:.4} | {:.4} | {:+.4} | {:.4} | {:.4} | {:.4} |",
+                "| {} | {} | {labelled} | {} | {} | {} | {:.3} | {:.3} | {:.4} | {:.4} | {:+.4} | {:.4} | {:.4} | {:.4} |",
                 case.name,
                 case.vms.len(),
                 variant.key,
                 variant.bucket_s,
                 variant.ttl_name(),
                 o.hit_rate,
+                o.hit_rate_instant,
                 o.auc_fresh,
                 o.auc_served,
                 o.auc_loss(),
@@ -406,19 +432,20 @@ fn main() -> Result<()> {
         let names: Vec<&str> = members.iter().map(|&i| cases[i].name.as_str()).collect();
         writeln!(summary, "### {group} ({})\n", names.join(", "))?;
         summary.push_str(
-            "| key | bucket s | TTL s | hit rate | AUC fresh | AUC served | AUC loss | AP fresh | AP served |\n\
-             |---|---|---|---|---|---|---|---|---|\n",
+            "| key | bucket s | TTL s | hit rate | hit rate, instant | AUC fresh | AUC served | AUC loss | AP fresh | AP \
+             served |\n|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let n = members.len();
         for (v, variant) in variants.iter().enumerate() {
             let of = |f: fn(&Outcome) -> f64| spread(members.iter().map(|&i| f(&outcomes[i][v])));
             writeln!(
                 summary,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 variant.key,
                 variant.bucket_s,
                 variant.ttl_name(),
                 fmt_spread(of(|o| o.hit_rate), 3, n),
+                fmt_spread(of(|o| o.hit_rate_instant), 3, n),
                 fmt_spread(of(|o| o.auc_fresh), 4, n),
                 fmt_spread(of(|o| o.auc_served), 4, n),
                 fmt_spread(of(Outcome::auc_loss), 4, n),
@@ -434,9 +461,13 @@ fn main() -> Result<()> {
     let chosen = (0..variants.len())
         .filter(|_| !selection.is_empty())
         .filter(|&v| selection.iter().all(|&i| outcomes[i][v].auc_loss() <= args.max_auc_loss))
-        .max_by(|&a, &b| {
+        // The first of equals: the finer key, the shorter bucket and TTL.
+        .fold(None, |best: Option<usize>, v| {
             let mean = |v: usize| selection.iter().map(|&i| outcomes[i][v].hit_rate).sum::<f64>();
-            mean(a).total_cmp(&mean(b))
+            match best {
+                Some(b) if mean(b) >= mean(v) => Some(b),
+                _ => Some(v),
+            }
         });
     match chosen {
         Some(v) => {
@@ -452,14 +483,25 @@ fn main() -> Result<()> {
                 variant.bucket_s,
                 variant.ttl_name()
             )?;
+            // On one-day windows a day's bucket, a day's TTL and no expiry at all can tie.
+            let tied: Vec<String> = (0..variants.len())
+                .filter(|&w| w != v && selection.iter().all(|&i| outcomes[i][w].auc_loss() <= args.max_auc_loss))
+                .filter(|&w| selection.iter().all(|&i| outcomes[i][w].hit_rate == outcomes[i][v].hit_rate))
+                .filter(|&w| selection.iter().all(|&i| outcomes[i][w].auc_served == outcomes[i][v].auc_served))
+                .map(|w| format!("`{}` bucket {} TTL {}", variants[w].key, variants[w].bucket_s, variants[w].ttl_name()))
+                .collect();
+            if !tied.is_empty() {
+                writeln!(summary, "Tied with it (the same answers on every selection case): {}.", tied.join(", "))?;
+            }
             for i in (0..cases.len()).filter(|&i| cases[i].demo) {
                 let o = outcomes[i][v];
                 writeln!(
                     summary,
-                    "On the demo window ({}): hit rate {:.3}, AUC {:.4} served against {:.4} fresh (loss {:+.4}), AP \
-                     {:.4} against {:.4}.",
+                    "On the demo window ({}): hit rate {:.3} ({:.3} instant), AUC {:.4} served against {:.4} fresh \
+                     (loss {:+.4}), AP {:.4} against {:.4}.",
                     cases[i].name,
                     o.hit_rate,
+                    o.hit_rate_instant,
                     o.auc_served,
                     o.auc_fresh,
                     o.auc_loss(),
