@@ -28,7 +28,8 @@
 //! 0-9), one case per `--days` day; and, when the files exist, the Azure V1 test trace with an Azure
 //! bundle, one case per day of its first `--azure-days` days. The demo's case is seed 42, day 10.
 //! A default is chosen on the other cases (the highest mean hit rate whose served AUC stays within
-//! `--max-auc-loss` of the fresh one on every one of them) and reported on the demo's.
+//! `--max-auc-loss` of the fresh one on their mean; the strict reading, on every one of them, is
+//! printed beside it) and reported on the demo's.
 //!
 //! `cargo bench -p control-service --bench cache_key -- [--out DIR] [--synthetic SEED=MODEL]...
 //! [--days 10,11,12,13] [--azure TRACE] [--azure-model DIR] [--azure-days N] [--max-auc-loss X]
@@ -50,9 +51,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use traces::record::VmRecord;
-use traces::TraceError;
 use traces::synthetic::{generate, SyntheticConfig};
 use traces::window::{self, Warmup, WindowSpec};
+use traces::TraceError;
 
 const DAY_S: f64 = 86_400.0;
 /// The demo's window: seed 42, day 10 (`scripts/demo.sh`).
@@ -103,7 +104,8 @@ fn parse_args(root: &Path) -> Result<Args> {
             "--synthetic" => {
                 let spec = value()?;
                 let (seed, model) = spec.split_once('=').context("--synthetic takes SEED=MODEL_DIR")?;
-                args.synthetic.push((seed.parse().context("--synthetic: the seed is a whole number")?, root.join(model)));
+                args.synthetic
+                    .push((seed.parse().context("--synthetic: the seed is a whole number")?, root.join(model)));
             }
             "--days" => {
                 args.days = value()?
@@ -323,10 +325,11 @@ fn azure_cases(args: &Args, progress: &ProgressBar) -> Result<Vec<Case>> {
         );
         return Ok(Vec::new());
     }
-    let model = LifetimeModel::load(&args.azure_model)
-        .with_context(|| format!("loading {}", args.azure_model.display()))?;
+    let model =
+        LifetimeModel::load(&args.azure_model).with_context(|| format!("loading {}", args.azure_model.display()))?;
     progress.set_message("reading the Azure V1 trace");
-    let records: Vec<VmRecord> = traces::source::TraceSource::Csv(args.azure.clone()).open()?.collect::<Result<_, _>>()?;
+    let records: Vec<VmRecord> =
+        traces::source::TraceSource::Csv(args.azure.clone()).open()?.collect::<Result<_, _>>()?;
     let first = window::first_start(records.iter().map(Ok::<_, TraceError>))?;
     let mut cases = Vec::new();
     for day in 0..args.azure_days {
@@ -336,6 +339,9 @@ fn azure_cases(args: &Args, progress: &ProgressBar) -> Result<Vec<Case>> {
     }
     Ok(cases)
 }
+
+/// Which cases make up a group of the summary or a series of the plot.
+type Member = fn(&Case) -> bool;
 
 /// Mean, min and max.
 fn spread(values: impl IntoIterator<Item = f64>) -> (f64, f64, f64) {
@@ -380,7 +386,8 @@ fn main() -> Result<()> {
                     outcome.hit_rate_instant = if variant.in_flight_s == 0.0 {
                         outcome.hit_rate
                     } else {
-                        simulate(&case.vms, &Variant { in_flight_s: 0.0, spec: variant.spec.clone(), ..*variant }).hit_rate
+                        simulate(&case.vms, &Variant { in_flight_s: 0.0, spec: variant.spec.clone(), ..*variant })
+                            .hit_rate
                     };
                     outcome
                 })
@@ -418,10 +425,10 @@ fn main() -> Result<()> {
     std::fs::write(args.out.join("cases.md"), &cases_md)?;
 
     // Per variant over each group of cases: mean [min, max].
-    let groups: [(&str, &dyn Fn(&Case) -> bool); 3] = [
-        ("synthetic, selection", &|c: &Case| c.family == "synthetic" && c.selection),
-        ("synthetic, demo window", &|c: &Case| c.demo),
-        ("azure", &|c: &Case| c.family == "azure"),
+    let groups: [(&str, Member); 3] = [
+        ("synthetic, selection", |c| c.family == "synthetic" && c.selection),
+        ("synthetic, demo window", |c| c.demo),
+        ("azure", |c| c.family == "azure"),
     ];
     let mut summary = String::new();
     for (group, member) in &groups {
@@ -456,39 +463,64 @@ fn main() -> Result<()> {
         summary.push('\n');
     }
 
-    // The default: chosen on the selection cases, reported on the demo's.
-    let selection: Vec<usize> = (0..cases.len()).filter(|&i| cases[i].selection && cases[i].family == "synthetic").collect();
-    let chosen = (0..variants.len())
-        .filter(|_| !selection.is_empty())
-        .filter(|&v| selection.iter().all(|&i| outcomes[i][v].auc_loss() <= args.max_auc_loss))
+    // The default: chosen on the selection cases, reported on the demo's. The bound holds for the
+    // mean loss over them: one case's loss moves by about +-0.001 between days and seeds with the
+    // same key (the spread of the least stale variants), so a single case a hair over it is noise.
+    // The strict reading (every case within the bound) is printed beside it.
+    let selection: Vec<usize> =
+        (0..cases.len()).filter(|&i| cases[i].selection && cases[i].family == "synthetic").collect();
+    let mean_of = |v: usize, f: fn(&Outcome) -> f64| {
+        selection.iter().map(|&i| f(&outcomes[i][v])).sum::<f64>() / selection.len().max(1) as f64
+    };
+    let best = |admissible: &dyn Fn(usize) -> bool| {
         // The first of equals: the finer key, the shorter bucket and TTL.
-        .fold(None, |best: Option<usize>, v| {
-            let mean = |v: usize| selection.iter().map(|&i| outcomes[i][v].hit_rate).sum::<f64>();
+        (0..variants.len()).filter(|&v| !selection.is_empty() && admissible(v)).fold(None, |best: Option<usize>, v| {
             match best {
-                Some(b) if mean(b) >= mean(v) => Some(b),
+                Some(b) if mean_of(b, |o| o.hit_rate) >= mean_of(v, |o| o.hit_rate) => Some(b),
                 _ => Some(v),
             }
-        });
+        })
+    };
+    let worst_loss = |v: usize| selection.iter().map(|&i| outcomes[i][v].auc_loss()).fold(f64::NEG_INFINITY, f64::max);
+    let chosen = best(&|v| mean_of(v, Outcome::auc_loss) <= args.max_auc_loss);
+    if let Some(strict) = best(&|v| worst_loss(v) <= args.max_auc_loss) {
+        writeln!(
+            summary,
+            "Strict reading (AUC loss at most {} on every selection case): key `{}`, time_bucket_s {}, TTL {} s: \
+             mean hit rate {:.3}.",
+            args.max_auc_loss,
+            variants[strict].key,
+            variants[strict].bucket_s,
+            variants[strict].ttl_name(),
+            mean_of(strict, |o| o.hit_rate)
+        )?;
+    }
     match chosen {
         Some(v) => {
             let variant = &variants[v];
-            let (hit, _, _) = spread(selection.iter().map(|&i| outcomes[i][v].hit_rate));
             writeln!(
                 summary,
-                "Chosen on the selection cases (highest mean hit rate with AUC loss at most {} on every one): key \
-                 `{}` = {:?}, time_bucket_s {}, TTL {} s: mean hit rate {hit:.3}.",
+                "Chosen on the selection cases (highest mean hit rate with a mean AUC loss at most {}): key `{}` = \
+                 {:?}, time_bucket_s {}, TTL {} s: mean hit rate {:.3} ({:.3} instant), mean AUC loss {:+.4}, worst \
+                 {:+.4}.",
                 args.max_auc_loss,
                 variant.key,
                 variant.spec.entries(),
                 variant.bucket_s,
-                variant.ttl_name()
+                variant.ttl_name(),
+                mean_of(v, |o| o.hit_rate),
+                mean_of(v, |o| o.hit_rate_instant),
+                mean_of(v, Outcome::auc_loss),
+                worst_loss(v)
             )?;
             // On one-day windows a day's bucket, a day's TTL and no expiry at all can tie.
             let tied: Vec<String> = (0..variants.len())
-                .filter(|&w| w != v && selection.iter().all(|&i| outcomes[i][w].auc_loss() <= args.max_auc_loss))
+                .filter(|&w| w != v)
                 .filter(|&w| selection.iter().all(|&i| outcomes[i][w].hit_rate == outcomes[i][v].hit_rate))
                 .filter(|&w| selection.iter().all(|&i| outcomes[i][w].auc_served == outcomes[i][v].auc_served))
-                .map(|w| format!("`{}` bucket {} TTL {}", variants[w].key, variants[w].bucket_s, variants[w].ttl_name()))
+                .map(|w| {
+                    format!("`{}` bucket {} TTL {}", variants[w].key, variants[w].bucket_s, variants[w].ttl_name())
+                })
                 .collect();
             if !tied.is_empty() {
                 writeln!(summary, "Tied with it (the same answers on every selection case): {}.", tied.join(", "))?;
@@ -510,7 +542,11 @@ fn main() -> Result<()> {
                 )?;
             }
         }
-        None => writeln!(summary, "No variant kept the AUC loss within {} on every selection case.", args.max_auc_loss)?,
+        None => writeln!(
+            summary,
+            "No variant kept the mean AUC loss over the selection cases within {}.",
+            args.max_auc_loss
+        )?,
     }
     std::fs::write(args.out.join("summary.md"), &summary)?;
     plot(&args.out.join("tradeoff.svg"), &cases, &variants, &outcomes, args.max_auc_loss)?;
@@ -524,12 +560,19 @@ fn main() -> Result<()> {
 /// over the Azure days.
 fn plot(path: &Path, cases: &[Case], variants: &[Variant], outcomes: &[Vec<Outcome>], max_loss: f64) -> Result<()> {
     use plotters::prelude::*;
-    let mut series: Vec<(&str, RGBColor, Vec<(f64, f64)>)> = Vec::new();
-    for (label, color, member) in [
-        ("synthetic, demo window (seed 42, day 10)", RGBColor(31, 119, 180), &(|c: &Case| c.demo) as &dyn Fn(&Case) -> bool),
-        ("synthetic, other days and seeds (mean)", RGBColor(44, 160, 44), &|c: &Case| c.family == "synthetic" && c.selection),
-        ("Azure V1 test (mean over days)", RGBColor(214, 39, 40), &|c: &Case| c.family == "azure"),
-    ] {
+    /// One colour of points: (hit rate, AUC loss) per variant.
+    struct Series {
+        label: &'static str,
+        color: RGBColor,
+        points: Vec<(f64, f64)>,
+    }
+    let groups: [(&str, RGBColor, Member); 3] = [
+        ("synthetic, demo window (seed 42, day 10)", RGBColor(31, 119, 180), |c| c.demo),
+        ("synthetic, other days and seeds (mean)", RGBColor(44, 160, 44), |c| c.family == "synthetic" && c.selection),
+        ("Azure V1 test (mean over days)", RGBColor(214, 39, 40), |c| c.family == "azure"),
+    ];
+    let mut series = Vec::new();
+    for (label, color, member) in groups {
         let members: Vec<usize> = (0..cases.len()).filter(|&i| member(&cases[i])).collect();
         if members.is_empty() {
             continue;
@@ -541,36 +584,52 @@ fn plot(path: &Path, cases: &[Case], variants: &[Variant], outcomes: &[Vec<Outco
                 (hit, loss)
             })
             .collect();
-        series.push((label, color, points));
+        series.push(Series { label, color, points });
     }
-    let max_y = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(max_loss * 2.0, f64::max) * 1.05;
-    let min_y = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(0.0, f64::min) - 0.001;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let max_y = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(max_loss * 2.0, f64::max) * 1.05;
+    let min_y = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::min) - 0.001;
+    let root = SVGBackend::new(path, (1200, 560)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Prediction cache: hit rate against AUC loss (one point per key, bucket, TTL)", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..1.0, min_y..max_y)?;
-    chart
-        .configure_mesh()
-        .x_desc("hit rate")
-        .y_desc("AUC fresh - AUC served")
-        .y_label_formatter(&|y| format!("{y:.3}"))
-        .draw()?;
-    chart
-        .draw_series(LineSeries::new([(0.0, max_loss), (1.0, max_loss)], RGBColor(120, 120, 120).stroke_width(1)))?
-        .label(format!("AUC loss {max_loss}"))
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RGBColor(120, 120, 120)));
-    chart.draw_series(LineSeries::new([(0.5, min_y), (0.5, max_y)], RGBColor(180, 180, 180).stroke_width(1)))?;
-    for (label, color, points) in series {
+    let root = root
+        .titled("Prediction cache: hit rate against AUC loss (one point per key, bucket, TTL)", ("sans-serif", 18))?;
+    // Left: every variant; right: the band around the bound, where the choice is made.
+    let (whole, zoom) = root.split_horizontally(600);
+    for (area, (low, high), caption) in [
+        (&whole, (min_y, max_y), "every variant"),
+        (&zoom, (-0.002, max_loss * 2.0), "near the bound (points above it left out)"),
+    ] {
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 14))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..1.0, low..high)?;
         chart
-            .draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))?
-            .label(label)
-            .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            .configure_mesh()
+            .x_desc("hit rate")
+            .y_desc("AUC fresh - AUC served")
+            .y_label_formatter(&|y| format!("{y:.3}"))
+            .draw()?;
+        let grey = RGBColor(120, 120, 120);
+        chart
+            .draw_series(LineSeries::new([(0.0, max_loss), (1.0, max_loss)], grey.stroke_width(1)))?
+            .label(format!("AUC loss {max_loss}"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], grey));
+        chart.draw_series(LineSeries::new([(0.5, low), (0.5, high)], RGBColor(180, 180, 180).stroke_width(1)))?;
+        for Series { label, color, points } in &series {
+            let color = *color;
+            chart
+                .draw_series(points.iter().filter(|p| p.1 <= high).map(|&p| Circle::new(p, 3, color.filled())))?
+                .label(*label)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
     root.present()?;
     Ok(())
 }

@@ -4,8 +4,8 @@
 
 use crate::auth::ApiKeys;
 pub use crate::auth::{ApiKeyConfig, AuthConfig, AuthMode, KeysFile};
-use crate::health::HealthPolicy;
 use crate::feature_key::KeySpec;
+use crate::health::HealthPolicy;
 use domain::ValidationLimits;
 use serde::{Deserialize, Serialize};
 use service_common::layers::LayerConfig;
@@ -568,6 +568,8 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/control-service.toml");
         let config = ControlConfig::load(&path).unwrap();
         assert!(config.zones.contains_key(&config.default_zone));
+        // The checked-in config spells out the measured default of the cache (docs/benchmarks.md).
+        assert_eq!(config.cache, CacheConfig::default());
     }
 
     #[test]
@@ -600,7 +602,8 @@ mod tests {
 
     #[test]
     fn a_bad_cache_key_is_refused_naming_the_entry() {
-        let config: ControlConfig = toml::from_str("[cache]\nkey = [\"tenant\", \"vm_type\", \"feature.batch_size\"]\n").unwrap();
+        let config: ControlConfig =
+            toml::from_str("[cache]\nkey = [\"tenant\", \"vm_type\", \"feature.batch_size\"]\n").unwrap();
         config.check().unwrap();
         assert_eq!(config.cache.key_spec().unwrap().entries(), ["tenant", "vm_type", "feature.batch_size"]);
         let config: ControlConfig = toml::from_str("[cache]\nkey = [\"tenant\", \"mem\"]\n").unwrap();
