@@ -28,12 +28,12 @@
 //! 0-9), one case per `--days` day; and, when the files exist, the Azure V1 test trace with an Azure
 //! bundle, one case per day of its first `--azure-days` days. The demo's case is seed 42, day 10.
 //! A default is chosen on the other cases (the highest mean hit rate whose served AUC stays within
-//! `--max-auc-loss` of the fresh one on their mean; the strict reading, on every one of them, is
-//! printed beside it) and reported on the demo's.
+//! `--max-auc-loss` of the fresh one on their mean, and on every one within `--case-noise` more;
+//! the strict reading, every one within the bound, is printed beside it) and reported on the demo's.
 //!
 //! `cargo bench -p control-service --bench cache_key -- [--out DIR] [--synthetic SEED=MODEL]...
 //! [--days 10,11,12,13] [--azure TRACE] [--azure-model DIR] [--azure-days N] [--max-auc-loss X]
-//! [--in-flight-s S]`;
+//! [--case-noise X] [--in-flight-s S]`;
 //! relative paths are read from the workspace root. Writes `cases.md` (every variant of every case),
 //! `summary.md` (per variant over the cases) and `tradeoff.svg` into `--out` (default
 //! `target/cache-key`).
@@ -81,6 +81,8 @@ struct Args {
     azure_model: PathBuf,
     azure_days: u32,
     max_auc_loss: f64,
+    /// How far one case's AUC loss may stray above the bound (see the choice in `main`).
+    case_noise: f64,
     in_flight_s: f64,
 }
 
@@ -93,6 +95,7 @@ fn parse_args(root: &Path) -> Result<Args> {
         azure_model: root.join("target/eval-models/azure-v1-survival"),
         azure_days: 5,
         max_auc_loss: 0.005,
+        case_noise: 0.001,
         in_flight_s: 1.0,
     };
     // `cargo bench` adds `--bench`.
@@ -117,6 +120,7 @@ fn parse_args(root: &Path) -> Result<Args> {
             "--azure-model" => args.azure_model = root.join(value()?),
             "--azure-days" => args.azure_days = value()?.parse().context("--azure-days: a whole number")?,
             "--max-auc-loss" => args.max_auc_loss = value()?.parse().context("--max-auc-loss: a number")?,
+            "--case-noise" => args.case_noise = value()?.parse().context("--case-noise: a number")?,
             "--in-flight-s" => args.in_flight_s = value()?.parse().context("--in-flight-s: a number of seconds")?,
             other => bail!("unknown argument `{other}` (see the bench's documentation)"),
         }
@@ -464,9 +468,11 @@ fn main() -> Result<()> {
     }
 
     // The default: chosen on the selection cases, reported on the demo's. The bound holds for the
-    // mean loss over them: one case's loss moves by about +-0.001 between days and seeds with the
-    // same key (the spread of the least stale variants), so a single case a hair over it is noise.
-    // The strict reading (every case within the bound) is printed beside it.
+    // mean loss over them and for every case give or take `case_noise`: one case's loss moves by
+    // about +-0.001 between days and seeds with the same key (the spread of the least stale
+    // variants), so a single case a hair over the bound is noise, while a key whose loss swings
+    // widely (both ways) is not admitted on a good mean. The strict reading (every case within the
+    // bound) is printed beside it.
     let selection: Vec<usize> =
         (0..cases.len()).filter(|&i| cases[i].selection && cases[i].family == "synthetic").collect();
     let mean_of = |v: usize, f: fn(&Outcome) -> f64| {
@@ -482,7 +488,9 @@ fn main() -> Result<()> {
         })
     };
     let worst_loss = |v: usize| selection.iter().map(|&i| outcomes[i][v].auc_loss()).fold(f64::NEG_INFINITY, f64::max);
-    let chosen = best(&|v| mean_of(v, Outcome::auc_loss) <= args.max_auc_loss);
+    let chosen = best(&|v| {
+        mean_of(v, Outcome::auc_loss) <= args.max_auc_loss && worst_loss(v) <= args.max_auc_loss + args.case_noise
+    });
     if let Some(strict) = best(&|v| worst_loss(v) <= args.max_auc_loss) {
         writeln!(
             summary,
@@ -500,10 +508,11 @@ fn main() -> Result<()> {
             let variant = &variants[v];
             writeln!(
                 summary,
-                "Chosen on the selection cases (highest mean hit rate with a mean AUC loss at most {}): key `{}` = \
-                 {:?}, time_bucket_s {}, TTL {} s: mean hit rate {:.3} ({:.3} instant), mean AUC loss {:+.4}, worst \
-                 {:+.4}.",
+                "Chosen on the selection cases (highest mean hit rate with a mean AUC loss at most {} and none above \
+                 {}): key `{}` = {:?}, time_bucket_s {}, TTL {} s: mean hit rate {:.3} ({:.3} instant), mean AUC loss \
+                 {:+.4}, worst {:+.4}.",
                 args.max_auc_loss,
+                args.max_auc_loss + args.case_noise,
                 variant.key,
                 variant.spec.entries(),
                 variant.bucket_s,
@@ -544,8 +553,9 @@ fn main() -> Result<()> {
         }
         None => writeln!(
             summary,
-            "No variant kept the mean AUC loss over the selection cases within {}.",
-            args.max_auc_loss
+            "No variant kept the AUC loss over the selection cases within {} (mean) and {} (each).",
+            args.max_auc_loss,
+            args.max_auc_loss + args.case_noise,
         )?,
     }
     std::fs::write(args.out.join("summary.md"), &summary)?;
