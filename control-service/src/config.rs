@@ -142,6 +142,10 @@ pub struct CacheConfig {
     /// VMs that differ only in it share one answer: more hits, each served an answer computed for
     /// another VM ([`crate::feature_key`]).
     pub key: Vec<String>,
+    /// How often the rollout is read from the inference servers (`GET /v1/models`): a cached answer
+    /// serves only VMs routed to the version that gave it, so after a swap or a canary change the
+    /// old answers stop serving within this time.
+    pub rollout_poll_ms: u64,
 }
 
 impl CacheConfig {
@@ -365,6 +369,7 @@ impl Default for CacheConfig {
             key: ["tenant", "vm_type", "cores", "memory", "priority", "os", "feature.batch_size"]
                 .map(String::from)
                 .to_vec(),
+            rollout_poll_ms: 1_000,
         }
     }
 }
@@ -535,6 +540,9 @@ impl ControlConfig {
             return Err(invalid("rate_limit.burst", "must be at least 1"));
         }
         self.cache.key_spec()?;
+        if self.cache.rollout_poll_ms == 0 {
+            return Err(invalid("cache.rollout_poll_ms", "must be at least 1"));
+        }
         let skew = self.request_time.max_skew_s;
         if !(skew.is_finite() && skew >= 0.0) {
             return Err(invalid("request_time.max_skew_s", format!("must be a finite number >= 0, got {skew}")));

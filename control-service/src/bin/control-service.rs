@@ -189,6 +189,15 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
             async move { sampling.sample_timeline().await }
         });
     }
+    if config.cache.max_entries > 0 && !config.inference.servers.is_empty() {
+        // The rollout the cached answers are keyed on (the stable bundle and the canary's share).
+        let following = Arc::clone(&control);
+        let timeout = Duration::from_millis(config.inference.timeout_ms.max(1_000));
+        every(Duration::from_millis(config.cache.rollout_poll_ms), move || {
+            let following = Arc::clone(&following);
+            async move { following.follow_rollout(timeout).await }
+        });
+    }
     if watched {
         // The zones' realized quality, the quality gate and auto canaries.
         let watching = Arc::clone(&control);
