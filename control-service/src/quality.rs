@@ -48,12 +48,14 @@ pub struct AutoCanary {
     pub margin: f64,
 }
 
-/// One bundle as `GET /v1/models` lists it (the fields used here).
 /// One model as an inference server lists it (`GET /v1/models`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct ModelStatus {
     pub version: Option<String>,
     pub state: String,
+    /// The canary's share of routing keys.
+    #[serde(default)]
+    pub canary_share: Option<f64>,
     #[serde(default)]
     pub auto: Option<AutoCanary>,
 }
