@@ -314,7 +314,7 @@ def flatness(points, judged_from_s, duration_s):
     return first, last, ratio
 
 
-def verdict_rows(samples, minutes_p99, judged_from_s, duration_s):
+def verdict_rows(samples, minutes_p99, judged_from_s, duration_s, population):
     rows = []
     for service in SERVICES:
         for key, unit, scale in (("rss_kib", "MiB", 1 / 1024), ("fds", "", 1)):
@@ -329,6 +329,8 @@ def verdict_rows(samples, minutes_p99, judged_from_s, duration_s):
             points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples
                       if s.get(f"{service}_{key}") is not None]
             rows.append((f"{service} {part} (not judged)", "MiB", *flatness(points, judged_from_s, duration_s)))
+    # What the allocator's memory holds in proportion: a trace's running VMs are not constant.
+    rows.append(("running VMs (not judged: the trace's own)", "", *flatness(population, judged_from_s, duration_s)))
     rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, judged_from_s, duration_s)))
     points = [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples]
     rows.append(("allocator store (not judged: grows until exits age out)", "MiB",
@@ -419,7 +421,8 @@ def report(out, args, rate, sustainable, summary, background):
     lines += ["", "| what | unit | first 10 judged min (median) | last 10 min (median) | last / first | flat (RSS within 10%; descriptors and p99 at most 10% higher) |",
               "|---|---|---:|---:|---:|---|"]
     judged_ok = True
-    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, judged_from_s, duration_s):
+    population = [(p["elapsed_s"], p["vms_alive"]) for p in summary["series"] if p.get("vms_alive") is not None]
+    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, judged_from_s, duration_s, population):
         judged = "not judged" not in name
         # Latency that falls is no drift to worry about, and neither are descriptors that fall (they
         # are mostly connections in flight, fewer when the machine is quieter: a leak only grows);
@@ -431,8 +434,8 @@ def report(out, args, rate, sustainable, summary, background):
         fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
         lines.append(f"| {name} | {unit} | {fmt(lo)} | {fmt(hi)} | {fmt(ratio)} | "
                      f"{('yes' if flat else 'NO') if judged else '-'} |")
-    lines += ["", "| minute | requests/s | p50 ms | p99 ms | RSS MiB (inference, allocator, control) | fds | store MiB |",
-              "|---:|---:|---:|---:|---|---|---:|"]
+    lines += ["", "| minute | requests/s | p50 ms | p99 ms | RSS MiB (inference, allocator, control) | fds | store MiB | running VMs |",
+              "|---:|---:|---:|---:|---|---|---:|---:|"]
     by_minute = {}
     for t, lat in minutes:
         by_minute[int(round(t / 60))] = lat
@@ -442,7 +445,8 @@ def report(out, args, rate, sustainable, summary, background):
         rps = lat.get("count", 0) * 2 / 60
         lines.append(f"| {minute} | {rps:.0f} | {lat.get('p50_ms') or 0:.2f} | {lat.get('p99_ms') or 0:.2f} | "
                      + ", ".join(f"{s[f'{svc}_rss_kib'] / 1024:.1f}" for svc in SERVICES) + " | "
-                     + ", ".join(str(s[f"{svc}_fds"]) for svc in SERVICES) + f" | {s['store_bytes'] / 2**20:.1f} |")
+                     + ", ".join(str(s[f"{svc}_fds"]) for svc in SERVICES) + f" | {s['store_bytes'] / 2**20:.1f} | "
+                     + f"{min(population, key=lambda p: abs(p[0] - minute * 60), default=(0, 0))[1]} |")
     lines += ["", "verdict: " + ("flat" if judged_ok else "NOT flat"), ""]
     text = "\n".join(lines)
     with open(os.path.join(out, "soak.md"), "w", encoding="utf-8") as f:
