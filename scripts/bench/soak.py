@@ -325,7 +325,7 @@ def verdict_rows(samples, minutes_p99, judged_from_s, duration_s, population):
         for key, part, scale in (("rss_anon_kib", "RSS, anonymous part", 1 / 1024),
                                  ("rss_file_kib", "RSS, file-backed part", 1 / 1024),
                                  ("heap_in_use", "heap in use by the program", 1 / 2**20),
-                                 ("heap_free", "heap kept free (fragmentation)", 1 / 2**20)):
+                                 ("heap_free", "heap free inside it (fragmentation)", 1 / 2**20)):
             points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples
                       if s.get(f"{service}_{key}") is not None]
             rows.append((f"{service} {part} (not judged)", "MiB", *flatness(points, judged_from_s, duration_s)))

@@ -59,8 +59,8 @@ pub fn render_metrics(handle: &PrometheusHandle) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
-/// What the C heap holds, from glibc's `mallinfo2`: bytes in use by the program and bytes the heap
-/// keeps free. Beside the resident size they tell a leak (in use grows) from fragmentation (free
+/// What the C heap holds, from glibc's `mallinfo2`: bytes in use by the program and bytes free
+/// inside the heap (some of them already given back to the system as whole free pages). Beside the resident size they tell a leak (in use grows) from fragmentation (free
 /// grows, in use flat), which the resident size alone cannot (docs/benchmarks.md, "Soak"). Empty
 /// where glibc is not the allocator.
 pub fn heap_metrics() -> String {
@@ -74,7 +74,7 @@ pub fn heap_metrics() -> String {
             "# HELP process_heap_in_use_bytes Bytes of the C heap in use by the program (glibc mallinfo2).\n\
              # TYPE process_heap_in_use_bytes gauge\n\
              process_heap_in_use_bytes {in_use}\n\
-             # HELP process_heap_free_bytes Bytes the C heap keeps free without returning them (glibc mallinfo2).\n\
+             # HELP process_heap_free_bytes Bytes free inside the C heap, some already given back as whole pages (glibc mallinfo2).\n\
              # TYPE process_heap_free_bytes gauge\n\
              process_heap_free_bytes {free}\n"
         )
@@ -98,7 +98,8 @@ mod tests {
         assert!(gauge(&heap_metrics(), "process_heap_free_bytes").is_some(), "free gauge");
         let held = vec![1u8; 64 << 20];
         let during = gauge(&heap_metrics(), "process_heap_in_use_bytes").expect("in-use gauge");
-        assert!(during >= before + (64 << 20) - (1 << 20), "{before} -> {during} while holding 64 MiB");
+        // Slack for what the other tests of this binary free meanwhile.
+        assert!(during >= before + (48 << 20), "{before} -> {during} while holding 64 MiB");
         drop(std::hint::black_box(held));
     }
 }
