@@ -9,7 +9,7 @@
 //! `[cache] rollout_poll_ms`).
 
 use crate::feature_key::FeatureKey;
-use crate::quality::ModelStatus;
+use crate::quality::RolloutView;
 use domain::{CacheStats, LifetimePrediction, PredictionSource};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,21 +23,16 @@ pub struct Serving {
     canary: Option<(Arc<str>, f64)>,
 }
 
-impl Serving {
-    pub fn of(models: &[ModelStatus]) -> Self {
-        let mut serving = Serving::default();
-        for model in models {
-            match (model.state.as_str(), &model.version) {
-                ("stable", Some(version)) => serving.stable = Some(version.as_str().into()),
-                ("canary", Some(version)) => {
-                    serving.canary = Some((version.as_str().into(), model.canary_share.unwrap_or(0.0)))
-                }
-                _ => {}
-            }
+impl From<&RolloutView> for Serving {
+    fn from(rollout: &RolloutView) -> Self {
+        Serving {
+            stable: rollout.stable.as_deref().map(Arc::from),
+            canary: rollout.canary.as_ref().map(|canary| (Arc::from(canary.version.as_str()), canary.share)),
         }
-        serving
     }
+}
 
+impl Serving {
     /// Only a stable bundle (tests).
     pub fn stable(version: &str) -> Self {
         Serving { stable: Some(version.into()), canary: None }
@@ -169,18 +164,23 @@ mod tests {
         assert_eq!(cache.stats().misses, 1);
     }
 
-    fn status(state: &str, version: &str, share: Option<f64>) -> ModelStatus {
-        ModelStatus { version: Some(version.to_owned()), state: state.to_owned(), canary_share: share, auto: None }
+    fn status(state: &str, version: &str, share: Option<f64>) -> crate::quality::ModelStatus {
+        crate::quality::ModelStatus {
+            version: Some(version.to_owned()),
+            state: state.to_owned(),
+            canary_share: share,
+            auto: None,
+        }
     }
 
     #[test]
     fn serving_routes_keys_as_the_inference_server_does() {
         assert_eq!(Serving::default().version_for("vm-1"), None);
-        let serving = Serving::of(&[
+        let serving = Serving::from(&RolloutView::of(vec![
             status("stable", "good-1", None),
             status("canary", "new-1", Some(0.3)),
             status("available", "old-1", None),
-        ]);
+        ]));
         let mut canary = 0;
         for i in 0..10_000 {
             let vm = format!("vm-{i}");

@@ -228,7 +228,7 @@ impl Control {
     /// the last one).
     pub async fn follow_rollout(&self, timeout: Duration) {
         if let Some(models) = self.resolver.predictor().models(timeout).await {
-            self.resolver.set_serving(Serving::of(&models));
+            self.resolver.set_serving(Serving::from(&RolloutView::of(models)));
         }
     }
 
@@ -237,9 +237,9 @@ impl Control {
     pub async fn poll_quality(&self, timeout: Duration) {
         let Some(watch) = self.resolver.quality() else { return };
         let Some(models) = self.resolver.predictor().models(timeout).await else { return };
-        // The list the cache follows too: taken in here at no cost.
-        self.resolver.set_serving(Serving::of(&models));
         let view = RolloutView::of(models);
+        // The rollout the cache follows too: taken in here at no cost.
+        self.resolver.set_serving(Serving::from(&view));
         let versions = merge_versions(&self.zone_quality_reports().await);
         record_metrics(&view, &versions);
         if let Some(mut decision) = watch.observe(&view, versions) {

@@ -206,20 +206,21 @@ impl<P: Predictor> Resolver<P> {
         let serving = self.serving();
         for (i, vm) in vms.iter().enumerate() {
             let features = FeatureKey::new(vm, vm.requested_at_s.unwrap_or(arrival_s), &self.config.key);
-            let key = serving
-                .version_for(vm.vm_id.as_str())
-                .map(|version| CacheKey { version: Arc::clone(version), features: features.clone() });
-            if let Some(&at) = key.as_ref().and_then(|key| miss_index.get(key)) {
+            let Some(version) = serving.version_for(vm.vm_id.as_str()) else {
+                predictions.push(self.cache.get(None));
+                misses.push((features, vec![i]));
+                continue;
+            };
+            let key = CacheKey { version: Arc::clone(version), features };
+            if let Some(&at) = miss_index.get(&key) {
                 misses[at].1.push(i);
                 predictions.push(None);
                 continue;
             }
-            let hit = self.cache.get(key.as_ref());
+            let hit = self.cache.get(Some(&key));
             if hit.is_none() {
-                if let Some(key) = key {
-                    miss_index.insert(key, misses.len());
-                }
-                misses.push((features, vec![i]));
+                misses.push((key.features.clone(), vec![i]));
+                miss_index.insert(key, misses.len() - 1);
             }
             predictions.push(hit);
         }
@@ -424,7 +425,7 @@ mod tests {
                 auto: None,
             }
         });
-        resolver.set_serving(Serving::of(&models));
+        resolver.set_serving(Serving::from(&crate::quality::RolloutView::of(models.to_vec())));
         // The fake answers as m-1 whatever it is asked: the canary's VMs find no m-2 answer.
         let (mut canary, mut hits) = (0, 0);
         for i in 0..200 {
