@@ -637,20 +637,28 @@ fn the_first_answer_stands_across_agents_rejected_or_placed() {
     assert!(host_of(&b.execute_one(allocate("x", 8.0), 9.0)).is_some());
 }
 
-#[test]
-fn a_version_4_database_gains_the_batch_functions() {
-    let pg = Postgres::start();
+/// A store of this release holding VM `old`, turned into an older version by `downgrade` (SQL),
+/// then opened again by an agent of this release, which must upgrade it.
+fn upgraded_from(pg: &Postgres, downgrade: &str) -> DurableAllocator {
     let location = StoreLocation::from(pg.url.clone());
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
     assert!(host_of(&durable.execute_one(allocate("old", 2.0), 11.0)).is_some());
     drop(durable);
+    pg.psql(downgrade);
+    let durable = DurableAllocator::open(&spec(), &pbfr(), location, 20.0).unwrap();
+    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
+    durable
+}
+
+#[test]
+fn a_version_4_database_gains_the_batch_functions() {
+    let pg = Postgres::start();
     // Version 4 is version 5 without the functions that write a batch in one call.
-    pg.psql(
+    let mut durable = upgraded_from(
+        &pg,
         "DROP FUNCTION allocator_commit_batch; DROP FUNCTION allocator_log_batch; \
          UPDATE meta SET value = 4 WHERE key = 'schema_version'",
     );
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     // The batch locks its hosts instead of a foreign key checking each VM's.
     assert_eq!(pg.psql("SELECT count(*) FROM pg_constraint WHERE conname = 'vms_host_id_fkey'"), "0");
     assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
@@ -662,19 +670,14 @@ fn a_version_4_database_gains_the_batch_functions() {
 #[test]
 fn a_version_5_database_gains_the_releases_and_records_them() {
     let pg = Postgres::start();
-    let location = StoreLocation::from(pg.url.clone());
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
-    assert!(host_of(&durable.execute_one(allocate("old", 2.0), 11.0)).is_some());
-    drop(durable);
-    // Version 5 is version 6 without the releases (and with the log function of fewer arguments,
-    // which version 6 replaces).
-    pg.psql(
+    // Version 5 is version 6 without the releases, and with the log function of fewer arguments,
+    // which version 6 replaces.
+    let mut durable = upgraded_from(
+        &pg,
         "DROP TABLE releases; UPDATE meta SET value = 5 WHERE key = 'schema_version'; \
          CREATE FUNCTION allocator_log_batch(text, text, bigint, double precision, bigint, text[], text[]) \
          RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'",
     );
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
-    assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     durable.execute_one(Release::vm(VmId::from("old")), 21.0).unwrap();
     assert_eq!(pg.psql("SELECT string_agg(vm_id, ',') FROM releases"), "old");
     assert_eq!(pg.psql("SELECT count(*) FROM pg_proc WHERE proname = 'allocator_log_batch'"), "1");

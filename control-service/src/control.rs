@@ -7,6 +7,7 @@
 //! ([`crate::inference`], [`crate::upstream`]).
 
 use crate::auth::ApiKeys;
+use crate::cache::Serving;
 use crate::inference::InferenceClient;
 use crate::predictions::Resolver;
 use crate::quality::{merge_versions, record_metrics, RolloutView};
@@ -223,12 +224,22 @@ impl Control {
         })
     }
 
+    /// Reads the rollout from the inference servers for the prediction cache (a failed read keeps
+    /// the last one).
+    pub async fn follow_rollout(&self, timeout: Duration) {
+        if let Some(models) = self.resolver.predictor().models(timeout).await {
+            self.resolver.set_serving(Serving::from(&RolloutView::of(models)));
+        }
+    }
+
     /// One round of the quality gate: the rollout, the zones' quality, the gate, and a canary
     /// decision carried out if one is due.
     pub async fn poll_quality(&self, timeout: Duration) {
         let Some(watch) = self.resolver.quality() else { return };
         let Some(models) = self.resolver.predictor().models(timeout).await else { return };
         let view = RolloutView::of(models);
+        // The rollout the cache follows too: taken in here at no cost.
+        self.resolver.set_serving(Serving::from(&view));
         let versions = merge_versions(&self.zone_quality_reports().await);
         record_metrics(&view, &versions);
         if let Some(mut decision) = watch.observe(&view, versions) {

@@ -2,8 +2,8 @@
 //! budget, or the short-lived fallback with its reason. The model is behind the [`Predictor`] trait,
 //! so these rules are tested without a network.
 
-use crate::cache::PredictionCache;
-use crate::feature_key::FeatureKey;
+use crate::cache::{CacheKey, PredictionCache, Serving};
+use crate::feature_key::{FeatureKey, KeySpec};
 use crate::quality::QualityWatch;
 use crate::safeguard::Safeguard;
 use domain::{LifetimeClass, LifetimePrediction, PredictInstance, PredictRequest, PredictionSource, VmRequest};
@@ -49,7 +49,8 @@ pub trait Predictor: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct ResolverConfig {
     pub budget: Duration,
-    pub time_step_s: u64,
+    /// What the cache key keeps of a VM (`[cache] key` and `time_bucket_s`).
+    pub key: KeySpec,
     pub interval_class: bool,
 }
 
@@ -110,11 +111,35 @@ pub struct Resolver<P> {
     quality: Option<Arc<QualityWatch>>,
     config: ResolverConfig,
     by_source: [AtomicU64; SOURCES.len()],
+    /// The rollout last seen, which picks the version a cached answer must come from.
+    serving: std::sync::RwLock<Arc<Serving>>,
 }
 
 impl<P: Predictor> Resolver<P> {
     pub fn new(predictor: P, cache: PredictionCache, safeguard: Safeguard, config: ResolverConfig) -> Self {
-        Resolver { predictor, cache, safeguard, quality: None, config, by_source: Default::default() }
+        Resolver {
+            predictor,
+            cache,
+            safeguard,
+            quality: None,
+            config,
+            by_source: Default::default(),
+            serving: Default::default(),
+        }
+    }
+
+    /// Takes in the rollout the inference servers list (followed every `[cache] rollout_poll_ms`):
+    /// from now on a VM is served cached answers of the version it routes to only.
+    pub fn set_serving(&self, serving: Serving) {
+        let mut current = self.serving.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if **current != serving {
+            tracing::info!(?serving, "prediction cache follows the rollout");
+            *current = Arc::new(serving);
+        }
+    }
+
+    fn serving(&self) -> Arc<Serving> {
+        Arc::clone(&self.serving.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Overrides the answers of a model the quality gate closed on (see [`crate::quality`]).
@@ -173,20 +198,29 @@ impl<P: Predictor> Resolver<P> {
             return Resolved { predictions, cache_us: micros(started.elapsed()), inference_us: 0 };
         }
         let mut predictions: Vec<Option<LifetimePrediction>> = Vec::with_capacity(vms.len());
-        // Misses by key, each with the VMs that share it: one instance per distinct key.
+        // Misses by key, each with the VMs that share it: one instance per distinct key (and
+        // version: VMs routed to different bundles are asked for separately). While the rollout is
+        // unknown every VM is its own instance.
         let mut misses: Vec<(FeatureKey, Vec<usize>)> = Vec::new();
-        let mut miss_index: HashMap<FeatureKey, usize> = HashMap::new();
+        let mut miss_index: HashMap<CacheKey, usize> = HashMap::new();
+        let serving = self.serving();
         for (i, vm) in vms.iter().enumerate() {
-            let key = FeatureKey::new(vm, vm.requested_at_s.unwrap_or(arrival_s), self.config.time_step_s);
+            let features = FeatureKey::new(vm, vm.requested_at_s.unwrap_or(arrival_s), &self.config.key);
+            let Some(version) = serving.version_for(vm.vm_id.as_str()) else {
+                predictions.push(self.cache.get(None));
+                misses.push((features, vec![i]));
+                continue;
+            };
+            let key = CacheKey { version: Arc::clone(version), features };
             if let Some(&at) = miss_index.get(&key) {
                 misses[at].1.push(i);
                 predictions.push(None);
                 continue;
             }
-            let hit = self.cache.get(&key);
+            let hit = self.cache.get(Some(&key));
             if hit.is_none() {
-                miss_index.insert(key.clone(), misses.len());
-                misses.push((key, vec![i]));
+                misses.push((key.features.clone(), vec![i]));
+                miss_index.insert(key, misses.len() - 1);
             }
             predictions.push(hit);
         }
@@ -325,7 +359,7 @@ mod tests {
     }
 
     fn resolver(model: FakeModel, min_predictions: u64) -> Resolver<FakeModel> {
-        Resolver::new(
+        let resolver = Resolver::new(
             model,
             PredictionCache::new(100, Duration::from_secs(60)),
             Safeguard::new(SafeguardConfig {
@@ -338,8 +372,10 @@ mod tests {
                 established_after_s: 0,
                 ..SafeguardConfig::default()
             }),
-            ResolverConfig { budget: Duration::from_millis(50), time_step_s: 3_600, interval_class: false },
-        )
+            ResolverConfig { budget: Duration::from_millis(50), key: KeySpec::full(3_600), interval_class: false },
+        );
+        resolver.set_serving(Serving::stable("m-1"));
+        resolver
     }
 
     fn vm(id: &str, vm_type: &str) -> VmRequest {
@@ -363,6 +399,49 @@ mod tests {
         assert_eq!(sources(&again), [PredictionSource::Cache]);
         assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
         assert_eq!(resolver.counts_by_source(), BTreeMap::from([("cache".into(), 1), ("model".into(), 3)]));
+    }
+
+    #[tokio::test]
+    async fn nothing_is_cached_while_the_rollout_is_unknown() {
+        let fake = model(0, false);
+        let resolver = resolver(fake.clone(), 1_000);
+        resolver.set_serving(Serving::default());
+        let gang = [vm("a", "D2"), vm("b", "D2")];
+        assert_eq!(sources(&resolver.resolve(&gang, 100.0, 0.0, None).await), [PredictionSource::Model; 2]);
+        assert_eq!(sources(&resolver.resolve(&gang, 100.0, 1.0, None).await), [PredictionSource::Model; 2]);
+        // Each VM was its own instance: with the routing unknown, two VMs may go to two bundles.
+        assert_eq!(fake.instances.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_vm_routed_to_the_canary_is_never_served_the_stable_models_answer() {
+        let fake = model(0, false);
+        let resolver = resolver(fake.clone(), 1_000_000);
+        let models = [("stable", "m-1", None), ("canary", "m-2", Some(0.5))].map(|(state, version, share)| {
+            crate::quality::ModelStatus {
+                version: Some(version.to_owned()),
+                state: state.to_owned(),
+                canary_share: share,
+                auto: None,
+            }
+        });
+        resolver.set_serving(Serving::from(&crate::quality::RolloutView::of(models.to_vec())));
+        // The fake answers as m-1 whatever it is asked: the canary's VMs find no m-2 answer.
+        let (mut canary, mut hits) = (0, 0);
+        for i in 0..200 {
+            let id = format!("vm-{i}");
+            let resolved = resolver.resolve(&[vm(&id, "D2")], 100.0, i as f64, None).await;
+            let to_canary = domain::inference::unit_hash(&id) < 0.5;
+            canary += usize::from(to_canary);
+            match resolved.predictions[0].source {
+                PredictionSource::Cache => {
+                    assert!(!to_canary, "{id} routes to the canary but was served m-1's answer");
+                    hits += 1;
+                }
+                source => assert_eq!(source, PredictionSource::Model, "{id}"),
+            }
+        }
+        assert!(canary > 50 && hits > 50, "{canary} routed to the canary, {hits} hits");
     }
 
     #[tokio::test]

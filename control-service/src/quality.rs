@@ -34,6 +34,8 @@ pub struct RolloutView {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CanaryView {
     pub version: String,
+    /// Its share of routing keys.
+    pub share: f64,
     /// Set when the rollout says `auto = true`.
     pub auto: Option<AutoCanary>,
 }
@@ -48,12 +50,14 @@ pub struct AutoCanary {
     pub margin: f64,
 }
 
-/// One bundle as `GET /v1/models` lists it (the fields used here).
 /// One model as an inference server lists it (`GET /v1/models`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct ModelStatus {
     pub version: Option<String>,
     pub state: String,
+    /// The canary's share of routing keys.
+    #[serde(default)]
+    pub canary_share: Option<f64>,
     #[serde(default)]
     pub auto: Option<AutoCanary>,
 }
@@ -134,7 +138,7 @@ impl QualityWatch {
         state.status.stable_version = rollout.stable.clone();
         state.status.canary_version = rollout.canary.as_ref().map(|c| c.version.clone());
         let decision = match (&rollout.canary, &stable) {
-            (Some(CanaryView { version, auto: Some(auto) }), Some(stable))
+            (Some(CanaryView { version, auto: Some(auto), .. }), Some(stable))
                 if state.decided_canary.as_deref() != Some(version.as_str()) =>
             {
                 let min_resolved = auto.min_resolved.unwrap_or(self.config.min_resolved);
@@ -282,7 +286,10 @@ impl RolloutView {
         for model in models {
             match (model.state.as_str(), model.version) {
                 ("stable", Some(version)) => view.stable = Some(version),
-                ("canary", Some(version)) => view.canary = Some(CanaryView { version, auto: model.auto }),
+                ("canary", Some(version)) => {
+                    view.canary =
+                        Some(CanaryView { version, share: model.canary_share.unwrap_or(0.0), auto: model.auto })
+                }
                 _ => {}
             }
         }
@@ -388,7 +395,7 @@ mod tests {
         let auto = Some(AutoCanary { min_resolved: Some(100), margin: 0.01 });
         let view = |canary: &str| RolloutView {
             stable: Some("s".to_owned()),
-            canary: Some(CanaryView { version: canary.to_owned(), auto }),
+            canary: Some(CanaryView { version: canary.to_owned(), share: 0.5, auto }),
         };
         let watch = QualityWatch::new(config());
         assert_eq!(watch.observe(&view("better"), vec![version("s", 200, 7), version("better", 50, 9)]), None);
@@ -406,8 +413,10 @@ mod tests {
         watch.record_decision(decision);
         assert!(watch.observe(&view("worse"), vec![version("s", 1_000, 8), version("worse", 1_000, 6)]).is_some());
         // Without `auto`, nothing is decided.
-        let manual =
-            RolloutView { stable: Some("s".into()), canary: Some(CanaryView { version: "m".into(), auto: None }) };
+        let manual = RolloutView {
+            stable: Some("s".into()),
+            canary: Some(CanaryView { version: "m".into(), share: 0.5, auto: None }),
+        };
         assert_eq!(watch.observe(&manual, vec![version("s", 200, 8), version("m", 150, 1)]), None);
     }
 

@@ -62,10 +62,27 @@ impl PredictInstance {
         }
     }
 
-    /// The canary routing key.
+    /// The canary routing key: an inference server sends it to the canary when its
+    /// [`unit_hash`] is below the canary's share.
     pub fn routing_key(&self) -> String {
         self.key.clone().unwrap_or_else(|| format!("{}/{}", self.tenant_id, self.vm_type))
     }
+}
+
+/// FNV-1a of `key`, mapped onto [0, 1): the same key always lands on the same side.
+pub fn unit_hash(key: &str) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // Finalise (splitmix64) so that keys differing only at the end still spread evenly.
+    hash ^= hash >> 30;
+    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash ^= hash >> 27;
+    hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^= hash >> 31;
+    (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// `POST /v1/predict`.
@@ -180,4 +197,16 @@ pub struct RemainingPrediction {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemainingResponse {
     pub predictions: Vec<RemainingPrediction>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_hash;
+
+    #[test]
+    fn unit_hash_is_stable_and_spreads_evenly() {
+        assert_eq!(unit_hash("vm-1"), unit_hash("vm-1"));
+        let share = (0..20_000).filter(|i| unit_hash(&format!("vm-{i}")) < 0.1).count() as f64 / 20_000.0;
+        assert!((share - 0.1).abs() < 0.01, "{share}");
+    }
 }

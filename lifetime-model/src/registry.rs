@@ -136,21 +136,9 @@ impl Deployment {
     }
 }
 
-/// FNV-1a of `key`, mapped onto [0, 1): the same key always lands on the same side.
-pub fn unit_hash(key: &str) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    // Finalise (splitmix64) so that keys differing only at the end still spread evenly.
-    hash ^= hash >> 30;
-    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    hash ^= hash >> 27;
-    hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
-    hash ^= hash >> 31;
-    (hash >> 11) as f64 / (1u64 << 53) as f64
-}
+/// The canary routing hash lives beside the routing key in `domain`, where the control service's
+/// cache reads it too.
+pub use domain::inference::unit_hash;
 
 /// What the registry knows of one bundle directory.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -684,17 +672,19 @@ mod tests {
     fn a_hanging_bundle_load_does_not_stall_scans() {
         let models = models_with(&["good", "stuck"]);
         let gate = Arc::new(Gate::default());
-        let registry = gated_registry(models.path(), &gate, Duration::from_millis(300));
+        // Long enough for the good bundle's load on a loaded machine (300 ms once was not); the
+        // stuck one never finishes until the gate opens, so any bound below forever shows the point.
+        let registry = gated_registry(models.path(), &gate, Duration::from_secs(2));
 
         let started = Instant::now();
         registry.refresh().expect("the good bundle deploys");
-        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
         assert_eq!(registry.deployment().expect("deployed").stable_name, "good");
         assert_eq!(state_of(&registry, "stuck"), ["loading"]);
 
         let started = Instant::now();
         registry.refresh().unwrap();
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(20));
         assert_eq!(*gate.calls.lock().unwrap(), 1, "no second load of a bundle still loading");
 
         gate.open();
@@ -785,12 +775,5 @@ mod tests {
         registry.refresh().unwrap();
         assert_eq!(registry.statuses().iter().filter(|s| s.bundle == "good").count(), 1);
         assert_eq!(registry.retired(), 2);
-    }
-
-    #[test]
-    fn unit_hash_is_stable_and_spreads_evenly() {
-        assert_eq!(unit_hash("vm-1"), unit_hash("vm-1"));
-        let share = (0..20_000).filter(|i| unit_hash(&format!("vm-{i}")) < 0.1).count() as f64 / 20_000.0;
-        assert!((share - 0.1).abs() < 0.01, "{share}");
     }
 }

@@ -29,7 +29,9 @@ grows without bound, latency that creeps up).
    minute), OUT/soak.md (the tables and the verdict) and OUT/soak.svg (the plot), and prints soak.md.
 
 Flat means: the level of the last 10 minutes (median of its samples) within 10% of the level of
-the first 10 minutes after the warm-up, for each service's RSS and descriptors; for the per-minute p99, at most 10% above it. Standard library
+the first 10 minutes after the warm-up, for each service's RSS; for its descriptors and the
+per-minute p99, at most 10% above it (a leak only grows; descriptors are mostly connections in
+flight, fewer when the machine is quieter). Standard library
 only; the services are the stack's own (scripts/stack.sh), so the figures are the ones a user gets.
 """
 
@@ -52,6 +54,7 @@ SERVICES = ["inference-server", "allocator", "control-service"]
 CONTROL = "http://127.0.0.1:8080"
 INFERENCE = "http://127.0.0.1:8081"
 ALLOCATOR = "http://127.0.0.1:8082"
+SERVICE_URLS = {"inference-server": INFERENCE, "allocator": ALLOCATOR, "control-service": CONTROL}
 # Synthetic VMs per trace day at the generator's defaults (about 10,900): days enough for the run.
 VMS_PER_DAY = 10000
 SAMPLE_S = 10.0
@@ -175,19 +178,34 @@ def pids():
 
 
 def process_sample(pid):
-    """RSS (KiB), open descriptors and CPU seconds of a process, from /proc."""
+    """RSS (KiB) with its anonymous (heap) and file-backed (mapped files, the binary) parts, open
+    descriptors and CPU seconds of a process, from /proc."""
     with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        status = {line.split(":")[0]: line.split()[1] for line in f if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))}
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return rss, fds, cpu_s
+    return int(status["VmRSS"]), int(status.get("RssAnon", 0)), int(status.get("RssFile", 0)), fds, cpu_s
 
 
 def store_bytes():
     return sum(os.path.getsize(os.path.join(STACK_DIR, name)) for name in os.listdir(STACK_DIR)
                if name.startswith("allocator.db"))
+
+
+def heap_sample(url):
+    """(bytes of the C heap in use, bytes it keeps free) from a service's /metrics
+    (service-common's heap gauges), or (None, None) if it did not answer."""
+    found = {}
+    try:
+        for line in get(f"{url}/metrics").decode().splitlines():
+            if line.startswith(("process_heap_in_use_bytes ", "process_heap_free_bytes ")):
+                name, value = line.split()
+                found[name] = int(float(value))
+    except OSError:
+        pass
+    return found.get("process_heap_in_use_bytes"), found.get("process_heap_free_bytes")
 
 
 def repredictions():
@@ -219,7 +237,9 @@ class Background:
         while not self.stop.is_set():
             row = {"elapsed_s": round(self.elapsed(), 1), "store_bytes": store_bytes()}
             for service, pid in self.pids.items():
-                row[f"{service}_rss_kib"], row[f"{service}_fds"], row[f"{service}_cpu_s"] = process_sample(pid)
+                (row[f"{service}_rss_kib"], row[f"{service}_rss_anon_kib"], row[f"{service}_rss_file_kib"],
+                 row[f"{service}_fds"], row[f"{service}_cpu_s"]) = process_sample(pid)
+                row[f"{service}_heap_in_use"], row[f"{service}_heap_free"] = heap_sample(SERVICE_URLS[service])
             try:
                 row["repredictions"] = repredictions()
             except OSError:
@@ -294,13 +314,23 @@ def flatness(points, judged_from_s, duration_s):
     return first, last, ratio
 
 
-def verdict_rows(samples, minutes_p99, judged_from_s, duration_s):
+def verdict_rows(samples, minutes_p99, judged_from_s, duration_s, population):
     rows = []
     for service in SERVICES:
         for key, unit, scale in (("rss_kib", "MiB", 1 / 1024), ("fds", "", 1)):
             points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples]
             rows.append((f"{service} {'RSS' if key == 'rss_kib' else 'descriptors'}", unit,
                          *flatness(points, judged_from_s, duration_s)))
+        # Where RSS went: the heap, or mapped files (the binary, a store's pages).
+        for key, part, scale in (("rss_anon_kib", "RSS, anonymous part", 1 / 1024),
+                                 ("rss_file_kib", "RSS, file-backed part", 1 / 1024),
+                                 ("heap_in_use", "heap in use by the program", 1 / 2**20),
+                                 ("heap_free", "heap free inside it (fragmentation)", 1 / 2**20)):
+            points = [(s["elapsed_s"], s[f"{service}_{key}"] * scale) for s in samples
+                      if s.get(f"{service}_{key}") is not None]
+            rows.append((f"{service} {part} (not judged)", "MiB", *flatness(points, judged_from_s, duration_s)))
+    # What the allocator's memory holds in proportion: a trace's running VMs are not constant.
+    rows.append(("running VMs (not judged: the trace's own)", "", *flatness(population, judged_from_s, duration_s)))
     rows.append(("POST /allocate p99 per minute (client)", "ms", *flatness(minutes_p99, judged_from_s, duration_s)))
     points = [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples]
     rows.append(("allocator store (not judged: grows until exits age out)", "MiB",
@@ -361,6 +391,9 @@ def report(out, args, rate, sustainable, summary, background):
     svg_plot(os.path.join(out, "soak.svg"), [
         ("RSS", "MiB", [(svc, [(s["elapsed_s"], s[f"{svc}_rss_kib"] / 1024) for s in samples]) for svc in SERVICES]),
         ("open file descriptors", "count", [(svc, [(s["elapsed_s"], s[f"{svc}_fds"]) for s in samples]) for svc in SERVICES]),
+        ("C heap in use by the program (a leak if it climbs)", "MiB",
+         [(svc, [(s["elapsed_s"], s[f"{svc}_heap_in_use"] / 2**20) for s in samples
+                 if s.get(f"{svc}_heap_in_use") is not None]) for svc in SERVICES]),
         ("allocator store (SQLite + WAL)", "MiB", [("store", [(s["elapsed_s"], s["store_bytes"] / 2**20) for s in samples])]),
         ("POST /allocate latency per minute (client)", "ms", [("p99", p99), ("p50", p50)]),
     ], duration_s, events)
@@ -385,20 +418,24 @@ def report(out, args, rate, sustainable, summary, background):
         "- CPU seconds over the run: " + ", ".join(f"{svc} {cpu[svc]:.0f}" for svc in SERVICES),
     ]
     lines += [f"- at {t / 60:.1f} min: {text}" for t, text in events]
-    lines += ["", "| what | unit | first 10 judged min (median) | last 10 min (median) | last / first | flat (within 10%; p99: at most 10% higher) |",
+    lines += ["", "| what | unit | first 10 judged min (median) | last 10 min (median) | last / first | flat (RSS within 10%; descriptors and p99 at most 10% higher) |",
               "|---|---|---:|---:|---:|---|"]
     judged_ok = True
-    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, judged_from_s, duration_s):
+    population = [(p["elapsed_s"], p["vms_alive"]) for p in summary["series"] if p.get("vms_alive") is not None]
+    for name, unit, lo, hi, ratio in verdict_rows(samples, p99, judged_from_s, duration_s, population):
         judged = "not judged" not in name
-        # Latency that falls is no drift to worry about; resources must stay level either way.
-        flat = ratio is not None and ((ratio - 1) if "p99" in name else abs(ratio - 1)) <= FLAT_TOLERANCE
+        # Latency that falls is no drift to worry about, and neither are descriptors that fall (they
+        # are mostly connections in flight, fewer when the machine is quieter: a leak only grows);
+        # memory must stay level either way.
+        one_sided = "p99" in name or "descriptors" in name
+        flat = ratio is not None and ((ratio - 1) if one_sided else abs(ratio - 1)) <= FLAT_TOLERANCE
         if judged and not flat:
             judged_ok = False
         fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
         lines.append(f"| {name} | {unit} | {fmt(lo)} | {fmt(hi)} | {fmt(ratio)} | "
                      f"{('yes' if flat else 'NO') if judged else '-'} |")
-    lines += ["", "| minute | requests/s | p50 ms | p99 ms | RSS MiB (inference, allocator, control) | fds | store MiB |",
-              "|---:|---:|---:|---:|---|---|---:|"]
+    lines += ["", "| minute | requests/s | p50 ms | p99 ms | RSS MiB (inference, allocator, control) | fds | store MiB | running VMs |",
+              "|---:|---:|---:|---:|---|---|---:|---:|"]
     by_minute = {}
     for t, lat in minutes:
         by_minute[int(round(t / 60))] = lat
@@ -408,7 +445,8 @@ def report(out, args, rate, sustainable, summary, background):
         rps = lat.get("count", 0) * 2 / 60
         lines.append(f"| {minute} | {rps:.0f} | {lat.get('p50_ms') or 0:.2f} | {lat.get('p99_ms') or 0:.2f} | "
                      + ", ".join(f"{s[f'{svc}_rss_kib'] / 1024:.1f}" for svc in SERVICES) + " | "
-                     + ", ".join(str(s[f"{svc}_fds"]) for svc in SERVICES) + f" | {s['store_bytes'] / 2**20:.1f} |")
+                     + ", ".join(str(s[f"{svc}_fds"]) for svc in SERVICES) + f" | {s['store_bytes'] / 2**20:.1f} | "
+                     + f"{min(population, key=lambda p: abs(p[0] - minute * 60), default=(0, 0))[1]} |")
     lines += ["", "verdict: " + ("flat" if judged_ok else "NOT flat"), ""]
     text = "\n".join(lines)
     with open(os.path.join(out, "soak.md"), "w", encoding="utf-8") as f:

@@ -80,7 +80,7 @@ where
     let admission = Arc::new(Semaphore::new(limits.max_concurrency));
     let (stop_sender, stop) = watch::channel(false);
     let reporter = tokio::spawn(refusals::report_every_second());
-    let trimmer = tokio::spawn(release_memory_after_bursts(Arc::clone(&permits), limits.max_connections));
+    let trimmer = tokio::spawn(give_freed_memory_back(Arc::clone(&permits), limits.max_connections));
     let mut shutdown = pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -120,22 +120,30 @@ where
 /// A burst that opened at least this many connections is worth giving memory back after.
 const TRIM_AFTER_CONNECTIONS: usize = 64;
 
-/// Gives freed memory back to the operating system once a burst of connections has gone: when at
-/// most half of the recent peak of open connections remain. Each connection's buffers and tasks
-/// are freed when it closes, but glibc keeps freed memory in its per-thread arenas, so without
-/// this the resident size ratchets up with every burst (docs/benchmarks.md, "Overload").
-async fn release_memory_after_bursts(permits: Arc<Semaphore>, max_connections: usize) {
+/// Freed memory is given back at least this often, burst or not.
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+
+/// Gives freed memory back to the operating system: once a burst of connections has gone (when at
+/// most half of the recent peak of open connections remain), and every [`TRIM_EVERY`]. glibc keeps
+/// freed memory in its per-thread arenas, so without this the resident size follows the highest
+/// working set the process ever had, not the one it has: it ratchets up with every burst of
+/// connections (docs/benchmarks.md, "Overload") and, in a soak, with every high of the running
+/// VMs an allocator holds and every model bundle swapped out (docs/benchmarks.md, "Soak").
+async fn give_freed_memory_back(permits: Arc<Semaphore>, max_connections: usize) {
     let mut peak = 0;
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut trimmed = tokio::time::Instant::now();
     loop {
         ticker.tick().await;
         let open = max_connections.saturating_sub(permits.available_permits());
         peak = peak.max(open);
-        if peak >= TRIM_AFTER_CONNECTIONS && open <= peak / 2 {
+        let burst_over = peak >= TRIM_AFTER_CONNECTIONS && open <= peak / 2;
+        if burst_over || trimmed.elapsed() >= TRIM_EVERY {
             // Walks every arena: off the async workers.
             let _ = tokio::task::spawn_blocking(release_free_memory).await;
             peak = open;
+            trimmed = tokio::time::Instant::now();
         }
     }
 }

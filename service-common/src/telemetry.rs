@@ -52,7 +52,54 @@ pub fn install_prometheus() -> Result<PrometheusHandle, String> {
         .clone()
 }
 
-/// The `/metrics` response.
+/// The `/metrics` response, with the heap's own accounting appended ([`heap_metrics`]).
 pub fn render_metrics(handle: &PrometheusHandle) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()).into_response()
+    let mut body = handle.render();
+    body.push_str(&heap_metrics());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+/// What the C heap holds, from glibc's `mallinfo2`: bytes in use by the program and bytes free
+/// inside the heap (some of them already given back to the system as whole free pages). Beside the resident size they tell a leak (in use grows) from fragmentation (free
+/// grows, in use flat), which the resident size alone cannot (docs/benchmarks.md, "Soak"). Empty
+/// where glibc is not the allocator.
+pub fn heap_metrics() -> String {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no pointer; it reads the allocator's statistics under its locks.
+        let info = unsafe { libc::mallinfo2() };
+        let in_use = info.uordblks + info.hblkhd;
+        let free = info.fordblks;
+        format!(
+            "# HELP process_heap_in_use_bytes Bytes of the C heap in use by the program (glibc mallinfo2).\n\
+             # TYPE process_heap_in_use_bytes gauge\n\
+             process_heap_in_use_bytes {in_use}\n\
+             # HELP process_heap_free_bytes Bytes free inside the C heap, some already given back as whole pages (glibc mallinfo2).\n\
+             # TYPE process_heap_free_bytes gauge\n\
+             process_heap_free_bytes {free}\n"
+        )
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gauge(text: &str, name: &str) -> Option<u64> {
+        text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn heap_in_use_counts_what_the_program_holds() {
+        let before = gauge(&heap_metrics(), "process_heap_in_use_bytes").expect("in-use gauge");
+        assert!(gauge(&heap_metrics(), "process_heap_free_bytes").is_some(), "free gauge");
+        let held = vec![1u8; 64 << 20];
+        let during = gauge(&heap_metrics(), "process_heap_in_use_bytes").expect("in-use gauge");
+        // Slack for what the other tests of this binary free meanwhile.
+        assert!(during >= before + (48 << 20), "{before} -> {during} while holding 64 MiB");
+        drop(std::hint::black_box(held));
+    }
 }

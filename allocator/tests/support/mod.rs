@@ -3,9 +3,11 @@
 #![allow(dead_code)]
 
 pub mod faults;
+mod listening;
 pub mod postgres;
 pub mod proxy;
 
+use listening::listens_on;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -85,7 +87,10 @@ pub async fn start_at(dir: &Path, store: &str, hosts: usize, extra: &str) -> Ser
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = client.get(server.url("/readyz")).send().await {
-                if r.status().is_success() {
+                // Another test's server may have taken the port in between (this one then fails to
+                // bind, after opening its store): only an answer from this child counts.
+                let ours = server.child.as_ref().is_some_and(|child| listens_on(child.id(), port));
+                if r.status().is_success() && ours {
                     return server;
                 }
             }

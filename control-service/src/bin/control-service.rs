@@ -152,7 +152,7 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
         Safeguard::new(config.safeguard.clone()),
         ResolverConfig {
             budget: Duration::from_millis(config.inference.timeout_ms),
-            time_step_s: config.cache.time_bucket_s,
+            key: config.cache.key_spec()?,
             interval_class: config.inference.interval_class,
         },
     );
@@ -187,6 +187,15 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
         every(Duration::from_millis(config.dashboard.history_interval_ms), move || {
             let sampling = Arc::clone(&sampling);
             async move { sampling.sample_timeline().await }
+        });
+    }
+    if config.cache.max_entries > 0 && !config.inference.servers.is_empty() {
+        // The rollout the cached answers are keyed on (the stable bundle and the canary's share).
+        let following = Arc::clone(&control);
+        let timeout = Duration::from_millis(config.inference.timeout_ms.max(1_000));
+        every(Duration::from_millis(config.cache.rollout_poll_ms), move || {
+            let following = Arc::clone(&following);
+            async move { following.follow_rollout(timeout).await }
         });
     }
     if watched {

@@ -3,6 +3,11 @@
 
 #![allow(dead_code)]
 
+// The allocator's test support has the same check (where CI met the race): one copy for both.
+#[path = "../../../allocator/tests/support/listening.rs"]
+mod listening;
+
+use listening::listens_on;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -111,9 +116,13 @@ async fn start_binary(binary: &Path, config: &Path, port: u16, what: &str) -> Pr
 async fn wait_ready(process: &mut Process, what: &str) {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
+    let port: u16 = process.base.rsplit(':').next().and_then(|port| port.parse().ok()).unwrap_or_default();
     loop {
         if let Ok(response) = client.get(process.url("/readyz")).send().await {
-            if response.status().is_success() {
+            // Another test's server may have taken the port in between (this one then fails to
+            // bind): only an answer from this child counts.
+            let ours = process.child.as_ref().is_some_and(|child| listens_on(child.id(), port));
+            if response.status().is_success() && ours {
                 return;
             }
         }
