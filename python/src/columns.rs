@@ -39,82 +39,106 @@ impl OutColumn {
         }
     }
 
-    /// An empty column of the same name and kind.
-    fn empty_like(&self) -> Self {
+    fn name(&self) -> &str {
         match self {
-            OutColumn::Float { name, .. } => OutColumn::float(name, Vec::new()),
-            OutColumn::Text { name, .. } => OutColumn::text(name),
+            OutColumn::Float { name, .. } | OutColumn::Text { name, .. } => name,
         }
     }
 
-    /// Appends the values of `other`, a column of the same kind.
-    fn append(&mut self, other: OutColumn) {
-        match (self, other) {
-            (OutColumn::Text { offsets, data, .. }, OutColumn::Text { offsets: more, data: more_data, .. }) => {
-                // Offsets are i64: a column of more than 2^63 bytes cannot be built in memory anyway.
-                let base = data.len() as i64;
-                offsets.extend(more.iter().skip(1).map(|o| o + base));
-                data.extend_from_slice(&more_data);
-            }
-            (OutColumn::Float { values, valid, .. }, OutColumn::Float { values: more, valid: more_valid, .. }) => {
-                let had = values.len();
-                values.extend(more);
-                match (valid, more_valid) {
-                    (Some(valid), Some(more_valid)) => valid.extend(more_valid),
-                    (Some(valid), None) => valid.resize(values.len(), true),
-                    (valid @ None, Some(more_valid)) => {
-                        let mut all = vec![true; had];
-                        all.extend(more_valid);
-                        *valid = Some(all);
-                    }
-                    (None, None) => {}
-                }
-            }
-            // Columns of one trace are of one kind each: nothing else is ever appended.
-            _ => {}
-        }
-    }
-
-    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    fn rows(&self) -> usize {
         match self {
-            OutColumn::Float { name, values, valid } => {
-                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-                let bitmap = valid.map(|valid| {
-                    let mut bits = vec![0u8; valid.len().div_ceil(8)];
-                    for (i, _) in valid.iter().enumerate().filter(|(_, ok)| **ok) {
-                        bits[i / 8] |= 1 << (i % 8);
-                    }
-                    PyBytes::new(py, &bits)
-                });
-                PyTuple::new(
-                    py,
-                    [
-                        name.into_pyobject(py)?.into_any(),
-                        "f64".into_pyobject(py)?.into_any(),
-                        bitmap.into_pyobject(py)?.into_any(),
-                        PyBytes::new(py, &bytes).into_any(),
-                    ],
-                )
-            }
-            OutColumn::Text { name, offsets, data } => {
-                let offsets: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-                PyTuple::new(
-                    py,
-                    [
-                        name.into_pyobject(py)?.into_any(),
-                        "str".into_pyobject(py)?.into_any(),
-                        PyBytes::new(py, &offsets).into_any(),
-                        PyBytes::new(py, &data).into_any(),
-                    ],
-                )
-            }
+            OutColumn::Float { values, .. } => values.len(),
+            OutColumn::Text { offsets, .. } => offsets.len().saturating_sub(1),
         }
     }
 }
 
+/// One column made of `parts` (the same column of consecutive row ranges, in order), as the tuple
+/// Python reads: the parts are copied once, straight into the Python bytes objects.
+fn column_into_py<'py>(py: Python<'py>, parts: Vec<OutColumn>) -> PyResult<Bound<'py, PyTuple>> {
+    let rows: usize = parts.iter().map(OutColumn::rows).sum();
+    let name = parts.first().map_or("", OutColumn::name).into_pyobject(py)?.into_any();
+    if parts.iter().any(|part| matches!(part, OutColumn::Text { .. })) {
+        let data_len: usize =
+            parts.iter().map(|part| if let OutColumn::Text { data, .. } = part { data.len() } else { 0 }).sum();
+        let offsets = PyBytes::new_with(py, (rows + 1) * 8, |out| {
+            let mut out = out.chunks_exact_mut(8);
+            if let Some(first) = out.next() {
+                first.copy_from_slice(&0i64.to_le_bytes());
+            }
+            let mut base = 0i64;
+            for part in &parts {
+                if let OutColumn::Text { offsets, data, .. } = part {
+                    for (slot, offset) in (&mut out).zip(offsets.iter().skip(1)) {
+                        slot.copy_from_slice(&(offset + base).to_le_bytes());
+                    }
+                    // Offsets are i64: a column of more than 2^63 bytes cannot be built in memory anyway.
+                    base += data.len() as i64;
+                }
+            }
+            Ok(())
+        })?;
+        let data = PyBytes::new_with(py, data_len, |out| {
+            let mut at = 0;
+            for part in &parts {
+                if let OutColumn::Text { data, .. } = part {
+                    out[at..at + data.len()].copy_from_slice(data);
+                    at += data.len();
+                }
+            }
+            Ok(())
+        })?;
+        return PyTuple::new(py, [name, "str".into_pyobject(py)?.into_any(), offsets.into_any(), data.into_any()]);
+    }
+    let with_validity = parts.iter().any(|part| matches!(part, OutColumn::Float { valid: Some(_), .. }));
+    let bitmap = if with_validity {
+        PyBytes::new_with(py, rows.div_ceil(8), |bits| {
+            let mut row = 0;
+            for part in &parts {
+                if let OutColumn::Float { values, valid, .. } = part {
+                    for i in 0..values.len() {
+                        let ok = valid.as_ref().is_none_or(|valid| valid.get(i).copied().unwrap_or(true));
+                        bits[row / 8] |= u8::from(ok) << (row % 8);
+                        row += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?
+        .into_any()
+    } else {
+        py.None().into_bound(py)
+    };
+    let values = PyBytes::new_with(py, rows * 8, |out| {
+        let mut out = out.chunks_exact_mut(8);
+        for part in &parts {
+            if let OutColumn::Float { values, .. } = part {
+                for (slot, value) in (&mut out).zip(values) {
+                    slot.copy_from_slice(&value.to_le_bytes());
+                }
+            }
+        }
+        Ok(())
+    })?;
+    PyTuple::new(py, [name, "f64".into_pyobject(py)?.into_any(), bitmap, values.into_any()])
+}
+
 /// Columns as the list of tuples Python turns into a table.
 pub fn to_python<'py>(py: Python<'py>, columns: Vec<OutColumn>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-    columns.into_iter().map(|column| column.into_py(py)).collect()
+    columns.into_iter().map(|column| column_into_py(py, vec![column])).collect()
+}
+
+/// The columns of consecutive row ranges (each part the same columns, in the same order), joined
+/// as [`to_python`]'s: each value is copied once, into the Python bytes.
+pub fn parts_to_python<'py>(py: Python<'py>, parts: Vec<Vec<OutColumn>>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let width = parts.first().map_or(0, Vec::len);
+    let mut by_column: Vec<Vec<OutColumn>> = (0..width).map(|_| Vec::with_capacity(parts.len())).collect();
+    for part in parts {
+        for (column, values) in by_column.iter_mut().zip(part) {
+            column.push(values);
+        }
+    }
+    by_column.into_iter().map(|column| column_into_py(py, column)).collect()
 }
 
 /// The columns of a trace's records, in the project's CSV column order, extra columns after, built
@@ -174,21 +198,6 @@ impl RecordColumns {
         columns
     }
 
-    /// Appends the rows of `other` (columns of the same trace) after these.
-    pub fn append(&mut self, other: RecordColumns) {
-        if self.extra_names.is_none() {
-            self.extra_names = other.extra_names.clone();
-            self.extra = other.extra.iter().map(OutColumn::empty_like).collect();
-        }
-        for (column, more) in self.text.iter_mut().zip(other.text).chain(self.extra.iter_mut().zip(other.extra)) {
-            column.append(more);
-        }
-        for (column, more) in self.numbers.iter_mut().zip(other.numbers) {
-            column.extend(more);
-        }
-        self.end_valid.extend(other.end_valid);
-    }
-
     /// Records pushed so far.
     pub fn len(&self) -> usize {
         self.end_valid.len()
@@ -213,6 +222,18 @@ impl RecordColumns {
 }
 
 impl RowSink for RecordColumns {
+    fn reserve(&mut self, rows: usize, _bytes: usize) {
+        for column in self.text.iter_mut().chain(&mut self.extra) {
+            if let OutColumn::Text { offsets, .. } = column {
+                offsets.reserve(rows);
+            }
+        }
+        for column in &mut self.numbers {
+            column.reserve(rows);
+        }
+        self.end_valid.reserve(rows);
+    }
+
     /// A checked row of a CSV trace, straight into the columns: no record, no string of its own.
     fn push(&mut self, row: &CsvRow<'_>) {
         let [vm_id, tenant_id, vm_type, priority] = &mut self.text;

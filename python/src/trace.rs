@@ -79,8 +79,8 @@ pub fn read_records(path: &Path, machine: Option<MachineType>) -> Result<Vec<VmR
 
 /// The columns of a CSV trace (`.csv` or `.csv.gz`), its rows parsed on every core while this
 /// thread reads and decompresses the file (`traces::csv_chunks`: the checks and errors of the
-/// sequential reader); `None` for another kind of trace.
-fn read_csv_columns(path: &Path) -> Result<Option<RecordColumns>, Raised> {
+/// sequential reader), one part per block of the file, in order; `None` for another kind of trace.
+fn read_csv_columns(path: &Path) -> Result<Option<Vec<RecordColumns>>, Raised> {
     let source = TraceSource::from_path(path, None).map_err(|e| Raised::from(&e))?;
     let TraceSource::Csv(file) = &source else { return Ok(None) };
     let io_error = |e| Raised::from(&TraceError::Io { path: file.clone(), source: e });
@@ -93,11 +93,10 @@ fn read_csv_columns(path: &Path) -> Result<Option<RecordColumns>, Raised> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let parsed =
         read_parallel(input, threads, |names| RecordColumns::with_extra_names(names)).map_err(|e| Raised::from(&e))?;
-    let mut columns = RecordColumns::with_extra_names(&parsed.extra_names);
-    for part in parsed.parts {
-        columns.append(part);
+    if parsed.parts.is_empty() {
+        return Ok(Some(vec![RecordColumns::with_extra_names(&parsed.extra_names)]));
     }
-    Ok(Some(columns))
+    Ok(Some(parsed.parts))
 }
 
 /// Reads a trace file (`.csv`, `.csv.gz`, or an Azure `.sqlite`/`.db` with `machine`) into columns;
@@ -110,15 +109,16 @@ fn read_trace<'py>(
     machine: Option<(i64, f64, f64)>,
 ) -> PyResult<(usize, Vec<Bound<'py, PyTuple>>, u64)> {
     let machine = self::machine(machine)?;
-    let (rows, columns, skipped) = py.detach(|| {
-        if let Some(columns) = read_csv_columns(&path)? {
-            return Ok::<_, Raised>((columns.len(), columns.finish(), 0));
+    let (rows, parts, skipped) = py.detach(|| {
+        if let Some(parts) = read_csv_columns(&path)? {
+            let rows = parts.iter().map(RecordColumns::len).sum();
+            return Ok::<_, Raised>((rows, parts.into_iter().map(RecordColumns::finish).collect(), 0));
         }
         let mut columns = RecordColumns::new();
         let skipped = for_each_record(&path, machine, |record| columns.push(&record))?;
-        Ok::<_, Raised>((columns.len(), columns.finish(), skipped))
+        Ok::<_, Raised>((columns.len(), vec![columns.finish()], skipped))
     })?;
-    Ok((rows, columns::to_python(py, columns)?, skipped))
+    Ok((rows, columns::parts_to_python(py, parts)?, skipped))
 }
 
 /// Writes a frame's columns as the project's CSV (`.gz` compresses); returns the rows written.

@@ -79,24 +79,51 @@ impl CsvLayout {
 
     /// The checked fields of the data row `row`, which starts on line `line` of the file.
     pub(crate) fn row<'a>(&'a self, row: &'a csv::ByteRecord, line: u64) -> Result<CsvRow<'a>, TraceError> {
-        let field = |column: usize| -> Result<&'a str, TraceError> {
-            let bytes = row.get(self.required[column]).unwrap_or_default();
-            std::str::from_utf8(bytes).map_err(|_| bad(line, column, &String::from_utf8_lossy(bytes), "is not UTF-8"))
+        self.check(Fields::Record(row), line)
+    }
+
+    /// The checked fields of a data row read off its text by [`crate::csv_chunks`]: `text` holds
+    /// the row's [`CsvLayout::width`] fields, field `i` ending at `ends[i]` (the next starts one
+    /// byte, the comma, later). The same checks and errors as [`CsvLayout::row`] on the record the
+    /// `csv` crate reads off the same unquoted line.
+    pub(crate) fn text_row<'a>(
+        &'a self,
+        text: &'a str,
+        ends: &'a [usize],
+        line: u64,
+    ) -> Result<CsvRow<'a>, TraceError> {
+        self.check(Fields::Text { text, ends }, line)
+    }
+
+    fn check<'a>(&'a self, fields: Fields<'a>, line: u64) -> Result<CsvRow<'a>, TraceError> {
+        self.check_fields(fields).map_err(|bad| bad.at(line))
+    }
+
+    /// The checks of [`CsvLayout::row`], with a small error (a row is checked on the hot path of
+    /// reading a trace; the error with its line is made only for a bad row).
+    #[inline]
+    fn check_fields<'a>(&'a self, fields: Fields<'a>) -> Result<CsvRow<'a>, Bad<'a>> {
+        let field = |column: usize| -> Result<&'a str, Bad<'a>> {
+            fields.text(self.required[column]).map_err(|bytes| Bad {
+                column,
+                value: bytes,
+                message: "is not UTF-8".into(),
+            })
         };
-        let number = |column: usize| -> Result<f64, TraceError> {
+        let number = |column: usize| -> Result<f64, Bad<'a>> {
             let text = field(column)?;
-            match text.trim().parse::<f64>() {
+            match parse_f64(trim(text)) {
                 Ok(v) if v.is_finite() => Ok(v),
-                Ok(_) => Err(bad(line, column, text, "must be a finite number")),
-                Err(_) => Err(bad(line, column, text, "is not a number")),
+                Ok(_) => Err(Bad::text(column, text, "must be a finite number")),
+                Err(_) => Err(Bad::text(column, text, "is not a number")),
             }
         };
-        let positive = |column: usize| -> Result<f64, TraceError> {
+        let positive = |column: usize| -> Result<f64, Bad<'a>> {
             let value = number(column)?;
             if value > 0.0 {
                 Ok(value)
             } else {
-                Err(bad(line, column, field(column)?, "must be greater than 0"))
+                Err(Bad::text(column, field(column)?, "must be greater than 0"))
             }
         };
 
@@ -104,21 +131,24 @@ impl CsvLayout {
         // whichever reader reads it.
         let vm_id = field(VM_ID)?;
         if vm_id.is_empty() {
-            return Err(bad(line, VM_ID, vm_id, "must not be empty"));
+            return Err(Bad::text(VM_ID, vm_id, "must not be empty"));
         }
         let cores = positive(CORES)?;
         let memory_gib = positive(MEMORY_GIB)?;
         let priority = match field(PRIORITY)? {
             "" => Priority::Regular,
-            text => text.parse().map_err(|message: String| bad(line, PRIORITY, text, &message))?,
+            "regular" => Priority::Regular,
+            "low" => Priority::Low,
+            text => text.parse().map_err(|message: String| Bad::text(PRIORITY, text, message))?,
         };
         let start_s = number(START_S)?;
-        let end_s = if field(END_S)?.trim().is_empty() {
+        let end_text = field(END_S)?;
+        let end_s = if trim(end_text).is_empty() {
             None
         } else {
             let end = number(END_S)?;
             if end < start_s {
-                return Err(bad(line, END_S, field(END_S)?, "must not be before start_s"));
+                return Err(Bad::text(END_S, end_text, "must not be before start_s"));
             }
             Some(end)
         };
@@ -131,9 +161,114 @@ impl CsvLayout {
             priority,
             start_s,
             end_s,
-            row,
+            fields,
             extra_positions: &self.extra_positions,
         })
+    }
+}
+
+/// A bad field of a row: its column (of [`REQUIRED_COLUMNS`]), its bytes and what is wrong.
+struct Bad<'a> {
+    column: usize,
+    value: &'a [u8],
+    message: Cow<'static, str>,
+}
+
+impl<'a> Bad<'a> {
+    fn text(column: usize, value: &'a str, message: impl Into<Cow<'static, str>>) -> Self {
+        Bad { column, value: value.as_bytes(), message: message.into() }
+    }
+
+    /// The error, for the row on line `line`.
+    #[cold]
+    fn at(self, line: u64) -> TraceError {
+        bad(line, self.column, &String::from_utf8_lossy(self.value), &self.message)
+    }
+}
+
+/// `text.trim()`, without looking for Unicode white space when `text` starts and ends with a
+/// printable ASCII character (as numbers do).
+#[inline]
+fn trim(text: &str) -> &str {
+    match (text.as_bytes().first(), text.as_bytes().last()) {
+        (Some(first), Some(last)) if first.is_ascii_graphic() && last.is_ascii_graphic() => text,
+        _ => text.trim(),
+    }
+}
+
+/// Powers of ten that are exact in an `f64`.
+const EXACT_POWERS_OF_TEN: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+/// `text.parse::<f64>()`, bit for bit. A plain decimal (an optional `-`, digits with at most one
+/// `.`) of at most 2^53 without its point and at most 22 digits after it is the quotient of two
+/// exact `f64`s, and IEEE division rounds it correctly, as the standard parser does (Clinger's
+/// fast path); anything else goes to the standard parser.
+#[inline]
+fn parse_f64(text: &str) -> Result<f64, std::num::ParseFloatError> {
+    let bytes = text.as_bytes();
+    let (negative, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    let mut mantissa: u64 = 0;
+    let mut seen_digits = 0usize;
+    let mut point: Option<usize> = None;
+    for (i, &b) in digits.iter().enumerate() {
+        match b {
+            b'0'..=b'9' if seen_digits < 19 => {
+                mantissa = mantissa * 10 + u64::from(b - b'0');
+                seen_digits += 1;
+            }
+            b'.' if point.is_none() => point = Some(i),
+            _ => return text.parse(),
+        }
+    }
+    let decimals = point.map_or(0, |point| digits.len() - point - 1);
+    if seen_digits == 0 || mantissa > 1 << 53 || decimals >= EXACT_POWERS_OF_TEN.len() {
+        return text.parse();
+    }
+    let value = mantissa as f64 / EXACT_POWERS_OF_TEN[decimals];
+    Ok(if negative { -value } else { value })
+}
+
+/// The fields of one data row, as either reader reads them.
+#[derive(Clone, Copy, Debug)]
+enum Fields<'a> {
+    /// A record of the `csv` crate: bytes, checked for UTF-8 field by field.
+    Record(&'a csv::ByteRecord),
+    /// An unquoted line already known to be UTF-8, and where each of its fields ends.
+    Text { text: &'a str, ends: &'a [usize] },
+}
+
+impl<'a> Fields<'a> {
+    /// Field `i` as text (empty past the last field), or its bytes when they are not UTF-8.
+    #[inline]
+    fn text(self, i: usize) -> Result<&'a str, &'a [u8]> {
+        match self {
+            Fields::Record(row) => {
+                let bytes = row.get(i).unwrap_or_default();
+                std::str::from_utf8(bytes).map_err(|_| bytes)
+            }
+            Fields::Text { text, ends } => {
+                let start = match i.checked_sub(1) {
+                    Some(previous) => ends.get(previous).map_or(text.len(), |end| end + 1),
+                    None => 0,
+                };
+                let end = ends.get(i).copied().unwrap_or(start);
+                Ok(text.get(start..end).unwrap_or_default())
+            }
+        }
+    }
+
+    /// Field `i` as text, bytes that are not UTF-8 read as U+FFFD.
+    fn lossy(self, i: usize) -> Cow<'a, str> {
+        match self.text(i) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(bytes) => String::from_utf8_lossy(bytes),
+        }
     }
 }
 
@@ -148,7 +283,7 @@ pub struct CsvRow<'a> {
     pub priority: Priority,
     pub start_s: f64,
     pub end_s: Option<f64>,
-    row: &'a csv::ByteRecord,
+    fields: Fields<'a>,
     extra_positions: &'a [usize],
 }
 
@@ -156,8 +291,8 @@ impl<'a> CsvRow<'a> {
     /// The extra columns' values in the layout's order ([`CsvLayout::extra_names`]); bytes that are
     /// not UTF-8 read as U+FFFD, as in [`VmRecord::extra`].
     pub fn extra(&self) -> impl Iterator<Item = Cow<'a, str>> + 'a {
-        let row = self.row;
-        self.extra_positions.iter().map(move |&i| String::from_utf8_lossy(row.get(i).unwrap_or_default()))
+        let fields = self.fields;
+        self.extra_positions.iter().map(move |&i| fields.lossy(i))
     }
 
     /// The row as an owned record.
@@ -274,7 +409,7 @@ impl CsvTraceWriter {
         let path = path.as_ref();
         let file = BufWriter::with_capacity(1 << 16, File::create(path).map_err(|e| TraceError::io(path, e))?);
         let output = if is_gzip(path) {
-            Sink::Gzip(GzEncoder::new(file, flate2::Compression::default()))
+            Sink::Gzip(Box::new(GzEncoder::new(file, flate2::Compression::default())))
         } else {
             Sink::Plain(file)
         };
@@ -334,7 +469,8 @@ fn write_error(path: &Path, err: csv::Error) -> TraceError {
 /// errors of the last flush and of the gzip trailer.
 enum Sink {
     Plain(BufWriter<File>),
-    Gzip(GzEncoder<BufWriter<File>>),
+    /// Boxed: the encoder's state is large next to the other variants.
+    Gzip(Box<GzEncoder<BufWriter<File>>>),
     /// Any output ([`CsvTraceWriter::to_writer`]), uncompressed.
     Stream(Box<dyn Write + Send>),
 }
@@ -363,6 +499,92 @@ impl Write for Sink {
             Sink::Plain(w) => w.flush(),
             Sink::Gzip(w) => w.flush(),
             Sink::Stream(w) => w.flush(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn same_as_std(text: &str) {
+        let ours = parse_f64(text).map(f64::to_bits).map_err(|e| e.to_string());
+        let std = text.parse::<f64>().map(f64::to_bits).map_err(|e| e.to_string());
+        assert_eq!(ours, std, "{text:?}");
+    }
+
+    #[test]
+    fn numbers_parse_as_the_standard_parser_parses_them() {
+        for text in [
+            "0",
+            "-0",
+            "0.0",
+            "-0.0",
+            "1",
+            "1.75",
+            "2099702.785",
+            "2106751.944",
+            "5.",
+            ".5",
+            "-.5",
+            "-5.",
+            ".",
+            "-",
+            "",
+            "+5",
+            "1e5",
+            "1E-3",
+            "inf",
+            "-inf",
+            "NaN",
+            "1.2.3",
+            "1,5",
+            " 1",
+            "1 ",
+            "--1",
+            "0.1",
+            "0.3",
+            "123456789012345678",
+            "9007199254740992",
+            "9007199254740993",
+            "9007199254740993.5",
+            "0.0000000000000000000001",
+            "0.00000000000000000000001",
+            "1234567890123456789",
+            "12345678901234567890",
+            "00000000000000000000001",
+            "1.7976931348623157",
+            "4.9406564584124654",
+            "99999999999999999999.9",
+            "١",
+        ] {
+            same_as_std(text);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decimals_parse_as_the_standard_parser_parses_them(
+            negative in any::<bool>(),
+            whole in "[0-9]{0,20}",
+            fraction in proptest::option::of("[0-9]{0,25}"),
+        ) {
+            let text = format!("{}{whole}{}", if negative { "-" } else { "" }, fraction.map(|f| format!(".{f}")).unwrap_or_default());
+            same_as_std(&text);
+        }
+
+        #[test]
+        fn printed_numbers_parse_back_as_the_standard_parser_parses_them(value in any::<f64>()) {
+            same_as_std(&value.to_string());
+            same_as_std(&format!("{value:.3}"));
+        }
+    }
+
+    #[test]
+    fn trimming_is_str_trim() {
+        for text in ["", " ", "1", " 1", "1 ", "\t1\n", "\u{a0}1", "1\u{a0}", "\u{b}1", "a b", "\u{3000}"] {
+            assert_eq!(trim(text), text.trim(), "{text:?}");
         }
     }
 }
