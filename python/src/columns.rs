@@ -69,7 +69,7 @@ fn column_into_py<'py>(py: Python<'py>, parts: Vec<OutColumn>) -> PyResult<Bound
             let mut base = 0i64;
             for part in &parts {
                 if let OutColumn::Text { offsets, data, .. } = part {
-                    for (slot, offset) in (&mut out).zip(offsets.iter().skip(1)) {
+                    for (offset, slot) in offsets.iter().skip(1).zip(&mut out) {
                         slot.copy_from_slice(&(offset + base).to_le_bytes());
                     }
                     // Offsets are i64: a column of more than 2^63 bytes cannot be built in memory anyway.
@@ -113,7 +113,7 @@ fn column_into_py<'py>(py: Python<'py>, parts: Vec<OutColumn>) -> PyResult<Bound
         let mut out = out.chunks_exact_mut(8);
         for part in &parts {
             if let OutColumn::Float { values, .. } = part {
-                for (slot, value) in (&mut out).zip(values) {
+                for (value, slot) in values.iter().zip(&mut out) {
                     slot.copy_from_slice(&value.to_le_bytes());
                 }
             }

@@ -3,6 +3,7 @@ and bad input raised as the package's exceptions."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 
@@ -23,6 +24,22 @@ def test_generate_write_read_round_trip(small_trace: pd.DataFrame, tmp_path) -> 
     assert traces.write(small_trace, path) == len(small_trace)
     back = traces.read(path)
     pd.testing.assert_frame_equal(back, small_trace)
+
+
+def test_a_trace_of_many_blocks_reads_back_whole(tmp_path) -> None:
+    # Several MiB of text: the reader parses it in blocks of 1 MiB on several threads and joins
+    # their columns; LF and CRLF line endings read the same.
+    trace = traces.generate(seed=3, days=4.0, warmup_days=1.0)
+    path = tmp_path / "big.csv.gz"
+    traces.write(trace, path)
+    back = traces.read(path)
+    assert len(back) > 40_000
+    pd.testing.assert_frame_equal(back, trace)
+    crlf = tmp_path / "big-crlf.csv"
+    with gzip.open(path, "rb") as text:
+        crlf.write_bytes(text.read().replace(b"\n", b"\r\n"))
+    pd.testing.assert_frame_equal(traces.read(crlf), trace)
+    pd.testing.assert_frame_equal(traces.read_arrow(crlf).to_pandas(), trace)
 
 
 def test_read_arrow_types(small_trace: pd.DataFrame, tmp_path) -> None:
