@@ -36,6 +36,12 @@
 //! independent chains of dependent loads overlap. Summation order is LightGBM's (tree order per
 //! class), so raw scores are bit-identical to LightGBM's.
 //!
+//! Many rows at a time ([`TreeEnsemble::predict_rows`], numerical splits only): a second layout in
+//! which every leaf is a node leading to itself. A block of rows is read once into a
+//! feature-major buffer (zero band already `0.0`), then each tree is walked by eight rows in
+//! lockstep, step after step without a branch per row, until all eight stand on leaves (at most
+//! the tree's depth): the same decisions and the same sums in the same order as row by row.
+//!
 //! Rows shorter than [`TreeEnsemble::num_features`] are accepted: the missing trailing features are
 //! read as NaN (missing). Extra trailing values are ignored. Note that LightGBM's C API, when told to
 //! skip its shape check, would read absent features as `0.0` instead.
@@ -56,8 +62,8 @@ const LANES: usize = 4;
 /// Rows walked in lockstep through one tree by [`TreeEnsemble::predict_rows`].
 pub const ROW_LANES: usize = 8;
 
-/// Rows [`TreeEnsemble::predict_rows`] walks each tree for before the next tree: their sums stay
-/// in registers or the first-level cache, and so does the tree.
+/// Rows [`TreeEnsemble::predict_rows`] walks each tree for before the next tree: their values and
+/// sums stay in the first-level cache, and so does the tree.
 const BLOCK_ROWS: usize = 64;
 
 /// Longest excerpt of offending model text quoted in an error message.
@@ -225,6 +231,126 @@ pub struct TreeEnsemble {
     /// Per feature, the values its numerical splits compare with (for
     /// [`TreeEnsemble::constant_range`]).
     splits: Vec<FeatureSplits>,
+    /// The trees laid out for [`TreeEnsemble::predict_rows`]; `None` when a split is categorical
+    /// (rows are then predicted one at a time).
+    batch: Option<Batch>,
+}
+
+/// The ensemble for many rows at a time: every leaf is a node that leads to itself (its value in
+/// `threshold`), so a walk of a tree's depth in steps ends on the row's leaf whatever its path, and
+/// rows walk a tree in lockstep without a branch on whether each has arrived.
+#[derive(Debug, Clone)]
+struct Batch {
+    /// Internal nodes (the indices of [`TreeEnsemble::nodes`]), then one node per leaf (leaf `i`
+    /// at `leaf_base + i`).
+    nodes: Vec<BatchNode>,
+    /// Per tree, in model order: its root and the number of steps to its deepest leaf.
+    trees: Vec<(u32, u32)>,
+    /// The first leaf node: every node before it is a split.
+    leaf_base: u32,
+}
+
+/// A numerical split, or a leaf, of [`Batch`] (24 bytes).
+#[derive(Debug, Clone, Copy)]
+struct BatchNode {
+    /// The split's threshold; a leaf's value.
+    threshold: f64,
+    /// Right child, then left child (a leaf: itself twice).
+    children: [u32; 2],
+    feature: u32,
+    /// [`FLAG_MISSING_LEFT`] and [`FLAG_ZERO_IS_MISSING`] of the split.
+    flags: u8,
+}
+
+impl BatchNode {
+    /// The child for `v`, the node's feature value already read as the evaluator reads it (the
+    /// zero band is `0.0`): [`Node::goes_left`] for a numerical split, without a branch.
+    #[inline(always)]
+    fn next(&self, v: f64) -> u32 {
+        let missing = v.is_nan() | ((v == 0.0) & (self.flags & FLAG_ZERO_IS_MISSING != 0));
+        let left = (missing & (self.flags & FLAG_MISSING_LEFT != 0)) | (!missing & (v <= self.threshold));
+        self.children[usize::from(left)]
+    }
+}
+
+impl Batch {
+    /// The batch layout of `nodes`, `leaf_values` and `roots`; `None` if a split is categorical.
+    fn new(nodes: &[Node], leaf_values: &[f64], roots: &[i32]) -> Option<Batch> {
+        if nodes.iter().any(|node| node.flags & FLAG_CATEGORICAL != 0) {
+            return None;
+        }
+        let leaf_base = nodes.len();
+        // The builder keeps every index below i32::MAX.
+        let index = |child: i32| if child >= 0 { child as u32 } else { (leaf_base + !child as usize) as u32 };
+        let mut batch: Vec<BatchNode> = nodes
+            .iter()
+            .map(|node| BatchNode {
+                threshold: node.threshold,
+                children: node.children.map(index),
+                feature: node.feature,
+                flags: node.flags,
+            })
+            .collect();
+        batch.extend(leaf_values.iter().enumerate().map(|(i, &value)| {
+            let this = (leaf_base + i) as u32;
+            BatchNode { threshold: value, children: [this, this], feature: 0, flags: 0 }
+        }));
+        let trees = roots
+            .iter()
+            .map(|&root| {
+                // Depth of the deepest leaf: the builder checked that every node is reached once.
+                let mut depth = 0;
+                let mut stack = vec![(root, 0u32)];
+                while let Some((node, d)) = stack.pop() {
+                    if node < 0 {
+                        depth = depth.max(d);
+                    } else {
+                        for child in nodes[node as usize].children {
+                            stack.push((child, d + 1));
+                        }
+                    }
+                }
+                (index(root), depth)
+            })
+            .collect();
+        Some(Batch { nodes: batch, trees, leaf_base: leaf_base as u32 })
+    }
+
+    /// Adds each tree's leaf for each of the first `rows` rows of `block` to the row's sum in
+    /// `sums`, trees in model order. `block` is feature-major, [`BLOCK_ROWS`] values a feature (row
+    /// `r`'s feature `f` at `f * BLOCK_ROWS + r`), read as the evaluator reads them: one base
+    /// address serves every lane.
+    fn add_trees(&self, block: &[f64], sums: &mut [f64]) {
+        let rows = sums.len();
+        let groups = rows / ROW_LANES;
+        for &(root, depth) in &self.trees {
+            for (group, sums) in sums.chunks_exact_mut(ROW_LANES).enumerate() {
+                let first = group * ROW_LANES;
+                let mut node = [root; ROW_LANES];
+                for _ in 0..depth {
+                    for (lane, n) in node.iter_mut().enumerate() {
+                        let split = &self.nodes[*n as usize];
+                        *n = split.next(block[split.feature as usize * BLOCK_ROWS + first + lane]);
+                    }
+                    // Every lane on a leaf (leaves come after all splits): the rest would stay.
+                    if node.iter().fold(u32::MAX, |min, &n| min.min(n)) >= self.leaf_base {
+                        break;
+                    }
+                }
+                for (sum, n) in sums.iter_mut().zip(node) {
+                    *sum += self.nodes[n as usize].threshold;
+                }
+            }
+            for (row, sum) in sums.iter_mut().enumerate().skip(groups * ROW_LANES) {
+                let mut n = root;
+                for _ in 0..depth {
+                    let split = &self.nodes[n as usize];
+                    n = split.next(block[split.feature as usize * BLOCK_ROWS + row]);
+                }
+                *sum += self.nodes[n as usize].threshold;
+            }
+        }
+    }
 }
 
 /// Where the numerical splits of one feature cut its values, over all trees.
@@ -430,8 +556,10 @@ impl TreeEnsemble {
         }
 
         let splits = feature_splits(&builder.nodes, num_features);
+        let batch = Batch::new(&builder.nodes, &builder.leaf_values, &builder.roots);
         Ok(TreeEnsemble {
             splits,
+            batch,
             nodes: builder.nodes,
             leaf_values: builder.leaf_values,
             cat_ranges: builder.cat_ranges,
@@ -465,6 +593,9 @@ impl TreeEnsemble {
     pub fn truncated(&self, trees: usize) -> TreeEnsemble {
         let mut cut = self.clone();
         cut.roots.truncate(trees);
+        if let Some(batch) = &mut cut.batch {
+            batch.trees.truncate(trees);
+        }
         cut.num_iterations = cut.roots.len() / cut.num_outputs.max(1);
         cut
     }
@@ -566,10 +697,15 @@ impl TreeEnsemble {
 
     /// Predictions of a single-output model for many rows, `rows` row-major with `width` values a
     /// row, into `out` (one per row): the same numbers, bit for bit, as [`TreeEnsemble::predict`]
-    /// row by row (each row's trees are summed in model order). The rows are taken a block at a
-    /// time and each tree is walked for the whole block, [`ROW_LANES`] rows in lockstep: the tree's
-    /// nodes stay in the first-level cache, and the rows' walks overlap like the trees' do in
-    /// [`TreeEnsemble::predict`]. One thread: a caller with many rows shares them out itself.
+    /// row by row (each row's trees are summed in model order, every split decided as there).
+    ///
+    /// The rows are taken a block at a time: their values are read once as the evaluator reads
+    /// them (the zero band as `0.0`, features past `width` as NaN) into a block of the model's
+    /// width, then each tree is walked for the whole block, [`ROW_LANES`] rows in lockstep for the
+    /// tree's depth (leaves lead to themselves): the tree's nodes stay in the first-level cache,
+    /// the rows' walks overlap and no branch depends on the data. An ensemble with a categorical
+    /// split predicts the rows one at a time. One thread: a caller with many rows shares them out
+    /// itself.
     ///
     /// # Panics
     ///
@@ -577,20 +713,25 @@ impl TreeEnsemble {
     pub fn predict_rows(&self, rows: &[f64], width: usize, out: &mut [f64]) {
         assert_eq!(self.num_outputs, 1, "predict_rows() is for single-output models");
         assert!(width > 0 && rows.len() == width * out.len(), "`rows` must hold `width` values for each output");
-        for (block, sums) in rows.chunks(width * BLOCK_ROWS).zip(out.chunks_mut(BLOCK_ROWS)) {
-            sums.fill(0.0);
-            for &root in &self.roots {
-                let mut lanes = block.chunks_exact(width * ROW_LANES).zip(sums.chunks_exact_mut(ROW_LANES));
-                for (group, sums) in &mut lanes {
-                    for (sum, value) in sums.iter_mut().zip(self.eval_row_lanes(root, group, width)) {
-                        *sum += value;
-                    }
-                }
-                let done = block.len() / (width * ROW_LANES) * ROW_LANES;
-                for (row, sum) in block[done * width..].chunks_exact(width).zip(&mut sums[done..]) {
-                    *sum += self.eval_tree(root, row);
+        let Some(batch) = &self.batch else {
+            for (row, out) in rows.chunks_exact(width).zip(out.iter_mut()) {
+                *out = self.predict(row);
+            }
+            return;
+        };
+        // At least one value a row: a leaf reads feature 0 (and goes to itself whatever it is).
+        // Features past `width` stay NaN (missing) in every row.
+        let features = self.num_features.max(1);
+        let mut block = vec![f64::NAN; features * BLOCK_ROWS];
+        for (rows, sums) in rows.chunks(width * BLOCK_ROWS).zip(out.chunks_mut(BLOCK_ROWS)) {
+            for (r, row) in rows.chunks_exact(width).enumerate() {
+                for (f, &raw) in row.iter().take(features).enumerate() {
+                    // The C API stores only |v| > kZeroThreshold (or NaN) in its dense buffer.
+                    block[f * BLOCK_ROWS + r] = if raw.abs() <= K_ZERO_THRESHOLD { 0.0 } else { raw };
                 }
             }
+            sums.fill(0.0);
+            batch.add_trees(&block, sums);
             for sum in sums.iter_mut() {
                 if self.average_output {
                     *sum /= self.num_iterations as f64;
@@ -735,27 +876,6 @@ impl TreeEnsemble {
             let mut active = false;
             for n in node.iter_mut() {
                 if *n >= 0 {
-                    *n = self.nodes[*n as usize].next(row, &self.cat_ranges, &self.cat_bits);
-                    active = true;
-                }
-            }
-            if !active {
-                break;
-            }
-        }
-        node.map(|leaf| self.leaf_values[!leaf as usize])
-    }
-
-    /// Leaf values of one tree for [`ROW_LANES`] rows (`rows`, `width` values each), walked in
-    /// lockstep.
-    #[inline(always)]
-    fn eval_row_lanes(&self, root: i32, rows: &[f64], width: usize) -> [f64; ROW_LANES] {
-        let mut node = [root; ROW_LANES];
-        loop {
-            let mut active = false;
-            for (lane, n) in node.iter_mut().enumerate() {
-                if *n >= 0 {
-                    let row = &rows[lane * width..(lane + 1) * width];
                     *n = self.nodes[*n as usize].next(row, &self.cat_ranges, &self.cat_bits);
                     active = true;
                 }
@@ -1463,6 +1583,84 @@ pandas_categorical:null
                 }
             }
         }
+    }
+
+    /// A model of `trees` random numerical trees on `features` features (every missing type, both
+    /// default sides, thresholds at and around zero and LightGBM's zero threshold), in LightGBM's
+    /// text format.
+    fn random_numerical_model(rng: &mut ChaCha8Rng, trees: usize, features: usize) -> String {
+        let thresholds =
+            [0.0, K_ZERO_THRESHOLD, -K_ZERO_THRESHOLD, 1.0000000180025095e-35, 0.5, -1.5, 1.0, 3.0, -0.5, 1e300];
+        let mut text = format!(
+            "tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\nlabel_index=0\nmax_feature_idx={}\nobjective=binary sigmoid:1\n\n",
+            features - 1
+        );
+        for tree in 0..trees {
+            let leaves = 1 + rng.random_range(0..40usize);
+            text.push_str(&format!("Tree={tree}\nnum_leaves={leaves}\nnum_cat=0\n"));
+            if leaves > 1 {
+                // Split a random leaf until there are `leaves`: node 0 starts with leaves 0 and 1;
+                // `slots` are where the leaves hang (node, on its left).
+                let (mut left, mut right) = (vec![!0i32], vec![!1i32]);
+                let mut slots = vec![(0usize, true), (0, false)];
+                for leaf in 2..leaves as i32 {
+                    let slot = rng.random_range(0..slots.len());
+                    let (node, on_left) = slots[slot];
+                    let new = left.len();
+                    let side = if on_left { &mut left } else { &mut right };
+                    let old = std::mem::replace(&mut side[node], new as i32);
+                    left.push(old);
+                    right.push(!leaf);
+                    slots[slot] = (new, true);
+                    slots.push((new, false));
+                }
+                let nodes = left.len();
+                let join = |values: Vec<String>| values.join(" ");
+                text.push_str(&format!(
+                    "split_feature={}\nthreshold={}\ndecision_type={}\nleft_child={}\nright_child={}\n",
+                    join((0..nodes).map(|_| rng.random_range(0..features).to_string()).collect()),
+                    join(
+                        (0..nodes)
+                            .map(|_| format!("{:?}", thresholds[rng.random_range(0..thresholds.len())]))
+                            .collect()
+                    ),
+                    join((0..nodes).map(|_| [0, 2, 4, 6, 8, 10][rng.random_range(0..6)].to_string()).collect()),
+                    join(left.iter().map(i32::to_string).collect()),
+                    join(right.iter().map(i32::to_string).collect()),
+                ));
+            }
+            let values: Vec<String> = (0..leaves).map(|_| format!("{:?}", rng.random_range(-1.0..1.0f64))).collect();
+            text.push_str(&format!("leaf_value={}\n\n", values.join(" ")));
+        }
+        text.push_str("end of trees\n");
+        text
+    }
+
+    #[test]
+    fn many_rows_predict_as_each_row_alone_through_the_batch_layout() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let values =
+            [f64::NAN, 0.0, -0.0, 1e-40, -1e-40, K_ZERO_THRESHOLD, 0.5, -1.5, -0.5, 1.0, 3.0, 2.5, f64::INFINITY];
+        for features in [1, 3, 6] {
+            let m = TreeEnsemble::from_lightgbm_text(&random_numerical_model(&mut rng, 30, features)).unwrap();
+            assert!(m.batch.is_some(), "a numerical model has the batch layout");
+            let cut = m.truncated(17);
+            // Rows narrower than the model (the rest missing), as wide, and wider.
+            for width in [features.saturating_sub(1).max(1), features, features + 2] {
+                for rows in [0, 1, 7, 8, 9, 63, 64, 65, 130] {
+                    let matrix: Vec<f64> =
+                        (0..rows * width).map(|_| values[rng.random_range(0..values.len())]).collect();
+                    for model in [&m, &cut] {
+                        let mut out = vec![f64::NAN; rows];
+                        model.predict_rows(&matrix, width, &mut out);
+                        for (row, got) in matrix.chunks_exact(width).zip(&out) {
+                            assert_eq!(got.to_bits(), model.predict(row).to_bits(), "{row:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(model().batch.is_none(), "a categorical split: rows one at a time");
     }
 
     #[test]
