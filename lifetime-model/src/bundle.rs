@@ -24,7 +24,7 @@
 
 use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
 use crate::gbdt::{ConstantRange, TreeEnsemble};
-use crate::history::{FeatureStore, Histories, Past};
+use crate::history::{FeatureStore, Histories, Past, PastHistories};
 use crate::report::EvaluationReport;
 use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
@@ -648,6 +648,14 @@ impl LifetimeModel {
             schema.history_window_s,
             schema.long_threshold_s,
         )
+    }
+
+    /// The past of `request` from its histories already looked up (`Histories::histories` of its
+    /// tenant and type), as of its request time: [`LifetimeModel::past`] without the look-ups, for
+    /// many requests of one tenant and type.
+    pub fn past_from(&self, histories: &PastHistories<'_>, request: &RequestFeatures) -> Past {
+        let schema = &self.manifest.schema;
+        histories.past(request.time_s, schema.history_window_s, schema.long_threshold_s)
     }
 
     /// The histories as of the end of the training data.

@@ -113,17 +113,39 @@ pub trait Histories {
         self.get(&HistoryKey::Job(job_id(tenant_id, vm_type)))
     }
 
+    /// The histories a VM of `tenant_id` and `vm_type` counts in, those [`HistoryKey::of`] names
+    /// (none for an empty tenant or type): looked up once, they give the past of every request of
+    /// the same tenant and type ([`PastHistories::past`]).
+    fn histories(&self, tenant_id: &str, vm_type: &str) -> PastHistories<'_> {
+        PastHistories {
+            tenant: if tenant_id.is_empty() { None } else { self.tenant(tenant_id) },
+            job: if vm_type.is_empty() { None } else { self.job(tenant_id, vm_type) },
+        }
+    }
+
     /// The past of a VM of `tenant_id` and `vm_type` as of `now_s`, over a look-back window of
-    /// `window_s`, counting VMs of at least `long_threshold_s` as long-lived. The histories are
-    /// those [`HistoryKey::of`] names: none for an empty tenant or type.
+    /// `window_s`, counting VMs of at least `long_threshold_s` as long-lived: the summaries of
+    /// [`Histories::histories`].
     fn past(&self, tenant_id: &str, vm_type: &str, now_s: f64, window_s: f64, long_threshold_s: f64) -> Past {
+        self.histories(tenant_id, vm_type).past(now_s, window_s, long_threshold_s)
+    }
+}
+
+/// The tenant's and the job's histories of a VM ([`Histories::histories`]), `None` when unknown.
+#[derive(Clone, Copy, Debug)]
+pub struct PastHistories<'a> {
+    pub tenant: Option<&'a TenantHistory>,
+    pub job: Option<&'a TenantHistory>,
+}
+
+impl PastHistories<'_> {
+    /// The past as of `now_s`, over a look-back window of `window_s`, counting VMs of at least
+    /// `long_threshold_s` as long-lived (an unknown history: [`TenantSummary::unknown`]).
+    pub fn past(&self, now_s: f64, window_s: f64, long_threshold_s: f64) -> Past {
         let summary = |history: Option<&TenantHistory>| {
             history.map_or(TenantSummary::unknown(), |history| history.summary(now_s, window_s, long_threshold_s))
         };
-        Past {
-            tenant: summary(if tenant_id.is_empty() { None } else { self.tenant(tenant_id) }),
-            job: summary(if vm_type.is_empty() { None } else { self.job(tenant_id, vm_type) }),
-        }
+        Past { tenant: summary(self.tenant), job: summary(self.job) }
     }
 }
 

@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use traces::csv_chunks::RowSink;
 use traces::csv_format::{CsvRow, REQUIRED_COLUMNS};
+use traces::record::check_values;
 use traces::{ExtraColumns, VmRecord};
 
 /// A column built in Rust, on its way to Python.
@@ -366,6 +367,17 @@ impl Table {
     /// The rows `range` of the frame as trace records, checked as [`Table::records`] checks them
     /// (errors name the row's index in the whole frame): threads each take a range.
     pub fn records_in(&self, range: std::ops::Range<usize>) -> Result<Vec<VmRecord>, Raised> {
+        let columns = self.trace_columns()?;
+        let mut extra = Vec::new();
+        let mut records = Vec::with_capacity(range.len());
+        for row in range.filter(|&row| row < self.rows) {
+            records.push(columns.row(row, &mut extra)?.to_record(&columns.names, &extra));
+        }
+        Ok(records)
+    }
+
+    /// The frame's trace columns, each checked for its kind: rows are read from them in place.
+    pub fn trace_columns(&self) -> Result<TraceColumns<'_>, Raised> {
         let text = |name: &'static str| -> Result<&InColumn, Raised> {
             match self.column(name)? {
                 column @ InColumn::Text { .. } => Ok(column),
@@ -402,44 +414,91 @@ impl Table {
             }
         }
         let names: Arc<[String]> = extra.iter().map(|(name, _)| (*name).clone()).collect();
-        let get = |column: &InColumn, name: &str, row: usize| -> Result<String, Raised> {
+        Ok(TraceColumns { vm_id, tenant_id, vm_type, priority, cores, memory, start, end, extra, names })
+    }
+}
+
+/// The trace columns of a frame ([`Table::trace_columns`]).
+pub struct TraceColumns<'t> {
+    vm_id: &'t InColumn,
+    tenant_id: &'t InColumn,
+    vm_type: &'t InColumn,
+    priority: &'t InColumn,
+    cores: &'t [f64],
+    memory: &'t [f64],
+    start: &'t [f64],
+    end: &'t [f64],
+    extra: Vec<(&'t String, &'t InColumn)>,
+    /// The extra columns' names, in the frame's order.
+    pub names: Arc<[String]>,
+}
+
+/// One row of a frame, checked, its text borrowed from the frame's columns.
+pub struct RowText<'t> {
+    pub vm_id: &'t str,
+    pub tenant_id: &'t str,
+    pub vm_type: &'t str,
+    pub priority: Priority,
+    pub cores: f64,
+    pub memory_gib: f64,
+    pub start_s: f64,
+    pub end_s: Option<f64>,
+}
+
+impl<'t> TraceColumns<'t> {
+    /// Row `row` (< the frame's rows), checked as the CSV reader checks a row
+    /// ([`traces::record::check_values`]); its extra values into `extra`, in [`TraceColumns::names`]'
+    /// order. `end_s` NaN means still running, empty `priority` is regular. Errors name the row.
+    pub fn row(&self, row: usize, extra: &mut Vec<&'t str>) -> Result<RowText<'t>, Raised> {
+        let get = |column: &'t InColumn, name: &str| -> Result<&'t str, Raised> {
             let bytes = column.text(row).ok_or_else(|| bad_column(name, "has offsets outside its data"))?;
-            String::from_utf8(bytes.to_vec()).map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
+            std::str::from_utf8(bytes).map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
         };
-        let mut records = Vec::with_capacity(range.len());
-        for row in range.filter(|&row| row < self.rows) {
-            let priority = match get(priority, "priority", row)?.as_str() {
-                "" => Priority::Regular,
-                text => text.parse().map_err(|message: String| {
-                    Raised::input(
-                        "priority",
-                        format!("row {row}: {message}"),
-                        "write `regular`, `low` or leave it empty",
-                    )
-                })?,
-            };
-            let values = extra.iter().map(|(name, column)| get(column, name, row)).collect::<Result<Vec<_>, _>>()?;
-            let record = VmRecord {
-                vm_id: get(vm_id, "vm_id", row)?,
-                tenant_id: get(tenant_id, "tenant_id", row)?,
-                vm_type: get(vm_type, "vm_type", row)?,
-                cores: cores[row],
-                memory_gib: memory[row],
-                priority,
-                start_s: start[row],
-                end_s: Some(end[row]).filter(|end| !end.is_nan()),
-                extra: if names.is_empty() {
-                    ExtraColumns::default()
-                } else {
-                    ExtraColumns::new(Arc::clone(&names), values)
-                },
-            };
-            record.check().map_err(|error| {
-                let raised = Raised::from(&error);
-                Raised { message: format!("row {row}: {}", raised.message), ..raised }
-            })?;
-            records.push(record);
+        let priority = match get(self.priority, "priority")? {
+            "" => Priority::Regular,
+            text => text.parse().map_err(|message: String| {
+                Raised::input("priority", format!("row {row}: {message}"), "write `regular`, `low` or leave it empty")
+            })?,
+        };
+        extra.clear();
+        for (name, column) in &self.extra {
+            extra.push(get(column, name)?);
         }
-        Ok(records)
+        let text = RowText {
+            vm_id: get(self.vm_id, "vm_id")?,
+            tenant_id: get(self.tenant_id, "tenant_id")?,
+            vm_type: get(self.vm_type, "vm_type")?,
+            priority,
+            cores: self.cores[row],
+            memory_gib: self.memory[row],
+            start_s: self.start[row],
+            end_s: Some(self.end[row]).filter(|end| !end.is_nan()),
+        };
+        check_values(text.vm_id, text.cores, text.memory_gib, text.start_s, text.end_s).map_err(|error| {
+            let raised = Raised::from(&error);
+            Raised { message: format!("row {row}: {}", raised.message), ..raised }
+        })?;
+        Ok(text)
+    }
+}
+
+impl RowText<'_> {
+    /// The row as an owned record, its extra values `extra` (named `names`).
+    pub fn to_record(&self, names: &Arc<[String]>, extra: &[&str]) -> VmRecord {
+        VmRecord {
+            vm_id: self.vm_id.to_owned(),
+            tenant_id: self.tenant_id.to_owned(),
+            vm_type: self.vm_type.to_owned(),
+            cores: self.cores,
+            memory_gib: self.memory_gib,
+            priority: self.priority,
+            start_s: self.start_s,
+            end_s: self.end_s,
+            extra: if names.is_empty() {
+                ExtraColumns::default()
+            } else {
+                ExtraColumns::new(Arc::clone(names), extra.iter().map(|value| (*value).to_owned()).collect())
+            },
+        }
     }
 }

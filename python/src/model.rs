@@ -7,7 +7,9 @@
 use crate::columns::{self, OutColumn, Table};
 use crate::errors::Raised;
 use domain::PredictInstance;
+use lifetime_model::history::{Histories, PastHistories};
 use lifetime_model::{LifetimeModel, RequestFeatures};
+use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use std::ops::Range;
@@ -238,13 +240,38 @@ impl Model {
 impl Model {
     /// The encoded base rows of the frame's rows `range`, row-major, as the inference server
     /// encodes the same VMs (each with its tenant's and job's past in the bundle's feature store).
+    ///
+    /// A row's features are its request's ([`features`]), and they depend on the row's time
+    /// (`start_s`) and on nothing else that differs between rows of the same tenant, type, sizes,
+    /// priority and extra values: rows alike in those share one request's features and its
+    /// histories' look-up, built for the first of them, and each row is encoded with its own time
+    /// (its hour, weekday and past as of then). Every row is checked, as [`Table::records_in`]
+    /// checks it.
     fn encode_rows(&self, table: &Table, range: Range<usize>) -> Result<Vec<f64>, Raised> {
-        let records = table.records_in(range)?;
+        let columns = table.trace_columns()?;
         let (encoder, store) = (self.model.encoder(), self.model.feature_store());
-        let mut encoded = Vec::with_capacity(records.len() * self.model.schema().len());
-        for record in &records {
-            let features = features(record)?;
-            encoder.encode_into(&features, &self.model.past(store, &features), None, &mut encoded);
+        let mut encoded = Vec::with_capacity(range.len() * self.model.schema().len());
+        let mut alike: HashMap<Vec<u8>, (RequestFeatures, PastHistories<'_>)> = HashMap::new();
+        let (mut key, mut extra) = (Vec::new(), Vec::new());
+        for row in range.filter(|&row| row < table.rows()) {
+            let text = columns.row(row, &mut extra)?;
+            key.clear();
+            for part in [text.tenant_id, text.vm_type, text.priority.as_str()].into_iter().chain(extra.iter().copied()) {
+                key.extend_from_slice(&part.len().to_le_bytes());
+                key.extend_from_slice(part.as_bytes());
+            }
+            key.extend_from_slice(&text.cores.to_bits().to_le_bytes());
+            key.extend_from_slice(&text.memory_gib.to_bits().to_le_bytes());
+            let (features, histories) = match alike.get_mut(&key) {
+                Some(entry) => entry,
+                None => {
+                    let features = features(&text.to_record(&columns.names, &extra))?;
+                    let histories = store.histories(&features.tenant_id, &features.vm_type);
+                    alike.entry(key.clone()).or_insert((features, histories))
+                }
+            };
+            features.time_s = text.start_s;
+            encoder.encode_into(features, &self.model.past_from(histories, features), None, &mut encoded);
         }
         Ok(encoded)
     }

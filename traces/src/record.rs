@@ -64,6 +64,36 @@ pub struct VmRecord {
     pub extra: ExtraColumns,
 }
 
+/// [`VmRecord::check`] of a record's values, the record not built (a data frame's row read in
+/// place, say).
+pub fn check_values(
+    vm_id: &str,
+    cores: f64,
+    memory_gib: f64,
+    start_s: f64,
+    end_s: Option<f64>,
+) -> Result<(), TraceError> {
+    let bad = |field: &'static str, message: &str| {
+        Err(TraceError::BadRecord { vm_id: vm_id.to_owned(), field, message: message.to_owned() })
+    };
+    if vm_id.is_empty() {
+        return bad("vm_id", "must not be empty");
+    }
+    for (field, value) in [("cores", cores), ("memory_gib", memory_gib)] {
+        if !(value.is_finite() && value > 0.0) {
+            return bad(field, "must be a finite number greater than 0");
+        }
+    }
+    if !start_s.is_finite() {
+        return bad("start_s", "must be a finite number");
+    }
+    match end_s {
+        Some(end) if !end.is_finite() => bad("end_s", "must be a finite number (or missing: still running)"),
+        Some(end) if end < start_s => bad("end_s", "must not be before start_s"),
+        _ => Ok(()),
+    }
+}
+
 impl VmRecord {
     pub fn is_censored(&self) -> bool {
         self.end_s.is_none()
@@ -83,25 +113,7 @@ impl VmRecord {
     /// (from a data frame, say): a non-empty id, positive finite sizes, a finite start, and a finite
     /// end no earlier than the start. The error names the column.
     pub fn check(&self) -> Result<(), TraceError> {
-        let bad = |field: &'static str, message: &str| {
-            Err(TraceError::BadRecord { vm_id: self.vm_id.clone(), field, message: message.to_owned() })
-        };
-        if self.vm_id.is_empty() {
-            return bad("vm_id", "must not be empty");
-        }
-        for (field, value) in [("cores", self.cores), ("memory_gib", self.memory_gib)] {
-            if !(value.is_finite() && value > 0.0) {
-                return bad(field, "must be a finite number greater than 0");
-            }
-        }
-        if !self.start_s.is_finite() {
-            return bad("start_s", "must be a finite number");
-        }
-        match self.end_s {
-            Some(end) if !end.is_finite() => bad("end_s", "must be a finite number (or missing: still running)"),
-            Some(end) if end < self.start_s => bad("end_s", "must not be before start_s"),
-            _ => Ok(()),
-        }
+        check_values(&self.vm_id, self.cores, self.memory_gib, self.start_s, self.end_s)
     }
 
     /// The allocation request of this VM, as the replay client sends it and the simulator places
