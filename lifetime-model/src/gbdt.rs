@@ -64,7 +64,7 @@ pub const ROW_LANES: usize = 8;
 
 /// Rows [`TreeEnsemble::predict_rows`] walks each tree for before the next tree: their values and
 /// sums stay in the first-level cache, and so does the tree.
-const BLOCK_ROWS: usize = 64;
+const BLOCK_ROWS: usize = 128;
 
 /// Longest excerpt of offending model text quoted in an error message.
 const MAX_QUOTE: usize = 80;
@@ -248,6 +248,8 @@ struct Batch {
     trees: Vec<(u32, u32)>,
     /// The first leaf node: every node before it is a split.
     leaf_base: u32,
+    /// Some split reads zero as missing.
+    zero_missing: bool,
 }
 
 /// A numerical split, or a leaf, of [`Batch`] (24 bytes).
@@ -257,7 +259,8 @@ struct BatchNode {
     threshold: f64,
     /// Right child, then left child (a leaf: itself twice).
     children: [u32; 2],
-    feature: u32,
+    /// Where the split's feature starts in a block: `feature * BLOCK_ROWS`.
+    offset: u32,
     /// [`FLAG_MISSING_LEFT`] and [`FLAG_ZERO_IS_MISSING`] of the split.
     flags: u8,
 }
@@ -265,9 +268,11 @@ struct BatchNode {
 impl BatchNode {
     /// The child for `v`, the node's feature value already read as the evaluator reads it (the
     /// zero band is `0.0`): [`Node::goes_left`] for a numerical split, without a branch.
+    /// `ZERO_MISSING`: some split of the ensemble reads zero as missing (else none does).
     #[inline(always)]
-    fn next(&self, v: f64) -> u32 {
-        let missing = v.is_nan() | ((v == 0.0) & (self.flags & FLAG_ZERO_IS_MISSING != 0));
+    fn next<const ZERO_MISSING: bool>(&self, v: f64) -> u32 {
+        let zero_missing = ZERO_MISSING && (v == 0.0) & (self.flags & FLAG_ZERO_IS_MISSING != 0);
+        let missing = v.is_nan() | zero_missing;
         let left = (missing & (self.flags & FLAG_MISSING_LEFT != 0)) | (!missing & (v <= self.threshold));
         self.children[usize::from(left)]
     }
@@ -282,18 +287,21 @@ impl Batch {
         let leaf_base = nodes.len();
         // The builder keeps every index below i32::MAX.
         let index = |child: i32| if child >= 0 { child as u32 } else { (leaf_base + !child as usize) as u32 };
+        // A model of more than u32::MAX / BLOCK_ROWS features predicts row by row.
         let mut batch: Vec<BatchNode> = nodes
             .iter()
-            .map(|node| BatchNode {
-                threshold: node.threshold,
-                children: node.children.map(index),
-                feature: node.feature,
-                flags: node.flags,
+            .map(|node| {
+                Some(BatchNode {
+                    threshold: node.threshold,
+                    children: node.children.map(index),
+                    offset: node.feature.checked_mul(BLOCK_ROWS as u32)?,
+                    flags: node.flags,
+                })
             })
-            .collect();
+            .collect::<Option<_>>()?;
         batch.extend(leaf_values.iter().enumerate().map(|(i, &value)| {
             let this = (leaf_base + i) as u32;
-            BatchNode { threshold: value, children: [this, this], feature: 0, flags: 0 }
+            BatchNode { threshold: value, children: [this, this], offset: 0, flags: 0 }
         }));
         let trees = roots
             .iter()
@@ -313,7 +321,8 @@ impl Batch {
                 (index(root), depth)
             })
             .collect();
-        Some(Batch { nodes: batch, trees, leaf_base: leaf_base as u32 })
+        let zero_missing = nodes.iter().any(|node| node.flags & FLAG_ZERO_IS_MISSING != 0);
+        Some(Batch { nodes: batch, trees, leaf_base: leaf_base as u32, zero_missing })
     }
 
     /// Adds each tree's leaf for each of the first `rows` rows of `block` to the row's sum in
@@ -321,6 +330,14 @@ impl Batch {
     /// `r`'s feature `f` at `f * BLOCK_ROWS + r`), read as the evaluator reads them: one base
     /// address serves every lane.
     fn add_trees(&self, block: &[f64], sums: &mut [f64]) {
+        if self.zero_missing {
+            self.add_trees_with::<true>(block, sums);
+        } else {
+            self.add_trees_with::<false>(block, sums);
+        }
+    }
+
+    fn add_trees_with<const ZERO_MISSING: bool>(&self, block: &[f64], sums: &mut [f64]) {
         let rows = sums.len();
         let groups = rows / ROW_LANES;
         for &(root, depth) in &self.trees {
@@ -330,7 +347,7 @@ impl Batch {
                 for _ in 0..depth {
                     for (lane, n) in node.iter_mut().enumerate() {
                         let split = &self.nodes[*n as usize];
-                        *n = split.next(block[split.feature as usize * BLOCK_ROWS + first + lane]);
+                        *n = split.next::<ZERO_MISSING>(block[split.offset as usize + first + lane]);
                     }
                     // Every lane on a leaf (leaves come after all splits): the rest would stay.
                     if node.iter().fold(u32::MAX, |min, &n| min.min(n)) >= self.leaf_base {
@@ -345,7 +362,7 @@ impl Batch {
                 let mut n = root;
                 for _ in 0..depth {
                     let split = &self.nodes[n as usize];
-                    n = split.next(block[split.feature as usize * BLOCK_ROWS + row]);
+                    n = split.next::<ZERO_MISSING>(block[split.offset as usize + row]);
                 }
                 *sum += self.nodes[n as usize].threshold;
             }

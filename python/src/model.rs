@@ -9,9 +9,9 @@ use crate::errors::Raised;
 use domain::PredictInstance;
 use lifetime_model::history::{Histories, PastHistories};
 use lifetime_model::{LifetimeModel, RequestFeatures};
-use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 use traces::VmRecord;
@@ -256,7 +256,8 @@ impl Model {
         for row in range.filter(|&row| row < table.rows()) {
             let text = columns.row(row, &mut extra)?;
             key.clear();
-            for part in [text.tenant_id, text.vm_type, text.priority.as_str()].into_iter().chain(extra.iter().copied()) {
+            for part in [text.tenant_id, text.vm_type, text.priority.as_str()].into_iter().chain(extra.iter().copied())
+            {
                 key.extend_from_slice(&part.len().to_le_bytes());
                 key.extend_from_slice(part.as_bytes());
             }
