@@ -272,17 +272,38 @@ pub fn from_records(records: &[VmRecord]) -> Vec<OutColumn> {
 /// A column handed in by Python.
 enum InColumn {
     Float(Vec<f64>),
-    Text { offsets: Vec<i64>, data: Vec<u8> },
+    Text { offsets: Vec<i64>, data: TextData },
+}
+
+/// The bytes of a text column: checked for UTF-8 once, as a whole, when they are.
+enum TextData {
+    Utf8(String),
+    Bytes(Vec<u8>),
+}
+
+impl TextData {
+    fn new(bytes: Vec<u8>) -> Self {
+        String::from_utf8(bytes).map_or_else(|error| TextData::Bytes(error.into_bytes()), TextData::Utf8)
+    }
 }
 
 impl InColumn {
-    fn text(&self, row: usize) -> Option<&[u8]> {
-        match self {
-            InColumn::Text { offsets, data } => {
-                let (start, end) = (*offsets.get(row)?, *offsets.get(row + 1)?);
-                data.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+    /// The value of row `row`: `Ok` its text, `Err` its bytes when they are not UTF-8; `None` for
+    /// offsets outside the data (or a column of numbers).
+    fn text(&self, row: usize) -> Option<Result<&str, &[u8]>> {
+        let InColumn::Text { offsets, data } = self else { return None };
+        let (start, end) = (*offsets.get(row)?, *offsets.get(row + 1)?);
+        let range = usize::try_from(start).ok()?..usize::try_from(end).ok()?;
+        match data {
+            // A range of valid text is text unless it cuts a character: then its bytes are not.
+            TextData::Utf8(text) => match text.get(range.clone()) {
+                Some(text) => Some(Ok(text)),
+                None => text.as_bytes().get(range).map(Err),
+            },
+            TextData::Bytes(bytes) => {
+                let bytes = bytes.get(range)?;
+                Some(std::str::from_utf8(bytes).map_err(|_| bytes))
             }
-            InColumn::Float(_) => None,
         }
     }
 }
@@ -334,7 +355,7 @@ impl Table {
                             bad_column(&name, "holds a different number of values than the frame has rows").into()
                         );
                     }
-                    InColumn::Text { offsets, data: second.cast::<PyBytes>()?.as_bytes().to_vec() }
+                    InColumn::Text { offsets, data: TextData::new(second.cast::<PyBytes>()?.as_bytes().to_vec()) }
                 }
                 _ => return Err(bad_column(&name, "is neither numbers nor text").into()),
             };
@@ -451,8 +472,8 @@ impl<'t> TraceColumns<'t> {
     /// order. `end_s` NaN means still running, empty `priority` is regular. Errors name the row.
     pub fn row(&self, row: usize, extra: &mut Vec<&'t str>) -> Result<RowText<'t>, Raised> {
         let get = |column: &'t InColumn, name: &str| -> Result<&'t str, Raised> {
-            let bytes = column.text(row).ok_or_else(|| bad_column(name, "has offsets outside its data"))?;
-            std::str::from_utf8(bytes).map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
+            let text = column.text(row).ok_or_else(|| bad_column(name, "has offsets outside its data"))?;
+            text.map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
         };
         let priority = match get(self.priority, "priority")? {
             "" => Priority::Regular,
