@@ -40,7 +40,10 @@
 //! which every leaf is a node leading to itself. A block of rows is read once into a
 //! feature-major buffer (zero band already `0.0`), then each tree is walked by eight rows in
 //! lockstep, step after step without a branch per row, until all eight stand on leaves (at most
-//! the tree's depth): the same decisions and the same sums in the same order as row by row.
+//! the tree's depth): the same decisions and the same sums in the same order as row by row. When
+//! no split reads zero as missing (LightGBM's default), the buffer holds each feature twice, a
+//! missing value as +inf in one copy and as -inf in the other, and each split reads the copy that
+//! sends a missing value its way: one comparison decides.
 //!
 //! Rows shorter than [`TreeEnsemble::num_features`] are accepted: the missing trailing features are
 //! read as NaN (missing). Extra trailing values are ignored. Note that LightGBM's C API, when told to
@@ -248,8 +251,11 @@ struct Batch {
     trees: Vec<(u32, u32)>,
     /// The first leaf node: every node before it is a split.
     leaf_base: u32,
-    /// Some split reads zero as missing.
-    zero_missing: bool,
+    /// No split reads zero as missing, none compares with NaN and none sending a missing value
+    /// right compares with +inf: a block then holds each feature twice, a missing value read as
+    /// +inf in the first copy and as -inf in the second, and a split reads the copy that sends
+    /// a missing value its way, so that `value <= threshold` alone decides it.
+    plain: bool,
 }
 
 /// A numerical split, or a leaf, of [`Batch`] (24 bytes).
@@ -259,7 +265,8 @@ struct BatchNode {
     threshold: f64,
     /// Right child, then left child (a leaf: itself twice).
     children: [u32; 2],
-    /// Where the split's feature starts in a block: `feature * BLOCK_ROWS`.
+    /// Where the split's feature starts in a block: `feature * BLOCK_ROWS`, or, in a
+    /// [`Batch::plain`] layout, `(2 * feature + missing_left) * BLOCK_ROWS`.
     offset: u32,
     /// [`FLAG_MISSING_LEFT`] and [`FLAG_ZERO_IS_MISSING`] of the split.
     flags: u8,
@@ -268,11 +275,13 @@ struct BatchNode {
 impl BatchNode {
     /// The child for `v`, the node's feature value already read as the evaluator reads it (the
     /// zero band is `0.0`): [`Node::goes_left`] for a numerical split, without a branch.
-    /// `ZERO_MISSING`: some split of the ensemble reads zero as missing (else none does).
+    /// `PLAIN`: the layout is [`Batch::plain`] (`v` is never NaN, and the comparison decides).
     #[inline(always)]
-    fn next<const ZERO_MISSING: bool>(&self, v: f64) -> u32 {
-        let zero_missing = ZERO_MISSING && (v == 0.0) & (self.flags & FLAG_ZERO_IS_MISSING != 0);
-        let missing = v.is_nan() | zero_missing;
+    fn next<const PLAIN: bool>(&self, v: f64) -> u32 {
+        if PLAIN {
+            return self.children[usize::from(v <= self.threshold)];
+        }
+        let missing = v.is_nan() | ((v == 0.0) & (self.flags & FLAG_ZERO_IS_MISSING != 0));
         let left = (missing & (self.flags & FLAG_MISSING_LEFT != 0)) | (!missing & (v <= self.threshold));
         self.children[usize::from(left)]
     }
@@ -287,14 +296,28 @@ impl Batch {
         let leaf_base = nodes.len();
         // The builder keeps every index below i32::MAX.
         let index = |child: i32| if child >= 0 { child as u32 } else { (leaf_base + !child as usize) as u32 };
-        // A model of more than u32::MAX / BLOCK_ROWS features predicts row by row.
+        let plain = nodes.iter().all(|node| {
+            let missing_left = node.flags & FLAG_MISSING_LEFT != 0;
+            node.flags & FLAG_ZERO_IS_MISSING == 0
+                && !node.threshold.is_nan()
+                && (missing_left || node.threshold < f64::INFINITY)
+        });
+        // A model of more than u32::MAX / (2 * BLOCK_ROWS) features predicts row by row.
+        let offset = |node: &Node| -> Option<u32> {
+            let column = if plain {
+                node.feature.checked_mul(2)? + u32::from(node.flags & FLAG_MISSING_LEFT != 0)
+            } else {
+                node.feature
+            };
+            column.checked_mul(BLOCK_ROWS as u32)
+        };
         let mut batch: Vec<BatchNode> = nodes
             .iter()
             .map(|node| {
                 Some(BatchNode {
                     threshold: node.threshold,
                     children: node.children.map(index),
-                    offset: node.feature.checked_mul(BLOCK_ROWS as u32)?,
+                    offset: offset(node)?,
                     flags: node.flags,
                 })
             })
@@ -321,8 +344,7 @@ impl Batch {
                 (index(root), depth)
             })
             .collect();
-        let zero_missing = nodes.iter().any(|node| node.flags & FLAG_ZERO_IS_MISSING != 0);
-        Some(Batch { nodes: batch, trees, leaf_base: leaf_base as u32, zero_missing })
+        Some(Batch { nodes: batch, trees, leaf_base: leaf_base as u32, plain })
     }
 
     /// Adds each tree's leaf for each of the first `rows` rows of `block` to the row's sum in
@@ -330,14 +352,41 @@ impl Batch {
     /// `r`'s feature `f` at `f * BLOCK_ROWS + r`), read as the evaluator reads them: one base
     /// address serves every lane.
     fn add_trees(&self, block: &[f64], sums: &mut [f64]) {
-        if self.zero_missing {
+        if self.plain {
             self.add_trees_with::<true>(block, sums);
         } else {
             self.add_trees_with::<false>(block, sums);
         }
     }
 
-    fn add_trees_with<const ZERO_MISSING: bool>(&self, block: &[f64], sums: &mut [f64]) {
+    /// Reads `row` into row `r` of `block` ([`Batch::add_trees`]'s), each value as the evaluator
+    /// reads it: the zero band as `0.0`, a feature past the row's end (left as it was) and NaN
+    /// missing, in a [`Batch::plain`] layout +inf in a feature's first copy and -inf in its second.
+    fn read_row(&self, row: &[f64], r: usize, features: usize, block: &mut [f64]) {
+        for (f, &raw) in row.iter().take(features).enumerate() {
+            // The C API stores only |v| > kZeroThreshold (or NaN) in its dense buffer.
+            let value = if raw.abs() <= K_ZERO_THRESHOLD { 0.0 } else { raw };
+            if self.plain {
+                let missing = value.is_nan();
+                block[2 * f * BLOCK_ROWS + r] = if missing { f64::INFINITY } else { value };
+                block[(2 * f + 1) * BLOCK_ROWS + r] = if missing { f64::NEG_INFINITY } else { value };
+            } else {
+                block[f * BLOCK_ROWS + r] = value;
+            }
+        }
+    }
+
+    /// A block for `features` features, each missing in every row.
+    fn empty_block(&self, features: usize) -> Vec<f64> {
+        if self.plain {
+            let missing = [f64::INFINITY, f64::NEG_INFINITY];
+            (0..features * 2 * BLOCK_ROWS).map(|i| missing[i / BLOCK_ROWS % 2]).collect()
+        } else {
+            vec![f64::NAN; features * BLOCK_ROWS]
+        }
+    }
+
+    fn add_trees_with<const PLAIN: bool>(&self, block: &[f64], sums: &mut [f64]) {
         let rows = sums.len();
         let groups = rows / ROW_LANES;
         for &(root, depth) in &self.trees {
@@ -347,7 +396,7 @@ impl Batch {
                 for _ in 0..depth {
                     for (lane, n) in node.iter_mut().enumerate() {
                         let split = &self.nodes[*n as usize];
-                        *n = split.next::<ZERO_MISSING>(block[split.offset as usize + first + lane]);
+                        *n = split.next::<PLAIN>(block[split.offset as usize + first + lane]);
                     }
                     // Every lane on a leaf (leaves come after all splits): the rest would stay.
                     if node.iter().fold(u32::MAX, |min, &n| min.min(n)) >= self.leaf_base {
@@ -362,7 +411,7 @@ impl Batch {
                 let mut n = root;
                 for _ in 0..depth {
                     let split = &self.nodes[n as usize];
-                    n = split.next::<ZERO_MISSING>(block[split.offset as usize + row]);
+                    n = split.next::<PLAIN>(block[split.offset as usize + row]);
                 }
                 *sum += self.nodes[n as usize].threshold;
             }
@@ -739,13 +788,10 @@ impl TreeEnsemble {
         // At least one value a row: a leaf reads feature 0 (and goes to itself whatever it is).
         // Features past `width` stay NaN (missing) in every row.
         let features = self.num_features.max(1);
-        let mut block = vec![f64::NAN; features * BLOCK_ROWS];
+        let mut block = batch.empty_block(features);
         for (rows, sums) in rows.chunks(width * BLOCK_ROWS).zip(out.chunks_mut(BLOCK_ROWS)) {
             for (r, row) in rows.chunks_exact(width).enumerate() {
-                for (f, &raw) in row.iter().take(features).enumerate() {
-                    // The C API stores only |v| > kZeroThreshold (or NaN) in its dense buffer.
-                    block[f * BLOCK_ROWS + r] = if raw.abs() <= K_ZERO_THRESHOLD { 0.0 } else { raw };
-                }
+                batch.read_row(row, r, features, &mut block);
             }
             sums.fill(0.0);
             batch.add_trees(&block, sums);
@@ -1605,9 +1651,18 @@ pandas_categorical:null
     /// A model of `trees` random numerical trees on `features` features (every missing type, both
     /// default sides, thresholds at and around zero and LightGBM's zero threshold), in LightGBM's
     /// text format.
-    fn random_numerical_model(rng: &mut ChaCha8Rng, trees: usize, features: usize) -> String {
-        let thresholds =
-            [0.0, K_ZERO_THRESHOLD, -K_ZERO_THRESHOLD, 1.0000000180025095e-35, 0.5, -1.5, 1.0, 3.0, -0.5, 1e300];
+    fn random_numerical_model(
+        rng: &mut ChaCha8Rng,
+        trees: usize,
+        features: usize,
+        decision_types: &[i8],
+        extreme: bool,
+    ) -> String {
+        let mut thresholds =
+            vec![0.0, K_ZERO_THRESHOLD, -K_ZERO_THRESHOLD, 1.0000000180025095e-35, 0.5, -1.5, 1.0, 3.0, -0.5, 1e300];
+        if extreme {
+            thresholds.extend([f64::INFINITY, f64::NEG_INFINITY]);
+        }
         let mut text = format!(
             "tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\nlabel_index=0\nmax_feature_idx={}\nobjective=binary sigmoid:1\n\n",
             features - 1
@@ -1641,7 +1696,11 @@ pandas_categorical:null
                             .map(|_| format!("{:?}", thresholds[rng.random_range(0..thresholds.len())]))
                             .collect()
                     ),
-                    join((0..nodes).map(|_| [0, 2, 4, 6, 8, 10][rng.random_range(0..6)].to_string()).collect()),
+                    join(
+                        (0..nodes)
+                            .map(|_| decision_types[rng.random_range(0..decision_types.len())].to_string())
+                            .collect()
+                    ),
                     join(left.iter().map(i32::to_string).collect()),
                     join(right.iter().map(i32::to_string).collect()),
                 ));
@@ -1656,11 +1715,38 @@ pandas_categorical:null
     #[test]
     fn many_rows_predict_as_each_row_alone_through_the_batch_layout() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        let values =
-            [f64::NAN, 0.0, -0.0, 1e-40, -1e-40, K_ZERO_THRESHOLD, 0.5, -1.5, -0.5, 1.0, 3.0, 2.5, f64::INFINITY];
-        for features in [1, 3, 6] {
-            let m = TreeEnsemble::from_lightgbm_text(&random_numerical_model(&mut rng, 30, features)).unwrap();
-            assert!(m.batch.is_some(), "a numerical model has the batch layout");
+        let values = [
+            f64::NAN,
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            K_ZERO_THRESHOLD,
+            0.5,
+            -1.5,
+            -0.5,
+            1.0,
+            3.0,
+            2.5,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ];
+        // Every missing type (zero as missing: the general layout), missing types none and NaN
+        // (the plain layout), and those with infinite thresholds (general again when a split that
+        // sends a missing value right compares with +inf; plain when every split sends it left).
+        let kinds: [(&[i8], bool, Option<bool>); 4] = [
+            (&[0, 2, 4, 6, 8, 10], false, Some(false)),
+            (&[0, 2, 8, 10], false, Some(true)),
+            (&[0, 2, 8, 10], true, None),
+            (&[2, 10], true, Some(true)),
+        ];
+        for ((decision_types, extreme, plain), features) in kinds.into_iter().zip([1, 3, 6, 4]) {
+            let text = random_numerical_model(&mut rng, 30, features, decision_types, extreme);
+            let m = TreeEnsemble::from_lightgbm_text(&text).unwrap();
+            let batch = m.batch.as_ref().expect("a numerical model has the batch layout");
+            if let Some(plain) = plain {
+                assert_eq!(batch.plain, plain, "{decision_types:?} {extreme}");
+            }
             let cut = m.truncated(17);
             // Rows narrower than the model (the rest missing), as wide, and wider.
             for width in [features.saturating_sub(1).max(1), features, features + 2] {
