@@ -149,10 +149,12 @@ mod tests {
 
     #[test]
     fn entries_expire_after_their_time_to_live() {
-        let cache = PredictionCache::new(10, Duration::from_millis(30));
+        // A second, so that a stall of the shared machine between the insert and the first look
+        // cannot expire the entry early; the wait after it only has to be longer.
+        let cache = PredictionCache::new(10, Duration::from_secs(1));
         cache.insert(features("a"), answer(Some("m-1"), 0.7));
         assert!(cache.get(Some(&key("m-1", "a"))).is_some());
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(Duration::from_millis(1200));
         assert!(cache.get(Some(&key("m-1", "a"))).is_none());
     }
 

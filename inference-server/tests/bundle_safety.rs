@@ -49,6 +49,9 @@ impl Drop for Server {
     }
 }
 
+#[path = "../../allocator/tests/support/listening.rs"]
+mod listening;
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -60,36 +63,44 @@ async fn start() -> (tempfile::TempDir, Server) {
     let models = root.path().join("models");
     copy_default(&models.join("good"));
     std::fs::write(models.join("rollout.toml"), "stable = \"good\"\n").unwrap();
-    let port = free_port();
-    let config = root.path().join("server.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\nmodels_dir = \"{}\"\nwatch_interval_ms = 100\nbundle_load_timeout_ms = 2000\n",
-            models.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_inference-server"))
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
     let client = reqwest::Client::builder().timeout(PROMPT).build().unwrap();
-    let server = Server { child, base: format!("http://127.0.0.1:{port}"), client };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(response) = server.client.get(format!("{}/readyz", server.base)).send().await {
-            if response.status().is_success() {
-                return (root, server);
+    // A port handed out may be taken by another test's server before this one binds it: only an
+    // answer from this child counts, and a child that exited is started again on another port.
+    for _attempt in 0..5 {
+        let port = free_port();
+        let config = root.path().join("server.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\nmodels_dir = \"{}\"\nwatch_interval_ms = 100\nbundle_load_timeout_ms = 2000\n",
+                models.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_inference-server"))
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut server = Server { child, base: format!("http://127.0.0.1:{port}"), client: client.clone() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(response) = server.client.get(format!("{}/readyz", server.base)).send().await {
+                if response.status().is_success() && listening::listens_on(server.child.id(), port) {
+                    return (root, server);
+                }
             }
+            if server.child.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the server did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(Instant::now() < deadline, "the server did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    panic!("the server did not start on any of five ports");
 }
 
 impl Server {

@@ -1,5 +1,6 @@
-//! Whether a started server is the one answering on its port, shared by the allocator's and the
-//! control service's test support (the control service includes this file by path).
+//! Whether a started server is the one answering on its port, shared by the tests that start the
+//! binaries (the control service's, the inference server's and the e2e tests include this file by
+//! path).
 
 /// Whether process `pid` holds the socket listening on `port` (`/proc/net/tcp`, then the process's
 /// descriptors). CI once ran a test's clients against another test's server on a port both had

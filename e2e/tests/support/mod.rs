@@ -5,6 +5,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "../../../allocator/tests/support/listening.rs"]
+pub mod listening;
+
 /// The service credential of the stacks these tests start: the allocator and the inference server
 /// require it and the control service presents it, as `scripts/stack.sh` and compose run them.
 pub const SERVICE_TOKEN: &str = "e2e-service-token";
