@@ -504,20 +504,13 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts the workspace binary `what` with `config` (TOML without `listen`) and waits for `/readyz`
-/// from it: a port handed out may be taken by another test's server before this one binds it, so
-/// only an answer from this child counts, and a child that exited is started again on another port.
+/// Starts the workspace binary `what` with `config` (TOML without `listen`) and waits until it is
+/// ready ([`support::listening::start_ours`]).
 async fn start(what: &'static str, dir: &Path, config: &str) -> Process {
-    let client = reqwest::Client::new();
-    for _attempt in 0..5 {
-        let port = free_port();
-        let path = dir.join(format!("{what}.toml"));
+    let path = dir.join(format!("{what}.toml"));
+    let spawn = |port: u16| {
         std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
-        let child = support::with_service_token(&mut Command::new(support::workspace_binary(what)))
+        support::with_service_token(&mut Command::new(support::workspace_binary(what)))
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", "warn")
@@ -527,26 +520,11 @@ async fn start(what: &'static str, dir: &Path, config: &str) -> Process {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {what}: {e}"));
-        let mut process = Process { child: Some(child), base: format!("http://127.0.0.1:{port}"), what };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(response) = client.get(process.url("/readyz")).send().await {
-                let ours = process.child.as_ref().is_some_and(|child| support::listening::listens_on(child.id(), port));
-                if response.status().is_success() && ours {
-                    return process;
-                }
-            }
-            if let Some(Ok(Some(status))) = process.child.as_mut().map(Child::try_wait) {
-                eprintln!("{what} exited during start-up ({status}), most likely its port was taken; another port");
-                process.child = None;
-                break;
-            }
-            assert!(Instant::now() < deadline, "{what} did not become ready at {}", process.base);
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-    panic!("{what} did not start on any of five ports");
+            .unwrap_or_else(|e| panic!("starting {what}: {e}"))
+    };
+    let client = reqwest::Client::new();
+    let (child, port) = support::listening::start_ours(&client, what, Duration::from_secs(60), spawn).await;
+    Process { child: Some(child), base: format!("http://127.0.0.1:{port}"), what }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -52,10 +52,6 @@ impl Drop for Server {
 #[path = "../../allocator/tests/support/listening.rs"]
 mod listening;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A temporary root holding `models/good` (the default bundle, stable by the rollout file, since
 /// the bundles the tests add are copies of it too) and a server on it, ready.
 async fn start() -> (tempfile::TempDir, Server) {
@@ -63,12 +59,8 @@ async fn start() -> (tempfile::TempDir, Server) {
     let models = root.path().join("models");
     copy_default(&models.join("good"));
     std::fs::write(models.join("rollout.toml"), "stable = \"good\"\n").unwrap();
-    let client = reqwest::Client::builder().timeout(PROMPT).build().unwrap();
-    // A port handed out may be taken by another test's server before this one binds it: only an
-    // answer from this child counts, and a child that exited is started again on another port.
-    for _attempt in 0..5 {
-        let port = free_port();
-        let config = root.path().join("server.toml");
+    let config = root.path().join("server.toml");
+    let spawn = |port: u16| {
         std::fs::write(
             &config,
             format!(
@@ -77,30 +69,18 @@ async fn start() -> (tempfile::TempDir, Server) {
             ),
         )
         .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_inference-server"))
+        Command::new(env!("CARGO_BIN_EXE_inference-server"))
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap();
-        let mut server = Server { child, base: format!("http://127.0.0.1:{port}"), client: client.clone() };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(response) = server.client.get(format!("{}/readyz", server.base)).send().await {
-                if response.status().is_success() && listening::listens_on(server.child.id(), port) {
-                    return (root, server);
-                }
-            }
-            if server.child.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the server did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    panic!("the server did not start on any of five ports");
+            .unwrap()
+    };
+    let client = reqwest::Client::builder().timeout(PROMPT).build().unwrap();
+    let (child, port) = listening::start_ours(&client, "the server", Duration::from_secs(30), spawn).await;
+    (root, Server { child, base: format!("http://127.0.0.1:{port}"), client })
 }
 
 impl Server {

@@ -76,17 +76,9 @@ impl Drop for Server {
 #[path = "../../allocator/tests/support/listening.rs"]
 mod listening;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts the server on `models` and waits for `/readyz` from it: a port handed out may be taken by
-/// another test's server before this one binds it, so only an answer from this child counts, and a
-/// child that exited is started again on another port.
+/// Starts the server on `models` and waits until it is ready ([`listening::start_ours`]).
 async fn start(models: &Path) -> Server {
-    let client = reqwest::Client::new();
-    for _attempt in 0..5 {
-        let port = free_port();
+    let spawn = |port: u16| {
         let config = models.parent().unwrap().join(format!("server-{port}.toml"));
         std::fs::write(
             &config,
@@ -96,30 +88,18 @@ async fn start(models: &Path) -> Server {
             ),
         )
         .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_inference-server"))
+        Command::new(env!("CARGO_BIN_EXE_inference-server"))
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap();
-        let mut server = Server { child, base: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(format!("{}/readyz", server.base)).send().await {
-                if r.status().is_success() && listening::listens_on(server.child.id(), port) {
-                    return server;
-                }
-            }
-            if server.child.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "server did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    panic!("the server did not start on any of five ports");
+            .unwrap()
+    };
+    let client = reqwest::Client::new();
+    let (child, port) = listening::start_ours(&client, "the server", Duration::from_secs(30), spawn).await;
+    Server { child, base: format!("http://127.0.0.1:{port}") }
 }
 
 fn instance(key: &str) -> Value {

@@ -24,3 +24,38 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
         sockets.iter().any(|socket| *socket == target)
     })
 }
+
+/// Starts a server with `spawn(port)` on a port handed out free, and waits, at most `ready_within`,
+/// until it answers `GET /readyz` from its own socket: another test's server may take the port
+/// before this one binds it, so only an answer from this child counts, and a child that exited is
+/// started again on another port. Returns the ready child and its port.
+pub async fn start_ours(
+    client: &reqwest::Client,
+    what: &str,
+    ready_within: std::time::Duration,
+    mut spawn: impl FnMut(u16) -> std::process::Child,
+) -> (std::process::Child, u16) {
+    for _attempt in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = spawn(port);
+        let deadline = std::time::Instant::now() + ready_within;
+        loop {
+            if let Ok(response) = client.get(format!("http://127.0.0.1:{port}/readyz")).send().await {
+                if response.status().is_success() && listens_on(child.id(), port) {
+                    return (child, port);
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                eprintln!("{what} exited during start-up ({status}), most likely its port was taken; another port");
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} did not become ready on port {port}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+    panic!("{what} did not start on any of five ports");
+}
