@@ -815,6 +815,21 @@ impl LifetimeModel {
         }
     }
 
+    /// The chances that a VM alive at `uptime_s` is still alive `after_s[k]` seconds later,
+    /// `S(uptime + t) / S(uptime)`, read off a curve from [`LifetimeModel::survival_curve`] into
+    /// `out[k]`. `false` (and `out` untouched) without a survival model.
+    pub fn conditional_survival_from_curve(
+        &self,
+        curve: &[f64],
+        uptime_s: f64,
+        after_s: &[f64],
+        out: &mut [f64],
+    ) -> bool {
+        let Some(survival) = &self.survival else { return false };
+        survival.curve(curve).conditional(uptime_s, after_s, out);
+        true
+    }
+
     /// Remaining lifetime from an encoded base row plus uptime (the row is reused by repredictions).
     pub fn predict_remaining_row(&self, row: &[f64], uptime_s: f64) -> f64 {
         self.predict_remaining_encoded(row, encode_uptime(uptime_s))

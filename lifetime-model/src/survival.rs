@@ -223,6 +223,24 @@ impl SurvivalCurve<'_> {
         s_lo + (s_hi - s_lo) * (t - lo) / (hi - lo)
     }
 
+    /// `S(age + t) / S(age)` for each `t` of `after_s`, into `out`: the chances that a VM alive at
+    /// `age_s` is still alive `t` later. A VM the curve says should have ended reads 0; past the
+    /// last edge the tail's rate alone decides (as [`SurvivalCurve::remaining_s`] reads it).
+    pub fn conditional(&self, age_s: f64, after_s: &[f64], out: &mut [f64]) {
+        let age = age_s.max(0.0);
+        if self.edges_s.last().is_some_and(|&last| age >= last) {
+            let (_, last, rate) = self.tail();
+            for (o, &t) in out.iter_mut().zip(after_s) {
+                *o = if last <= 0.0 || !rate.is_finite() { 0.0 } else { (-rate * t.max(0.0)).exp() };
+            }
+            return;
+        }
+        let alive = self.at(age);
+        for (o, &t) in out.iter_mut().zip(after_s) {
+            *o = if alive <= 0.0 { 0.0 } else { (self.at(age + t.max(0.0)) / alive).clamp(0.0, 1.0) };
+        }
+    }
+
     /// The remaining lifetime of a VM alive at `age_s`, as `reading` reads `S(age + t) / S(age)`.
     /// Infinite when the curve never gets there (a quantile beyond the last edge).
     pub fn remaining_s(&self, age_s: f64, reading: LifetimeReading) -> f64 {
@@ -415,6 +433,25 @@ mod tests {
         // Before the edge, the quantile crosses into the tail: S = 0.2 at 200 + 100 log2(1.25).
         let q = c.remaining_s(0.0, LifetimeReading::Quantile { q: 0.8 });
         assert!((q - (200.0 + 100.0 * 1.25f64.log2())).abs() < 1e-9, "{q}");
+    }
+
+    #[test]
+    fn conditional_survival_renormalises_at_the_age_and_keeps_the_tail_memoryless() {
+        let edges = [100.0, 200.0];
+        let survival = [0.5, 0.25];
+        let c = curve(&edges, &survival);
+        let mut out = [0.0; 3];
+        c.conditional(0.0, &[0.0, 100.0, 200.0], &mut out);
+        assert_eq!(out, [1.0, 0.5, 0.25]);
+        // Alive at 100 s: half of those are alive at 200 s.
+        c.conditional(100.0, &[0.0, 100.0, -5.0], &mut out);
+        assert_eq!(out, [1.0, 0.5, 1.0], "a negative time reads as now");
+        // Past the last edge, the last interval's rate: half of them go every 100 s.
+        c.conditional(5_000.0, &[0.0, 100.0, 200.0], &mut out);
+        assert!((out[1] - 0.5).abs() < 1e-12 && (out[2] - 0.25).abs() < 1e-12, "{out:?}");
+        let ended = [0.5, 0.0];
+        curve(&edges, &ended).conditional(250.0, &[0.0, 10.0], &mut out[..2]);
+        assert_eq!(&out[..2], &[0.0, 0.0], "a VM the curve says ended reads as gone");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //!   deadline) and its preference rule.
 //! - [`journal`]: [`journal::Change`], every state change the core makes, taken after each operation.
 //! - [`defrag`]: LARS drains: hosts emptied by migrations, longest remaining lifetime first.
+//! - [`consolidation`]: consolidation under a migration budget: which hosts to empty, and its record.
 //! - [`rules`]: validator and preference rules, each a small type declaring what it reads.
 //! - [`config`]: the `[policy]` settings as data.
 //! - [`policy`]: a policy built from its settings: validators and ordered preference rules.
@@ -20,6 +21,7 @@
 
 pub mod allocator;
 pub mod config;
+pub mod consolidation;
 pub mod defrag;
 pub mod host_state;
 pub mod journal;
@@ -34,8 +36,8 @@ pub mod select;
 pub mod state;
 
 pub use allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, DrainError, Engine,
-    Explanation, HostShare,
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, AllocatorStats, ConflictAvoidance, ConsolidationError,
+    DrainError, Engine, Explanation, HostShare,
 };
 pub use journal::Change;
 pub use policy::{Policy, PolicyConfig};

@@ -34,6 +34,12 @@ pub trait Repredictor: Debug + Send + Sync {
     fn encode(&self, id: &VmId, features: &RequestFeatures) -> Vec<f64>;
     /// Expected remaining lifetime in seconds of a VM with this row after `uptime_s` seconds.
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64;
+    /// The chances that a VM with this row, alive after `uptime_s`, is still alive `after_s[k]`
+    /// seconds later, into `out[k]`. By default a certainty read off [`Repredictor::remaining_s`]
+    /// (alive until then, gone after); a model with a lifetime distribution reads it.
+    fn survival(&self, row: &[f64], uptime_s: f64, after_s: &[f64], out: &mut [f64]) {
+        step_survival(self.remaining_s(row, uptime_s), after_s, out);
+    }
     /// The uptime as [`Repredictor::constant_range`] measures it (the model's own encoding of it,
     /// so that ranges are exact; by default the uptime itself).
     fn uptime_key(&self, uptime_s: f64) -> f64 {
@@ -77,11 +83,23 @@ impl Repredictor for BundleRepredictor {
             self.0.predict_remaining_row(row, uptime_s)
         }
     }
+    fn survival(&self, row: &[f64], uptime_s: f64, after_s: &[f64], out: &mut [f64]) {
+        if !self.0.conditional_survival_from_curve(row, uptime_s, after_s, out) {
+            step_survival(self.remaining_s(row, uptime_s), after_s, out);
+        }
+    }
     fn uptime_key(&self, uptime_s: f64) -> f64 {
         encode_uptime(uptime_s)
     }
     fn constant_range(&self, key: f64) -> Option<ConstantRange> {
         self.0.remaining_constant_range(key)
+    }
+}
+
+/// A remaining lifetime known for certain as chances of being alive: 1 until it ends, 0 from then.
+pub fn step_survival(remaining_s: f64, after_s: &[f64], out: &mut [f64]) {
+    for (o, &t) in out.iter_mut().zip(after_s) {
+        *o = if remaining_s > t { 1.0 } else { 0.0 };
     }
 }
 
@@ -235,6 +253,33 @@ impl Repredictions {
         let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
         let row = found.and_then(|v| v.row.as_deref_mut());
         remaining(&self.model, &self.version, &mut self.count, vm, row, initial_lifetime_s, uptime_s)
+    }
+
+    /// The chances, for a VM on `host` with `uptime_s`, of being alive `after_s[k]` later, into
+    /// `out` ([`Repredictor::survival`]; a VM with no row, or no model, reads its remaining
+    /// lifetime, [`Repredictions::remaining_s`], as certain).
+    pub fn survival(
+        &mut self,
+        host: usize,
+        vm: &VmId,
+        initial_lifetime_s: f64,
+        uptime_s: f64,
+        after_s: &[f64],
+        out: &mut [f64],
+    ) {
+        let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
+        let row = found.and_then(|v| v.row.as_deref_mut());
+        if let (Some(model), Some(version), Some(row)) = (&self.model, &self.version, row) {
+            if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
+                row.encoded = Some((version.clone(), model.encode(vm, &row.features)));
+                row.last = None;
+            }
+            if let Some((_, encoded)) = &row.encoded {
+                model.survival(encoded, uptime_s.max(0.0), after_s, out);
+                return;
+            }
+        }
+        step_survival((initial_lifetime_s - uptime_s).max(0.0), after_s, out);
     }
 
     /// The latest exit time, at `now_s`, of the VMs on `host` (minus infinity without VMs), each

@@ -13,6 +13,9 @@
 //!   starts the next. VMs that exit before their turn are migrations avoided. When the drain is
 //!   done its hosts are available again (LARS "marks it as available"), and the next drain starts
 //!   at its scheduled time or, if that passed, at once.
+//! - **consolidation rounds** ([`ConsolidationConfig`], SPEC section 11): when the allocator's next
+//!   round is due, [`Allocator::consolidate`] chooses hosts under the budget and starts migrating
+//!   their VMs; each completes `migration_s` later, as a drain's does.
 //! - **samples** every `sample_interval_s` ([`metrics::instant`]) and at the end of the window,
 //!   with inflation stranding every `inflation_every` samples: the series and the stranding
 //!   average. The other averages are exact: the inventory's figures are recorded after every
@@ -32,12 +35,16 @@
 //! without a model version (oracle, noisy sources) is tracked under the run's prediction label;
 //! fallbacks are not tracked, as in the allocator.
 
+pub use crate::drains::DrainPlan;
+use crate::drains::{add_drain, Drains};
 use crate::metrics::{self, InstantMetrics, MetricsRecorder, MetricsSummary, VmMix};
+use crate::migrations::MigrationLedger;
 use crate::predict::{self, PredictError, PredictionConfig, PredictionReport};
 use crate::workload::{Inventory, PeakDemand, Workload, WorkloadConfig, WorkloadError};
 use domain::quality::QualityFigures;
-use domain::{AllocationOutcome, AllocationRequest, HostState, LifetimePrediction, VmId};
-use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use domain::{AllocationOutcome, AllocationRequest, LifetimePrediction, VmId};
+use placement::consolidation::{ChooserKind, ConsolidationConfig, ConsolidationCounters};
+use placement::defrag::{DrainHosts, DrainRequest};
 use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::reprediction::RepredictionConfig;
 use placement::Change;
@@ -94,41 +101,6 @@ fn invalid(field: &'static str, message: impl Into<String>) -> SimError {
     SimError::Invalid { field, message: message.into() }
 }
 
-/// Periodic LARS drains.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DrainPlan {
-    /// Seconds between drain starts.
-    pub every_s: f64,
-    /// First drain, in seconds after the window start (default: `every_s`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_after_s: Option<f64>,
-    /// Hosts per drain, picked by the allocator (fewest VMs, then most free).
-    pub hosts_per_drain: usize,
-    /// Drain a fixed sequence instead: the hosts in inventory order, `hosts_per_drain` at a time
-    /// (a rolling maintenance), the same hosts in every run whatever their VMs.
-    pub rolling: bool,
-    /// `longest-remaining-first` (LARS) or `arrival` (the baseline).
-    pub order: MigrationOrder,
-    pub max_in_flight: usize,
-    /// How long one live migration takes (both hosts hold the VM meanwhile).
-    pub migration_s: f64,
-}
-
-impl Default for DrainPlan {
-    fn default() -> Self {
-        DrainPlan {
-            every_s: 86_400.0,
-            first_after_s: None,
-            hosts_per_drain: 10,
-            rolling: false,
-            order: MigrationOrder::LongestRemainingFirst,
-            max_in_flight: 3,
-            migration_s: 1200.0,
-        }
-    }
-}
-
 /// Everything a run depends on; with the trace, it reproduces the run exactly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -159,6 +131,9 @@ pub struct SimConfig {
     pub inflation_shapes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drains: Option<DrainPlan>,
+    /// Consolidation under a migration budget (none: off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<ConsolidationConfig>,
     /// Keep every VM's host in the result (for cross-checks; large on big traces).
     pub record_placements: bool,
     /// Also measure the realized quality over a sliding window of this many outcomes (the
@@ -185,6 +160,7 @@ impl Default for SimConfig {
             inflation_every: 6,
             inflation_shapes: 16,
             drains: None,
+            consolidation: None,
             record_placements: false,
             quality_window: None,
         }
@@ -206,6 +182,9 @@ impl SimConfig {
         }
         if self.quality_window == Some(0) {
             return Err(invalid("quality_window", "must be at least 1 outcome"));
+        }
+        if let Some(consolidation) = &self.consolidation {
+            consolidation.check().map_err(|e| invalid("consolidation", e.to_string()))?;
         }
         if let Some(plan) = &self.drains {
             if !(plan.every_s.is_finite() && plan.every_s > 0.0) {
@@ -290,6 +269,9 @@ pub struct Counters {
     /// VMs placed and still running at the end of the window.
     pub vms_at_end: u64,
     pub migrations: MigrationCounters,
+    /// What consolidation did over the whole run (warm-up included), when on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<ConsolidationCounters>,
 }
 
 /// The filtering factor (paper 003 s5.1): the share of the inventory that the packing logic (the
@@ -561,6 +543,7 @@ enum Kind {
     Exit,
     Migration,
     Drain,
+    Consolidate,
     Arrival,
     Sample,
 }
@@ -576,6 +559,14 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     let mut allocator = Allocator::new(&inventory.spec, &config.allocator_config())?;
     let predictions = predict::predict(workload, &config.prediction, &config.policy, config.seed)?;
     allocator.set_repredictor(predictions.repredictor.clone());
+    if let Some(consolidation) = &config.consolidation {
+        if consolidation.chooser == ChooserKind::Oracle {
+            allocator.set_consolidation_lifetimes(predict::oracle_lifetimes(workload));
+        }
+        allocator
+            .set_consolidation(Some(consolidation.clone()), workload.from_s)
+            .map_err(|e| invalid("consolidation", e.to_string()))?;
+    }
     let mix = VmMix::from_demands(workload.vms.iter().map(|vm| vm.request.demand), config.inflation_shapes.max(1));
     let validators = allocator.policy().validators().len();
     let hosts = inventory.hosts as f64;
@@ -586,6 +577,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     // figures after each event hold until the next one. The regular samples are for the series
     // and for stranding (too costly to compute at every event).
     let mut exact = MetricsRecorder::new(measured_from).without_series();
+    let mut ledger = MigrationLedger::new(measured_from);
     let mut recorder = MetricsRecorder::new(measured_from);
     let mut counters = Counters::default();
     let mut timing = Timing { prediction_s: predictions.report.wall_s, ..Timing::default() };
@@ -621,6 +613,9 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         if !drains.active {
             consider(drains.next_at, Kind::Drain);
         }
+        if let Some(due) = allocator.consolidation_due_s() {
+            consider(due, Kind::Consolidate);
+        }
         if let Some(vm) = workload.vms.get(next_arrival) {
             consider(vm.arrival_s, Kind::Arrival);
         }
@@ -636,6 +631,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 if allocator.release(&vm.request.vm_id, now).is_ok() {
                     counters.exits += 1;
                     quality.released(&vm.request.vm_id, now);
+                    ledger.exited(&vm.request.vm_id, now);
                 }
                 if drains.active {
                     drains.follow(&mut allocator, config, now, &mut counters.migrations);
@@ -675,6 +671,9 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                     Err(error) => return Err(invalid("drains", format!("the allocator refused a drain: {error}"))),
                 }
             }
+            Kind::Consolidate => {
+                allocator.consolidate(now).map_err(|e| invalid("consolidation", e.to_string()))?;
+            }
             Kind::Arrival => {
                 let index = next_arrival;
                 next_arrival += 1;
@@ -689,6 +688,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
                 let placed = match decision.outcome {
                     AllocationOutcome::Placed { mut placements } => {
                         counters.placed += 1;
+                        ledger.placed(now);
                         quality.placed(&vm.request.vm_id, predictions.per_vm[index].as_ref(), vm.arrival_s);
                         if let Some(end) = vm.end_s {
                             exits.push(Reverse((Time(end.max(now)), index as u32)));
@@ -743,10 +743,26 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
             }
         }
         // The allocator's journal: the migrations a drain started complete `migration_s` later.
+        // (Vectors that allocate only when a migration starts or completes.)
+        let (mut started, mut moved) = (Vec::new(), Vec::new());
         for change in allocator.take_changes() {
-            if let Change::MigrationStarted { vm, .. } = change {
-                drains.started(vm, config, now);
+            match change {
+                Change::MigrationStarted { vm, .. } => started.push(vm),
+                Change::MigrationCompleted { vm, .. } => moved.push(vm),
+                _ => {}
             }
+        }
+        for vm in started {
+            let migration_s = match (allocator.consolidation(), &config.drains) {
+                (Some(c), _) if c.is_migrating(&vm) => c.config.migration_s,
+                (_, Some(plan)) => plan.migration_s,
+                _ => 0.0,
+            };
+            drains.started(vm, migration_s, now);
+        }
+        for vm in moved {
+            let memory_gib = allocator.state().vm(&vm).map_or(0.0, |v| v.demand.memory_gib());
+            ledger.moved(vm, memory_gib, now);
         }
         exact.record(metrics::instant(allocator.state(), now));
         events += 1;
@@ -767,6 +783,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     timing.events_per_s = rate(events as f64, timing.wall_s);
     timing.decisions_per_s = rate(counters.arrivals as f64, timing.allocate_s);
     counters.vms_at_end = allocator.state().vm_count() as u64;
+    counters.consolidation = allocator.consolidation_report().map(|report| report.counters);
     if filtering.decisions > 0 {
         let n = filtering.decisions as f64;
         filtering.mean_pct = 100.0 * ff_sum / n;
@@ -790,7 +807,11 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         prediction: predictions.report,
         counters,
         filtering,
-        metrics: exact.summary().with_stranding_of(&recorder.summary()),
+        metrics: {
+            let mut metrics = exact.summary().with_stranding_of(&recorder.summary());
+            ledger.fill(&mut metrics, inventory.hosts);
+            metrics
+        },
         series: recorder.series().to_vec(),
         timing,
         final_stats: allocator.stats(),
@@ -804,75 +825,5 @@ fn rate(count: f64, seconds: f64) -> f64 {
         count / seconds
     } else {
         0.0
-    }
-}
-
-fn add_drain(counters: &mut MigrationCounters, report: &placement::defrag::DrainReport) {
-    counters.performed += report.performed;
-    counters.avoided += report.avoided;
-    counters.cancelled += report.cancelled;
-    counters.no_target += report.no_target;
-}
-
-/// The LARS drains of a run: the one running, its migrations' completions, and the next one.
-struct Drains {
-    active: bool,
-    /// When the next drain starts (while none is active).
-    next_at: f64,
-    last_start: f64,
-    /// Where the next rolling drain starts in the inventory.
-    rolling_next: usize,
-    /// Completions of the migrations in flight, in time order (then start order).
-    completions: BinaryHeap<Reverse<(Time, u64, VmId)>>,
-    started: u64,
-}
-
-impl Drains {
-    fn new(config: &SimConfig, from_s: f64) -> Self {
-        Drains {
-            active: false,
-            next_at: config
-                .drains
-                .as_ref()
-                .map_or(f64::INFINITY, |plan| from_s + plan.first_after_s.unwrap_or(plan.every_s)),
-            last_start: f64::NEG_INFINITY,
-            rolling_next: 0,
-            completions: BinaryHeap::new(),
-            started: 0,
-        }
-    }
-
-    /// A migration started at `now` (from the allocator's journal): it completes `migration_s` later.
-    fn started(&mut self, vm: VmId, config: &SimConfig, now: f64) {
-        let migration_s = config.drains.as_ref().map_or(0.0, |plan| plan.migration_s);
-        self.started += 1;
-        self.completions.push(Reverse((Time(now + migration_s), self.started, vm)));
-    }
-
-    /// After a call that may have moved the drain on: when the drain is done, adds its counters,
-    /// makes its hosts available again and schedules the next drain.
-    fn follow(&mut self, allocator: &mut Allocator, config: &SimConfig, now: f64, counters: &mut MigrationCounters) {
-        self.active = !allocator.drain().is_none_or(|d| d.queue.is_empty() && d.in_flight.is_empty());
-        if self.active {
-            return;
-        }
-        if let Some(report) = allocator.drain_report() {
-            add_drain(counters, &report);
-            counters.drains_completed += 1;
-            for host in &report.hosts {
-                // The drained hosts exist: they came from this inventory.
-                let _ = allocator.set_host_state(host, HostState::Available);
-            }
-        }
-        self.schedule_next(config, now);
-    }
-
-    /// The next drain starts `every_s` after the last one started, and not before `now`.
-    fn schedule_next(&mut self, config: &SimConfig, now: f64) {
-        self.next_at = match &config.drains {
-            Some(plan) if self.last_start.is_finite() => (self.last_start + plan.every_s).max(now),
-            Some(_) => now,
-            None => f64::INFINITY,
-        };
     }
 }

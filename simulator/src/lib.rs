@@ -8,7 +8,9 @@
 //!   model, none) and the short-lived fallback.
 //! - [`metrics`]: packing density, empty hosts, empty-to-free, inflation stranding and the offline
 //!   bound, as time series and time averages.
-//! - [`engine`]: the event loop: arrivals, exits, LARS migrations, metric samples.
+//! - [`engine`]: the event loop: arrivals, exits, LARS migrations, consolidation rounds, metric samples.
+//! - [`drains`]: LARS drains in a run: the periodic plan and the drain running.
+//! - [`migrations`]: the live migrations a run's metrics count, and those wasted.
 //! - [`plot`]: the SVG plots of the evaluation.
 //! - [`agents`]: several allocation agents of one zone on one shared store, with lagging views:
 //!   conflicts, retries and the packing density lost against one agent (issue 17).
@@ -17,8 +19,10 @@
 
 pub mod agents;
 pub mod compare;
+pub mod drains;
 pub mod engine;
 pub mod metrics;
+pub mod migrations;
 #[cfg(feature = "plots")]
 pub mod plot;
 pub mod predict;

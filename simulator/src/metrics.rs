@@ -277,6 +277,21 @@ pub struct MetricsSummary {
     /// Simulated seconds the averages cover (0 with fewer than two samples: then the averages are
     /// the plain mean of the samples after the warm-up).
     pub span_s: f64,
+    /// Live migrations completed within the span (LARS drains and consolidation).
+    #[serde(default)]
+    pub migrations: u64,
+    /// Of them, those whose VM exited within an hour of its move.
+    #[serde(default)]
+    pub migrations_wasted: u64,
+    /// Memory those migrations moved, GiB.
+    #[serde(default)]
+    pub migrated_gib: f64,
+    /// Migrations per host of the inventory per day of the span.
+    #[serde(default)]
+    pub migrations_per_host_day: f64,
+    /// Migrations per 100 VMs placed within the span.
+    #[serde(default)]
+    pub migrations_per_100_placements: f64,
 }
 
 impl MetricsSummary {
@@ -470,6 +485,11 @@ impl MetricsRecorder {
             stranded_memory_pct,
             samples: self.samples,
             span_s,
+            migrations: 0,
+            migrations_wasted: 0,
+            migrated_gib: 0.0,
+            migrations_per_host_day: 0.0,
+            migrations_per_100_placements: 0.0,
         }
     }
 }

@@ -465,6 +465,12 @@ fn load_model(bundle: &PathBuf, reading: Option<LifetimeReading>) -> Result<Arc<
     Ok(Arc::new(model))
 }
 
+/// Every VM's true remaining lifetime, as a repredictor (the consolidation's `oracle` chooser).
+pub fn oracle_lifetimes(workload: &Workload) -> Arc<dyn Repredictor> {
+    let lifetimes: Vec<f64> = workload.vms.iter().map(|vm| workload.lifetime_s(vm)).collect();
+    Arc::new(OracleRepredictor::new(workload, &lifetimes))
+}
+
 /// Repredicts every VM's true remaining lifetime (the oracle part of a hybrid source).
 #[derive(Debug)]
 struct OracleRepredictor {

@@ -75,13 +75,20 @@ impl Allocator {
         self.drain_report().ok_or(DrainError::NoDrain)
     }
 
-    /// The migration of `vm` finished: it leaves its source for the host reserved for it, and the
-    /// next VM starts migrating.
+    /// The migration of `vm` (a drain's or consolidation's) finished: it leaves its source for the
+    /// host reserved for it, and the next VM starts migrating.
     pub fn complete_migration(&mut self, vm: &VmId, now_s: f64) -> Result<Migration, DrainError> {
         self.advance_clock(now_s);
-        let drain = self.drain.as_mut().ok_or(DrainError::NoDrain)?;
-        let migration = drain.completed(vm).ok_or_else(|| DrainError::NotMigrating(vm.clone()))?;
-        self.drain_changed = true;
+        let migration = if let Some(migration) = self.drain.as_mut().and_then(|d| d.completed(vm)) {
+            self.drain_changed = true;
+            migration
+        } else if let Some(migration) = self.consolidation_completed(vm) {
+            migration
+        } else if self.drain.is_none() && self.consolidation.is_none() {
+            return Err(DrainError::NoDrain);
+        } else {
+            return Err(DrainError::NotMigrating(vm.clone()));
+        };
         let source = match self.state.complete_migration(vm) {
             Ok(source) => source,
             Err(error) => unreachable!("a drain's migration is in the state: {error}"),
@@ -104,6 +111,7 @@ impl Allocator {
         }
         self.journal.push(Change::MigrationCompleted { vm: vm.clone(), target: migration.target.clone() });
         self.pump_drain();
+        self.pump_consolidation();
         Ok(migration)
     }
 
@@ -201,7 +209,7 @@ impl Allocator {
     /// The VM as the placement policy sees it when it migrates: its whole request as placed
     /// (priority, OS, features included), with its repredicted remaining lifetime as the prediction
     /// (paper 002 H: "with the current VM state").
-    fn migration_request(&mut self, id: &VmId, vm: &PlacedVm) -> VmRequest {
+    pub(super) fn migration_request(&mut self, id: &VmId, vm: &PlacedVm) -> VmRequest {
         let mut request = vm.record.vm_request();
         request.prediction = vm.prediction.clone().map(|mut prediction| {
             if !prediction.source.is_fallback() {

@@ -10,10 +10,12 @@
 //! simulator). It only moves forward; an earlier `now_s` is taken as the latest one seen.
 //!
 //! This file holds placement and release; the rest of the allocator's methods live beside it by
-//! seam: [`timeline`] (host summaries, events in time, repredictions), [`drains`] (LARS), [`explain`]
+//! seam: [`timeline`] (host summaries, events in time, repredictions), [`drains`] (LARS),
+//! [`consolidate`] (consolidation under a migration budget), [`explain`]
 //! (dry runs), [`stats`] and [`follow`] (another allocator's committed changes).
 
 mod avoidance;
+mod consolidate;
 mod drains;
 mod explain;
 mod follow;
@@ -21,18 +23,20 @@ mod stats;
 mod timeline;
 
 pub use avoidance::{ConflictAvoidance, HostShare};
+pub use consolidate::ConsolidationError;
 pub use drains::DrainError;
 pub use explain::{Explanation, HostVerdict, RankedHost, RuleScore};
 pub use follow::UndoError;
 pub use stats::AllocatorStats;
 
+use crate::consolidation::Consolidation;
 use crate::defrag::Drain;
 use crate::host_state::HostStatePolicy;
 use crate::journal::Change;
 use crate::lifetime::{HostLifetime, OrderedTime, VmLifetime};
 use crate::policy::{Policy, PolicyConfig, PolicyError};
 use crate::registry::Registry;
-use crate::reprediction::{RepredictionConfig, Repredictions};
+use crate::reprediction::{RepredictionConfig, Repredictions, Repredictor};
 use crate::rules::{HostView, RequestTraits, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
 use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, RequestFacts, StateError};
@@ -118,6 +122,10 @@ pub struct Allocator {
     host_state: Option<Box<dyn HostStatePolicy>>,
     /// The drain in progress (or the last one, finished), LARS.
     drain: Option<Drain>,
+    /// Consolidation under a migration budget, when on.
+    consolidation: Option<Consolidation>,
+    /// True remaining lifetimes for the `oracle` chooser (the simulator's).
+    consolidation_lifetimes: Option<Arc<dyn Repredictor>>,
     /// Changes since [`Allocator::take_changes`] was last called, in order; the drain's record and
     /// the hosts whose policy state changed are added when they are taken.
     journal: Vec<Change>,
@@ -163,6 +171,8 @@ impl Allocator {
             repredictions: Repredictions::new(hosts),
             host_state,
             drain: None,
+            consolidation: None,
+            consolidation_lifetimes: None,
             journal: Vec::new(),
             drain_changed: false,
             state_changed: Vec::new(),
@@ -500,6 +510,7 @@ impl Allocator {
             // A drained VM left: a migration slot may be free.
             self.pump_drain();
         }
+        self.consolidation_vm_left(vm);
         placed
     }
 

@@ -256,6 +256,12 @@ struct RunArgs {
     /// or `off`.
     #[arg(long)]
     drains: Option<String>,
+    /// Consolidation under a migration budget:
+    /// `budget=MIGRATIONS_PER_HOST_DAY,chooser=fewest-vms|least-used|age|lifetime|oracle[,every=SECONDS][,in-flight=N]`
+    /// (more: `empty-below=PCT`, `migration=SECONDS`, `horizon=SECONDS`, `min-gain=SECONDS`,
+    /// `wait=SECONDS`, `candidates=N`), or `off`.
+    #[arg(long)]
+    consolidation: Option<String>,
     /// Keep every VM's host in the result.
     #[arg(long)]
     record_placements: bool,
@@ -307,8 +313,8 @@ fn agents(args: AgentsArgs) -> Result<()> {
         bail!("--out, --plot, --record-placements and --print-config belong to `simulate run`; `simulate agents` writes into --out-dir");
     }
     let base = build_config(run)?;
-    if base.drains.is_some() {
-        bail!("--drains: drains are not simulated with several agents");
+    if base.drains.is_some() || base.consolidation.is_some() {
+        bail!("--drains, --consolidation: migrations are not simulated with several agents");
     }
     let lags = args
         .lags
@@ -606,6 +612,9 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     if let Some(d) = &args.drains {
         config.drains = parse_drains(d)?;
     }
+    if let Some(c) = &args.consolidation {
+        config.consolidation = placement::consolidation::parse_flag(c).map_err(|e| anyhow!("--consolidation: {e}"))?;
+    }
     if args.record_placements {
         config.record_placements = true;
     }
@@ -840,6 +849,29 @@ fn print_summary(r: &SimResult) {
             format!(
                 "{} started, {} done; migrations {} performed, {} avoided, {} cancelled, {} without target",
                 g.drains_started, g.drains_completed, g.performed, g.avoided, g.cancelled, g.no_target
+            ),
+        ));
+    }
+    if let Some(g) = &c.consolidation {
+        rows.push((
+            "consolidation",
+            format!(
+                "{} hosts emptied of {} started ({} given back); {} migrations ({} avoided, {} cancelled)",
+                g.hosts_emptied, g.hosts_started, g.hosts_abandoned, g.migrations_completed, g.avoided, g.cancelled
+            ),
+        ));
+    }
+    if m.migrations > 0 {
+        rows.push((
+            "migrations (measured)",
+            format!(
+                "{} ({:.4} per host-day, {:.2} per 100 placements), {} wasted ({:.1}%), {:.0} GiB moved",
+                m.migrations,
+                m.migrations_per_host_day,
+                m.migrations_per_100_placements,
+                m.migrations_wasted,
+                100.0 * m.migrations_wasted as f64 / m.migrations as f64,
+                m.migrated_gib
             ),
         ));
     }

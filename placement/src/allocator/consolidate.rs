@@ -1,0 +1,456 @@
+//! Consolidation on the allocator ([`crate::consolidation`]): rounds that choose hosts to empty
+//! under the budget, take them out of scheduling and migrate their VMs onto other non-empty hosts
+//! chosen by the placement policy; an emptied host returns to service at once. Migrations share the
+//! drains' mechanics (a reservation on the target, completed by the caller), and every host state
+//! change and migration goes to the journal.
+
+use super::Allocator;
+use crate::consolidation::score::{self, Scorer};
+use crate::consolidation::{
+    ChooserKind, Consolidation, ConsolidationConfig, ConsolidationConfigError, ConsolidationReport, EmptyingHost,
+    PlannedHost, RecentMove,
+};
+use crate::defrag::Migration;
+use crate::journal::Change;
+use crate::reprediction::Repredictor;
+use crate::state::HostIndex;
+use domain::{HostState, ResourceKind, VmId};
+use std::sync::Arc;
+
+/// Why a consolidation call was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConsolidationError {
+    #[error("consolidation is off: configure [consolidation] (or PUT it) first")]
+    Off,
+    #[error(transparent)]
+    Config(#[from] ConsolidationConfigError),
+    #[error(
+        "chooser `oracle` reads true remaining lifetimes, which only the simulator knows: use `lifetime` (the model) \
+         or a model-free chooser"
+    )]
+    NoOracle,
+    #[error("consolidation migrations are in flight: pause it and let them complete before turning it off")]
+    Busy,
+}
+
+/// Hosts with more VMs than the budget can move, plus this many, are not scored by a lifetime-aware
+/// chooser (some of their VMs may be left to exit by themselves).
+const WAITING_SLACK: usize = 4;
+
+impl Allocator {
+    /// Turns consolidation on (or changes its settings, keeping what is in progress), or off
+    /// (`None`: the hosts being emptied return to service; refused while migrations are in flight).
+    pub fn set_consolidation(
+        &mut self,
+        config: Option<ConsolidationConfig>,
+        now_s: f64,
+    ) -> Result<(), ConsolidationError> {
+        self.advance_clock(now_s);
+        let Some(config) = config else {
+            if self.consolidation.as_ref().is_some_and(|c| !c.in_flight.is_empty()) {
+                return Err(ConsolidationError::Busy);
+            }
+            if let Some(mut consolidation) = self.consolidation.take() {
+                for host in std::mem::take(&mut consolidation.hosts) {
+                    self.give_back(&host.host);
+                }
+            }
+            return Ok(());
+        };
+        config.check()?;
+        if config.chooser == ChooserKind::Oracle && self.consolidation_lifetimes.is_none() {
+            return Err(ConsolidationError::NoOracle);
+        }
+        match &mut self.consolidation {
+            Some(existing) => existing.config = config,
+            None => self.consolidation = Some(Consolidation::new(config, self.clock_s)),
+        }
+        Ok(())
+    }
+
+    /// The true remaining lifetimes the `oracle` chooser reads (the simulator's).
+    pub fn set_consolidation_lifetimes(&mut self, lifetimes: Arc<dyn Repredictor>) {
+        self.consolidation_lifetimes = Some(lifetimes);
+    }
+
+    pub fn consolidation(&self) -> Option<&Consolidation> {
+        self.consolidation.as_ref()
+    }
+
+    pub fn consolidation_report(&self) -> Option<ConsolidationReport> {
+        self.consolidation.as_ref().map(Consolidation::report)
+    }
+
+    /// Pauses (no new hosts, no new migrations; those in flight complete) or resumes it.
+    pub fn pause_consolidation(&mut self, paused: bool) -> Result<(), ConsolidationError> {
+        let consolidation = self.consolidation.as_mut().ok_or(ConsolidationError::Off)?;
+        consolidation.paused = paused;
+        if !paused {
+            self.pump_consolidation();
+        }
+        Ok(())
+    }
+
+    /// When the next round is due (none while off).
+    pub fn consolidation_due_s(&self) -> Option<f64> {
+        self.consolidation.as_ref().map(|c| c.next_round_s)
+    }
+
+    /// The hosts a round would empty now, as the chooser sees them; changes nothing.
+    pub fn consolidation_plan(&mut self, now_s: f64) -> Result<Vec<PlannedHost>, ConsolidationError> {
+        self.advance_clock(now_s);
+        let consolidation = self.consolidation.as_ref().ok_or(ConsolidationError::Off)?;
+        let mut budget = consolidation.clone();
+        budget.accrue(self.clock_s, self.state.hosts().len());
+        let config = budget.config.clone();
+        Ok(self.choose_hosts(&config, budget.available()))
+    }
+
+    /// A consolidation round: accrues the budget, and unless paused or the trigger does not hold,
+    /// chooses hosts, takes them out of scheduling and starts their migrations. Returns the hosts
+    /// it started; the next round is due `every_s` later.
+    pub fn consolidate(&mut self, now_s: f64) -> Result<Vec<PlannedHost>, ConsolidationError> {
+        self.advance_clock(now_s);
+        let hosts = self.state.hosts().len();
+        let clock = self.clock_s;
+        let consolidation = self.consolidation.as_mut().ok_or(ConsolidationError::Off)?;
+        consolidation.accrue(clock, hosts);
+        consolidation.counters.rounds += 1;
+        consolidation.next_round_s = clock + consolidation.config.every_s;
+        let trigger_holds =
+            consolidation.config.empty_below_pct.is_none_or(|below| self.state.occupancy().empty_hosts_pct < below);
+        let every_s = consolidation.config.every_s;
+        let stuck: Vec<domain::HostId> = consolidation
+            .hosts
+            .iter()
+            .filter(|h| h.stuck_since_s.is_some_and(|since| clock - since >= every_s))
+            .map(|h| h.host.clone())
+            .collect();
+        for host in &stuck {
+            self.abandon(host);
+        }
+        let consolidation = self.consolidation.as_ref().ok_or(ConsolidationError::Off)?;
+        let chooses = !consolidation.paused && trigger_holds;
+        let (config, room) = (consolidation.config.clone(), consolidation.available());
+        let plan = if chooses { self.choose_hosts(&config, room) } else { Vec::new() };
+        self.release_waiting();
+        if let Some(consolidation) = self.consolidation.as_mut() {
+            consolidation.counters.rounds_choosing += u64::from(!plan.is_empty());
+            consolidation.counters.hosts_started += plan.len() as u64;
+        }
+        for planned in &plan {
+            let Some(index) = self.state.host_index(&planned.host) else { continue };
+            let previous = self.state.hosts()[index.get()].state;
+            if let Err(error) = self.state.set_host_state(index, HostState::Unavailable) {
+                unreachable!("a planned host exists: {error}");
+            }
+            self.host_changed(index);
+            self.journal.push(Change::HostState {
+                host: planned.host.clone(),
+                state: HostState::Unavailable,
+                previous,
+            });
+            if let Some(consolidation) = self.consolidation.as_mut() {
+                consolidation.hosts.push(EmptyingHost {
+                    host: planned.host.clone(),
+                    started_at_s: clock,
+                    queue: planned.moves.iter().cloned().collect(),
+                    waiting: planned.waiting.clone(),
+                    expected_migrations: planned.expected_migrations,
+                    expected_gain_s: planned.expected_gain_s,
+                    moved: 0,
+                    stuck_since_s: None,
+                });
+            }
+        }
+        self.pump_consolidation();
+        Ok(plan)
+    }
+
+    /// The hosts the chooser picks with `room` migrations left in the budget, best first.
+    fn choose_hosts(&mut self, config: &ConsolidationConfig, mut room: f64) -> Vec<PlannedHost> {
+        if room < 1.0 {
+            return Vec::new();
+        }
+        let afford = room.floor() as usize;
+        let slack = if config.chooser.reads_lifetimes() { WAITING_SLACK } else { 0 };
+        // Hosts that could be emptied: in service, holding VMs, none arriving or leaving.
+        let mut candidates: Vec<(usize, HostIndex)> = self
+            .state
+            .hosts()
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| {
+                h.state == HostState::Available
+                    && !h.vms.is_empty()
+                    && h.vms.len() <= afford + slack
+                    && h.incoming.is_empty()
+                    && !h.vms.iter().any(|vm| self.state.migration_target(vm).is_some())
+            })
+            .map(|(i, h)| (h.vms.len(), HostIndex(i as u32)))
+            .collect();
+        let mut scored: Vec<PlannedHost> = if config.chooser.reads_lifetimes() {
+            if candidates.len() > config.candidates {
+                candidates.select_nth_unstable(config.candidates - 1);
+                candidates.truncate(config.candidates);
+            }
+            candidates.sort_unstable();
+            let mut scorer = Scorer::new(config);
+            candidates
+                .iter()
+                .filter_map(|&(_, host)| self.score_by_lifetimes(config.chooser, host, &mut scorer))
+                .collect()
+        } else {
+            candidates
+                .iter()
+                .map(|&(vms, host)| {
+                    let record = &self.state.hosts()[host.get()];
+                    let share = used_share(record);
+                    let score = match config.chooser {
+                        ChooserKind::LeastUsed => score::least_used(vms, share),
+                        _ => score::fewest_vms(vms, share),
+                    };
+                    PlannedHost {
+                        host: record.id.clone(),
+                        moves: record.vms.clone(),
+                        waiting: Vec::new(),
+                        expected_migrations: vms as f64,
+                        expected_gain_s: 0.0,
+                        score,
+                    }
+                })
+                .collect()
+        };
+        // Best first; equal scores by inventory order (the candidates' order), as ties go.
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut plan: Vec<PlannedHost> = Vec::new();
+        for host in scored {
+            let cost = host.moves.len() as f64;
+            if cost <= room && self.moves_have_targets(&host, &plan) {
+                room -= cost;
+                plan.push(host);
+            }
+            if room < 1.0 {
+                break;
+            }
+        }
+        plan
+    }
+
+    /// Whether each VM `host` would move finds a non-empty host to go to now, other than the hosts
+    /// already planned (a dry run of the policy, one VM at a time: VMs of one host competing for
+    /// the same room are not seen, and a VM that finds none when its turn comes gives its host
+    /// back). Without it, a zone whose non-empty hosts are full would start hosts it cannot empty.
+    fn moves_have_targets(&mut self, host: &PlannedHost, plan: &[PlannedHost]) -> bool {
+        host.moves.iter().all(|id| {
+            let Some(vm) = self.state.vm(id).cloned() else { return true };
+            let request = self.migration_request(id, &vm);
+            let dry = Some(self.chooser.clone());
+            self.select(&request, dry).host.is_some_and(|target| {
+                let record = &self.state.hosts()[target.get()];
+                target != vm.host && !record.is_empty() && !plan.iter().any(|p| p.host == record.id)
+            })
+        })
+    }
+
+    /// A lifetime-aware chooser's view of `host`, or none if emptying it is not worth it.
+    fn score_by_lifetimes(
+        &mut self,
+        chooser: ChooserKind,
+        host: HostIndex,
+        scorer: &mut Scorer,
+    ) -> Option<PlannedHost> {
+        let Allocator { state, repredictions, policy, consolidation_lifetimes, clock_s, .. } = self;
+        let record = &state.hosts()[host.get()];
+        let vms = &record.vms;
+        let scored = scorer.score(vms.len(), |i, grid, out| {
+            let Some(vm) = state.vm(&vms[i]) else {
+                out.fill(0.0);
+                return;
+            };
+            let age = *clock_s - vm.placed_at_s;
+            match (chooser, consolidation_lifetimes.as_ref()) {
+                (ChooserKind::Oracle, Some(truth)) => {
+                    let row = truth.encode(&vms[i], &super::stored_features(&vm.record));
+                    truth.survival(&row, age, grid, out);
+                }
+                (ChooserKind::Lifetime, _) => {
+                    let initial = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+                    repredictions.survival(host.get(), &vms[i], initial, age, grid, out);
+                }
+                _ => score::age_survival(age, grid, out),
+            }
+        })?;
+        Some(PlannedHost {
+            host: record.id.clone(),
+            moves: scored.moves.iter().map(|&i| vms[i].clone()).collect(),
+            waiting: scored.waiting.iter().map(|&i| vms[i].clone()).collect(),
+            expected_migrations: scored.expected_migrations,
+            expected_gain_s: scored.expected_gain_s,
+            score: scored.score,
+        })
+    }
+
+    /// Waiting VMs still there `wait_s` after their host's start join its queue.
+    fn release_waiting(&mut self) {
+        let clock = self.clock_s;
+        let Some(consolidation) = self.consolidation.as_mut() else { return };
+        let wait_s = consolidation.config.wait_s;
+        for host in &mut consolidation.hosts {
+            if !host.waiting.is_empty() && clock >= host.started_at_s + wait_s {
+                host.queue.extend(host.waiting.drain(..));
+            }
+        }
+    }
+
+    /// Starts migrations while there is room and VMs to move, hosts in the order they started,
+    /// then settles the hosts. A VM that no non-empty host can take (moving it to an empty host
+    /// would gain nothing) stays at the head of its host's queue, and the next host is tried; a
+    /// round later its host goes back to service.
+    pub(super) fn pump_consolidation(&mut self) {
+        self.release_waiting();
+        let mut next_host = 0;
+        loop {
+            let clock = self.clock_s;
+            let Some(consolidation) = self.consolidation.as_mut() else { return };
+            if consolidation.paused || !consolidation.has_room() {
+                break;
+            }
+            let Some(offset) = consolidation.hosts[next_host.min(consolidation.hosts.len())..]
+                .iter()
+                .position(|h| !h.queue.is_empty())
+            else {
+                break;
+            };
+            let at = next_host + offset;
+            let Some(id) = consolidation.hosts[at].queue.front().cloned() else { break };
+            let source = consolidation.hosts[at].host.clone();
+            let Some(vm) = self.state.vm(&id).cloned() else {
+                consolidation.hosts[at].queue.pop_front();
+                continue;
+            };
+            if self.state.migration_target(&id).is_some() {
+                consolidation.hosts[at].queue.pop_front();
+                continue;
+            }
+            let request = self.migration_request(&id, &vm);
+            let target = self.select(&request, None).host.filter(|t| !self.state.hosts()[t.get()].is_empty());
+            let Some(consolidation) = self.consolidation.as_mut() else { return };
+            let Some(target) = target else {
+                let host = &mut consolidation.hosts[at];
+                host.stuck_since_s.get_or_insert(clock);
+                consolidation.counters.no_target += 1;
+                next_host = at + 1;
+                continue;
+            };
+            let host = &mut consolidation.hosts[at];
+            host.queue.pop_front();
+            host.stuck_since_s = None;
+            if let Err(error) = self.state.reserve(&id, target, true) {
+                unreachable!("the selected host takes the migrating VM: {error}");
+            }
+            self.host_changed(target);
+            let target_id = self.state.hosts()[target.get()].id.clone();
+            if let Some(consolidation) = self.consolidation.as_mut() {
+                consolidation.in_flight.push(Migration {
+                    vm_id: id.clone(),
+                    source,
+                    target: target_id.clone(),
+                    started_at_s: self.clock_s,
+                });
+                consolidation.budget -= 1.0;
+                consolidation.counters.migrations_started += 1;
+            }
+            self.journal.push(Change::MigrationStarted { vm: id, target: target_id });
+        }
+        self.settle_consolidation();
+    }
+
+    /// Hosts that are empty now return to service; hosts an operator took over leave the plan.
+    pub(super) fn settle_consolidation(&mut self) {
+        let Some(consolidation) = self.consolidation.as_ref() else { return };
+        let mut emptied = Vec::new();
+        let mut dropped = Vec::new();
+        for host in &consolidation.hosts {
+            let Some(index) = self.state.host_index(&host.host) else { continue };
+            let record = &self.state.hosts()[index.get()];
+            if record.state != HostState::Unavailable {
+                dropped.push(host.host.clone());
+            } else if record.is_empty() {
+                emptied.push(host.host.clone());
+            }
+        }
+        for host in &emptied {
+            self.give_back(host);
+        }
+        if let Some(consolidation) = self.consolidation.as_mut() {
+            consolidation.counters.hosts_emptied += emptied.len() as u64;
+            consolidation.counters.hosts_abandoned += dropped.len() as u64;
+            consolidation.hosts.retain(|h| !emptied.contains(&h.host) && !dropped.contains(&h.host));
+        }
+    }
+
+    /// Gives a host being emptied back to service before it emptied.
+    fn abandon(&mut self, host: &domain::HostId) {
+        if let Some(consolidation) = self.consolidation.as_mut() {
+            consolidation.hosts.retain(|h| &h.host != host);
+            consolidation.counters.hosts_abandoned += 1;
+        }
+        self.give_back(host);
+    }
+
+    /// The host is available again (journaled).
+    fn give_back(&mut self, host: &domain::HostId) {
+        let Some(index) = self.state.host_index(host) else { return };
+        let previous = self.state.hosts()[index.get()].state;
+        if previous != HostState::Unavailable {
+            return;
+        }
+        if let Err(error) = self.state.set_host_state(index, HostState::Available) {
+            unreachable!("an indexed host exists: {error}");
+        }
+        self.host_changed(index);
+        self.journal.push(Change::HostState { host: host.clone(), state: HostState::Available, previous });
+    }
+
+    /// The consolidation migration of `vm` completed (counted; the caller moves the VM).
+    pub(super) fn consolidation_completed(&mut self, vm: &VmId) -> Option<Migration> {
+        let clock = self.clock_s;
+        let memory = self.state.vm(vm).map_or(0.0, |v| v.demand.memory_gib());
+        let consolidation = self.consolidation.as_mut()?;
+        let at = consolidation.in_flight.iter().position(|m| &m.vm_id == vm)?;
+        let migration = consolidation.in_flight.remove(at);
+        consolidation.counters.migrations_completed += 1;
+        consolidation.counters.moved_gib += memory;
+        consolidation.forget_old_moves(clock);
+        consolidation.recent_moves.push_back(RecentMove { vm: vm.clone(), at_s: clock });
+        if let Some(host) = consolidation.hosts.iter_mut().find(|h| h.host == migration.source) {
+            host.moved += 1;
+        }
+        Some(migration)
+    }
+
+    /// A VM left: the consolidation's record follows, and its host may be empty now.
+    pub(super) fn consolidation_vm_left(&mut self, vm: &VmId) {
+        let clock = self.clock_s;
+        if let Some(consolidation) = self.consolidation.as_mut() {
+            // Only a VM the consolidation knew can free a slot or empty one of its hosts.
+            if consolidation.vm_exited(vm, clock) {
+                self.pump_consolidation();
+            }
+        }
+    }
+}
+
+/// The larger of a host's CPU and memory shares in use.
+fn used_share(record: &crate::state::HostRecord) -> f64 {
+    let share = |kind: ResourceKind| {
+        let capacity = record.capacity.base(kind);
+        if capacity == 0 {
+            0.0
+        } else {
+            record.used.base(kind) as f64 / capacity as f64
+        }
+    };
+    share(ResourceKind::Cores).max(share(ResourceKind::MemoryGib))
+}
