@@ -89,13 +89,18 @@ pub struct PredictionVariant {
     pub x: Option<f64>,
 }
 
-/// Anything else that varies between runs (LARS drain plans).
+/// Anything else that varies between runs (LARS drain plans, consolidation).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drains: Option<DrainPlan>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<placement::consolidation::ConsolidationConfig>,
+    /// Run this variant with this policy only (by name), or with these ones (a list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_policy: Option<OneOrMany>,
 }
 
 /// An experiment file.
@@ -210,6 +215,15 @@ impl Experiment {
         unique(self.policies.iter().map(|p| p.name.as_str()).collect(), "policies")?;
         unique(self.predictions.iter().map(|p| p.name.as_str()).collect(), "predictions")?;
         unique(self.variants.iter().map(|v| v.name.as_str()).collect(), "variants")?;
+        for variant in &self.variants {
+            let names = variant.only_policy.as_ref().map_or(&[][..], |only| only.names());
+            if let Some(name) = names.iter().find(|n| !self.policies.iter().any(|p| &p.name == *n)) {
+                return Err(CompareError::Invalid(format!(
+                    "variant `{}`: only_policy `{name}` is not one of the [[policies]]",
+                    variant.name
+                )));
+            }
+        }
         let variants: Vec<Option<&Variant>> =
             if self.variants.is_empty() { vec![None] } else { self.variants.iter().map(Some).collect() };
         let seeds = self.seeds();
@@ -243,6 +257,12 @@ impl Experiment {
             let once = predictions.len() == 1;
             for prediction in predictions {
                 for variant in &variants {
+                    if variant
+                        .and_then(|v| v.only_policy.as_ref())
+                        .is_some_and(|only| !only.names().contains(&policy.name))
+                    {
+                        continue;
+                    }
                     let mut label =
                         if once { policy.name.clone() } else { format!("{} / {}", policy.name, prediction.name) };
                     if let Some(v) = variant {
@@ -253,6 +273,7 @@ impl Experiment {
                     config.prediction = prediction.prediction.clone();
                     if let Some(v) = variant {
                         config.drains = v.drains.clone();
+                        config.consolidation = v.consolidation.clone();
                     }
                     config.validate().map_err(|e| CompareError::Invalid(format!("run `{label}`: {e}")))?;
                     for &seed in &seeds {
