@@ -33,10 +33,6 @@ pub enum ConsolidationError {
     Busy,
 }
 
-/// Hosts with more VMs than the budget can move, plus this many, are not scored by a lifetime-aware
-/// chooser (some of their VMs may be left to exit by themselves).
-const WAITING_SLACK: usize = 4;
-
 impl Allocator {
     /// Turns consolidation on (or changes its settings, keeping what is in progress), or off
     /// (`None`: the hosts being emptied return to service; refused while migrations are in flight).
@@ -173,7 +169,6 @@ impl Allocator {
             return Vec::new();
         }
         let afford = room.floor() as usize;
-        let slack = if config.chooser.reads_lifetimes() { WAITING_SLACK } else { 0 };
         // Hosts that could be emptied: in service, holding VMs, none arriving or leaving.
         let mut candidates: Vec<(usize, HostIndex)> = self
             .state
@@ -183,7 +178,7 @@ impl Allocator {
             .filter(|(_, h)| {
                 h.state == HostState::Available
                     && !h.vms.is_empty()
-                    && h.vms.len() <= afford + slack
+                    && h.vms.len() <= afford
                     && h.incoming.is_empty()
                     && !h.vms.iter().any(|vm| self.state.migration_target(vm).is_some())
             })
@@ -225,7 +220,7 @@ impl Allocator {
         scored.sort_by(|a, b| b.score.total_cmp(&a.score));
         let mut plan: Vec<PlannedHost> = Vec::new();
         for host in scored {
-            let cost = host.moves.len() as f64;
+            let cost = (host.moves.len() + host.waiting.len()) as f64;
             if cost <= room && self.moves_have_targets(&host, &plan) {
                 room -= cost;
                 plan.push(host);

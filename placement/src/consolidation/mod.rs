@@ -6,7 +6,7 @@
 //! Migrations cost (a memory copy, a pause, network), so they run under a budget: a number of
 //! migrations per host-day, accrued continuously into a bucket one day deep, and at most
 //! `max_in_flight` at once. A host is started only when the bucket holds every migration planned
-//! for it. Operators run this as OpenStack Watcher's server consolidation, VMware DPM or BtrPlace;
+//! for it (its VMs left to exit by themselves included), so migrations never outrun the budget. Operators run this as OpenStack Watcher's server consolidation, VMware DPM or BtrPlace;
 //! Borg defragments a pool when its empty hosts run low ([`ConsolidationConfig::empty_below_pct`]).
 //!
 //! Which hosts to empty is the chooser's ([`ChooserKind`], scored in [`score`]): model-free ones
@@ -360,9 +360,10 @@ impl Consolidation {
         }
     }
 
-    /// Migrations planned for the hosts being emptied and not started yet.
+    /// Migrations planned for the hosts being emptied and not started yet, the VMs left to exit
+    /// by themselves included (they move if they outstay the wait).
     pub fn committed(&self) -> usize {
-        self.hosts.iter().map(|h| h.queue.len()).sum()
+        self.hosts.iter().map(|h| h.queue.len() + h.waiting.len()).sum()
     }
 
     /// What the budget can still plan for: its migrations less those already planned.
@@ -513,7 +514,7 @@ mod tests {
             moved: 0,
             stuck_since_s: None,
         });
-        assert_eq!(c.available(), 3.0);
+        assert_eq!(c.available(), 2.0, "the waiting VM is paid for ahead too");
         assert!(c.vm_exited(&VmId::from("a"), 1.0));
         assert!(c.vm_exited(&VmId::from("c"), 1.0));
         assert!(!c.vm_exited(&VmId::from("z"), 1.0));

@@ -222,7 +222,8 @@ fn migrations_markdown(out: &mut String, comparison: &Comparison) {
          | run | migrations | per host-day | per 100 placements | wasted % | GiB moved | empty-host h per migration |\n\
          |---|---:|---:|---:|---:|---:|---:|"
     );
-    let without_migrations = |run: &CompareRun| run.plan.config.consolidation.is_none() && run.plan.config.drains.is_none();
+    let without_migrations =
+        |run: &CompareRun| run.plan.config.consolidation.is_none() && run.plan.config.drains.is_none();
     for row in &comparison.rows {
         let runs: Vec<&CompareRun> = comparison.runs.iter().filter(|r| r.plan.cell.label == row.cell.label).collect();
         if runs.iter().all(|r| r.result.metrics.migrations == 0) {
