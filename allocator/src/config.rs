@@ -3,6 +3,7 @@
 use crate::store::StoreLocation;
 use domain::{InventorySpec, Resources, ValidationLimits};
 use placement::allocator::AllocatorConfig;
+use placement::consolidation::ConsolidationConfig;
 use serde::{Deserialize, Serialize};
 use service_common::layers::LayerConfig;
 use std::net::SocketAddr;
@@ -83,6 +84,10 @@ pub struct ServiceConfig {
     pub quality: QualityConfig,
     /// The trace export of placements and exits (`GET /v1/export`) and how long exits are kept.
     pub export: ExportConfig,
+    /// Consolidation under a migration budget (`[consolidation]`, docs/allocator.md): on from the
+    /// first start when the store holds no consolidation of its own; settings an operator PUT
+    /// through `/v1/consolidation` are kept in the store and stand over this section.
+    pub consolidation: Option<ConsolidationConfig>,
     pub http: LayerConfig,
 }
 
@@ -179,6 +184,7 @@ impl Default for ServiceConfig {
             limits: ValidationLimits::default(),
             quality: QualityConfig::default(),
             export: ExportConfig::default(),
+            consolidation: None,
             // More in flight than the control service's default: the group commit batches
             // whatever is in flight, and each control service in front bounds its own share.
             http: LayerConfig { max_concurrency: ALLOCATOR_MAX_CONCURRENCY, ..LayerConfig::default() },
@@ -204,6 +210,10 @@ pub enum ConfigError {
     Quality { field: &'static str, message: String },
     #[error("export.retention_s: must be a positive number of seconds (or inf), got {0}")]
     Retention(f64),
+    #[error(transparent)]
+    Consolidation(#[from] placement::consolidation::ConsolidationConfigError),
+    #[error("consolidation.chooser: `oracle` reads true lifetimes, which only the simulator knows; use `lifetime` or a model-free chooser")]
+    ConsolidationOracle,
 }
 
 impl ServiceConfig {
@@ -234,6 +244,12 @@ impl ServiceConfig {
         }
         if self.export.retention_s.is_nan() || self.export.retention_s <= 0.0 {
             return Err(ConfigError::Retention(self.export.retention_s));
+        }
+        if let Some(consolidation) = &self.consolidation {
+            consolidation.check()?;
+            if consolidation.chooser == placement::consolidation::ChooserKind::Oracle {
+                return Err(ConfigError::ConsolidationOracle);
+            }
         }
         match (&self.inventory_file, &self.generate) {
             (None, None) => Err(ConfigError::NoInventory),

@@ -58,6 +58,12 @@ impl Worker {
         Ok((Worker { jobs }, handle))
     }
 
+    /// A handle that does not keep the worker running (for background tasks: the worker stops when
+    /// the service's handles are gone, whatever they hold).
+    pub fn downgrade(&self) -> WeakWorker {
+        WeakWorker { jobs: self.jobs.downgrade() }
+    }
+
     /// Runs one command in the next batch and waits for its answer, which comes only after the
     /// batch's commit.
     pub async fn call<R: Request>(&self, request: R) -> Result<R::Output, CommandError> {
@@ -82,6 +88,19 @@ impl Worker {
             }
         });
         (reply, stages)
+    }
+}
+
+/// A [`Worker`] handle that does not keep the worker running ([`Worker::downgrade`]).
+#[derive(Clone, Debug)]
+pub struct WeakWorker {
+    jobs: mpsc::WeakSender<Box<dyn Job>>,
+}
+
+impl WeakWorker {
+    /// The worker, while it runs.
+    pub fn upgrade(&self) -> Option<Worker> {
+        self.jobs.upgrade().map(|jobs| Worker { jobs })
     }
 }
 

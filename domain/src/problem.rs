@@ -104,6 +104,8 @@ problem_kinds! {
     NoDrain = ("no-drain", 404, "No drain", "allocator: no drain was ever started"),
     NoHostsToDrain = ("no-hosts-to-drain", 422, "No host to drain", "allocator: the drain request selects no host"),
     NotMigrating = ("not-migrating", 404, "VM not migrating", "allocator: the VM is not migrating"),
+    ConsolidationOff = ("consolidation-off", 404, "Consolidation off", "allocator: consolidation is not configured (`PUT /v1/consolidation` or `[consolidation]`)"),
+    ConsolidationBusy = ("consolidation-busy", 409, "Consolidation migrations in flight", "allocator: consolidation cannot be turned off while its migrations are in flight; pause it first"),
     ExportBusy = ("export-busy", 503, "Export in progress", "allocator: another export is running; retry (`Retry-After`)"),
     UnknownZone = ("unknown-zone", 422, "Unknown zone", "control service: the request names a zone it does not route"),
     OperatorOnly = ("operator-only", 403, "Operator only", "control service: fleet-wide reads need the operator's key"),

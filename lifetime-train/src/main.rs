@@ -75,10 +75,11 @@ struct Cli {
     /// (the crowded early intervals are sampled and weighted; the late ones are kept whole).
     #[arg(long, default_value_t = 50_000)]
     max_hazard_rows_per_interval: usize,
-    /// What the bundle serves of its lifetime distribution: `median`, `quantile:Q`, `mean:SECONDS`
-    /// (the expected lifetime truncated there), `geomean`, or `auto` (the candidate that orders the
-    /// validation split's long-lived VMs' exits best). The simulator can read it otherwise.
-    #[arg(long, default_value = "median", value_name = "READING")]
+    /// What the bundle serves of its lifetime distribution: `auto` (the default: the candidate that
+    /// orders the validation split's long-lived VMs' exits best), `median`, `quantile:Q`,
+    /// `mean:SECONDS` (the expected lifetime truncated there) or `geomean`. The simulator can read
+    /// it otherwise.
+    #[arg(long, default_value = "auto", value_name = "READING")]
     survival_reading: ServedReading,
     /// Upper edges of the survival model's lifetime intervals in minutes, comma-separated and
     /// ascending (default: 5 minutes to 28 days, finer where most VMs end).

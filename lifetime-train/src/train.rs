@@ -119,7 +119,7 @@ impl Default for TrainConfig {
             max_remaining_vms: 150_000,
             max_hazard_rows_per_interval: 50_000,
             survival_edges_s: lifetime_model::survival::default_edges_s(),
-            survival_reading: ServedReading::Fixed(LifetimeReading::default()),
+            survival_reading: ServedReading::BestRanked,
             threads: 2,
             seed: 7,
         }

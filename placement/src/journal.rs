@@ -5,8 +5,8 @@
 //! transaction per batch of commands), and the simulator follows the same stream (the migrations a
 //! drain starts). Nothing else builds a store record.
 //!
-//! Two kinds of change are coalesced and come last in a take, in host order: the drain's record
-//! (written whole, once, however often it moved) and each host whose policy state changed (a host
+//! Three kinds of change are coalesced and come last in a take, in host order: the drain's and the
+//! consolidation's records (each written whole, once, however often it moved) and each host whose policy state changed (a host
 //! whose state changed and changed back is named again, which is harmless). A policy-state change
 //! names the host only: its state is the allocator's as the changes are taken
 //! ([`crate::Allocator::policy_host_snapshot`]), so a consumer that does not keep it (the simulator)
@@ -15,6 +15,7 @@
 //! Recording is cheap: a placement shares its VM record with the inventory (an `Arc`), and a
 //! release hands over the inventory's own copy of the id.
 
+use crate::consolidation::Consolidation;
 use crate::defrag::Drain;
 use crate::state::{NewVm, PlacedVm};
 use domain::{HostId, HostState, VmId};
@@ -42,6 +43,8 @@ pub enum Change {
     MigrationCancelled { vm: VmId },
     /// The drain's record (`None`: no drain).
     Drain(Option<Box<Drain>>),
+    /// The consolidation's record (`None`: off).
+    Consolidation(Option<Box<Consolidation>>),
     /// A host's state under the stateful policy `policy` changed; its snapshot is
     /// [`crate::Allocator::policy_host_snapshot`] at the time of the take.
     PolicyHostState { host: HostId, policy: &'static str },
@@ -89,6 +92,9 @@ pub enum LoggedChange {
     Drain {
         drain: Option<Drain>,
     },
+    Consolidation {
+        consolidation: Option<Box<Consolidation>>,
+    },
     /// `state`: the policy's snapshot of the host (`None`: its initial state).
     PolicyHostState {
         host: HostId,
@@ -113,6 +119,9 @@ impl LoggedChange {
             }
             Change::MigrationCancelled { vm } => LoggedChange::MigrationCancelled { vm: vm.clone() },
             Change::Drain(drain) => LoggedChange::Drain { drain: drain.as_deref().cloned() },
+            Change::Consolidation(consolidation) => {
+                LoggedChange::Consolidation { consolidation: consolidation.clone() }
+            }
             Change::PolicyHostState { host, policy } => LoggedChange::PolicyHostState {
                 host: host.clone(),
                 policy: (*policy).to_owned(),

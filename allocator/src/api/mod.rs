@@ -10,6 +10,7 @@
 #![allow(clippy::result_large_err)]
 
 mod allocations;
+mod consolidation;
 mod drains;
 mod export;
 mod hosts;
@@ -31,7 +32,7 @@ pub use domain::ExplainRequest;
 use domain::ProblemKind;
 use domain::{ValidationLimits, ZoneId};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
-use placement::{AllocateError, DrainError};
+use placement::{AllocateError, ConsolidationError, DrainError};
 use service_common::auth::{ServiceTokens, OPEN_PATHS};
 use service_common::problem::{field_problem, problem, HasLimits};
 use service_common::telemetry::PrometheusHandle;
@@ -97,6 +98,14 @@ impl HasLimits for AppState {
         DrainReport,
         Migration,
         placement::defrag::DrainHosts,
+        placement::consolidation::ConsolidationConfig,
+        placement::consolidation::ConsolidationReport,
+        placement::consolidation::ConsolidationCounters,
+        placement::consolidation::ChooserKind,
+        placement::consolidation::EmptyingHost,
+        placement::consolidation::PlannedHost,
+        consolidation::ConsolidationPlanAnswer,
+        consolidation::RoundAnswer,
         placement::defrag::MigrationOrder,
         placement::host_state::HostStateStats,
         crate::durable::PolicyHostState,
@@ -172,6 +181,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(allocations::routes())
         .merge(hosts::routes())
         .merge(drains::routes())
+        .merge(consolidation::routes())
         .merge(export::routes())
         .merge(observability::routes())
         .split_for_parts();
@@ -244,6 +254,14 @@ fn command_error(error: CommandError) -> Response {
         CommandError::Drain(DrainError::UnknownHost(_)) => problem(ProblemKind::UnknownHost, detail),
         CommandError::Drain(DrainError::NoHosts) => problem(ProblemKind::NoHostsToDrain, detail),
         CommandError::Drain(DrainError::NotMigrating(_)) => problem(ProblemKind::NotMigrating, detail),
+        CommandError::Consolidation(ConsolidationError::Off) => problem(ProblemKind::ConsolidationOff, detail),
+        CommandError::Consolidation(ConsolidationError::Busy) => problem(ProblemKind::ConsolidationBusy, detail),
+        CommandError::Consolidation(ConsolidationError::Config(e)) => {
+            field_problem(ProblemKind::InvalidRequest, e.field, e.message)
+        }
+        CommandError::Consolidation(ConsolidationError::NoOracle) => {
+            field_problem(ProblemKind::InvalidRequest, "chooser", detail)
+        }
     }
 }
 

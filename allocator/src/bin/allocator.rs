@@ -2,9 +2,9 @@
 
 use allocator::api::{router, AppState};
 use allocator::config::{Clock, ServiceConfig};
-use allocator::durable::{DurableAllocator, SetRepredictor};
+use allocator::durable::{ConsolidationRound, DurableAllocator, SetConsolidation, SetRepredictor};
 use allocator::store::StoreLocation;
-use allocator::worker::{unix_now_s, Worker};
+use allocator::worker::{unix_now_s, WeakWorker, Worker};
 use anyhow::{Context, Result};
 use clap::Parser;
 use domain::ZoneId;
@@ -71,6 +71,18 @@ fn main() -> Result<()> {
         store = %config.store, hosts, vms, policy = %durable.allocator().map_or("", |a| a.policy().name()),
         recovery_ms = started.elapsed().as_millis() as u64, "state recovered"
     );
+    if let Some(consolidation) = config.consolidation.clone() {
+        // The config's section, unless the store holds a consolidation of its own (set through
+        // the API), which stands.
+        let request = SetConsolidation { config: Some(consolidation.clone()), only_if_off: true };
+        let report = durable.execute_one(request, opened_at_s).context("turning consolidation on")?;
+        if report.as_ref().is_some_and(|r| r.config != consolidation) {
+            tracing::warn!(
+                "[consolidation] differs from the settings the store holds (set through the API), which stand; \
+                 DELETE /v1/consolidation and restart to take the file's"
+            );
+        }
+    }
     let reads_exits = durable.allocator().is_some_and(|a| a.policy().reads_exit_times());
     let (worker, handle) =
         Worker::spawn(durable, config.max_batch, config.queue, config.clock).context("starting the worker")?;
@@ -79,6 +91,7 @@ fn main() -> Result<()> {
     if let (Some(dir), true) = (config.models_dir.clone(), reads_exits) {
         runtime.spawn(follow_models(dir, config.model_poll_s, worker.clone()));
     }
+    runtime.spawn(consolidation_rounds(worker.downgrade()));
     runtime.block_on(serve(&config, worker, zones))?;
     // Every handle on the worker is gone with the server: let it finish its last batch and close
     // the store (committed batches are durable either way).
@@ -129,6 +142,23 @@ async fn follow_models(dir: PathBuf, poll_s: f64, worker: Worker) {
         give_back = registry.retired() != retired;
         retired = registry.retired();
         tokio::time::sleep(Duration::from_secs_f64(poll_s.max(0.1))).await;
+    }
+}
+
+/// Runs consolidation's rounds when they are due: every second the worker checks (a command that
+/// writes nothing while consolidation is off or not due, so it costs no commit).
+/// It holds the worker weakly: the worker still stops when the server's handles are gone.
+async fn consolidation_rounds(worker: WeakWorker) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(worker) = worker.upgrade() else { return };
+        match worker.call(ConsolidationRound { due_only: true }).await {
+            Ok(started) if !started.is_empty() => tracing::info!(hosts = started.len(), "consolidation round"),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "consolidation round failed"),
+        }
     }
 }
 

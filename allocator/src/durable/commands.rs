@@ -12,7 +12,8 @@ use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, QualityReport, RackId,
     Rejection, RejectionCode, TenantId, VmId, VmInfo, VmRequest,
 };
-use placement::allocator::{Allocator, AllocatorStats, DrainError, Explanation};
+use placement::allocator::{Allocator, AllocatorStats, ConsolidationError, DrainError, Explanation};
+use placement::consolidation::{ConsolidationConfig, ConsolidationReport, PlannedHost};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::outcomes::OutcomeTracker;
 use placement::reprediction::Repredictor;
@@ -333,6 +334,89 @@ impl Request for CompleteMigration {
         let migration = cx.allocator.complete_migration(&self.0, cx.now_s)?;
         cx.outcomes.push("migrated");
         Ok(migration)
+    }
+}
+
+/// Turn consolidation on with these settings, change them (what is in progress stays), or turn it
+/// off (`None`) (write). `only_if_off`: the config file's `[consolidation]` at start, which gives
+/// way to a record the store holds (settings an operator PUT through the API).
+#[derive(Clone, Debug)]
+pub struct SetConsolidation {
+    pub config: Option<ConsolidationConfig>,
+    pub only_if_off: bool,
+}
+
+impl Request for SetConsolidation {
+    /// Where consolidation stands now (`None`: off).
+    type Output = Option<ConsolidationReport>;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Option<ConsolidationReport>, CommandError> {
+        if !(self.only_if_off && cx.allocator.consolidation().is_some()) {
+            cx.allocator.set_consolidation(self.config.clone(), cx.now_s)?;
+        }
+        Ok(cx.allocator.consolidation_report())
+    }
+}
+
+/// Pause consolidation (no new host, no new migration; those in flight complete) or resume it
+/// (write).
+#[derive(Clone, Copy, Debug)]
+pub struct PauseConsolidation(pub bool);
+
+impl Request for PauseConsolidation {
+    type Output = ConsolidationReport;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<ConsolidationReport, CommandError> {
+        cx.allocator.pause_consolidation(self.0)?;
+        cx.allocator.consolidation_report().ok_or(CommandError::Consolidation(ConsolidationError::Off))
+    }
+}
+
+/// A consolidation round (write): `due_only` runs it only if it is due (the service's timer),
+/// else now (an operator's `POST /v1/consolidation/rounds`). Answers the hosts it started.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsolidationRound {
+    pub due_only: bool,
+}
+
+impl Request for ConsolidationRound {
+    type Output = Vec<PlannedHost>;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Vec<PlannedHost>, CommandError> {
+        match cx.allocator.consolidation_due_s() {
+            None if self.due_only => Ok(Vec::new()),
+            Some(due) if self.due_only && due > cx.now_s => Ok(Vec::new()),
+            _ => Ok(cx.allocator.consolidate(cx.now_s)?),
+        }
+    }
+}
+
+/// The hosts a consolidation round would empty now, and where it stands; changes nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsolidationPlan;
+
+impl Request for ConsolidationPlan {
+    type Output = (Vec<PlannedHost>, ConsolidationReport);
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Self::Output, CommandError> {
+        let plan = cx.allocator.consolidation_plan(cx.now_s)?;
+        let report = cx.allocator.consolidation_report().ok_or(CommandError::Consolidation(ConsolidationError::Off))?;
+        Ok((plan, report))
+    }
+}
+
+/// Where consolidation stands.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsolidationStatus;
+
+impl Request for ConsolidationStatus {
+    type Output = ConsolidationReport;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<ConsolidationReport, CommandError> {
+        cx.allocator.consolidation_report().ok_or(CommandError::Consolidation(ConsolidationError::Off))
     }
 }
 

@@ -27,16 +27,17 @@ use crate::store::{
     self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm, Waker,
 };
 pub use commands::{
-    job, Allocate, Answer, BatchTiming, CompleteMigration, Context, DrainStatus, Explain, Follow, GetAllocation,
-    GetHost, HostFilter, Job, ListHosts, Quality, Release, Request, SetHostState, SetRepredictor, StartDrain, Stats,
-    Status,
+    job, Allocate, Answer, BatchTiming, CompleteMigration, ConsolidationPlan, ConsolidationRound, ConsolidationStatus,
+    Context, DrainStatus, Explain, Follow, GetAllocation, GetHost, HostFilter, Job, ListHosts, PauseConsolidation,
+    Quality, Release, Request, SetConsolidation, SetHostState, SetRepredictor, StartDrain, Stats, Status,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
 };
 use domain::{HostId, InventorySpec, QualityReport, VmId};
 use placement::allocator::{
-    AllocateError, Allocator, AllocatorConfig, AllocatorError, ConflictAvoidance, DrainError, HostShare,
+    AllocateError, Allocator, AllocatorConfig, AllocatorError, ConflictAvoidance, ConsolidationError, DrainError,
+    HostShare,
 };
 use placement::journal::{Change, LoggedChange};
 use placement::outcomes::{OutcomeConfig, OutcomeTracker};
@@ -80,6 +81,8 @@ pub enum CommandError {
     Unavailable(String),
     #[error(transparent)]
     Drain(#[from] DrainError),
+    #[error(transparent)]
+    Consolidation(#[from] ConsolidationError),
 }
 
 /// The live allocator and the store it mirrors.
@@ -251,6 +254,9 @@ fn recover(
     }
     if let Some(drain) = stored.drain {
         allocator.restore_drain(drain);
+    }
+    if let Some(consolidation) = stored.consolidation {
+        allocator.restore_consolidation(consolidation);
     }
     // Rebuilding what the store holds is no change to write (timers that passed meanwhile replay
     // the same way on every restart).

@@ -56,6 +56,8 @@ pub enum StoreError {
     CorruptLava { store: String, host: String, detail: String },
     #[error("allocator store {store}: drain record: {detail}")]
     CorruptDrain { store: String, detail: String },
+    #[error("allocator store {store}: consolidation record: {detail}")]
+    CorruptConsolidation { store: String, detail: String },
     /// The store refused the batch because it contradicts what the store holds (a host would be
     /// over-committed, a VM id is placed already). Nothing of the batch was written.
     #[error("allocator store {store}: refused: {detail}")]
@@ -89,6 +91,8 @@ pub struct StoredState {
     pub migrations: Vec<(VmId, HostId)>,
     /// The current (or last) drain.
     pub drain: Option<Drain>,
+    /// Consolidation's record, when it is on.
+    pub consolidation: Option<placement::consolidation::Consolidation>,
 }
 
 /// Where the durable state lives: the `store` setting of the allocator's configuration, either

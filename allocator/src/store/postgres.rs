@@ -65,6 +65,7 @@
 //!     target_host_id TEXT NOT NULL REFERENCES hosts (host_id),             -- demand reserved on
 //!     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL); -- it
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+//! CREATE TABLE consolidation (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
 //! CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
 //! CREATE TABLE changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
 //! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL,  -- ids answered "rejected",
@@ -125,7 +126,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -342,9 +343,15 @@ impl PostgresStore {
             .map(|row| serde_json::from_str(row.get::<_, &str>(0)))
             .transpose()
             .map_err(|e| StoreError::CorruptDrain { store: name.clone(), detail: e.to_string() })?;
+        let consolidation = tx
+            .query_opt("SELECT record FROM consolidation WHERE id = 1", &[])
+            .map_err(sql("reading the consolidation"))?
+            .map(|row| serde_json::from_str(row.get::<_, &str>(0)))
+            .transpose()
+            .map_err(|e| StoreError::CorruptConsolidation { store: name.clone(), detail: e.to_string() })?;
         tx.commit().map_err(sql("reading the state"))?;
         self.followed = followed;
-        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain })
+        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain, consolidation })
     }
 
     /// See [`super::PlacementStore::policy_states`].
@@ -739,6 +746,8 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL
                  );
                  CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS consolidation (
+                     id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
                  INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
                  CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
@@ -762,7 +771,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 6)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 7)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -1296,6 +1305,21 @@ fn write_each(
                     None => tx.execute("DELETE FROM drain", &[]),
                 }
                 .map_err(sql("recording the drain"))?;
+            }
+            Change::Consolidation(consolidation) => {
+                let record =
+                    consolidation.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
+                        StoreError::CorruptConsolidation { store: name.to_owned(), detail: e.to_string() }
+                    })?;
+                match record {
+                    Some(record) => tx.execute(
+                        "INSERT INTO consolidation (id, record) VALUES (1, $1)
+                             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+                        &[&record],
+                    ),
+                    None => tx.execute("DELETE FROM consolidation", &[]),
+                }
+                .map_err(sql("recording the consolidation"))?;
             }
             Change::PolicyHostState { host, policy } => {
                 let state = policy_state(host);

@@ -38,6 +38,7 @@
 //!     state TEXT NOT NULL);                                            -- the policy's own JSON
 //! CREATE TABLE migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);  -- in flight
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL); -- LARS, JSON
+//! CREATE TABLE consolidation (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL); -- JSON
 //! CREATE TABLE exits (                                   -- released VMs: the columns of `vms`, and
 //!     start_s REAL NOT NULL,                             -- requested_at_s, else placed_at_s
 //!     seq INTEGER NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,
@@ -53,6 +54,7 @@ use super::{
     parse_state, prediction_json, request_json, state_name, StoreError, StoredState, VmColumns,
 };
 use domain::{HostId, VmId};
+use placement::consolidation::Consolidation;
 use placement::defrag::Drain;
 use placement::journal::Change;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
@@ -60,7 +62,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// What to do about a store of a newer schema version than this code.
 const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file away to start from an empty store";
@@ -165,13 +167,14 @@ impl SqliteStore {
             .conn
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
-                 AND name IN ('meta', 'vms', 'host_states', 'policy_hosts', 'migrations', 'drain', 'exits')",
+                 AND name IN ('meta', 'vms', 'host_states', 'policy_hosts', 'migrations', 'drain', 'exits',
+                              'consolidation')",
                 [],
                 |row| row.get(0),
             )
             .map_err(self.sql("reading the schema"))?;
         // Creating or upgrading the schema takes the write lock; a current store is only read here.
-        if tables < 7 || self.stored_version()? != Some(SCHEMA_VERSION) {
+        if tables < 8 || self.stored_version()? != Some(SCHEMA_VERSION) {
             self.upgrade()?;
         }
         self.read_meta()
@@ -248,6 +251,7 @@ impl SqliteStore {
              );
              CREATE TABLE IF NOT EXISTS migrations (vm_id TEXT PRIMARY KEY, target_host_id TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS consolidation (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS exits (
                  start_s REAL NOT NULL,
                  seq INTEGER NOT NULL,
@@ -387,6 +391,7 @@ impl SqliteStore {
             policy_hosts: self.load_policy_hosts()?,
             migrations: self.load_migrations()?,
             drain: self.load_drain()?,
+            consolidation: self.load_consolidation()?,
         })
     }
 
@@ -412,6 +417,18 @@ impl SqliteStore {
             .map(|json| serde_json::from_str(&json))
             .transpose()
             .map_err(|e| StoreError::CorruptDrain { store: self.path.display().to_string(), detail: e.to_string() })
+    }
+
+    fn load_consolidation(&self) -> Result<Option<Consolidation>, StoreError> {
+        let record: Option<String> = self
+            .conn
+            .query_row("SELECT record FROM consolidation WHERE id = 1", [], |row| row.get(0))
+            .optional()
+            .map_err(self.sql("reading the consolidation"))?;
+        record.map(|json| serde_json::from_str(&json)).transpose().map_err(|e| StoreError::CorruptConsolidation {
+            store: self.path.display().to_string(),
+            detail: e.to_string(),
+        })
     }
 
     fn load_policy_hosts(&self) -> Result<Vec<(HostId, String, String)>, StoreError> {
@@ -560,6 +577,22 @@ impl SqliteStore {
                             None => tx.execute("DELETE FROM drain", []),
                         }
                         .map_err(sql("recording the drain"))?;
+                    }
+                    Change::Consolidation(consolidation) => {
+                        let record = consolidation.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
+                            StoreError::CorruptConsolidation {
+                                store: path.display().to_string(),
+                                detail: e.to_string(),
+                            }
+                        })?;
+                        match record {
+                            Some(record) => tx.execute(
+                                "INSERT OR REPLACE INTO consolidation (id, record) VALUES (1, ?1)",
+                                params![record],
+                            ),
+                            None => tx.execute("DELETE FROM consolidation", []),
+                        }
+                        .map_err(sql("recording the consolidation"))?;
                     }
                     Change::PolicyHostState { host, policy } => {
                         match policy_state(host) {

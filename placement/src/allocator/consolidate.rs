@@ -50,6 +50,7 @@ impl Allocator {
                 for host in std::mem::take(&mut consolidation.hosts) {
                     self.give_back(&host.host);
                 }
+                self.consolidation_changed = true;
             }
             return Ok(());
         };
@@ -61,7 +62,13 @@ impl Allocator {
             Some(existing) => existing.config = config,
             None => self.consolidation = Some(Consolidation::new(config, self.clock_s)),
         }
+        self.consolidation_changed = true;
         Ok(())
+    }
+
+    /// Puts back the consolidation recorded by the store (after its migrations were restored).
+    pub fn restore_consolidation(&mut self, consolidation: Consolidation) {
+        self.consolidation = Some(consolidation);
     }
 
     /// The true remaining lifetimes the `oracle` chooser reads (the simulator's).
@@ -81,6 +88,7 @@ impl Allocator {
     pub fn pause_consolidation(&mut self, paused: bool) -> Result<(), ConsolidationError> {
         let consolidation = self.consolidation.as_mut().ok_or(ConsolidationError::Off)?;
         consolidation.paused = paused;
+        self.consolidation_changed = true;
         if !paused {
             self.pump_consolidation();
         }
@@ -112,6 +120,7 @@ impl Allocator {
         let consolidation = self.consolidation.as_mut().ok_or(ConsolidationError::Off)?;
         consolidation.accrue(clock, hosts);
         consolidation.counters.rounds += 1;
+        self.consolidation_changed = true;
         consolidation.next_round_s = clock + consolidation.config.every_s;
         let trigger_holds =
             consolidation.config.empty_below_pct.is_none_or(|below| self.state.occupancy().empty_hosts_pct < below);
@@ -294,6 +303,7 @@ impl Allocator {
         for host in &mut consolidation.hosts {
             if !host.waiting.is_empty() && clock >= host.started_at_s + wait_s {
                 host.queue.extend(host.waiting.drain(..));
+                self.consolidation_changed = true;
             }
         }
     }
@@ -311,6 +321,7 @@ impl Allocator {
             if consolidation.paused || !consolidation.has_room() {
                 break;
             }
+            self.consolidation_changed = true;
             let Some(offset) = consolidation.hosts[next_host.min(consolidation.hosts.len())..]
                 .iter()
                 .position(|h| !h.queue.is_empty())
@@ -375,6 +386,10 @@ impl Allocator {
                 emptied.push(host.host.clone());
             }
         }
+        if emptied.is_empty() && dropped.is_empty() {
+            return;
+        }
+        self.consolidation_changed = true;
         for host in &emptied {
             self.give_back(host);
         }
@@ -390,6 +405,7 @@ impl Allocator {
         if let Some(consolidation) = self.consolidation.as_mut() {
             consolidation.hosts.retain(|h| &h.host != host);
             consolidation.counters.hosts_abandoned += 1;
+            self.consolidation_changed = true;
         }
         self.give_back(host);
     }
@@ -415,6 +431,7 @@ impl Allocator {
         let consolidation = self.consolidation.as_mut()?;
         let at = consolidation.in_flight.iter().position(|m| &m.vm_id == vm)?;
         let migration = consolidation.in_flight.remove(at);
+        self.consolidation_changed = true;
         consolidation.counters.migrations_completed += 1;
         consolidation.counters.moved_gib += memory;
         consolidation.forget_old_moves(clock);
@@ -431,6 +448,7 @@ impl Allocator {
         if let Some(consolidation) = self.consolidation.as_mut() {
             // Only a VM the consolidation knew can free a slot or empty one of its hosts.
             if consolidation.vm_exited(vm, clock) {
+                self.consolidation_changed = true;
                 self.pump_consolidation();
             }
         }

@@ -69,6 +69,7 @@ impl Allocator {
                 }
             }
             LoggedChange::Drain { drain } => self.drain = drain.clone(),
+            LoggedChange::Consolidation { consolidation } => self.consolidation = consolidation.as_deref().cloned(),
             LoggedChange::PolicyHostState { host, policy, state } => {
                 let index = host_index(self, host)?;
                 if let Some(policy_state) = self.host_state.as_mut().filter(|s| s.name() == policy) {
@@ -141,7 +142,8 @@ impl Allocator {
                 Change::MigrationStarted { .. }
                 | Change::MigrationCompleted { .. }
                 | Change::MigrationCancelled { .. }
-                | Change::Drain(_) => return Err(UndoError::NotReversible),
+                | Change::Drain(_)
+                | Change::Consolidation(_) => return Err(UndoError::NotReversible),
             }
         }
         // Nothing taken back is a change of this allocator's to write.

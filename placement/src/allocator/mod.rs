@@ -130,6 +130,7 @@ pub struct Allocator {
     /// the hosts whose policy state changed are added when they are taken.
     journal: Vec<Change>,
     drain_changed: bool,
+    consolidation_changed: bool,
     /// Hosts whose policy state changed since the changes were last taken, in any order and maybe
     /// more than once (sorted and deduplicated when taken). A vector that keeps its capacity: a
     /// set emptied at every take would allocate again at every placement of a stateful policy.
@@ -175,6 +176,7 @@ impl Allocator {
             consolidation_lifetimes: None,
             journal: Vec::new(),
             drain_changed: false,
+            consolidation_changed: false,
             state_changed: Vec::new(),
             index: (config.engine == Engine::Incremental).then(|| IncrementalIndex::new(config.index.clone(), hosts)),
             chooser: Chooser::new(config.tie_break, config.seed),
@@ -238,6 +240,9 @@ impl Allocator {
     pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
         if std::mem::take(&mut self.drain_changed) {
             self.journal.push(Change::Drain(self.drain.clone().map(Box::new)));
+        }
+        if std::mem::take(&mut self.consolidation_changed) {
+            self.journal.push(Change::Consolidation(self.consolidation.clone().map(Box::new)));
         }
         if let Some(policy) = &self.host_state {
             self.state_changed.sort_unstable();

@@ -18,7 +18,7 @@
 pub mod score;
 
 use crate::defrag::{Migration, MAX_IN_FLIGHT};
-use domain::{HostId, VmId};
+use domain::{HostId, Validate, ValidationError, ValidationLimits, VmId};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
@@ -179,6 +179,19 @@ impl ConsolidationConfig {
     /// The most the budget's bucket holds for `hosts` hosts: one day of migrations.
     pub fn depth(&self, hosts: usize) -> f64 {
         self.budget_per_host_day * hosts as f64
+    }
+}
+
+impl Validate for ConsolidationConfig {
+    fn validate(&self, _limits: &ValidationLimits, _path: &str) -> Result<(), ValidationError> {
+        let ok = self.check().map_err(|e| ValidationError::invalid(e.field, e.message));
+        if ok.is_ok() && self.chooser == ChooserKind::Oracle {
+            return Err(ValidationError::invalid(
+                "chooser",
+                "`oracle` reads true lifetimes, which only the simulator knows: use `lifetime` or a model-free chooser",
+            ));
+        }
+        ok
     }
 }
 
