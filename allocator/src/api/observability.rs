@@ -1,7 +1,7 @@
 //! Statistics, realized quality, health, readiness and the Prometheus metrics.
 
 use super::{call, command_error, problem, AppState};
-use crate::durable::{Quality, Stats, Status, StoreStatus};
+use crate::durable::{ConsolidationStatus, Quality, Stats, Status, StoreStatus};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -68,6 +68,9 @@ async fn metrics_endpoint(State(state): State<AppState>) -> Response {
             if let Ok(stats) = call(&state, "stats", Stats).await {
                 record_stats(&stats);
             }
+            if let Ok(report) = call(&state, "consolidation-status", ConsolidationStatus).await {
+                record_consolidation(&report);
+            }
             service_common::telemetry::render_metrics(handle)
         }
         None => problem(ProblemKind::NoMetrics, "no metrics recorder is installed"),
@@ -97,6 +100,29 @@ fn record_stats(stats: &placement::AllocatorStats) {
         metrics::counter!("allocator_rejections_total", "reason" => reason.clone()).absolute(*count);
     }
     metrics::counter!("allocator_repredictions_total").absolute(stats.repredictions);
+}
+
+/// Consolidation's counters, budget and progress, read at each scrape while it is on.
+fn record_consolidation(report: &placement::consolidation::ConsolidationReport) {
+    let c = &report.counters;
+    for (name, value) in [
+        ("allocator_consolidation_rounds_total", c.rounds),
+        ("allocator_consolidation_hosts_started_total", c.hosts_started),
+        ("allocator_consolidation_hosts_emptied_total", c.hosts_emptied),
+        ("allocator_consolidation_hosts_abandoned_total", c.hosts_abandoned),
+        ("allocator_consolidation_migrations_started_total", c.migrations_started),
+        ("allocator_consolidation_migrations_completed_total", c.migrations_completed),
+        ("allocator_consolidation_migrations_avoided_total", c.avoided),
+        ("allocator_consolidation_migrations_cancelled_total", c.cancelled),
+        ("allocator_consolidation_migrations_wasted_total", c.wasted),
+    ] {
+        metrics::counter!(name).absolute(value);
+    }
+    metrics::gauge!("allocator_consolidation_budget").set(report.budget);
+    metrics::gauge!("allocator_consolidation_hosts_emptying").set(report.hosts.len() as f64);
+    metrics::gauge!("allocator_consolidation_migrations_in_flight").set(report.in_flight.len() as f64);
+    metrics::gauge!("allocator_consolidation_paused").set(if report.paused { 1.0 } else { 0.0 });
+    metrics::gauge!("allocator_consolidation_moved_gib").set(c.moved_gib);
 }
 
 /// The realized quality as gauges, per model version: `allocator_prediction_quality{version, figure}`

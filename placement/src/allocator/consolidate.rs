@@ -5,7 +5,7 @@
 //! change and migration goes to the journal.
 
 use super::Allocator;
-use crate::consolidation::score::{self, Scorer};
+use crate::consolidation::score::{self, WasteRule};
 use crate::consolidation::{
     ChooserKind, Consolidation, ConsolidationConfig, ConsolidationConfigError, ConsolidationReport, EmptyingHost,
     PlannedHost, RecentMove,
@@ -138,7 +138,6 @@ impl Allocator {
         let chooses = !consolidation.paused && trigger_holds;
         let (config, room) = (consolidation.config.clone(), consolidation.available());
         let plan = if chooses { self.choose_hosts(&config, room) } else { Vec::new() };
-        self.release_waiting();
         if let Some(consolidation) = self.consolidation.as_mut() {
             consolidation.counters.rounds_choosing += u64::from(!plan.is_empty());
             consolidation.counters.hosts_started += plan.len() as u64;
@@ -160,9 +159,8 @@ impl Allocator {
                     host: planned.host.clone(),
                     started_at_s: clock,
                     queue: planned.moves.iter().cloned().collect(),
-                    waiting: planned.waiting.clone(),
                     expected_migrations: planned.expected_migrations,
-                    expected_gain_s: planned.expected_gain_s,
+                    expected_wasted: planned.expected_wasted,
                     moved: 0,
                     stuck_since_s: None,
                 });
@@ -172,14 +170,16 @@ impl Allocator {
         Ok(plan)
     }
 
-    /// The hosts the chooser picks with `room` migrations left in the budget, best first.
+    /// The hosts the chooser picks with `room` migrations left in the budget, best first: every
+    /// chooser ranks by its model-free key ([`score`]); the lifetime-aware ones skip the hosts whose
+    /// moves would likely be wasted, reading at most `candidates` hosts.
     fn choose_hosts(&mut self, config: &ConsolidationConfig, mut room: f64) -> Vec<PlannedHost> {
         if room < 1.0 {
             return Vec::new();
         }
         let afford = room.floor() as usize;
         // Hosts that could be emptied: in service, holding VMs, none arriving or leaving.
-        let mut candidates: Vec<(usize, HostIndex)> = self
+        let mut ranked: Vec<(f64, HostIndex)> = self
             .state
             .hosts()
             .iter()
@@ -191,54 +191,99 @@ impl Allocator {
                     && h.incoming.is_empty()
                     && !h.vms.iter().any(|vm| self.state.migration_target(vm).is_some())
             })
-            .map(|(i, h)| (h.vms.len(), HostIndex(i as u32)))
+            .map(|(i, h)| {
+                let share = used_share(h);
+                let rank = match config.chooser {
+                    ChooserKind::LeastUsed => score::least_used(h.vms.len(), share),
+                    _ => score::fewest_vms(h.vms.len(), share),
+                };
+                (rank, HostIndex(i as u32))
+            })
             .collect();
-        let mut scored: Vec<PlannedHost> = if config.chooser.reads_lifetimes() {
-            if candidates.len() > config.candidates {
-                candidates.select_nth_unstable(config.candidates - 1);
-                candidates.truncate(config.candidates);
-            }
-            candidates.sort_unstable();
-            let mut scorer = Scorer::new(config);
-            candidates
-                .iter()
-                .filter_map(|&(_, host)| self.score_by_lifetimes(config.chooser, host, &mut scorer))
-                .collect()
-        } else {
-            candidates
-                .iter()
-                .map(|&(vms, host)| {
-                    let record = &self.state.hosts()[host.get()];
-                    let share = used_share(record);
-                    let score = match config.chooser {
-                        ChooserKind::LeastUsed => score::least_used(vms, share),
-                        _ => score::fewest_vms(vms, share),
-                    };
-                    PlannedHost {
-                        host: record.id.clone(),
-                        moves: record.vms.clone(),
-                        waiting: Vec::new(),
-                        expected_migrations: vms as f64,
-                        expected_gain_s: 0.0,
-                        score,
-                    }
-                })
-                .collect()
-        };
-        // Best first; equal scores by inventory order (the candidates' order), as ties go.
-        scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+        // Best first; equal ranks in inventory order.
+        ranked.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let rule = WasteRule::new(config);
         let mut plan: Vec<PlannedHost> = Vec::new();
-        for host in scored {
-            let cost = (host.moves.len() + host.waiting.len()) as f64;
-            if cost <= room && self.moves_have_targets(&host, &plan) {
-                room -= cost;
-                plan.push(host);
-            }
-            if room < 1.0 {
+        let mut read = 0;
+        for (rank, host) in ranked {
+            if room < 1.0 || (config.chooser.reads_lifetimes() && read >= config.candidates) {
                 break;
+            }
+            let record = &self.state.hosts()[host.get()];
+            let cost = record.vms.len() as f64;
+            if cost > room {
+                continue;
+            }
+            let planned = if config.chooser.reads_lifetimes() {
+                read += 1;
+                match self.lifetime_view(config.chooser, host, &rule, rank) {
+                    Some(planned) => planned,
+                    None => continue,
+                }
+            } else {
+                PlannedHost {
+                    host: record.id.clone(),
+                    moves: record.vms.clone(),
+                    expected_migrations: cost,
+                    expected_wasted: 0.0,
+                    score: rank,
+                }
+            };
+            if self.moves_have_targets(&planned, &plan) {
+                room -= cost;
+                plan.push(planned);
             }
         }
         plan
+    }
+
+    /// A lifetime-aware chooser's view of `host`: its VMs longest-expected-first and the risk of
+    /// wasting their moves; none if the rule leaves it alone.
+    fn lifetime_view(
+        &mut self,
+        chooser: ChooserKind,
+        host: HostIndex,
+        rule: &WasteRule,
+        rank: f64,
+    ) -> Option<PlannedHost> {
+        let Allocator { state, repredictions, policy, consolidation_lifetimes, clock_s, .. } = self;
+        let record = &state.hosts()[host.get()];
+        let truth = consolidation_lifetimes.as_ref().filter(|_| chooser == ChooserKind::Oracle);
+        // Each VM: its age, initial lifetime, the oracle's row, and its expected remaining lifetime.
+        let mut vms: Vec<(f64, f64, Vec<f64>, f64, &VmId)> = Vec::with_capacity(record.vms.len());
+        for id in &record.vms {
+            let vm = state.vm(id)?;
+            let age = *clock_s - vm.placed_at_s;
+            let initial = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+            let row = truth.map(|t| t.encode(id, &super::stored_features(&vm.record))).unwrap_or_default();
+            let remaining = match (chooser, truth) {
+                (ChooserKind::Oracle, Some(t)) => t.remaining_s(&row, age),
+                (ChooserKind::Lifetime, _) => repredictions.remaining_s(host.get(), id, initial, age),
+                _ => age + score::AGE_SCALE_S,
+            };
+            vms.push((age, initial, row, remaining, id));
+        }
+        // LARS: longest expected stay first (equal ones in the host's order).
+        vms.sort_by(|a, b| b.3.total_cmp(&a.3));
+        let mut alive = Vec::with_capacity(vms.len());
+        for (j, (age, initial, row, _, id)) in vms.iter().enumerate() {
+            let times = rule.times(j);
+            let mut out = [0.0; 2];
+            match (chooser, truth) {
+                (ChooserKind::Oracle, Some(t)) => t.survival(row, *age, &times, &mut out),
+                (ChooserKind::Lifetime, _) => repredictions.survival(host.get(), id, *initial, *age, &times, &mut out),
+                _ => score::age_survival(*age, &times, &mut out),
+            }
+            alive.push(out);
+        }
+        let risk = rule.risk(alive);
+        rule.allows(&risk).then(|| PlannedHost {
+            host: record.id.clone(),
+            moves: vms.iter().map(|v| v.4.clone()).collect(),
+            expected_migrations: risk.expected_migrations,
+            expected_wasted: risk.expected_wasted,
+            score: rank,
+        })
     }
 
     /// Whether each VM `host` would move finds a non-empty host to go to now, other than the hosts
@@ -257,63 +302,11 @@ impl Allocator {
         })
     }
 
-    /// A lifetime-aware chooser's view of `host`, or none if emptying it is not worth it.
-    fn score_by_lifetimes(
-        &mut self,
-        chooser: ChooserKind,
-        host: HostIndex,
-        scorer: &mut Scorer,
-    ) -> Option<PlannedHost> {
-        let Allocator { state, repredictions, policy, consolidation_lifetimes, clock_s, .. } = self;
-        let record = &state.hosts()[host.get()];
-        let vms = &record.vms;
-        let scored = scorer.score(vms.len(), |i, grid, out| {
-            let Some(vm) = state.vm(&vms[i]) else {
-                out.fill(0.0);
-                return;
-            };
-            let age = *clock_s - vm.placed_at_s;
-            match (chooser, consolidation_lifetimes.as_ref()) {
-                (ChooserKind::Oracle, Some(truth)) => {
-                    let row = truth.encode(&vms[i], &super::stored_features(&vm.record));
-                    truth.survival(&row, age, grid, out);
-                }
-                (ChooserKind::Lifetime, _) => {
-                    let initial = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
-                    repredictions.survival(host.get(), &vms[i], initial, age, grid, out);
-                }
-                _ => score::age_survival(age, grid, out),
-            }
-        })?;
-        Some(PlannedHost {
-            host: record.id.clone(),
-            moves: scored.moves.iter().map(|&i| vms[i].clone()).collect(),
-            waiting: scored.waiting.iter().map(|&i| vms[i].clone()).collect(),
-            expected_migrations: scored.expected_migrations,
-            expected_gain_s: scored.expected_gain_s,
-            score: scored.score,
-        })
-    }
-
-    /// Waiting VMs still there `wait_s` after their host's start join its queue.
-    fn release_waiting(&mut self) {
-        let clock = self.clock_s;
-        let Some(consolidation) = self.consolidation.as_mut() else { return };
-        let wait_s = consolidation.config.wait_s;
-        for host in &mut consolidation.hosts {
-            if !host.waiting.is_empty() && clock >= host.started_at_s + wait_s {
-                host.queue.extend(host.waiting.drain(..));
-                self.consolidation_changed = true;
-            }
-        }
-    }
-
     /// Starts migrations while there is room and VMs to move, hosts in the order they started,
     /// then settles the hosts. A VM that no non-empty host can take (moving it to an empty host
     /// would gain nothing) stays at the head of its host's queue, and the next host is tried; a
     /// round later its host goes back to service.
     pub(super) fn pump_consolidation(&mut self) {
-        self.release_waiting();
         let mut next_host = 0;
         loop {
             let clock = self.clock_s;

@@ -6,7 +6,7 @@
 //! Migrations cost (a memory copy, a pause, network), so they run under a budget: a number of
 //! migrations per host-day, accrued continuously into a bucket one day deep, and at most
 //! `max_in_flight` at once. A host is started only when the bucket holds every migration planned
-//! for it (its VMs left to exit by themselves included), so migrations never outrun the budget. Operators run this as OpenStack Watcher's server consolidation, VMware DPM or BtrPlace;
+//! for it, so migrations never outrun the budget. Operators run this as OpenStack Watcher's server consolidation, VMware DPM or BtrPlace;
 //! Borg defragments a pool when its empty hosts run low ([`ConsolidationConfig::empty_below_pct`]).
 //!
 //! Which hosts to empty is the chooser's ([`ChooserKind`], scored in [`score`]): model-free ones
@@ -96,16 +96,10 @@ pub struct ConsolidationConfig {
     /// How long one migration takes, in seconds (the simulator's; the service's estimate of the
     /// caller's, for scoring).
     pub migration_s: f64,
-    /// Lifetime-aware choosers: how far ahead, in seconds, empty-host time counts.
-    pub horizon_s: f64,
-    /// Lifetime-aware choosers: the least expected empty-host time a migration must buy, in
-    /// seconds; hosts below it (likely to empty by themselves) are left alone.
-    pub min_gain_s: f64,
-    /// Lifetime-aware choosers: a VM more likely than not to exit within this many seconds is not
-    /// moved (by default two hours: its turn, its move and the hour after which a move is not
-    /// wasted); its host waits for it, and moves it if it is still there this long after the start.
-    pub wait_s: f64,
-    /// Lifetime-aware choosers score only this many hosts each round, those with the fewest VMs
+    /// Lifetime-aware choosers: a host any of whose moves would be wasted (the VM gone within an
+    /// hour of its move) with at least this chance is left alone ([`score::WasteRule`]).
+    pub max_waste: f64,
+    /// Lifetime-aware choosers read the VMs of only this many hosts each round, the best ranked
     /// (what keeps a round cheap in a large zone).
     #[serde(deserialize_with = "domain::whole_number::deserialize")]
     pub candidates: usize,
@@ -120,9 +114,7 @@ impl Default for ConsolidationConfig {
             max_in_flight: 3,
             empty_below_pct: None,
             migration_s: 1200.0,
-            horizon_s: 86_400.0,
-            min_gain_s: 3600.0,
-            wait_s: 7200.0,
+            max_waste: 0.5,
             candidates: 2048,
         }
     }
@@ -156,14 +148,8 @@ impl ConsolidationConfig {
         if !(self.migration_s.is_finite() && self.migration_s >= 0.0) {
             return bad("migration_s", format!("must be >= 0 seconds, got {}", self.migration_s));
         }
-        if !positive(self.horizon_s) {
-            return bad("horizon_s", format!("must be > 0 seconds, got {}", self.horizon_s));
-        }
-        if !(self.min_gain_s.is_finite() && self.min_gain_s >= 0.0) {
-            return bad("min_gain_s", format!("must be >= 0 seconds, got {}", self.min_gain_s));
-        }
-        if !(self.wait_s.is_finite() && self.wait_s >= 0.0) {
-            return bad("wait_s", format!("must be >= 0 seconds, got {}", self.wait_s));
+        if !(self.max_waste > 0.0 && self.max_waste <= 1.0) {
+            return bad("max_waste", format!("must be a probability in (0, 1], got {}", self.max_waste));
         }
         if self.candidates == 0 {
             return bad("candidates", "must be at least 1 host".into());
@@ -196,8 +182,8 @@ impl Validate for ConsolidationConfig {
 }
 
 /// The command-line form: `off`, or `budget=MIGRATIONS_PER_HOST_DAY,chooser=NAME` with optional
-/// `every=SECONDS`, `in-flight=N`, `empty-below=PCT`, `migration=SECONDS`, `horizon=SECONDS`,
-/// `min-gain=SECONDS`, `wait=SECONDS` and `candidates=N`. `None` for `off`.
+/// `every=SECONDS`, `in-flight=N`, `empty-below=PCT`, `migration=SECONDS`, `max-waste=P` and
+/// `candidates=N`. `None` for `off`.
 pub fn parse_flag(text: &str) -> Result<Option<ConsolidationConfig>, String> {
     if text.trim() == "off" {
         return Ok(None);
@@ -220,14 +206,12 @@ pub fn parse_flag(text: &str) -> Result<Option<ConsolidationConfig>, String> {
             "in-flight" => config.max_in_flight = whole()?,
             "empty-below" => config.empty_below_pct = Some(number()?),
             "migration" => config.migration_s = number()?,
-            "horizon" => config.horizon_s = number()?,
-            "min-gain" => config.min_gain_s = number()?,
-            "wait" => config.wait_s = number()?,
+            "max-waste" => config.max_waste = number()?,
             "candidates" => config.candidates = whole()?,
             other => {
                 return Err(format!(
                     "unknown key {other:?}: use budget, chooser, every, in-flight, empty-below, migration, \
-                     horizon, min-gain, wait or candidates"
+                     max-waste or candidates"
                 ))
             }
         }
@@ -247,9 +231,7 @@ impl fmt::Display for ConsolidationConfig {
         let numbers = [
             ("every", self.every_s, d.every_s),
             ("migration", self.migration_s, d.migration_s),
-            ("horizon", self.horizon_s, d.horizon_s),
-            ("min-gain", self.min_gain_s, d.min_gain_s),
-            ("wait", self.wait_s, d.wait_s),
+            ("max-waste", self.max_waste, d.max_waste),
         ];
         for (key, value, default) in numbers {
             if value != default {
@@ -279,13 +261,9 @@ pub struct EmptyingHost {
     /// VMs still to migrate, next first.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub queue: VecDeque<VmId>,
-    /// VMs left to exit by themselves (likely to within `wait_s`), migrated if still there at
-    /// `started_at_s + wait_s`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
-    pub waiting: Vec<VmId>,
-    /// What the chooser expected: migrations, and empty-host seconds gained.
+    /// What the chooser expected: migrations, and wasted ones (lifetime-aware choosers).
     pub expected_migrations: f64,
-    pub expected_gain_s: f64,
+    pub expected_wasted: f64,
     /// Migrations of its VMs completed so far.
     pub moved: u32,
     /// Since when its next VM has found no non-empty host to go to (it is tried again as hosts
@@ -373,10 +351,9 @@ impl Consolidation {
         }
     }
 
-    /// Migrations planned for the hosts being emptied and not started yet, the VMs left to exit
-    /// by themselves included (they move if they outstay the wait).
+    /// Migrations planned for the hosts being emptied and not started yet.
     pub fn committed(&self) -> usize {
-        self.hosts.iter().map(|h| h.queue.len() + h.waiting.len()).sum()
+        self.hosts.iter().map(|h| h.queue.len()).sum()
     }
 
     /// What the budget can still plan for: its migrations less those already planned.
@@ -406,9 +383,6 @@ impl Consolidation {
             if let Some(at) = host.queue.iter().position(|v| v == vm) {
                 host.queue.remove(at);
                 self.counters.avoided += 1;
-                changed = true;
-            } else if let Some(at) = host.waiting.iter().position(|v| v == vm) {
-                host.waiting.swap_remove(at);
                 changed = true;
             }
         }
@@ -470,13 +444,11 @@ pub struct PlannedHost {
     /// VMs to migrate, in order.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub moves: Vec<VmId>,
-    /// VMs left to exit by themselves.
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
-    pub waiting: Vec<VmId>,
+    /// Migrations expected (a VM gone before its turn needs none; lifetime-aware choosers).
     pub expected_migrations: f64,
-    /// Empty-host seconds the chooser expects emptying it to gain (lifetime-aware choosers).
-    pub expected_gain_s: f64,
-    /// The chooser's score (higher first).
+    /// Of them, expected wasted (the VM gone within an hour of its move).
+    pub expected_wasted: f64,
+    /// The chooser's rank (higher first).
     pub score: f64,
 }
 
@@ -521,15 +493,13 @@ mod tests {
             host: HostId::from("h"),
             started_at_s: 0.0,
             queue: [VmId::from("a"), VmId::from("b")].into(),
-            waiting: vec![VmId::from("c")],
             expected_migrations: 2.0,
-            expected_gain_s: 0.0,
+            expected_wasted: 0.0,
             moved: 0,
             stuck_since_s: None,
         });
-        assert_eq!(c.available(), 2.0, "the waiting VM is paid for ahead too");
+        assert_eq!(c.available(), 3.0, "the planned migrations are spoken for");
         assert!(c.vm_exited(&VmId::from("a"), 1.0));
-        assert!(c.vm_exited(&VmId::from("c"), 1.0));
         assert!(!c.vm_exited(&VmId::from("z"), 1.0));
         assert_eq!((c.counters.avoided, c.available()), (1, 4.0));
     }

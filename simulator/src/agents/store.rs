@@ -121,8 +121,12 @@ impl Store {
             LoggedChange::MigrationStarted { .. }
             | LoggedChange::MigrationCompleted { .. }
             | LoggedChange::MigrationCancelled { .. }
-            | LoggedChange::Drain { .. } => {
-                return Err(invalid("drains", "drains and migrations are not simulated with several agents"))
+            | LoggedChange::Drain { .. }
+            | LoggedChange::Consolidation { .. } => {
+                return Err(invalid(
+                    "drains",
+                    "drains, consolidation and migrations are not simulated with several agents",
+                ))
             }
         }))
     }
