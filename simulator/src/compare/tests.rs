@@ -145,5 +145,8 @@ fn the_checked_in_experiments_plan() {
         assert!(plan.is_ok(), "{}: {}", path.display(), plan.unwrap_err());
         seen += 1;
     }
-    assert_eq!(seen, 12, "the experiments of the evaluation, the validation sweeps and the survival test");
+    assert_eq!(
+        seen, 13,
+        "the experiments of the evaluation, the validation sweeps, the survival test and consolidation"
+    );
 }
