@@ -107,7 +107,7 @@ impl Allocator {
         let mut budget = consolidation.clone();
         budget.accrue(self.clock_s, self.state.hosts().len());
         let config = budget.config.clone();
-        Ok(self.choose_hosts(&config, budget.available()))
+        Ok(self.choose_hosts(&config, budget.room()))
     }
 
     /// A consolidation round: accrues the budget, and unless paused or the trigger does not hold,
@@ -136,7 +136,7 @@ impl Allocator {
         }
         let consolidation = self.consolidation.as_ref().ok_or(ConsolidationError::Off)?;
         let chooses = !consolidation.paused && trigger_holds;
-        let (config, room) = (consolidation.config.clone(), consolidation.available());
+        let (config, room) = (consolidation.config.clone(), consolidation.room());
         let plan = if chooses { self.choose_hosts(&config, room) } else { Vec::new() };
         if let Some(consolidation) = self.consolidation.as_mut() {
             consolidation.counters.rounds_choosing += u64::from(!plan.is_empty());

@@ -361,6 +361,15 @@ impl Consolidation {
         self.budget - self.committed() as f64
     }
 
+    /// What a round may plan: what the budget can pay for, and no more than the migrations in
+    /// flight can carry out before the next round (a host planned beyond that would wait out of
+    /// service for its turn, holding capacity while it gains nothing).
+    pub fn room(&self) -> f64 {
+        let config = &self.config;
+        let per_round = config.max_in_flight as f64 * (config.every_s / config.migration_s.max(1.0)).max(1.0);
+        self.available().min(per_round - (self.committed() + self.in_flight.len()) as f64)
+    }
+
     pub fn has_room(&self) -> bool {
         self.in_flight.len() < self.config.max_in_flight
     }
@@ -499,6 +508,11 @@ mod tests {
             stuck_since_s: None,
         });
         assert_eq!(c.available(), 3.0, "the planned migrations are spoken for");
+        // Hourly rounds, 3 in flight of 20 minutes: 9 migrations a round, 2 of them planned.
+        assert_eq!(c.room(), 3.0);
+        c.budget = 100.0;
+        assert_eq!(c.room(), 7.0, "no more than the migrations in flight carry out in a round");
+        c.budget = 5.0;
         assert!(c.vm_exited(&VmId::from("a"), 1.0));
         assert!(!c.vm_exited(&VmId::from("z"), 1.0));
         assert_eq!((c.counters.avoided, c.available()), (1, 4.0));

@@ -436,6 +436,27 @@ fn write_plots(comparison: &Comparison, dir: &Path, written: &mut Vec<PathBuf>) 
     let title = format!("Empty hosts gain over {} (pp; mean, range over seeds)", comparison.baseline);
     plot::bars_svg(&path, &title, "pp", &bars(&|r| r.empty_hosts_gain_pp))?;
     written.push(path);
+    if comparison.runs.iter().any(|r| r.plan.config.consolidation.is_some()) {
+        for (name, title, y_label, f) in [
+            (
+                "consolidation_empty_hosts.svg",
+                "Empty hosts against the migrations spent, per chooser (means over seeds)",
+                "empty hosts (%)",
+                &(|m: &crate::metrics::MetricsSummary| m.empty_hosts_pct)
+                    as &dyn Fn(&crate::metrics::MetricsSummary) -> f64,
+            ),
+            (
+                "consolidation_packing_density.svg",
+                "Packing density against the migrations spent, per chooser (means over seeds)",
+                "packing density (%)",
+                &|m: &crate::metrics::MetricsSummary| 100.0 * m.packing_density,
+            ),
+        ] {
+            let path = dir.join(name);
+            plot::sweep_svg(&path, title, "migrations per host-day", y_label, &consolidation_curves(comparison, f))?;
+            written.push(path);
+        }
+    }
     if let Some(x_label) = &comparison.experiment.sweep_label {
         let sweep = |f: &dyn Fn(&Row) -> f64| {
             let mut series: Vec<Series> = Vec::new();
@@ -498,4 +519,41 @@ fn write_plots(comparison: &Comparison, dir: &Path, written: &mut Vec<PathBuf>) 
         }
     }
     Ok(())
+}
+
+/// One curve per policy and chooser: each row's mean `figure` over seeds against its mean
+/// migrations per host-day, starting from the policy's row without migrations.
+fn consolidation_curves(
+    comparison: &Comparison,
+    figure: &dyn Fn(&crate::metrics::MetricsSummary) -> f64,
+) -> Vec<Series> {
+    let mut series: Vec<Series> = Vec::new();
+    for row in &comparison.rows {
+        let runs: Vec<&CompareRun> = comparison.runs.iter().filter(|r| r.plan.cell.label == row.cell.label).collect();
+        let Some(first) = runs.first() else { continue };
+        let n = runs.len() as f64;
+        let point = (
+            runs.iter().map(|r| r.result.metrics.migrations_per_host_day).sum::<f64>() / n,
+            runs.iter().map(|r| figure(&r.result.metrics)).sum::<f64>() / n,
+        );
+        let choosers: Vec<&'static str> = match &first.plan.config.consolidation {
+            Some(c) => vec![c.chooser.name()],
+            // The row without migrations starts every chooser's curve of its policy.
+            None if first.plan.config.drains.is_none() => placement::consolidation::ChooserKind::NAMES.to_vec(),
+            None => continue,
+        };
+        for chooser in choosers {
+            let name = format!("{} / {chooser}", row.cell.policy);
+            match series.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.points.push(point),
+                None => series.push(Series::new(name, vec![point])),
+            }
+        }
+    }
+    // A curve is a policy's row without migrations alone when no chooser ran with it.
+    series.retain(|s| s.points.len() > 1);
+    for s in &mut series {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    series
 }
