@@ -120,6 +120,11 @@ impl Default for ConsolidationConfig {
     }
 }
 
+/// The largest budget, migrations per host-day.
+pub const MAX_BUDGET: f64 = 1e6;
+/// The longest period or migration, in seconds (about 30 years).
+pub const MAX_SECONDS: f64 = 1e9;
+
 /// A setting that means nothing; names the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("consolidation.{field}: {message}")]
@@ -132,12 +137,16 @@ impl ConsolidationConfig {
     /// Refuses settings that mean nothing, naming the field and what it takes.
     pub fn check(&self) -> Result<(), ConsolidationConfigError> {
         let bad = |field: &'static str, message: String| Err(ConsolidationConfigError { field, message });
-        let positive = |v: f64| v.is_finite() && v > 0.0;
-        if !(self.budget_per_host_day.is_finite() && self.budget_per_host_day >= 0.0) {
-            return bad("budget_per_host_day", format!("must be >= 0 migrations, got {}", self.budget_per_host_day));
+        // Bounded so that the budget and the clock stay finite numbers.
+        let positive = |v: f64| v.is_finite() && v > 0.0 && v <= MAX_SECONDS;
+        if !(self.budget_per_host_day.is_finite() && (0.0..=MAX_BUDGET).contains(&self.budget_per_host_day)) {
+            return bad(
+                "budget_per_host_day",
+                format!("must be 0 to {MAX_BUDGET} migrations, got {}", self.budget_per_host_day),
+            );
         }
         if !positive(self.every_s) {
-            return bad("every_s", format!("must be > 0 seconds, got {}", self.every_s));
+            return bad("every_s", format!("must be > 0 and at most {MAX_SECONDS} seconds, got {}", self.every_s));
         }
         if self.max_in_flight == 0 || self.max_in_flight > MAX_IN_FLIGHT {
             return bad("max_in_flight", format!("must be between 1 and {MAX_IN_FLIGHT}, got {}", self.max_in_flight));
@@ -145,8 +154,8 @@ impl ConsolidationConfig {
         if let Some(pct) = self.empty_below_pct.filter(|p| !(p.is_finite() && (0.0..=100.0).contains(p))) {
             return bad("empty_below_pct", format!("must be a percentage between 0 and 100, got {pct}"));
         }
-        if !(self.migration_s.is_finite() && self.migration_s >= 0.0) {
-            return bad("migration_s", format!("must be >= 0 seconds, got {}", self.migration_s));
+        if !(self.migration_s.is_finite() && (0.0..=MAX_SECONDS).contains(&self.migration_s)) {
+            return bad("migration_s", format!("must be 0 to {MAX_SECONDS} seconds, got {}", self.migration_s));
         }
         if !(self.max_waste > 0.0 && self.max_waste <= 1.0) {
             return bad("max_waste", format!("must be a probability in (0, 1], got {}", self.max_waste));
