@@ -326,3 +326,94 @@ fn op_id(op: &Op) -> &str {
         Op::Round => "",
     }
 }
+
+/// The service's durable allocator (commands, group commit, the SQLite store, reopened now and
+/// then) makes the same consolidation choices as the placement core alone on the same events:
+/// the hosts each round starts, the migrations and their targets, and every VM's host.
+#[test]
+fn the_durable_allocator_consolidates_as_the_core_does_across_restarts() {
+    use allocator::durable::{
+        Allocate, CompleteMigration, ConsolidationRound, DurableAllocator, Release, SetConsolidation,
+    };
+    use domain::{AllocationRequest, InventorySpec, Resources, VmId, VmRequest};
+    use placement::consolidation::{ChooserKind, ConsolidationConfig};
+    use placement::{Allocator, AllocatorConfig, Change, TieBreak};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("twin.db");
+    let spec = InventorySpec::homogeneous("z", 10, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+    // Lowest-index ties: a restart cannot restore a tie-breaking generator's state.
+    let config = AllocatorConfig { tie_break: TieBreak::LowestIndex, ..AllocatorConfig::default() };
+    let settings = ConsolidationConfig {
+        budget_per_host_day: 4.0,
+        chooser: ChooserKind::FewestVms,
+        every_s: 3600.0,
+        ..ConsolidationConfig::default()
+    };
+    let mut core = Allocator::new(&spec, &config).unwrap();
+    core.set_consolidation(Some(settings.clone()), 0.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &path, 0.0).unwrap();
+    let request = SetConsolidation { config: Some(settings), only_if_off: false };
+    durable.execute_one(request, 0.0).unwrap();
+    core.take_changes().for_each(drop);
+
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    // Pending events: (time, kind, VM), kind 0 exit, 1 migration done.
+    let mut pending: Vec<(f64, u8, String)> = Vec::new();
+    let (mut rounds, mut migrations) = (0, 0);
+    for step in 0..1500 {
+        let now = 60.0 * f64::from(step);
+        pending.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        while pending.first().is_some_and(|e| e.0 <= now) {
+            let (at, kind, vm) = pending.remove(0);
+            let id = VmId::from(vm.as_str());
+            if kind == 0 {
+                let expected = core.release(&id, at).is_ok();
+                let release = Release { vm: id, owner: None, ended_at_s: None };
+                assert_eq!(durable.execute_one(release, at).is_ok(), expected, "release of {vm} at {at}");
+            } else {
+                let expected = core.complete_migration(&id, at).ok();
+                let got = durable.execute_one(CompleteMigration(id), at).ok();
+                assert_eq!(got, expected, "completion of {vm}'s migration at {at}");
+                migrations += usize::from(expected.is_some());
+            }
+        }
+        if core.consolidation_due_s().is_some_and(|due| due <= now) {
+            let expected = core.consolidate(now).unwrap();
+            let got = durable.execute_one(ConsolidationRound { due_only: true }, now).unwrap();
+            assert_eq!(got, expected, "round at {now}");
+            rounds += usize::from(!expected.is_empty());
+        }
+        // An arrival every 3 minutes: about 70% of the cores in use.
+        if step % 3 == 0 {
+            let cores = f64::from(rng.random_range(1..=6u32));
+            let demand = Resources::from_whole(cores, cores * 2.0, 0.0).unwrap();
+            let mut vm = VmRequest::new(&format!("vm-{step}"), "t", "D", demand);
+            vm.requested_at_s = Some(now);
+            let request = AllocationRequest::Vm(vm);
+            let expected = core.allocate(&request, now).unwrap();
+            assert_eq!(durable.execute_one(Allocate(request), now).unwrap(), expected, "allocation at {now}");
+            if expected.is_placed() {
+                let longest = if rng.random_bool(0.2) { 600 } else { 90 };
+                let life = 60.0 * f64::from(rng.random_range(1..=longest));
+                pending.push((now + life, 0, format!("vm-{step}")));
+            }
+        }
+        for change in core.take_changes() {
+            if let Change::MigrationStarted { vm, .. } = change {
+                pending.push((now + 1200.0, 1, vm.as_str().to_owned()));
+            }
+        }
+        if step % 400 == 399 {
+            drop(durable);
+            durable = DurableAllocator::open(&spec, &config, &path, now).unwrap();
+        }
+    }
+    let (a, b) = (durable.allocator().unwrap(), &core);
+    let hosts = |x: &Allocator| -> Vec<(String, Vec<VmId>)> {
+        x.state().hosts().iter().map(|h| (h.id.to_string(), h.vms.clone())).collect()
+    };
+    assert_eq!(hosts(a), hosts(b));
+    assert_eq!(a.consolidation_report(), b.consolidation_report());
+    assert!(rounds >= 5 && migrations >= 10, "too little consolidation: {rounds} rounds, {migrations} migrations");
+}
