@@ -428,7 +428,10 @@ fn a_store_that_acknowledges_before_syncing_loses_acknowledged_operations() {
         tally.acknowledged, tally.lost, tally.resurrected, tally.cycles_with_loss
     );
     assert!(tally.lost > 0, "the harness must catch a store that acknowledges before syncing: {tally:?}");
-    assert!(tally.cycles_with_loss * 2 > cycles, "most cycles should lose something: {tally:?}");
+    // A cycle whose power fails after a clean shutdown has nothing unsynced to lose; of the others,
+    // most should lose something (how many of each a run gets varies with the threads' timing).
+    let running = tally.cut_on.iter().filter(|(on, _)| !on.contains("shutdown")).map(|(_, n)| n).sum::<usize>();
+    assert!(tally.cycles_with_loss * 2 > running, "most cuts of a running store should lose something: {tally:?}");
 }
 
 /// The VFS itself: a synced commit survives a power loss, an unsynced one does not.

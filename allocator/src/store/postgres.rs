@@ -1174,6 +1174,19 @@ struct VmArrays<'a> {
     request: Vec<Option<String>>,
 }
 
+/// Writes a one-row record table (`drain`, `consolidation`): the record's JSON, or no row.
+fn write_record(tx: &mut Transaction<'_>, table: &'static str, record: Option<String>) -> Result<u64, postgres::Error> {
+    match record {
+        Some(record) => tx.execute(
+            &format!(
+                "INSERT INTO {table} (id, record) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record"
+            ),
+            &[&record],
+        ),
+        None => tx.execute(&format!("DELETE FROM {table}"), &[]),
+    }
+}
+
 /// Writes a batch change by change, in order: batches with drains or migrations, or that place and
 /// release the same VM. The set-based [`commit_sets`] covers the rest.
 fn write_each(
@@ -1296,30 +1309,14 @@ fn write_each(
                     .map(serde_json::to_string)
                     .transpose()
                     .map_err(|e| StoreError::CorruptDrain { store: name.to_owned(), detail: e.to_string() })?;
-                match record {
-                    Some(record) => tx.execute(
-                        "INSERT INTO drain (id, record) VALUES (1, $1)
-                             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
-                        &[&record],
-                    ),
-                    None => tx.execute("DELETE FROM drain", &[]),
-                }
-                .map_err(sql("recording the drain"))?;
+                write_record(tx, "drain", record).map_err(sql("recording the drain"))?;
             }
             Change::Consolidation(consolidation) => {
                 let record =
                     consolidation.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
                         StoreError::CorruptConsolidation { store: name.to_owned(), detail: e.to_string() }
                     })?;
-                match record {
-                    Some(record) => tx.execute(
-                        "INSERT INTO consolidation (id, record) VALUES (1, $1)
-                             ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
-                        &[&record],
-                    ),
-                    None => tx.execute("DELETE FROM consolidation", &[]),
-                }
-                .map_err(sql("recording the consolidation"))?;
+                write_record(tx, "consolidation", record).map_err(sql("recording the consolidation"))?;
             }
             Change::PolicyHostState { host, policy } => {
                 let state = policy_state(host);

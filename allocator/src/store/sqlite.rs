@@ -570,13 +570,7 @@ impl SqliteStore {
                         let record = drain.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
                             StoreError::CorruptDrain { store: path.display().to_string(), detail: e.to_string() }
                         })?;
-                        match record {
-                            Some(record) => {
-                                tx.execute("INSERT OR REPLACE INTO drain (id, record) VALUES (1, ?1)", params![record])
-                            }
-                            None => tx.execute("DELETE FROM drain", []),
-                        }
-                        .map_err(sql("recording the drain"))?;
+                        write_record(&tx, "drain", record).map_err(sql("recording the drain"))?;
                     }
                     Change::Consolidation(consolidation) => {
                         let record = consolidation.as_ref().map(serde_json::to_string).transpose().map_err(|e| {
@@ -585,14 +579,7 @@ impl SqliteStore {
                                 detail: e.to_string(),
                             }
                         })?;
-                        match record {
-                            Some(record) => tx.execute(
-                                "INSERT OR REPLACE INTO consolidation (id, record) VALUES (1, ?1)",
-                                params![record],
-                            ),
-                            None => tx.execute("DELETE FROM consolidation", []),
-                        }
-                        .map_err(sql("recording the consolidation"))?;
+                        write_record(&tx, "consolidation", record).map_err(sql("recording the consolidation"))?;
                     }
                     Change::PolicyHostState { host, policy } => {
                         match policy_state(host) {
@@ -756,6 +743,20 @@ pub fn export(
         .map_err(sql("reading the exits"))?
         .map(|row| decode(row, "reading the exits"));
     super::export::merge(running, exited, window.max_rows, sink)
+}
+
+/// Writes a one-row record table (`drain`, `consolidation`): the record's JSON, or no row.
+fn write_record(
+    tx: &rusqlite::Transaction<'_>,
+    table: &'static str,
+    record: Option<String>,
+) -> rusqlite::Result<usize> {
+    match record {
+        Some(record) => {
+            tx.execute(&format!("INSERT OR REPLACE INTO {table} (id, record) VALUES (1, ?1)"), params![record])
+        }
+        None => tx.execute(&format!("DELETE FROM {table}"), []),
+    }
 }
 
 #[cfg(test)]
