@@ -160,6 +160,7 @@ impl utoipa::Modify for DocumentCompletion {
                 .maximum(Some(placement::defrag::MAX_IN_FLIGHT as f64))
                 .description(Some("Most migrations in flight at once (default 3).")),
         );
+        consolidation_ranges(openapi);
         // `offset` is read as a `usize`: any whole number up to 2^64 - 1, beyond `int64`'s range.
         domain::openapi::set_parameter_schema(
             openapi,
@@ -218,6 +219,76 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 }
 
 /// Runs a command on the worker, timing it per endpoint.
+/// The ranges of `[consolidation]`'s settings, and the choosers a service runs (not `oracle`,
+/// which only the simulator can).
+fn consolidation_ranges(openapi: &mut utoipa::openapi::OpenApi) {
+    use domain::openapi::set_property;
+    use placement::consolidation::{ChooserKind, MAX_BUDGET, MAX_SECONDS};
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let number = |min: f64, max: f64, text: &str| {
+        ObjectBuilder::new().schema_type(Type::Number).minimum(Some(min)).maximum(Some(max)).description(Some(text))
+    };
+    let schema = "ConsolidationConfig";
+    set_property(openapi, schema, "budget_per_host_day", number(0.0, MAX_BUDGET, "Migrations per host per day."));
+    set_property(
+        openapi,
+        schema,
+        "every_s",
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .exclusive_minimum(Some(0.0))
+            .maximum(Some(MAX_SECONDS))
+            .description(Some("Seconds between rounds.")),
+    );
+    set_property(openapi, schema, "migration_s", number(0.0, MAX_SECONDS, "How long a migration takes, seconds."));
+    set_property(
+        openapi,
+        schema,
+        "max_waste",
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .exclusive_minimum(Some(0.0))
+            .maximum(Some(1.0))
+            .description(Some("Lifetime-aware choosers skip hosts whose moves are this likely wasted.")),
+    );
+    set_property(
+        openapi,
+        schema,
+        "empty_below_pct",
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Number, Type::Null]))
+            .minimum(Some(0.0))
+            .maximum(Some(100.0))
+            .description(Some("Choose hosts only while fewer hosts than this share are empty (percent).")),
+    );
+    let whole = |min: f64, max: f64, text: &str| {
+        ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(min)).maximum(Some(max)).description(Some(text))
+    };
+    let in_flight = placement::defrag::MAX_IN_FLIGHT as f64;
+    set_property(openapi, schema, "max_in_flight", whole(1.0, in_flight, "Most migrations in flight at once."));
+    // Read as a `usize`: any whole number up to 2^64 - 1 (as an `f64`, that bound would round up).
+    set_property(
+        openapi,
+        schema,
+        "candidates",
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .maximum(Some(u64::MAX))
+            .description(Some("Hosts a lifetime-aware round reads.")),
+    );
+    let served = ChooserKind::NAMES.iter().filter(|n| **n != ChooserKind::Oracle.name()).map(|n| serde_json::json!(n));
+    set_property(
+        openapi,
+        schema,
+        "chooser",
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(served))
+            .description(Some("How hosts are chosen (`oracle` is the simulator's only).")),
+    );
+}
+
 async fn call<R: Request>(state: &AppState, endpoint: &'static str, request: R) -> Result<R::Output, CommandError> {
     call_timed(state, endpoint, request).await.0
 }

@@ -521,6 +521,7 @@ fn write_plots(comparison: &Comparison, dir: &Path, written: &mut Vec<PathBuf>) 
     Ok(())
 }
 
+#[cfg(feature = "plots")]
 /// One curve per policy and chooser: each row's mean `figure` over seeds against its mean
 /// migrations per host-day, starting from the policy's row without migrations.
 fn consolidation_curves(
