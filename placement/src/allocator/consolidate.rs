@@ -100,7 +100,8 @@ impl Allocator {
         self.consolidation.as_ref().map(|c| c.next_round_s)
     }
 
-    /// The hosts a round would empty now, as the chooser sees them; changes nothing.
+    /// The hosts a round would empty now, as the chooser sees them, whether or not it is paused or
+    /// its trigger holds; changes nothing.
     pub fn consolidation_plan(&mut self, now_s: f64) -> Result<Vec<PlannedHost>, ConsolidationError> {
         self.advance_clock(now_s);
         let consolidation = self.consolidation.as_ref().ok_or(ConsolidationError::Off)?;
