@@ -122,6 +122,73 @@ fn the_lifetime_chooser_leaves_a_host_whose_move_would_be_wasted() {
 }
 
 #[test]
+fn the_lifetime_chooser_leaves_a_vm_whose_batch_is_leaving_for_an_hour() {
+    // "small" (alone on h0, placed at 0) is predicted to stay 30 days; "mate", of the same tenant
+    // and placed within the minute, leaves at 6.5 h: "small" is likely to follow it soon.
+    let mut a = three_hosts(30.0 * DAY);
+    a.set_consolidation(Some(config(1.0, ChooserKind::Lifetime)), 1.0).unwrap();
+    assert_eq!(place(&mut a, vm("mate", 2.0, 30.0 * DAY), 30.0).as_str(), "z-h1");
+    a.release(&VmId::from("mate"), 6.5 * HOUR).unwrap();
+    let plan = a.consolidation_plan(7.0 * HOUR).unwrap();
+    assert!(plan.iter().all(|p| p.host.as_str() != "z-h0"), "{plan:?}");
+    let mut b = three_hosts(30.0 * DAY);
+    b.set_consolidation(Some(config(1.0, ChooserKind::FewestVms)), 1.0).unwrap();
+    place(&mut b, vm("mate", 2.0, 30.0 * DAY), 30.0);
+    b.release(&VmId::from("mate"), 6.5 * HOUR).unwrap();
+    assert_eq!(b.consolidation_plan(7.0 * HOUR).unwrap()[0].host.as_str(), "z-h0", "model-free: batches unread");
+    // An hour after the exit, "small" is worth moving again.
+    let plan = a.consolidation_plan(7.6 * HOUR).unwrap();
+    assert_eq!(plan.first().map(|p| p.host.as_str()), Some("z-h0"), "{plan:?}");
+}
+
+#[test]
+fn a_queued_vm_whose_batch_starts_leaving_waits_for_it() {
+    // h0 holds x and y (tenants u and w), h1 and h2 three small VMs each; one migration at a time.
+    let mut a = allocator(4);
+    let put = |a: &mut Allocator, id: &str, tenant: &str, cores: f64, host: &str| {
+        let mut request = vm(id, cores, 30.0 * DAY);
+        request.tenant_id = tenant.into();
+        let record = placement::NewVm {
+            id: request.vm_id.clone(),
+            tenant: request.tenant_id.clone(),
+            vm_type: request.vm_type.clone(),
+            demand: request.demand,
+            placed_at_s: 0.0,
+            prediction: request.prediction.clone(),
+            requested_at_s: None,
+            request: Default::default(),
+        };
+        a.restore(record, &HostId::from(host), 0.0).unwrap();
+    };
+    put(&mut a, "x", "u", 4.0, "z-h0");
+    put(&mut a, "y", "w", 4.0, "z-h0");
+    put(&mut a, "y-mate", "w", 2.0, "z-h1");
+    for (i, host) in ["z-h1", "z-h1", "z-h2", "z-h2", "z-h2"].into_iter().enumerate() {
+        put(&mut a, &format!("v{i}"), "v", 2.0, host);
+    }
+    let settings = ConsolidationConfig { max_in_flight: 1, ..config(4.0, ChooserKind::Lifetime) };
+    a.set_consolidation(Some(settings), 1.0).unwrap();
+    let started = a.consolidate(7.0 * HOUR).unwrap();
+    assert_eq!(started.first().map(|p| p.host.as_str()), Some("z-h0"), "{started:?}");
+    let report = a.consolidation_report().unwrap();
+    assert_eq!(report.in_flight.len(), 1);
+    let (moving, queued) = (report.in_flight[0].vm_id.clone(), report.hosts[0].queue.clone());
+    assert_eq!(queued.len(), 1);
+    // y's batch-mate leaves while y waits in line: when the slot frees, y waits for it to follow.
+    let waiting = queued[0].clone();
+    let mate = if waiting.as_str() == "y" { "y-mate" } else { panic!("x moves first: {moving} then {waiting}") };
+    a.release(&VmId::from(mate), 7.0 * HOUR + 60.0).unwrap();
+    a.complete_migration(&moving, 7.0 * HOUR + 1200.0).unwrap();
+    let report = a.consolidation_report().unwrap();
+    assert!(report.in_flight.is_empty(), "{report:?}");
+    assert_eq!(report.hosts[0].queue, queued, "y still waits");
+    // An hour after its mate left, y moves.
+    a.consolidate(8.5 * HOUR).unwrap();
+    let report = a.consolidation_report().unwrap();
+    assert_eq!(report.in_flight.iter().map(|m| m.vm_id.as_str()).collect::<Vec<_>>(), ["y"], "{report:?}");
+}
+
+#[test]
 fn a_moved_vm_that_exits_within_the_hour_counts_as_wasted() {
     let mut a = three_hosts(30.0 * DAY);
     a.set_consolidation(Some(config(1.0, ChooserKind::FewestVms)), 1.0).unwrap();

@@ -46,6 +46,7 @@ impl Allocator {
             if self.consolidation.as_ref().is_some_and(|c| !c.in_flight.is_empty()) {
                 return Err(ConsolidationError::Busy);
             }
+            self.recent_exits = Default::default();
             if let Some(mut consolidation) = self.consolidation.take() {
                 for host in std::mem::take(&mut consolidation.hosts) {
                     self.give_back(&host.host);
@@ -247,33 +248,41 @@ impl Allocator {
         rule: &WasteRule,
         rank: f64,
     ) -> Option<PlannedHost> {
-        let Allocator { state, repredictions, policy, consolidation_lifetimes, clock_s, .. } = self;
+        let Allocator { state, repredictions, policy, consolidation_lifetimes, recent_exits, clock_s, .. } = self;
         let record = &state.hosts()[host.get()];
         let truth = consolidation_lifetimes.as_ref().filter(|_| chooser == ChooserKind::Oracle);
-        // Each VM: its age, initial lifetime, the oracle's row, and its expected remaining lifetime.
-        let mut vms: Vec<(f64, f64, Vec<f64>, f64, &VmId)> = Vec::with_capacity(record.vms.len());
+        // Each VM: its age, initial lifetime, the oracle's row, its expected remaining lifetime,
+        // and (for the model) whether its batch is leaving.
+        let mut vms: Vec<(f64, f64, Vec<f64>, f64, &VmId, bool)> = Vec::with_capacity(record.vms.len());
         for id in &record.vms {
             let vm = state.vm(id)?;
             let age = *clock_s - vm.placed_at_s;
+            let leaving =
+                chooser == ChooserKind::Lifetime && recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, *clock_s);
             let initial = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
             let row = truth.map(|t| t.encode(id, &super::stored_features(&vm.record))).unwrap_or_default();
             let remaining = match (chooser, truth) {
                 (ChooserKind::Oracle, Some(t)) => t.remaining_s(&row, age),
+                (ChooserKind::Lifetime, _) if leaving => 0.0,
                 (ChooserKind::Lifetime, _) => repredictions.remaining_s(host.get(), id, initial, age),
                 _ => age + score::AGE_SCALE_S,
             };
-            vms.push((age, initial, row, remaining, id));
+            vms.push((age, initial, row, remaining, id, leaving));
         }
         // LARS: longest expected stay first (equal ones in the host's order).
         vms.sort_by(|a, b| b.3.total_cmp(&a.3));
         let mut alive = Vec::with_capacity(vms.len());
-        for (j, (age, initial, row, _, id)) in vms.iter().enumerate() {
+        for (j, (age, initial, row, _, id, leaving)) in vms.iter().enumerate() {
             let times = rule.times(j);
             let mut out = [0.0; 2];
             match (chooser, truth) {
                 (ChooserKind::Oracle, Some(t)) => t.survival(row, *age, &times, &mut out),
                 (ChooserKind::Lifetime, _) => repredictions.survival(host.get(), id, *initial, *age, &times, &mut out),
                 _ => score::age_survival(*age, &times, &mut out),
+            }
+            if *leaving {
+                // Likely gone within the hour after its move: see `batches`.
+                out[1] = 0.0;
             }
             alive.push(out);
         }
@@ -288,19 +297,37 @@ impl Allocator {
     }
 
     /// Whether each VM `host` would move finds a non-empty host to go to now, other than the hosts
-    /// already planned (a dry run of the policy, one VM at a time: VMs of one host competing for
-    /// the same room are not seen, and a VM that finds none when its turn comes gives its host
-    /// back). Without it, a zone whose non-empty hosts are full would start hosts it cannot empty.
+    /// already planned (a dry run of the policy, one VM at a time, with `host` and the planned
+    /// hosts out of service as the round will have them: VMs of one host competing for the same
+    /// room are not seen, and a VM that finds none when its turn comes gives its host back).
+    /// Without it, a zone whose non-empty hosts are full would start hosts it cannot empty.
     fn moves_have_targets(&mut self, host: &PlannedHost, plan: &[PlannedHost]) -> bool {
-        host.moves.iter().all(|id| {
+        let out: Vec<HostIndex> = std::iter::once(&host.host)
+            .chain(plan.iter().map(|p| &p.host))
+            .filter_map(|h| self.state.host_index(h))
+            .filter(|h| self.state.hosts()[h.get()].state == HostState::Available)
+            .collect();
+        self.set_hosts_state(&out, HostState::Unavailable);
+        let found = host.moves.iter().all(|id| {
             let Some(vm) = self.state.vm(id).cloned() else { return true };
             let request = self.migration_request(id, &vm);
             let dry = Some(self.chooser.clone());
             self.select(&request, dry).host.is_some_and(|target| {
-                let record = &self.state.hosts()[target.get()];
-                target != vm.host && !record.is_empty() && !plan.iter().any(|p| p.host == record.id)
+                target != vm.host && !self.state.hosts()[target.get()].is_empty() && !out.contains(&target)
             })
-        })
+        });
+        self.set_hosts_state(&out, HostState::Available);
+        found
+    }
+
+    /// Sets the hosts' state for a dry run (not journaled: no one sees it).
+    fn set_hosts_state(&mut self, hosts: &[HostIndex], state: HostState) {
+        for &index in hosts {
+            if let Err(error) = self.state.set_host_state(index, state) {
+                unreachable!("an indexed host exists: {error}");
+            }
+            self.host_changed(index);
+        }
     }
 
     /// Starts migrations while there is room and VMs to move, hosts in the order they started,
@@ -323,6 +350,18 @@ impl Allocator {
                 break;
             };
             let at = next_host + offset;
+            // The `lifetime` chooser lets a VM whose batch is leaving leave by itself first.
+            let waits = |id: &VmId| {
+                consolidation.config.chooser == ChooserKind::Lifetime
+                    && self.state.vm(id).is_some_and(|vm| self.recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, clock))
+            };
+            let Some(first) = consolidation.hosts[at].queue.iter().position(|id| !waits(id)) else {
+                next_host = at + 1;
+                continue;
+            };
+            if first > 0 {
+                consolidation.hosts[at].queue.rotate_left(first);
+            }
             let Some(id) = consolidation.hosts[at].queue.front().cloned() else { break };
             let source = consolidation.hosts[at].host.clone();
             let Some(vm) = self.state.vm(&id).cloned() else {

@@ -126,6 +126,9 @@ pub struct Allocator {
     consolidation: Option<Consolidation>,
     /// True remaining lifetimes for the `oracle` chooser (the simulator's).
     consolidation_lifetimes: Option<Arc<dyn Repredictor>>,
+    /// The exits of the last hour while consolidation is on: the `lifetime` chooser leaves a VM
+    /// whose batch is leaving where it is.
+    recent_exits: crate::consolidation::batches::RecentExits,
     /// Changes since [`Allocator::take_changes`] was last called, in order; the drain's record and
     /// the hosts whose policy state changed are added when they are taken.
     journal: Vec<Change>,
@@ -174,6 +177,7 @@ impl Allocator {
             drain: None,
             consolidation: None,
             consolidation_lifetimes: None,
+            recent_exits: Default::default(),
             journal: Vec::new(),
             drain_changed: false,
             consolidation_changed: false,
@@ -411,7 +415,11 @@ impl Allocator {
         if self.state.vm(vm).is_none() {
             return Err(StateError::UnknownVm(vm.clone()));
         }
-        Ok(self.remove_vm(vm, ended_at_s))
+        let placed = self.remove_vm(vm, ended_at_s);
+        if self.consolidation.is_some() {
+            self.recent_exits.record(&placed.tenant, placed.placed_at_s, self.clock_s);
+        }
+        Ok(placed)
     }
 
     /// Drains (unavailable), fails or restores a host; its VMs stay. Returns the previous state.

@@ -15,6 +15,7 @@
 //! a consolidation in progress (serialisable, as the store keeps it); [`crate::Allocator`] applies
 //! it to the inventory (`allocator/consolidate.rs`).
 
+pub mod batches;
 pub mod score;
 
 use crate::defrag::{Migration, MAX_IN_FLIGHT};

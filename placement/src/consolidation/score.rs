@@ -19,6 +19,10 @@
 //! chose hosts with many VMs the model expected to leave, held them out of service for hours and
 //! lost to fewest-VMs-first: docs/evaluation.md, "Consolidation".)
 //!
+//! The `lifetime` chooser also reads the VM's batch: a VM one of whose batch-mates left within the
+//! hour counts as gone within the hour after its move ([`super::batches`]), since those exits come
+//! in bursts the request-time model cannot see.
+//!
 //! The `age` chooser reads a model-free distribution of the remaining lifetime from the age alone
 //! ([`age_survival`]); `lifetime` the model's; `oracle` the truth.
 

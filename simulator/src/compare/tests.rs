@@ -146,7 +146,7 @@ fn the_checked_in_experiments_plan() {
         seen += 1;
     }
     assert_eq!(
-        seen, 13,
-        "the experiments of the evaluation, the validation sweeps, the survival test and consolidation"
+        seen, 14,
+        "the experiments of the evaluation, the validation sweeps, the survival test and consolidation (validation and test)"
     );
 }
