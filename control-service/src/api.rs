@@ -54,6 +54,7 @@ use utoipa::OpenApi;
         crate::dashboard::zones,
         crate::dashboard::zone_hosts,
         crate::dashboard::zone_host,
+        crate::dashboard::zone_consolidation,
         crate::dashboard::zone_explain
     ),
     components(schemas(

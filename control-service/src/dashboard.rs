@@ -2,7 +2,7 @@
 //! the binary: no CDN, no build step) and the read-only zone views it reads besides `/v1/stats`.
 //!
 //! The zone views pass the zone allocator's public API on as it answered (`GET /v1/hosts`,
-//! `GET /v1/hosts/{host_id}`, `POST /v1/explain`), so the page needs no other origin and the
+//! `GET /v1/hosts/{host_id}`, `GET /v1/consolidation`, `POST /v1/explain`), so the page needs no other origin and the
 //! allocators need no CORS. Like `/v1/stats` they show every tenant's VMs, so they take the
 //! operator's key (or open mode); the page itself holds no data and is served to anyone.
 
@@ -42,6 +42,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/zones", get(zones))
         .route("/v1/zones/{zone}/hosts", get(zone_hosts))
         .route("/v1/zones/{zone}/hosts/{host_id}", get(zone_host))
+        .route("/v1/zones/{zone}/consolidation", get(zone_consolidation))
         .route("/v1/zones/{zone}/explain", post(zone_explain))
 }
 
@@ -202,6 +203,29 @@ pub async fn zone_host(
     };
     let path = format!("/v1/hosts/{}", encode_segment(&host_id));
     forward(state.control.allocators.get(&zone, &path, request_id(&headers)).await)
+}
+
+/// The zone's consolidation (the allocator's `GET /v1/consolidation`): its settings, the budget
+/// left, the hosts being emptied, the migrations in flight and its counters. Fleet-wide: the
+/// operator's key.
+#[utoipa::path(get, path = "/v1/zones/{zone}/consolidation",
+    params(("zone" = String, Path, description = "A zone this control service routes.")),
+    responses((status = 200, description = "The allocator's `ConsolidationReport`.", content_type = "application/json"),
+              (status = 401, description = "No valid API key.", body = domain::Problem),
+              (status = 403, description = "A tenant key.", body = domain::Problem),
+              (status = 404, description = "No such zone, or consolidation is off in it (`type` says which).", body = domain::Problem),
+              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+    security(("bearer" = [])))]
+pub async fn zone_consolidation(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    zone: Result<Path<String>, PathRejection>,
+) -> Response {
+    let zone = match known_zone(&state, &headers, zone) {
+        Ok(zone) => zone,
+        Err(response) => return response,
+    };
+    forward(state.control.allocators.get(&zone, "/v1/consolidation", request_id(&headers)).await)
 }
 
 /// A dry run in the zone (the allocator's `POST /v1/explain`): where a VM would go now, the best

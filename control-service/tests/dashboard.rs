@@ -20,7 +20,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{default_models, free_port, start_allocator, start_control, start_inference, vm, Process};
+use support::{
+    default_models, free_port, start_allocator, start_allocator_with, start_control, start_inference, vm, Process,
+};
+
+/// The allocator's admin token in these tests (its consolidation rounds).
+const ADMIN_TOKEN: &str = "dashboard-test-admin-token-0123456789";
 
 /// One browser at a time: two Chromiums and two stacks on a small machine would make the timings
 /// (and the timeouts) of each depend on the other.
@@ -226,7 +231,12 @@ async fn dashboard_shows_the_zone_and_a_placement() {
     let _one = ONE_BROWSER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let inference = start_inference(dir.path(), &default_models(dir.path())).await;
-    let mut allocator = start_allocator(dir.path(), 64).await;
+    // Consolidation on from the config; its rounds run only when asked (the period is long).
+    let consolidation = format!(
+        "admin_token = \"{ADMIN_TOKEN}\"\n[consolidation]\nbudget_per_host_day = 100000\nchooser = \"fewest-vms\"\n\
+         every_s = 1000000\nmax_in_flight = 2\n"
+    );
+    let mut allocator = start_allocator_with(dir.path(), 64, &consolidation).await;
     let control = start_control(dir.path(), &[&inference.base], &allocator.base, 2_000, "").await;
     let http = reqwest::Client::new();
     let driver = Driver::start(dir.path()).await;
@@ -258,6 +268,7 @@ async fn dashboard_shows_the_zone_and_a_placement() {
 
     // More VMs of other sizes and tenants, so that the grid (and the screenshot) shows a zone in use.
     let mut placed = 1;
+    let mut cores_of = std::collections::HashMap::from([("dash-1".to_owned(), 4.0)]);
     // t449, t658 and t689 are tenants of the default bundle's history whose VMs lived short: the
     // model calls theirs short-lived, new tenants' long-lived, so both classes show.
     for (i, (tenant, vm_type, cores)) in [
@@ -280,12 +291,76 @@ async fn dashboard_shows_the_zone_and_a_placement() {
     .enumerate()
     {
         allocate(&http, &control, &vm(&format!("dash-{}", i + 2), tenant, vm_type, cores)).await;
+        cores_of.insert(format!("dash-{}", i + 2), cores);
         placed += 1;
     }
     refresh(&browser).await;
     let state = dashboard_state(&browser).await;
     assert_eq!(state["zones"]["zone-1"]["vms"], placed, "{state}");
     assert_eq!(state["zones"]["zone-1"]["hosts"], 64, "{state}");
+
+    // A consolidation round: the hosts being emptied and the budget spent show on the zone.
+    assert!(browser
+        .find(Locator::Css("#zone-zone-1 .consolidation"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .contains("0 hosts being emptied"));
+    // Room to consolidate into: one host keeps only its smallest VM, another frees that much.
+    let listing: Value = http
+        .get(allocator.url("/v1/hosts?limit=100&empty=false"))
+        .bearer_auth(support::SERVICE_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut shared: Vec<(Vec<String>, f64)> = listing["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let mut vms: Vec<String> =
+                h["vms"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect();
+            vms.sort_by(|a, b| cores_of[a].total_cmp(&cores_of[b]));
+            (vms, h["free"]["cores"].as_f64().unwrap())
+        })
+        .filter(|(vms, _)| vms.len() >= 2)
+        .collect();
+    assert!(shared.len() >= 2, "two hosts with several VMs: {listing}");
+    let (mut into, mut free) = shared.pop().unwrap();
+    let (from, _) = shared.pop().unwrap();
+    let keep = cores_of[&from[0]];
+    let mut gone: Vec<String> = from[1..].to_vec();
+    while free < keep && into.len() > 1 {
+        let vm = into.pop().unwrap();
+        free += cores_of[&vm];
+        gone.push(vm);
+    }
+    for vm in &gone {
+        let response = http.delete(control.url(&format!("/allocate/{vm}"))).send().await.unwrap();
+        assert!(response.status().is_success(), "releasing {vm}: {}", response.status());
+        placed -= 1;
+    }
+    let round = http.post(allocator.url("/v1/consolidation/rounds")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(round.status().as_u16(), 200);
+    let round: Value = round.json().await.unwrap();
+    let emptying: Vec<&str> =
+        round["started"].as_array().unwrap().iter().map(|h| h["host"].as_str().unwrap()).collect();
+    assert!(!emptying.is_empty(), "the round empties no host: {round}");
+    refresh(&browser).await;
+    let state = dashboard_state(&browser).await;
+    let shown = &state["zones"]["zone-1"]["consolidation"];
+    assert_eq!(shown["beingEmptied"], json!(emptying), "{state}");
+    let in_flight = shown["inFlight"].as_u64().unwrap_or(0);
+    assert!((1..=2).contains(&in_flight), "at most two migrations at a time: {state}");
+    assert_eq!(shown["started"], json!(in_flight), "{state}");
+    let line = browser.find(Locator::Css("#zone-zone-1 .consolidation")).await.unwrap().text().await.unwrap();
+    assert!(line.contains(&format!("{} hosts being emptied: {}", emptying.len(), emptying[0])), "{line}");
+    assert!(line.contains(&format!("{in_flight} migrations in flight · spent {in_flight}")), "{line}");
 
     // A real click on the host's cell explains the host.
     let center =

@@ -133,9 +133,13 @@
         // go on updating.
         ...names.map((zone) => fetchHosts(zone).catch((error) => ({ error }))),
       ]);
+      // Consolidation where it is on (the allocator answers 404 where it is off).
+      const consolidations = await Promise.all(names.map((zone) =>
+        request(`/v1/zones/${encodeURIComponent(zone)}/consolidation`)
+          .catch((error) => (error.status === 404 ? null : { error: error.message }))));
       const fetched = performance.now();
       view.stats = stats;
-      names.forEach((zone, i) => absorbZone(zone, pages[i]));
+      names.forEach((zone, i) => absorbZone(zone, pages[i], consolidations[i]));
       record(stats);
       render();
       const done = performance.now();
@@ -155,13 +159,14 @@
     }
   }
 
-  function absorbZone(zone, page) {
+  function absorbZone(zone, page, consolidation) {
     let z = view.zones.get(zone);
     if (!z) {
       z = { zone, hosts: [], byId: new Map(), layout: null, total: 0 };
       view.zones.set(zone, z);
       api.zones[zone] = { hosts: 0, vms: 0, hostsReported: 0 };
     }
+    z.consolidationReport = consolidation;
     if (page.error) {
       z.error = page.error.message;
       api.zones[zone].error = z.error;
@@ -176,8 +181,19 @@
       z.byId.set(host.host_id, i);
       vms += host.vm_count;
     });
-    api.zones[zone] = { hosts: page.hosts.length, vms, hostsReported: page.total };
+    api.zones[zone] = { hosts: page.hosts.length, vms, hostsReported: page.total, consolidation: consolidationState(consolidation) };
     view.detailCache.clear();
+  }
+
+  /** What the page shows of a zone's consolidation, for `window.lavaDashboard` (null: off). */
+  function consolidationState(c) {
+    if (!c || c.error) return c ? { error: c.error } : null;
+    return {
+      chooser: c.config.chooser, paused: c.paused, budget: c.budget,
+      beingEmptied: c.hosts.map((h) => h.host), inFlight: c.in_flight.length,
+      started: c.counters.migrations_started, completed: c.counters.migrations_completed,
+      wasted: c.counters.wasted, emptied: c.counters.hosts_emptied,
+    };
   }
 
   /** The control service's own timeline, so the charts start with the last hour rather than
@@ -314,10 +330,11 @@
     const figures = el('span', { class: 'figures' });
     const legend = el('div', { class: 'legend' });
     const wrap = el('div', { class: 'grid-wrap' }, canvas);
+    const consolidationLine = el('div', { class: 'consolidation' });
     const section = el('section', { class: 'zone', id: `zone-${z.zone}` },
-      el('div', { class: 'zone-head' }, el('h2', {}, `Zone ${z.zone}`), figures), legend, wrap);
+      el('div', { class: 'zone-head' }, el('h2', {}, `Zone ${z.zone}`), figures), consolidationLine, legend, wrap);
     $('zones').append(section);
-    Object.assign(z, { section, canvas, figures, legend, wrap });
+    Object.assign(z, { section, canvas, figures, consolidationLine, legend, wrap });
     canvas.addEventListener('mousemove', (event) => onHover(z, event));
     canvas.addEventListener('mouseleave', () => hideTooltip());
     canvas.addEventListener('click', (event) => {
@@ -404,6 +421,7 @@
         + `${fmt.int(s.vms)} VMs (${fmt.int(s.vms_long)} long) · packing density ${fmt.pct(s.packing_density)} · `
         + `rejected ${fmt.int(Object.values(s.rejections || {}).reduce((a, b) => a + b, 0))}`
       : `statistics unavailable: ${(zs && zs.error) || 'no answer'}`);
+    renderConsolidation(z);
     renderLegend(z);
     const layout = layoutFor(z);
     const ratio = window.devicePixelRatio || 1;
@@ -465,7 +483,7 @@
         ctx.lineTo(x + 1, y + size - 1);
         ctx.stroke();
       } else if (host.state === 'unavailable') {
-        // A dashed frame: drained.
+        // A dashed frame: drained (or being emptied by consolidation).
         ctx.setLineDash([2, 2]);
         ctx.strokeRect(x + 0.5, y + 0.5, size - 1, size - 1);
         ctx.setLineDash([]);
@@ -495,6 +513,27 @@
     }
   }
 
+  /** One line on the zone's consolidation: its budget, the hosts being emptied and its
+   *  migrations (hidden where it is off). */
+  function renderConsolidation(z) {
+    const c = z.consolidationReport;
+    const line = z.consolidationLine;
+    line.hidden = !c;
+    if (!c) return;
+    if (c.error) {
+      line.textContent = `Consolidation: unavailable (${c.error})`;
+      return;
+    }
+    const hosts = c.hosts.map((h) => `${h.host} (${h.queue.length} to move, ${h.moved} moved)`);
+    const counters = c.counters;
+    line.textContent = `Consolidation${c.paused ? ' (paused)' : ''}: ${c.config.chooser}, `
+      + `${fmt.num(c.config.budget_per_host_day, 2)} migrations per host-day · budget ${fmt.num(c.budget, 1)} migrations · `
+      + `${fmt.int(c.hosts.length)} hosts being emptied${hosts.length ? `: ${hosts.slice(0, 5).join(', ')}${hosts.length > 5 ? ', ...' : ''}` : ''} · `
+      + `${fmt.int(c.in_flight.length)} migrations in flight · spent ${fmt.int(counters.migrations_started)} `
+      + `(${fmt.int(counters.migrations_completed)} completed, ${fmt.int(counters.wasted)} wasted) · `
+      + `${fmt.int(counters.hosts_emptied)} hosts emptied`;
+  }
+
   function renderLegend(z) {
     const swatch = (colour, label) => el('span', {}, el('span', { class: 'swatch', style: `background:${colour}` }), label);
     const items = [];
@@ -511,7 +550,7 @@
       }
       items.push(el('span', {}, 'filled height: fill (cores or memory)'));
     }
-    items.push(el('span', {}, '✖ failed'), el('span', {}, '▭ dashed: drained'));
+    items.push(el('span', {}, '✖ failed'), el('span', {}, '▭ dashed: drained or being emptied'));
     z.legend.replaceChildren(...items);
   }
 

@@ -353,7 +353,10 @@ impl Allocator {
             // The `lifetime` chooser lets a VM whose batch is leaving leave by itself first.
             let waits = |id: &VmId| {
                 consolidation.config.chooser == ChooserKind::Lifetime
-                    && self.state.vm(id).is_some_and(|vm| self.recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, clock))
+                    && self
+                        .state
+                        .vm(id)
+                        .is_some_and(|vm| self.recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, clock))
             };
             let Some(first) = consolidation.hosts[at].queue.iter().position(|id| !waits(id)) else {
                 next_host = at + 1;

@@ -45,9 +45,9 @@ impl RecentExits {
     /// [`LEAVING_WITHIN_S`] before `now_s`.
     pub fn batch_leaving(&self, tenant: &TenantId, placed_at_s: f64, now_s: f64) -> bool {
         self.by_tenant.get(tenant).is_some_and(|exits| {
-            exits.iter().any(|e| {
-                now_s - e.left_at_s <= LEAVING_WITHIN_S && (e.placed_at_s - placed_at_s).abs() <= BATCH_GAP_S
-            })
+            exits
+                .iter()
+                .any(|e| now_s - e.left_at_s <= LEAVING_WITHIN_S && (e.placed_at_s - placed_at_s).abs() <= BATCH_GAP_S)
         })
     }
 
