@@ -16,7 +16,7 @@
 //! an error, and the state is rebuilt from the store before the next batch.
 
 use crate::config::Clock;
-use crate::durable::{job, CommandError, DurableAllocator, Follow, Job, Request};
+use crate::durable::{job, CommandError, ConsolidationRound, DurableAllocator, Follow, Job, Request};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -138,6 +138,9 @@ fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Box<dyn Job>>
                 request_clock_s
             }
         };
+        if matches!(clock, Clock::Request) {
+            run_due_rounds(&mut durable, now_s);
+        }
         let commands = batch.len();
         // A panic drops the batch's jobs unanswered: their callers are told it was not applied.
         if catch_unwind(AssertUnwindSafe(|| durable.execute(batch, now_s))).is_err() {
@@ -148,4 +151,20 @@ fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Box<dyn Job>>
         }
     }
     tracing::info!("allocator worker stopped");
+}
+
+/// On the request clock time moves only with the requests, so the consolidation rounds due by
+/// `now_s` run first, each at its own time, before the batch that moved the clock past them (as
+/// the simulator runs them between its events).
+fn run_due_rounds(durable: &mut DurableAllocator, now_s: f64) {
+    while let Some(due) = durable.allocator().and_then(|a| a.consolidation_due_s()).filter(|due| *due <= now_s) {
+        // The answer is kept until the round ran: a job nobody waits for is skipped.
+        let (round, _answer) = job(ConsolidationRound { due_only: true });
+        let ran = catch_unwind(AssertUnwindSafe(|| durable.execute(vec![round], due))).is_ok();
+        let next = durable.allocator().and_then(|a| a.consolidation_due_s());
+        if !ran || next.is_none_or(|next| next <= due) {
+            tracing::error!(due_s = due, "a consolidation round did not run; the next batch tries again");
+            return;
+        }
+    }
 }

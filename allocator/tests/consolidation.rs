@@ -373,7 +373,7 @@ fn the_durable_allocator_consolidates_as_the_core_does_across_restarts() {
                 assert_eq!(durable.execute_one(release, at).is_ok(), expected, "release of {vm} at {at}");
             } else {
                 let expected = core.complete_migration(&id, at).ok();
-                let got = durable.execute_one(CompleteMigration(id), at).ok();
+                let got = durable.execute_one(CompleteMigration::of(id), at).ok();
                 assert_eq!(got, expected, "completion of {vm}'s migration at {at}");
                 migrations += usize::from(expected.is_some());
             }

@@ -280,7 +280,7 @@ fn a_drain_survives_a_restart() {
     let Ok(started) = durable.execute_one(StartDrain(request), 10.0) else { panic!("drain refused") };
     assert_eq!(started.in_flight.len(), 2);
     let first = started.in_flight[0].vm_id.clone();
-    durable.execute_one(CompleteMigration(first.clone()), 20.0).unwrap();
+    durable.execute_one(CompleteMigration::of(first.clone()), 20.0).unwrap();
     let live = durable.allocator().unwrap();
     let (state_before, report_before) = (live.state().clone(), live.drain_report());
     let lava_before: Vec<_> = (0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect();
@@ -292,7 +292,7 @@ fn a_drain_survives_a_restart() {
     assert_eq!(live.drain_report(), report_before);
     assert_eq!((0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect::<Vec<_>>(), lava_before);
     let next = report_before.unwrap().in_flight[0].vm_id.clone();
-    let Ok(done) = reopened.execute_one(CompleteMigration(next.clone()), 30.0) else {
+    let Ok(done) = reopened.execute_one(CompleteMigration::of(next.clone()), 30.0) else {
         panic!("the restored migration cannot be confirmed")
     };
     assert_eq!(host_of(reopened.allocator().unwrap(), next.as_str()), done.target);

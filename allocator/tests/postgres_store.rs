@@ -93,7 +93,7 @@ fn workload(durable: &mut DurableAllocator) {
         // A drain's answer: confirm every migration in flight, as the operator's migration tool would.
         let drain = |durable: &mut DurableAllocator, report: Result<DrainReport, CommandError>| {
             for migration in report.map(|r| r.in_flight).unwrap_or_default() {
-                let _ = durable.execute_one(CompleteMigration(migration.vm_id), now + 1.0);
+                let _ = durable.execute_one(CompleteMigration::of(migration.vm_id), now + 1.0);
             }
         };
         if step == 200 {

@@ -88,7 +88,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     assert_eq!(serde_json::to_value(&drain).unwrap(), answers["drain"]);
 
     // A migration and a release go on as before, and the upgraded store opens again as it is.
-    durable.execute_one(CompleteMigration("vm-1".into()), stopped_at + 1.0).unwrap();
+    durable.execute_one(CompleteMigration::of("vm-1".into()), stopped_at + 1.0).unwrap();
     durable.execute_one(Release::vm("vm-3".into()), stopped_at + 2.0).unwrap();
     let Ok(stats) = durable.execute_one(Stats, stopped_at + 2.0) else { panic!("stats") };
     // The release is kept as an exit; a VM of version 3 has no request time, so it started and

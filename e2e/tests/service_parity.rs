@@ -19,12 +19,18 @@
 //! running VMs' remaining lifetimes are their predictions minus their ages in both. Lifetimes are
 //! whole seconds so that they cross JSON exactly.
 //!
+//! With consolidation on (the same settings in both), the service's rounds run on its request
+//! clock at their own times and each migration the replay reads from `GET /v1/consolidation` is
+//! confirmed `migration_s` after it started (`completed_at_s`): the migrations must start alike
+//! (VM, target and time), and the placements, which they change, too.
+//!
 //! The binary must be built beside this test's (`cargo build --release --workspace`, or `cargo
 //! test --release --workspace`, which builds it first).
 
 mod support;
 
 use domain::{AllocationRequest, Priority};
+use placement::consolidation::{ChooserKind, ConsolidationConfig};
 use placement::{PolicyConfig, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -68,7 +74,7 @@ fn trace() -> Vec<VmRecord> {
         .collect()
 }
 
-fn config(kind: &str) -> SimConfig {
+fn config_with(kind: &str, consolidation: Option<ConsolidationConfig>) -> SimConfig {
     SimConfig {
         workload: WorkloadConfig {
             trace: TraceSpec::Provided { name: "parity".to_owned() },
@@ -79,9 +85,26 @@ fn config(kind: &str) -> SimConfig {
         tie_break: TieBreak::Random,
         seed: SEED,
         record_placements: true,
+        consolidation,
         ..SimConfig::default()
     }
 }
+
+/// Consolidation every 301.37 s, each migration 97.13 s long, 3 at a time, a budget that lets it
+/// empty a few hosts a round: the rounds and completions never fall on the trace's whole seconds,
+/// so the order of events at equal times never decides.
+fn consolidation(chooser: ChooserKind) -> ConsolidationConfig {
+    ConsolidationConfig {
+        budget_per_host_day: 2000.0,
+        chooser,
+        every_s: 301.37,
+        max_in_flight: 3,
+        migration_s: 97.13,
+        ..ConsolidationConfig::default()
+    }
+}
+
+const ADMIN_TOKEN: &str = "parity-test-admin-token-0123456789";
 
 /// A running allocator, killed when dropped.
 struct Service {
@@ -96,14 +119,14 @@ impl Drop for Service {
     }
 }
 
-async fn start_service(dir: &Path, kind: &str) -> Service {
+async fn start_service(dir: &Path, kind: &str, extra: &str) -> Service {
     let client = reqwest::Client::new();
     for attempt in 0..5 {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let config = dir.join(format!("allocator-{kind}-{attempt}.toml"));
         let store = dir.join(format!("allocator-{kind}-{attempt}.db"));
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\nclock = \"request\"\n\n[generate]\nzone = \"{SIM_ZONE}\"\nhosts = {HOSTS}\n\
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\nclock = \"request\"\nadmin_token = \"{ADMIN_TOKEN}\"\n{extra}\n[generate]\nzone = \"{SIM_ZONE}\"\nhosts = {HOSTS}\n\
              hosts_per_rack = {HOSTS_PER_RACK}\ncores = 16\nmemory_gib = 64\n\n[allocator]\ntie_break = \"random\"\n\
              seed = {SEED}\n\n[allocator.policy]\nkind = \"{kind}\"\n",
             store.display()
@@ -135,29 +158,50 @@ async fn start_service(dir: &Path, kind: &str) -> Service {
     panic!("the allocator did not start");
 }
 
-/// Replays the workload through the service in the simulator's event order; returns VM -> host
-/// (`None`: rejected).
-async fn replay_over_http(service: &Service, workload: &Workload, kind: &str) -> BTreeMap<String, Option<String>> {
-    let config = config(kind);
+/// What a replay through the service did: VM -> host (`None`: rejected), the migrations it
+/// started (VM, target, when) and the time of its last request.
+struct Replayed {
+    placed: BTreeMap<String, Option<String>>,
+    migrations: Vec<(String, String, f64)>,
+    last_s: f64,
+}
+
+/// Replays the workload through the service in the simulator's event order: at equal times exits,
+/// then migrations' completions, then arrivals; nothing after the window's end. With
+/// `consolidation`, the migrations the service starts (read after each request) are confirmed
+/// `migration_s` after they started, at that time.
+async fn replay_over_http(service: &Service, workload: &Workload, config: &SimConfig) -> Replayed {
     let predictions = predict(workload, &config.prediction, &config.policy, config.seed).unwrap();
     let client = reqwest::Client::new();
-    let mut placed = BTreeMap::new();
-    let mut exits: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut replayed = Replayed { placed: BTreeMap::new(), migrations: Vec::new(), last_s: 0.0 };
+    // (time's bits: the times are positive; kind: 0 exit, 1 completion; VM index or migration).
+    let mut due: BinaryHeap<Reverse<(u64, u8, usize)>> = BinaryHeap::new();
     let mut next = 0;
     loop {
         let arrival = workload.vms.get(next).map(|vm| vm.arrival_s);
-        // Exits first at equal times; nothing after the window's end.
-        let exit = exits.peek().map(|Reverse((at, _))| *at as f64).filter(|&at| at <= workload.to_s);
-        match (exit, arrival) {
-            (Some(at), arrival) if arrival.is_none_or(|a| at <= a) => {
-                let Some(Reverse((_, index))) = exits.pop() else { unreachable!() };
-                let id = &workload.vms[index].request.vm_id;
-                let url = format!("{}/v1/allocations/{id}?ended_at_s={at}", service.base);
-                let response = client.delete(url).send().await.unwrap();
-                assert_eq!(response.status().as_u16(), 204, "releasing {id}");
+        let event = due.peek().map(|Reverse(e)| *e).filter(|(at, _, _)| f64::from_bits(*at) <= workload.to_s);
+        match (event, arrival) {
+            (Some((at, kind, index)), arrival) if arrival.is_none_or(|a| f64::from_bits(at) <= a) => {
+                due.pop();
+                let at = f64::from_bits(at);
+                replayed.last_s = at;
+                if kind == 0 {
+                    let id = &workload.vms[index].request.vm_id;
+                    let url = format!("{}/v1/allocations/{id}?ended_at_s={at}", service.base);
+                    let response = client.delete(url).send().await.unwrap();
+                    assert_eq!(response.status().as_u16(), 204, "releasing {id}");
+                } else {
+                    let vm = &replayed.migrations[index].0;
+                    let url = format!("{}/v1/migrations/{vm}/complete?completed_at_s={at}", service.base);
+                    let response = client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+                    // 404: the VM left while it migrated (the migration was cancelled).
+                    let status = response.status().as_u16();
+                    assert!(status == 200 || status == 404, "completing {vm}: {status}");
+                }
             }
-            (_, Some(_)) => {
+            (_, Some(at)) => {
                 let vm = &workload.vms[next];
+                replayed.last_s = at;
                 let mut request = vm.request.clone();
                 request.prediction = predictions.per_vm[next].clone();
                 request.requested_at_s = Some(vm.arrival_s);
@@ -172,45 +216,84 @@ async fn replay_over_http(service: &Service, workload: &Workload, kind: &str) ->
                 let host = match (status, body["status"].as_str()) {
                     (201, Some("placed")) => {
                         if let Some(end) = vm.end_s {
-                            exits.push(Reverse((end as u64, next)));
+                            due.push(Reverse((end.to_bits(), 0, next)));
                         }
                         Some(body["placements"][0]["host_id"].as_str().unwrap().to_owned())
                     }
                     (200, Some("rejected")) => None,
                     _ => panic!("unexpected answer {status}: {body}"),
                 };
-                placed.insert(vm.request.vm_id.0.clone(), host);
+                replayed.placed.insert(vm.request.vm_id.0.clone(), host);
                 next += 1;
             }
             _ => break,
         }
+        let Some(consolidation) = &config.consolidation else { continue };
+        let report: Value =
+            client.get(format!("{}/v1/consolidation", service.base)).send().await.unwrap().json().await.unwrap();
+        for migration in report["in_flight"].as_array().unwrap() {
+            let (vm, target) = (migration["vm_id"].as_str().unwrap(), migration["target"].as_str().unwrap());
+            let started = migration["started_at_s"].as_f64().unwrap();
+            if !replayed.migrations.iter().any(|(v, _, at)| v == vm && *at == started) {
+                due.push(Reverse(((started + consolidation.migration_s).to_bits(), 1, replayed.migrations.len())));
+                replayed.migrations.push((vm.to_owned(), target.to_owned(), started));
+            }
+        }
     }
-    placed
+    replayed
 }
 
 async fn check_parity(kind: &str, name: &str) {
-    let config = config(kind);
+    check_parity_with(kind, name, None).await;
+}
+
+/// Replays the trace through the simulator and the service; every VM must land on the same host
+/// (or be rejected) in both, and with consolidation every migration start the same (VM, target
+/// and time) up to the service's last request (its rounds run only as requests move its clock).
+async fn check_parity_with(kind: &str, name: &str, consolidation: Option<ConsolidationConfig>) {
+    let config = config_with(kind, consolidation.clone());
     let workload = Workload::from_records(trace(), &config.workload).unwrap();
     assert!(workload.vms.iter().all(|vm| vm.end_s.is_none_or(|e| e.fract() == 0.0)), "whole seconds");
     let simulated = run(&workload, &config, |_| {}).unwrap();
+    let simulated_migrations = simulated.migrations_started.unwrap();
     let simulated: BTreeMap<String, Option<String>> =
         simulated.placements.unwrap().into_iter().map(|p| (p.vm_id, p.host_id)).collect();
 
     let dir = tempfile::tempdir().unwrap();
-    let service = start_service(dir.path(), name).await;
-    let served = replay_over_http(&service, &workload, kind).await;
+    let extra = consolidation.map_or(String::new(), |c| {
+        format!(
+            "[consolidation]\nbudget_per_host_day = {}\nchooser = \"{}\"\nevery_s = {}\nmax_in_flight = {}\nmigration_s = {}\n",
+            c.budget_per_host_day,
+            c.chooser.name(),
+            c.every_s,
+            c.max_in_flight,
+            c.migration_s
+        )
+    });
+    let service = start_service(dir.path(), kind, &extra).await;
+    let served = replay_over_http(&service, &workload, &config).await;
 
     let rejected = simulated.values().filter(|h| h.is_none()).count();
     let hosts_used = simulated.values().flatten().collect::<std::collections::BTreeSet<_>>().len();
     assert!(rejected > 0 && rejected < 200, "{name}: the trace should fill the inventory ({rejected} rejected)");
     assert!(hosts_used > 10, "{name}: {hosts_used} hosts used");
-    let differing: Vec<_> = simulated.iter().filter(|(vm, host)| served.get(*vm) != Some(host)).take(5).collect();
+    let differing: Vec<_> =
+        simulated.iter().filter(|(vm, host)| served.placed.get(*vm) != Some(host)).take(5).collect();
     assert!(
-        differing.is_empty() && served.len() == simulated.len(),
+        differing.is_empty() && served.placed.len() == simulated.len(),
         "{name}: simulator and service disagree, e.g. {:?} (service: {:?})",
         differing,
-        differing.iter().map(|(vm, _)| served.get(*vm)).collect::<Vec<_>>()
+        differing.iter().map(|(vm, _)| served.placed.get(*vm)).collect::<Vec<_>>()
     );
+    if config.consolidation.is_some() {
+        let simulated: Vec<(String, String, f64)> = simulated_migrations
+            .into_iter()
+            .filter(|m| m.at_s <= served.last_s)
+            .map(|m| (m.vm_id, m.target, m.at_s))
+            .collect();
+        assert!(simulated.len() >= 10, "{name}: consolidation should migrate ({} migrations)", simulated.len());
+        assert_eq!(served.migrations, simulated, "{name}: the migrations differ");
+    }
 }
 
 #[tokio::test]
@@ -231,4 +314,14 @@ async fn nilas_with_oracle_predictions_places_the_trace_like_the_service() {
 #[tokio::test]
 async fn lava_with_oracle_predictions_places_the_trace_like_the_service() {
     check_parity("lava", "lava").await;
+}
+
+#[tokio::test]
+async fn consolidation_fewest_vms_moves_the_vms_the_service_moves() {
+    check_parity_with("pbfr", "consolidation-fewest-vms", Some(consolidation(ChooserKind::FewestVms))).await;
+}
+
+#[tokio::test]
+async fn consolidation_with_the_lifetime_chooser_moves_the_vms_the_service_moves() {
+    check_parity_with("nilas", "consolidation-lifetime", Some(consolidation(ChooserKind::Lifetime))).await;
 }

@@ -517,6 +517,18 @@ pub struct SimResult {
     /// Every VM's host in workload order, when `record_placements` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placements: Option<Vec<VmPlacement>>,
+    /// Every migration started (drains' and consolidation's), in order, when `record_placements`
+    /// is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrations_started: Option<Vec<VmMigration>>,
+}
+
+/// A migration as it started: the VM, where to, and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VmMigration {
+    pub vm_id: String,
+    pub target: String,
+    pub at_s: f64,
 }
 
 /// A time with a total order, for the event heaps (also [`crate::agents`]').
@@ -585,6 +597,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
     let mut rule_sums: Vec<(String, f64)> = Vec::new();
     let mut ff_sum = 0.0;
     let mut placements: Option<Vec<VmPlacement>> = config.record_placements.then(Vec::new);
+    let mut migrations_started: Option<Vec<VmMigration>> = config.record_placements.then(Vec::new);
     let mut quality = QualityMeter::new(config, config.prediction.label());
 
     let mut exits: BinaryHeap<Reverse<(Time, u32)>> = BinaryHeap::new();
@@ -747,7 +760,12 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         let (mut started, mut moved) = (Vec::new(), Vec::new());
         for change in allocator.take_changes() {
             match change {
-                Change::MigrationStarted { vm, .. } => started.push(vm),
+                Change::MigrationStarted { vm, target } => {
+                    if let Some(record) = &mut migrations_started {
+                        record.push(VmMigration { vm_id: vm.0.clone(), target: target.0.clone(), at_s: now });
+                    }
+                    started.push(vm)
+                }
                 Change::MigrationCompleted { vm, .. } => moved.push(vm),
                 _ => {}
             }
@@ -817,6 +835,7 @@ pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64
         final_stats: allocator.stats(),
         quality,
         placements,
+        migrations_started,
     })
 }
 

@@ -1,14 +1,15 @@
 //! `/v1/drains` and `/v1/migrations`: emptying hosts by live migration (LARS, admin).
 
-use super::{call, command_error, path_param, AppState};
+use super::{call, command_error, field_problem, path_param, problem, AppState};
 use crate::durable::{CompleteMigration, DrainStatus, StartDrain};
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use domain::VmId;
+use domain::{ProblemKind, VmId};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
+use serde::Deserialize;
 use service_common::auth::require_bearer;
 use service_common::ValidJson;
 use utoipa_axum::router::OpenApiRouter;
@@ -63,11 +64,21 @@ async fn drain_status(State(state): State<AppState>) -> Response {
     }
 }
 
+/// `?completed_at_s=` of a migration's completion.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompletedQuery {
+    completed_at_s: Option<f64>,
+}
+
 /// Confirms a migration (admin): the VM now runs on its target, its source capacity is freed, and
 /// the next VM of the drain starts migrating.
-#[utoipa::path(post, path = "/v1/migrations/{vm_id}/complete", params(("vm_id" = String, Path, description = "The migrating VM's id.")),
+#[utoipa::path(post, path = "/v1/migrations/{vm_id}/complete",
+    params(("vm_id" = String, Path, description = "The migrating VM's id."),
+           ("completed_at_s" = Option<f64>, Query, description = "When it finished on the model's clock (that of `requested_at_s`): a service on the request clock (`clock = \"request\"`) runs at it; the latest request time seen when absent.")),
     responses((status = 200, description = "The completed migration.", body = Migration),
-              (status = 400, description = "A malformed path.", body = domain::Problem),
+              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
+              (status = 422, description = "`completed_at_s` is not a finite number.", body = domain::Problem),
               (status = 401, description = "No valid admin token.", body = domain::Problem),
               (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 404, description = "The VM is not migrating (or no drain is running).", body = domain::Problem),
@@ -77,6 +88,7 @@ async fn complete_migration(
     State(state): State<AppState>,
     headers: HeaderMap,
     vm_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<CompletedQuery>, QueryRejection>,
 ) -> Response {
     if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
         return response;
@@ -85,7 +97,19 @@ async fn complete_migration(
         Ok(id) => id,
         Err(response) => return response,
     };
-    match call(&state, "complete-migration", CompleteMigration(VmId(vm_id))).await {
+    let completed_at_s = match query {
+        Ok(Query(CompletedQuery { completed_at_s: Some(at) })) if !at.is_finite() => {
+            return field_problem(
+                ProblemKind::InvalidRequest,
+                "completed_at_s",
+                format!("must be a finite number, got {at}"),
+            );
+        }
+        Ok(Query(query)) => query.completed_at_s,
+        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    };
+    let complete = CompleteMigration { vm: VmId(vm_id), completed_at_s };
+    match call(&state, "complete-migration", complete).await {
         Ok(migration) => Json(migration).into_response(),
         Err(error) => command_error(error),
     }

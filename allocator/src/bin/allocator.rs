@@ -91,7 +91,10 @@ fn main() -> Result<()> {
     if let (Some(dir), true) = (config.models_dir.clone(), reads_exits) {
         runtime.spawn(follow_models(dir, config.model_poll_s, worker.clone()));
     }
-    runtime.spawn(consolidation_rounds(worker.downgrade()));
+    // On the request clock the worker runs the rounds as the requests' times pass them.
+    if matches!(config.clock, Clock::Wall) {
+        runtime.spawn(consolidation_rounds(worker.downgrade()));
+    }
     runtime.block_on(serve(&config, worker, zones))?;
     // Every handle on the worker is gone with the server: let it finish its last batch and close
     // the store (committed batches are durable either way).

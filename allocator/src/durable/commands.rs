@@ -324,16 +324,32 @@ impl Request for StartDrain {
 
 /// A migration finished: the VM moves to its target (write).
 #[derive(Clone, Debug)]
-pub struct CompleteMigration(pub VmId);
+pub struct CompleteMigration {
+    pub vm: VmId,
+    /// When it finished on the model's clock, which a service on the request clock runs at (as
+    /// a release's `ended_at_s`).
+    pub completed_at_s: Option<f64>,
+}
+
+impl CompleteMigration {
+    /// `vm`'s migration finished now.
+    pub fn of(vm: VmId) -> Self {
+        CompleteMigration { vm, completed_at_s: None }
+    }
+}
 
 impl Request for CompleteMigration {
     type Output = Migration;
     const WRITE: bool = true;
 
     fn run(&self, cx: &mut Context<'_>) -> Result<Migration, CommandError> {
-        let migration = cx.allocator.complete_migration(&self.0, cx.now_s)?;
+        let migration = cx.allocator.complete_migration(&self.vm, cx.now_s)?;
         cx.outcomes.push("migrated");
         Ok(migration)
+    }
+
+    fn time_s(&self) -> Option<f64> {
+        self.completed_at_s
     }
 }
 
