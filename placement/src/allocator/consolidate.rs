@@ -251,36 +251,36 @@ impl Allocator {
         let Allocator { state, repredictions, policy, consolidation_lifetimes, recent_exits, clock_s, .. } = self;
         let record = &state.hosts()[host.get()];
         let truth = consolidation_lifetimes.as_ref().filter(|_| chooser == ChooserKind::Oracle);
-        // Each VM: its age, initial lifetime, the oracle's row, its expected remaining lifetime,
-        // and (for the model) whether its batch is leaving.
-        let mut vms: Vec<(f64, f64, Vec<f64>, f64, &VmId, bool)> = Vec::with_capacity(record.vms.len());
+        let mut vms: Vec<VmView> = Vec::with_capacity(record.vms.len());
         for id in &record.vms {
             let vm = state.vm(id)?;
-            let age = *clock_s - vm.placed_at_s;
+            let age_s = *clock_s - vm.placed_at_s;
             let leaving =
                 chooser == ChooserKind::Lifetime && recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, *clock_s);
-            let initial = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+            let initial_s = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
             let row = truth.map(|t| t.encode(id, &super::stored_features(&vm.record))).unwrap_or_default();
-            let remaining = match (chooser, truth) {
-                (ChooserKind::Oracle, Some(t)) => t.remaining_s(&row, age),
+            let remaining_s = match (chooser, truth) {
+                (ChooserKind::Oracle, Some(t)) => t.remaining_s(&row, age_s),
                 (ChooserKind::Lifetime, _) if leaving => 0.0,
-                (ChooserKind::Lifetime, _) => repredictions.remaining_s(host.get(), id, initial, age),
-                _ => age + score::AGE_SCALE_S,
+                (ChooserKind::Lifetime, _) => repredictions.remaining_s(host.get(), id, initial_s, age_s),
+                _ => age_s + score::AGE_SCALE_S,
             };
-            vms.push((age, initial, row, remaining, id, leaving));
+            vms.push(VmView { id, age_s, initial_s, row, remaining_s, leaving });
         }
         // LARS: longest expected stay first (equal ones in the host's order).
-        vms.sort_by(|a, b| b.3.total_cmp(&a.3));
+        vms.sort_by(|a, b| b.remaining_s.total_cmp(&a.remaining_s));
         let mut alive = Vec::with_capacity(vms.len());
-        for (j, (age, initial, row, _, id, leaving)) in vms.iter().enumerate() {
+        for (j, vm) in vms.iter().enumerate() {
             let times = rule.times(j);
             let mut out = [0.0; 2];
             match (chooser, truth) {
-                (ChooserKind::Oracle, Some(t)) => t.survival(row, *age, &times, &mut out),
-                (ChooserKind::Lifetime, _) => repredictions.survival(host.get(), id, *initial, *age, &times, &mut out),
-                _ => score::age_survival(*age, &times, &mut out),
+                (ChooserKind::Oracle, Some(t)) => t.survival(&vm.row, vm.age_s, &times, &mut out),
+                (ChooserKind::Lifetime, _) => {
+                    repredictions.survival(host.get(), vm.id, vm.initial_s, vm.age_s, &times, &mut out)
+                }
+                _ => score::age_survival(vm.age_s, &times, &mut out),
             }
-            if *leaving {
+            if vm.leaving {
                 // Likely gone within the hour after its move: see `batches`.
                 out[1] = 0.0;
             }
@@ -289,7 +289,7 @@ impl Allocator {
         let risk = rule.risk(alive);
         rule.allows(&risk).then(|| PlannedHost {
             host: record.id.clone(),
-            moves: vms.iter().map(|v| v.4.clone()).collect(),
+            moves: vms.iter().map(|v| v.id.clone()).collect(),
             expected_migrations: risk.expected_migrations,
             expected_wasted: risk.expected_wasted,
             score: rank,
@@ -489,6 +489,20 @@ impl Allocator {
             }
         }
     }
+}
+
+/// A VM as a lifetime-aware chooser reads it.
+struct VmView<'a> {
+    id: &'a VmId,
+    age_s: f64,
+    /// Its lifetime as placed (the policy's reading of its prediction).
+    initial_s: f64,
+    /// The oracle's row (the oracle chooser only).
+    row: Vec<f64>,
+    /// Its expected remaining lifetime: LARS moves the longest first.
+    remaining_s: f64,
+    /// One of its batch left within the hour (the `lifetime` chooser only).
+    leaving: bool,
 }
 
 /// The larger of a host's CPU and memory shares in use.
