@@ -22,9 +22,7 @@ fn default_bundle() -> PathBuf {
 /// Copies the default bundle into `dir` (created), all files regular.
 fn copy_default(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    for file in CHECKSUMMED_FILES.iter().chain(&[MANIFEST_FILE]) {
-        std::fs::copy(default_bundle().join(file), dir.join(file)).unwrap();
-    }
+    lifetime_model::bundle::copy_bundle(&default_bundle(), dir).unwrap();
 }
 
 /// A copy of the default bundle staged outside the models directory, changed by `change`, then

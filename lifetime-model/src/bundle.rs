@@ -44,6 +44,29 @@ pub const SURVIVAL_MODEL_FILE: &str = "survival_hazard.lgbm.txt";
 /// The files a bundle loads besides its manifest; each must match its checksum in the manifest.
 pub const CHECKSUMMED_FILES: [&str; 4] =
     [BINARY_MODEL_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE, FEATURE_STORE_FILE];
+/// Every file a bundle may load: [`CHECKSUMMED_FILES`], [`SURVIVAL_MODEL_FILE`] when the bundle
+/// has a survival model, and its manifest.
+pub const LOADED_FILES: [&str; 6] = [
+    BINARY_MODEL_FILE,
+    MULTICLASS_MODEL_FILE,
+    REMAINING_MODEL_FILE,
+    FEATURE_STORE_FILE,
+    SURVIVAL_MODEL_FILE,
+    MANIFEST_FILE,
+];
+
+/// Copies the bundle in `from` into the directory `to` (which exists): every file it loads
+/// ([`LOADED_FILES`]), the optional ones where it has them.
+pub fn copy_bundle(from: &Path, to: &Path) -> std::io::Result<()> {
+    for file in LOADED_FILES {
+        let source = from.join(file);
+        if file != SURVIVAL_MODEL_FILE || source.exists() {
+            std::fs::copy(source, to.join(file))?;
+        }
+    }
+    Ok(())
+}
+
 /// Bundle layout version this code reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 /// Largest difference tolerated between a probe's recorded and recomputed prediction.
@@ -830,6 +853,13 @@ impl LifetimeModel {
         true
     }
 
+    /// The bundle reading remaining lifetimes from its regression, as a bundle without a
+    /// survival model does (its survival model dropped).
+    pub fn without_survival(mut self) -> Self {
+        self.survival = None;
+        self
+    }
+
     /// Remaining lifetime from an encoded base row plus uptime (the row is reused by repredictions).
     pub fn predict_remaining_row(&self, row: &[f64], uptime_s: f64) -> f64 {
         self.predict_remaining_encoded(row, encode_uptime(uptime_s))
@@ -904,9 +934,7 @@ mod tests {
         let temp = tempfile::tempdir().unwrap();
         let dir = temp.path().join("bundle");
         std::fs::create_dir(&dir).unwrap();
-        for file in CHECKSUMMED_FILES.iter().chain(&[MANIFEST_FILE]) {
-            std::fs::copy(default_dir().join(file), dir.join(file)).unwrap();
-        }
+        copy_bundle(&default_dir(), &dir).unwrap();
         (temp, dir)
     }
 
@@ -1010,7 +1038,8 @@ mod tests {
     fn every_loaded_file_is_covered_by_its_checksum() {
         let (_temp, dir) = default_copy();
         LifetimeModel::load(&dir).expect("an intact copy loads");
-        for file in CHECKSUMMED_FILES {
+        assert!(dir.join(SURVIVAL_MODEL_FILE).exists(), "the default bundle has a survival model");
+        for file in CHECKSUMMED_FILES.into_iter().chain([SURVIVAL_MODEL_FILE]) {
             let path = dir.join(file);
             let original = std::fs::read(&path).unwrap();
             // Trailing whitespace: the file still parses the same, so only the checksum can tell.
@@ -1034,7 +1063,7 @@ mod tests {
         let error = LifetimeModel::load(&dir).err().expect("refused");
         assert!(matches!(error, BundleError::MissingChecksum { file: MULTICLASS_MODEL_FILE }), "{error}");
         let sealed = seal(&dir, &LoadLimits::default()).unwrap();
-        assert_eq!(sealed.checksums.len(), CHECKSUMMED_FILES.len());
+        assert_eq!(sealed.checksums.len(), CHECKSUMMED_FILES.len() + 1, "the survival model's too");
         LifetimeModel::load(&dir).expect("sealed, it loads");
     }
 
@@ -1062,12 +1091,20 @@ mod tests {
         LifetimeModel::load(&dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
     }
 
+    /// The default bundle without its survival model: remaining lifetimes from the regression,
+    /// as a bundle trained with `--survival-reading regression` (or before survival) reads them.
+    fn regression_bundle() -> LifetimeModel {
+        let model = default_bundle();
+        assert!(model.survival.is_some(), "the default bundle has a survival model");
+        model.without_survival()
+    }
+
     /// Repredicting a VM every `step` seconds of uptime (every second for the first 1,000), reusing
     /// the last evaluation while the uptime stays in its constant range, gives bit for bit what
     /// evaluating every time gives.
     #[test]
     fn remaining_predictions_are_constant_over_their_uptime_ranges() {
-        let model = default_bundle();
+        let model = regression_bundle();
         let (mut evaluations, mut calls) = (0u64, 0u64);
         for probe in &model.manifest().probes {
             for step in [60.0, 900.0, 3_601.5] {
@@ -1107,7 +1144,7 @@ mod tests {
 
     #[test]
     fn rows_on_the_stack_and_on_the_heap_predict_like_a_vector() {
-        let model = default_bundle();
+        let model = regression_bundle();
         let row = &model.manifest().probes[0].row;
         let mut long = row.clone();
         long.resize(STACK_ROW + 5, 1.0);

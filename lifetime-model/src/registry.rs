@@ -609,7 +609,6 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bundle::CHECKSUMMED_FILES;
     use std::sync::Condvar;
 
     /// A models directory with copies of the default bundle under `names`.
@@ -619,9 +618,7 @@ mod tests {
         for name in names {
             let bundle = models.path().join(name);
             std::fs::create_dir(&bundle).unwrap();
-            for file in CHECKSUMMED_FILES.iter().chain(&[MANIFEST_FILE]) {
-                std::fs::copy(source.join(file), bundle.join(file)).unwrap();
-            }
+            crate::bundle::copy_bundle(&source, &bundle).unwrap();
         }
         models
     }

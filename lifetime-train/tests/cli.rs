@@ -71,9 +71,7 @@ fn seal_rewrites_the_checksums_of_a_hand_edited_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("edited");
     std::fs::create_dir(&bundle).unwrap();
-    for file in lifetime_model::bundle::CHECKSUMMED_FILES.iter().chain(&["manifest.json"]) {
-        std::fs::copy(source.join(file), bundle.join(file)).unwrap();
-    }
+    lifetime_model::bundle::copy_bundle(&source, &bundle).unwrap();
     // Same tenants, other bytes: what a hand edit of the feature store looks like.
     let store = bundle.join(lifetime_model::bundle::FEATURE_STORE_FILE);
     let mut text = std::fs::read_to_string(&store).unwrap();
