@@ -235,7 +235,7 @@ proptest! {
     #[test]
     fn consolidation_never_over_commits_and_keeps_to_its_budget(
         events in prop::collection::vec((1u8..=12, 1u32..200_000, 0u8..4), 20..120),
-        chooser in prop::sample::select(vec![ChooserKind::FewestVms, ChooserKind::LeastUsed, ChooserKind::Age, ChooserKind::Lifetime]),
+        chooser in prop::sample::select(vec![ChooserKind::FewestVms, ChooserKind::LeastUsed, ChooserKind::Age, ChooserKind::AgeBatches, ChooserKind::Lifetime]),
         budget in prop::sample::select(vec![0.5, 2.0, 8.0]),
     ) {
         let hosts = 8;

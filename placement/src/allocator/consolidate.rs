@@ -256,13 +256,15 @@ impl Allocator {
             let vm = state.vm(id)?;
             let age_s = *clock_s - vm.placed_at_s;
             let leaving =
-                chooser == ChooserKind::Lifetime && recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, *clock_s);
+                chooser.reads_batches() && recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, *clock_s);
             let initial_s = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
             let row = truth.map(|t| t.encode(id, &super::stored_features(&vm.record))).unwrap_or_default();
             let remaining_s = match (chooser, truth) {
                 (ChooserKind::Oracle, Some(t)) => t.remaining_s(&row, age_s),
-                (ChooserKind::Lifetime, _) if leaving => 0.0,
-                (ChooserKind::Lifetime, _) => repredictions.remaining_s(host.get(), id, initial_s, age_s),
+                _ if leaving => 0.0,
+                (ChooserKind::Lifetime, _) => {
+                    repredictions.remaining_s(host.get(), id, initial_s, age_s).min(age_s + score::AGE_SCALE_S)
+                }
                 _ => age_s + score::AGE_SCALE_S,
             };
             vms.push(VmView { id, age_s, initial_s, row, remaining_s, leaving });
@@ -276,7 +278,12 @@ impl Allocator {
             match (chooser, truth) {
                 (ChooserKind::Oracle, Some(t)) => t.survival(&vm.row, vm.age_s, &times, &mut out),
                 (ChooserKind::Lifetime, _) => {
-                    repredictions.survival(host.get(), vm.id, vm.initial_s, vm.age_s, &times, &mut out)
+                    repredictions.survival(host.get(), vm.id, vm.initial_s, vm.age_s, &times, &mut out);
+                    // The shorter of the model's and the age's: see `score`.
+                    let mut prior = [0.0; 2];
+                    score::age_survival(vm.age_s, &times, &mut prior);
+                    out[0] = out[0].min(prior[0]);
+                    out[1] = out[1].min(prior[1]);
                 }
                 _ => score::age_survival(vm.age_s, &times, &mut out),
             }
@@ -350,9 +357,9 @@ impl Allocator {
                 break;
             };
             let at = next_host + offset;
-            // The `lifetime` chooser lets a VM whose batch is leaving leave by itself first.
+            // A chooser that reads batches lets a VM whose batch is leaving leave by itself first.
             let waits = |id: &VmId| {
-                consolidation.config.chooser == ChooserKind::Lifetime
+                consolidation.config.chooser.reads_batches()
                     && self
                         .state
                         .vm(id)

@@ -38,6 +38,9 @@ pub enum ChooserKind {
     /// The VMs' ages alone, read as a heavy-tailed remaining lifetime (an old VM tends to stay):
     /// scored as [`ChooserKind::Lifetime`] is, with no model.
     Age,
+    /// [`ChooserKind::Age`] that also reads the VMs' batches ([`batches`]): the model-free part of
+    /// [`ChooserKind::Lifetime`], to show what the model adds.
+    AgeBatches,
     /// Lifetime-aware: each VM's remaining-lifetime distribution given its age, from the model the
     /// allocator repredicts with (its initial prediction minus its age without one).
     Lifetime,
@@ -47,13 +50,14 @@ pub enum ChooserKind {
 }
 
 impl ChooserKind {
-    pub const NAMES: [&'static str; 5] = ["fewest-vms", "least-used", "age", "lifetime", "oracle"];
+    pub const NAMES: [&'static str; 6] = ["fewest-vms", "least-used", "age", "age-batches", "lifetime", "oracle"];
 
     pub fn name(self) -> &'static str {
         match self {
             ChooserKind::FewestVms => "fewest-vms",
             ChooserKind::LeastUsed => "least-used",
             ChooserKind::Age => "age",
+            ChooserKind::AgeBatches => "age-batches",
             ChooserKind::Lifetime => "lifetime",
             ChooserKind::Oracle => "oracle",
         }
@@ -61,7 +65,12 @@ impl ChooserKind {
 
     /// Whether it scores hosts by the VMs' remaining-lifetime distributions.
     pub fn reads_lifetimes(self) -> bool {
-        matches!(self, ChooserKind::Age | ChooserKind::Lifetime | ChooserKind::Oracle)
+        matches!(self, ChooserKind::Age | ChooserKind::AgeBatches | ChooserKind::Lifetime | ChooserKind::Oracle)
+    }
+
+    /// Whether it lets a VM whose batch is leaving leave by itself ([`batches`]).
+    pub fn reads_batches(self) -> bool {
+        matches!(self, ChooserKind::AgeBatches | ChooserKind::Lifetime)
     }
 }
 
@@ -72,7 +81,7 @@ impl FromStr for ChooserKind {
         Self::NAMES
             .iter()
             .position(|n| *n == text.trim())
-            .map(|i| [Self::FewestVms, Self::LeastUsed, Self::Age, Self::Lifetime, Self::Oracle][i])
+            .map(|i| [Self::FewestVms, Self::LeastUsed, Self::Age, Self::AgeBatches, Self::Lifetime, Self::Oracle][i])
             .ok_or_else(|| format!("unknown chooser {text:?}: use one of {}", Self::NAMES.join(", ")))
     }
 }

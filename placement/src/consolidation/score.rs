@@ -19,12 +19,15 @@
 //! chose hosts with many VMs the model expected to leave, held them out of service for hours and
 //! lost to fewest-VMs-first: docs/evaluation.md, "Consolidation".)
 //!
-//! The `lifetime` chooser also reads the VM's batch: a VM one of whose batch-mates left within the
-//! hour counts as gone within the hour after its move ([`super::batches`]), since those exits come
-//! in bursts the request-time model cannot see.
-//!
 //! The `age` chooser reads a model-free distribution of the remaining lifetime from the age alone
-//! ([`age_survival`]); `lifetime` the model's; `oracle` the truth.
+//! ([`age_survival`]); `lifetime` the model's, capped by the age's (whichever expects the VM gone
+//! sooner: the model, trained on request-time features, reads young VMs as staying, while half of
+//! those under an hour old leave within the next hour and a half); `oracle` the truth.
+//!
+//! `lifetime` (and `age-batches`, its model-free part) also reads the VM's batch: a VM one of
+//! whose batch-mates left within the hour counts as gone within the hour after its move, and
+//! waits in its host's queue while its batch is leaving ([`super::batches`]), since those exits
+//! come in bursts no request-time model can see.
 
 use super::{ConsolidationConfig, WASTED_WITHIN_S};
 

@@ -257,9 +257,8 @@ struct RunArgs {
     #[arg(long)]
     drains: Option<String>,
     /// Consolidation under a migration budget:
-    /// `budget=MIGRATIONS_PER_HOST_DAY,chooser=fewest-vms|least-used|age|lifetime|oracle[,every=SECONDS][,in-flight=N]`
-    /// (more: `empty-below=PCT`, `migration=SECONDS`, `horizon=SECONDS`, `min-gain=SECONDS`,
-    /// `wait=SECONDS`, `candidates=N`), or `off`.
+    /// `budget=MIGRATIONS_PER_HOST_DAY,chooser=fewest-vms|least-used|age|age-batches|lifetime|oracle[,every=SECONDS][,in-flight=N]`
+    /// (more: `empty-below=PCT`, `migration=SECONDS`, `max-waste=P`, `candidates=N`), or `off`.
     #[arg(long)]
     consolidation: Option<String>,
     /// Keep every VM's host in the result.
