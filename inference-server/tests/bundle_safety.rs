@@ -4,9 +4,7 @@
 //! serving, every route keeps answering promptly, and the bad bundle is listed as rejected with a
 //! reason.
 
-use lifetime_model::bundle::{
-    CHECKSUMMED_FILES, FEATURE_STORE_FILE, MANIFEST_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE,
-};
+use lifetime_model::bundle::{FEATURE_STORE_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -63,7 +63,13 @@ fn main() {
         println!("| {hosts} | {vms} | (scan and sort by VM count) | {:.2} | | | | 1.00 |", ms(scan));
         // Each chooser is set a day before its plans (the clock only goes forward).
         let mut at = now;
-        for chooser in [ChooserKind::FewestVms, ChooserKind::LeastUsed, ChooserKind::Age, ChooserKind::AgeBatches, ChooserKind::Lifetime] {
+        for chooser in [
+            ChooserKind::FewestVms,
+            ChooserKind::LeastUsed,
+            ChooserKind::Age,
+            ChooserKind::AgeBatches,
+            ChooserKind::Lifetime,
+        ] {
             let config = ConsolidationConfig { budget_per_host_day: 0.25, chooser, ..ConsolidationConfig::default() };
             allocator.set_consolidation(None, at).expect("nothing in flight");
             allocator.set_consolidation(Some(config), at).expect("valid settings");
