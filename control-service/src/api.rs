@@ -128,6 +128,7 @@ pub fn openapi_document(control: &Control) -> utoipa::openapi::OpenApi {
         "/v1/allocate/{vm_id}",
         "/v1/zones/{zone}/hosts",
         "/v1/zones/{zone}/hosts/{host_id}",
+        "/v1/zones/{zone}/consolidation",
         "/v1/zones/{zone}/explain",
     ] {
         domain::openapi::set_parameter_schema(&mut openapi, path, "zone", zone(false));
