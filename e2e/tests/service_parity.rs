@@ -262,12 +262,14 @@ async fn check_parity_with(kind: &str, name: &str, consolidation: Option<Consoli
     let dir = tempfile::tempdir().unwrap();
     let extra = consolidation.map_or(String::new(), |c| {
         format!(
-            "[consolidation]\nbudget_per_host_day = {}\nchooser = \"{}\"\nevery_s = {}\nmax_in_flight = {}\nmigration_s = {}\n",
+            "[consolidation]\nbudget_per_host_day = {}\nchooser = \"{}\"\nevery_s = {}\nmax_in_flight = {}\nmigration_s = {}\n\
+             max_waste = {}\n",
             c.budget_per_host_day,
             c.chooser.name(),
             c.every_s,
             c.max_in_flight,
-            c.migration_s
+            c.migration_s,
+            c.max_waste
         )
     });
     let service = start_service(dir.path(), kind, &extra).await;
@@ -323,5 +325,8 @@ async fn consolidation_fewest_vms_moves_the_vms_the_service_moves() {
 
 #[tokio::test]
 async fn consolidation_with_the_lifetime_chooser_moves_the_vms_the_service_moves() {
-    check_parity_with("nilas", "consolidation-lifetime", Some(consolidation(ChooserKind::Lifetime))).await;
+    // This trace's VMs are minutes old: read by their ages, most would likely leave within the
+    // hour, so the rule that leaves such hosts alone is loosened for the moves to happen.
+    let settings = ConsolidationConfig { max_waste: 0.99, ..consolidation(ChooserKind::Lifetime) };
+    check_parity_with("nilas", "consolidation-lifetime", Some(settings)).await;
 }
