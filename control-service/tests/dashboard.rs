@@ -203,17 +203,15 @@ async fn allocate(http: &reqwest::Client, control: &Process, body: &Value) -> Va
     decision
 }
 
+/// The allocator's `GET /v1/hosts?{query}` page.
+async fn allocator_hosts(http: &reqwest::Client, allocator: &Process, query: &str) -> Value {
+    let url = allocator.url(&format!("/v1/hosts?{query}"));
+    http.get(url).bearer_auth(support::SERVICE_TOKEN).send().await.unwrap().json().await.unwrap()
+}
+
 /// The number of hosts the allocator reports in its zone.
 async fn hosts_reported(http: &reqwest::Client, allocator: &Process) -> u64 {
-    let hosts: Value = http
-        .get(allocator.url("/v1/hosts?limit=10000"))
-        .bearer_auth(support::SERVICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let hosts = allocator_hosts(http, allocator, "limit=10000").await;
     hosts["total"].as_u64().unwrap_or_else(|| panic!("no total in GET /v1/hosts: {hosts}"))
 }
 
@@ -309,15 +307,7 @@ async fn dashboard_shows_the_zone_and_a_placement() {
         .unwrap()
         .contains("0 hosts being emptied"));
     // Room to consolidate into: one host keeps only its smallest VM, another frees that much.
-    let listing: Value = http
-        .get(allocator.url("/v1/hosts?limit=100&empty=false"))
-        .bearer_auth(support::SERVICE_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listing = allocator_hosts(&http, &allocator, "limit=100&empty=false").await;
     let mut shared: Vec<(Vec<String>, f64)> = listing["hosts"]
         .as_array()
         .unwrap()
