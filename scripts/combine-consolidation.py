@@ -6,7 +6,8 @@ host-day (mean), and the wasted share: all runs' wasted migrations over all thei
 
 Usage: scripts/combine-consolidation.py OUT.md WINDOW... where a WINDOW is one results.json, or
 several joined by `+` (experiments run on the same window and seeds: a run found in an earlier one
-is taken from it). Rows keep the order of the first file's rows.
+is taken from it). Rows keep the order of the first file's rows. Beside OUT.md, OUT.svg plots each
+chooser's empty-host gain against the migrations it spent, one panel per placement policy.
 """
 import json
 import statistics
@@ -27,6 +28,49 @@ def runs_of(window):
     return runs, order
 
 
+COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#000000", "#56B4E9"]
+
+
+def plot(curves, path):
+    """curves: {policy: {chooser: [(migrations per host-day, empty-host gain pp)]}} as an SVG."""
+    width, height, pad = 420, 300, 50
+    panels = sorted(curves)
+    points = [p for c in curves.values() for line in c.values() for p in line]
+    x_max = max([x for x, _ in points] + [0.01]) * 1.05
+    y_min = min([y for _, y in points] + [0.0])
+    y_max = max([y for _, y in points] + [0.1]) * 1.1
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(panels)}" height="{height + 70}" '
+           'font-family="sans-serif" font-size="11">']
+    for k, policy in enumerate(panels):
+        left = k * width + pad
+        sx = lambda x: left + x / x_max * (width - pad - 10)
+        sy = lambda y: 20 + (y_max - y) / (y_max - y_min) * (height - 40)
+        svg.append(f'<text x="{left}" y="14" font-weight="bold">{policy} placing</text>')
+        svg.append(f'<line x1="{left}" y1="{sy(y_min)}" x2="{left}" y2="{sy(y_max)}" stroke="#444"/>')
+        svg.append(f'<line x1="{left}" y1="{sy(0)}" x2="{sx(x_max)}" y2="{sy(0)}" stroke="#444"/>')
+        for t in range(5):
+            y = y_min + (y_max - y_min) * t / 4
+            svg.append(f'<text x="{left - 4}" y="{sy(y) + 4}" text-anchor="end">{y:.1f}</text>')
+            x = x_max * t / 4
+            svg.append(f'<text x="{sx(x)}" y="{sy(y_min) + 14}" text-anchor="middle">{x:.2f}</text>')
+        svg.append(f'<text x="{left + (width - pad) / 2}" y="{sy(y_min) + 28}" text-anchor="middle">'
+                   'migrations per host-day</text>')
+        svg.append(f'<text x="{left - 36}" y="{sy((y_min + y_max) / 2)}" '
+                   f'transform="rotate(-90 {left - 36} {sy((y_min + y_max) / 2)})" text-anchor="middle">'
+                   'empty hosts gain pp</text>')
+        for c, (chooser, line) in enumerate(sorted(curves[policy].items())):
+            colour = COLOURS[c % len(COLOURS)]
+            line = [(0.0, 0.0)] + sorted(line)
+            path_points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in line)
+            svg.append(f'<polyline points="{path_points}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+            for x, y in line[1:]:
+                svg.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>')
+            svg.append(f'<text x="{left + 8}" y="{height + 26 + 12 * (c % 3)}" fill="{colour}" '
+                       f'dx="{(c // 3) * 130}">{chooser}</text>')
+    svg.append("</svg>")
+    open(path, "w").write("\n".join(svg) + "\n")
+
+
 def main():
     out, windows = sys.argv[1], sys.argv[2:]
     per_window = [runs_of(w) for w in windows]
@@ -37,6 +81,7 @@ def main():
         "| run | density gain pp | empty hosts gain pp | migrations per host-day | wasted |",
         "|---|---:|---:|---:|---:|",
     ]
+    curves = {}
     for policy, variant in order:
         density, empty, rate, moved, wasted = [], [], [], 0, 0
         for runs, _ in per_window:
@@ -53,11 +98,15 @@ def main():
             continue
         sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
         share = f"{100 * wasted / moved:.0f}% ({wasted}/{moved})" if moved else "-"
+        chooser, _, budget = variant.rpartition("-")
+        if chooser:
+            curves.setdefault(policy, {}).setdefault(chooser, []).append((statistics.mean(rate), statistics.mean(empty)))
         lines.append(
             f"| {policy} / {variant} | {statistics.mean(density):+.2f} ±{sd(density):.2f} "
             f"| {statistics.mean(empty):+.2f} ±{sd(empty):.2f} | {statistics.mean(rate):.3f} | {share} |"
         )
     open(out, "w").write("\n".join(lines) + "\n")
+    plot(curves, out.rsplit(".", 1)[0] + ".svg")
     print("\n".join(lines))
 
 
