@@ -3,7 +3,7 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{call, call_timed, command_error, field_problem, path_param, problem, AppState};
+use super::{call, call_timed, command_error, field_problem, finite_time, path_param, problem, AppState};
 use crate::durable::{Allocate, CommandError, Explain, GetAllocation, Release, VmInfo};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -136,9 +136,10 @@ async fn release(
         Ok(Query(ReleaseQuery { tenant, ended_at_s })) => (Ok(Query(OwnerQuery { tenant })), ended_at_s),
         Err(rejection) => (Err(rejection), None),
     };
-    if let Some(at) = ended_at_s.filter(|at| !at.is_finite()) {
-        return field_problem(ProblemKind::InvalidRequest, "ended_at_s", format!("must be a finite number, got {at}"));
-    }
+    let ended_at_s = match finite_time("ended_at_s", ended_at_s) {
+        Ok(at) => at,
+        Err(response) => return response,
+    };
     let (vm, owner) = match vm_and_owner(vm_id, query) {
         Ok(parsed) => parsed,
         Err(response) => return response,

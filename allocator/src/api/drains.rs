@@ -1,6 +1,6 @@
 //! `/v1/drains` and `/v1/migrations`: emptying hosts by live migration (LARS, admin).
 
-use super::{call, command_error, field_problem, path_param, problem, AppState};
+use super::{call, command_error, finite_time, path_param, problem, AppState};
 use crate::durable::{CompleteMigration, DrainStatus, StartDrain};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -97,15 +97,9 @@ async fn complete_migration(
         Ok(id) => id,
         Err(response) => return response,
     };
-    let completed_at_s = match query {
-        Ok(Query(CompletedQuery { completed_at_s: Some(at) })) if !at.is_finite() => {
-            return field_problem(
-                ProblemKind::InvalidRequest,
-                "completed_at_s",
-                format!("must be a finite number, got {at}"),
-            );
-        }
-        Ok(Query(query)) => query.completed_at_s,
+    let completed_at_s = match query.map(|Query(query)| finite_time("completed_at_s", query.completed_at_s)) {
+        Ok(Ok(at)) => at,
+        Ok(Err(response)) => return response,
         Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
     };
     let complete = CompleteMigration { vm: VmId(vm_id), completed_at_s };

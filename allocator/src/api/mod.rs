@@ -340,6 +340,16 @@ fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Resp
     param.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
 }
 
+/// A time on the model's clock from the query (`field`), refused (422) unless finite.
+fn finite_time(field: &'static str, at: Option<f64>) -> Result<Option<f64>, Response> {
+    match at {
+        Some(at) if !at.is_finite() => {
+            Err(field_problem(ProblemKind::InvalidRequest, field, format!("must be a finite number, got {at}")))
+        }
+        at => Ok(at),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

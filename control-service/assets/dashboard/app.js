@@ -98,6 +98,12 @@
     return { hosts, total: Number.isFinite(total) ? total : hosts.length };
   }
 
+  /** The zone's consolidation where it is on (the allocator answers 404 where it is off: null). */
+  function fetchConsolidation(zone) {
+    return request(`/v1/zones/${encodeURIComponent(zone)}/consolidation`)
+      .catch((error) => (error.status === 404 ? null : { error: error.message }));
+  }
+
   // ---------------------------------------------------------------- update cycle
 
   let running = null;
@@ -132,11 +138,9 @@
         // A zone whose allocator does not answer keeps its last grid, marked stale; the others
         // go on updating.
         ...names.map((zone) => fetchHosts(zone).catch((error) => ({ error }))),
+        ...names.map(fetchConsolidation),
       ]);
-      // Consolidation where it is on (the allocator answers 404 where it is off).
-      const consolidations = await Promise.all(names.map((zone) =>
-        request(`/v1/zones/${encodeURIComponent(zone)}/consolidation`)
-          .catch((error) => (error.status === 404 ? null : { error: error.message }))));
+      const consolidations = pages.splice(names.length);
       const fetched = performance.now();
       view.stats = stats;
       names.forEach((zone, i) => absorbZone(zone, pages[i], consolidations[i]));

@@ -255,7 +255,7 @@ impl Allocator {
         for id in &record.vms {
             let vm = state.vm(id)?;
             let age_s = *clock_s - vm.placed_at_s;
-            let leaving = chooser.reads_batches() && recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, *clock_s);
+            let leaving = chooser.reads_batches() && recent_exits.vm_leaving(vm, *clock_s);
             let initial_s = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
             let row = truth.map(|t| t.encode(id, &super::stored_features(&vm.record))).unwrap_or_default();
             let remaining_s = match (chooser, truth) {
@@ -359,10 +359,7 @@ impl Allocator {
             // A chooser that reads batches lets a VM whose batch is leaving leave by itself first.
             let waits = |id: &VmId| {
                 consolidation.config.chooser.reads_batches()
-                    && self
-                        .state
-                        .vm(id)
-                        .is_some_and(|vm| self.recent_exits.batch_leaving(&vm.tenant, vm.placed_at_s, clock))
+                    && self.state.vm(id).is_some_and(|vm| self.recent_exits.vm_leaving(vm, clock))
             };
             let Some(first) = consolidation.hosts[at].queue.iter().position(|id| !waits(id)) else {
                 next_host = at + 1;
