@@ -5,11 +5,13 @@
 #   2. makes sure the default model bundle exists (trains it if models/default is missing: only then
 #      are the trainer's prerequisites installed and LightGBM built);
 #   3. starts the three services natively with the checked-in configs and a fresh embedded allocator
-#      store (scripts/stack.sh up --fresh);
+#      store (scripts/stack.sh up --fresh), the allocator on the trace's clock (STACK_CLOCK=request:
+#      VMs' ages, NILAS's exit times and consolidation's hourly rounds run in trace time);
 #   4. replays day 10 of the seeded 14-day synthetic trace (held out: the default model trained on
 #      days 0-9) through POST /allocate, one trace day per real minute, releasing each VM at its end
-#      time, and prints the summary: outcomes, latency, cache hit rate, fallbacks, packing density and
-#      empty hosts over time;
+#      time and confirming each of consolidation's live migrations 20 trace minutes after it started
+#      (the orchestrator's part), and prints the summary: outcomes, latency, cache hit rate,
+#      fallbacks, migrations, packing density and empty hosts over time;
 #   5. stops the stack (also on failure or Ctrl-C), unless DEMO_KEEP=1 asks to keep it up for a look
 #      at the operator's console (http://127.0.0.1:8080/dashboard).
 # Generated files (trace, summary JSON, plot, service logs) go to target/demo/ and target/stack/.
@@ -34,13 +36,14 @@ target/release/vmtrace generate --out "$trace" --days 14 --seed 42
 echo
 echo "== starting the stack"
 trap './scripts/stack.sh down' EXIT
-./scripts/stack.sh up --fresh
+STACK_CLOCK=request ./scripts/stack.sh up --fresh
 
 echo
 echo "== replaying day 10 through POST /allocate at 1,440x (one trace day per real minute)"
 echo "   watch it in the operator's console: http://127.0.0.1:8080/dashboard"
 RUST_BACKTRACE=0 target/release/vmreplay "$trace" \
     --from-s 864000 --duration-s 86400 --speed 1440 --concurrency 8 \
+    --confirm-migrations http://127.0.0.1:8082 --admin-token-file target/stack/admin-token --migration-s 1200 \
     --json target/demo/replay.json --plot target/demo/replay.svg
 echo
 echo "summary: target/demo/replay.json; packing density and empty hosts over time: target/demo/replay.svg"

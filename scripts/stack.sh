@@ -20,14 +20,18 @@
 # which the control service presents. `up` generates a random one once into target/stack/service-token
 # (mode 600; delete it to get a new one at the next `up`) and hands that file to all three services
 # (*_SERVICE_TOKEN_FILE); a direct call needs it: curl -H "authorization: Bearer $(cat target/stack/service-token)".
+# The allocator's admin routes (drains, consolidation, migrations' confirmations) take another one,
+# generated the same way into target/stack/admin-token (ALLOCATOR_ADMIN_TOKEN_FILE).
 # Environment: RUST_LOG (default info, into the log files), STACK_MODELS_DIR (the bundles the
 # inference server serves and the allocators repredict with; default the configs' `models`),
-# STACK_CONFIGS (the directory of the three <service>.toml; default configs), STACK_READY_TIMEOUT
+# STACK_CONFIGS (the directory of the three <service>.toml; default configs), STACK_CLOCK (the
+# allocators' clock: `wall`, or `request` for a trace replay at compressed time; default the
+# config's), STACK_READY_TIMEOUT
 # (seconds, default 60), STACK_STOP_TIMEOUT (seconds, default 10), CARGO_TARGET_DIR (where the
 # binaries are).
 #
 # Everything the stack writes is under target/stack/: <service>.log (the previous run's log is kept
-# as <service>.log.1), <service>.pid, service-token, and the allocator's store allocator.db (+ -wal, -shm); with
+# as <service>.log.1), <service>.pid, service-token, admin-token, and the allocator's store allocator.db (+ -wal, -shm); with
 # --agents, allocator-<i>.log/.pid for agents 2..N, postgres/ and postgres.log, and `agents`.
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
@@ -39,6 +43,7 @@ SERVICES=(inference-server allocator control-service)
 STATE_DIR=target/stack
 PG_DIR=$STATE_DIR/postgres
 TOKEN_FILE=$STATE_DIR/service-token
+ADMIN_TOKEN_FILE=$STATE_DIR/admin-token
 PG_PORT="${STACK_PG_PORT:-5433}"
 CONFIG_DIR="${STACK_CONFIGS:-configs}"
 BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
@@ -129,14 +134,14 @@ show_log_tail() {
     echo "----" >&2
 }
 
-# The stack's service token: generated once (32 random bytes, hex), kept across `up`s so that a
-# client holding it keeps working; only the owner may read it.
-ensure_service_token() {
-    [ -s "$TOKEN_FILE" ] && return 0
-    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE.tmp") ||
-        die "could not write $TOKEN_FILE"
-    mv -f "$TOKEN_FILE.tmp" "$TOKEN_FILE"
-    say "generated the stack's service token: $TOKEN_FILE"
+# The stack's service and admin tokens: each generated once (32 random bytes, hex), kept across
+# `up`s so that a client holding it keeps working; only the owner may read it.
+ensure_token() {
+    local file=$1 what=$2
+    [ -s "$file" ] && return 0
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$file.tmp") || die "could not write $file"
+    mv -f "$file.tmp" "$file"
+    say "generated the stack's $what: $file"
 }
 
 start_one() {
@@ -157,6 +162,7 @@ start_one() {
             else
                 args+=(--store "$STATE_DIR/allocator.db")
             fi
+            [ -z "${STACK_CLOCK:-}" ] || args+=(--clock "$STACK_CLOCK")
             ;;
         control-service)
             if [ "$AGENTS" -gt 1 ]; then
@@ -173,8 +179,9 @@ start_one() {
     # rotation's previous token in the caller's environment would override the file, so they go.
     NO_COLOR=1 \
         ALLOCATOR_SERVICE_TOKEN_FILE="$TOKEN_FILE" INFERENCE_SERVICE_TOKEN_FILE="$TOKEN_FILE" \
+        ALLOCATOR_ADMIN_TOKEN_FILE="$ADMIN_TOKEN_FILE" \
         CONTROL_ALLOCATOR_SERVICE_TOKEN_FILE="$TOKEN_FILE" CONTROL_INFERENCE_SERVICE_TOKEN_FILE="$TOKEN_FILE" \
-        nohup env -u ALLOCATOR_SERVICE_TOKEN -u INFERENCE_SERVICE_TOKEN -u CONTROL_ALLOCATOR_SERVICE_TOKEN \
+        nohup env -u ALLOCATOR_SERVICE_TOKEN -u INFERENCE_SERVICE_TOKEN -u CONTROL_ALLOCATOR_SERVICE_TOKEN -u ALLOCATOR_ADMIN_TOKEN \
         -u CONTROL_INFERENCE_SERVICE_TOKEN -u ALLOCATOR_PREVIOUS_SERVICE_TOKEN -u INFERENCE_PREVIOUS_SERVICE_TOKEN \
         "$BIN_DIR/$(binary_of "$svc")" "${args[@]}" </dev/null >"$log" 2>&1 &
     echo $! >"$(pidfile_of "$svc")"
@@ -352,7 +359,8 @@ cmd_up() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     echo "$AGENTS" >"$STATE_DIR/agents"
-    ensure_service_token
+    ensure_token "$TOKEN_FILE" "service token"
+    ensure_token "$ADMIN_TOKEN_FILE" "allocator admin token"
     [ "$AGENTS" -eq 1 ] || pg_up
     # The control service's readiness depends on the others, so they go first.
     start_one inference-server

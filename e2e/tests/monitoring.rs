@@ -23,7 +23,6 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value as Yaml;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const DASHBOARD: &str = "monitoring/grafana/dashboards/lifetime-aware-allocation.json";
@@ -478,63 +477,6 @@ fn check_dashboard_metrics(
 // ---------------------------------------------------------------------------------------------
 // The real services, driven and scraped.
 
-/// A child process killed when dropped.
-struct Process {
-    child: Option<Child>,
-    base: String,
-    what: &'static str,
-}
-
-impl Process {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Starts the workspace binary `what` with `config` (TOML without `listen`) and waits until it is
-/// ready ([`support::listening::start_ours`]).
-async fn start(what: &'static str, dir: &Path, config: &str) -> Process {
-    let path = dir.join(format!("{what}.toml"));
-    let spawn = |port: u16| {
-        std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
-        support::with_service_token(&mut Command::new(support::workspace_binary(what)))
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "warn")
-            .env_remove("ALLOCATOR_ADMIN_TOKEN")
-            .env_remove("INFERENCE_ADMIN_TOKEN")
-            .env_remove("CONTROL_INFERENCE_ADMIN_TOKEN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {what}: {e}"))
-    };
-    let client = reqwest::Client::new();
-    let (child, port) = support::listening::start_ours(&client, what, Duration::from_secs(60), spawn).await;
-    Process { child: Some(child), base: format!("http://127.0.0.1:{port}"), what }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 fn vm(vm_id: &str, tenant: &str, cores: f64) -> Json {
     serde_json::json!({"vm": {
         "vm_id": vm_id, "tenant_id": tenant, "vm_type": "D2",
@@ -543,7 +485,7 @@ fn vm(vm_id: &str, tenant: &str, cores: f64) -> Json {
     }})
 }
 
-async fn scrape(client: &reqwest::Client, process: &Process) -> String {
+async fn scrape(client: &reqwest::Client, process: &support::Process) -> String {
     let response =
         client.get(process.url("/metrics")).send().await.unwrap_or_else(|e| panic!("scraping {}: {e}", process.what));
     assert!(response.status().is_success(), "{} /metrics answered {}", process.what, response.status());
@@ -574,12 +516,12 @@ fn text_of(value: &Yaml) -> String {
 async fn every_dashboard_metric_is_produced_by_the_real_services() {
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
-    copy_dir(&repo_root().join("models/default"), &models.join("default"));
+    support::copy_dir(&repo_root().join("models/default"), &models.join("default"));
     let mut inference =
-        start("inference-server", dir.path(), &format!("models_dir = \"{}\"\n", models.display())).await;
+        support::start("inference-server", dir.path(), &format!("models_dir = \"{}\"\n", models.display())).await;
     let store = dir.path().join("allocator.db");
     // 4 hosts of 16 cores: the 17th VM of 4 cores is rejected.
-    let allocator = start(
+    let allocator = support::start(
         "allocator",
         dir.path(),
         &format!(
@@ -589,7 +531,7 @@ async fn every_dashboard_metric_is_produced_by_the_real_services() {
         ),
     )
     .await;
-    let control = start(
+    let control = support::start(
         "control-service",
         dir.path(),
         &format!(

@@ -5,10 +5,11 @@
 //! [`stats_delta`], [`series_point`], [`thin_indices`], the plain-text [`Summary`] and its SVG
 //! plots: packing and empty hosts, and the realized prediction quality per model version
 //! ([`QualitySummary`], [`QualitySample`], [`write_quality_plot`]); each VM's prediction as CSV
-//! ([`PredictionRow`])). The `vmreplay` binary does the HTTP and the waiting.
+//! ([`PredictionRow`]); which migrations to confirm as the orchestrator of an allocator that
+//! consolidates ([`due`], [`MigrationSummary`])). The `vmreplay` binary does the HTTP and the waiting.
 //!
 //! One module a subject (`error`, `plan`, `pacing`, `answer`, `tally`, `stats`, `summary`,
-//! `plots`), each re-exported here.
+//! `plots`, `migrations`), each re-exported here.
 
 /// The window flags (`--from-s`, `--duration-s`, `--max-vms`) and the default `--from-s`.
 pub use traces::window::{first_start, WindowSpec};
@@ -23,6 +24,7 @@ const ERROR_SAMPLES: usize = 5;
 
 mod answer;
 mod error;
+mod migrations;
 mod pacing;
 mod plan;
 mod plots;
@@ -32,6 +34,7 @@ mod tally;
 
 pub use answer::*;
 pub use error::*;
+pub use migrations::*;
 pub use pacing::*;
 pub use plan::*;
 pub use plots::*;

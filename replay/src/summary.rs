@@ -147,6 +147,8 @@ pub struct Summary {
     pub control_stats: Option<StatsDelta>,
     /// The realized prediction quality at the end; `None` when the end snapshot failed.
     pub quality: Option<QualitySummary>,
+    /// The migrations confirmed as the allocator's orchestrator (`--confirm-migrations`).
+    pub migrations: Option<MigrationSummary>,
     /// The SVG files written (`--plot` and its quality plot), named in the text.
     pub plots: Vec<String>,
     pub series: Vec<SeriesPoint>,
@@ -176,6 +178,7 @@ impl Summary {
             predictions_by_source: tally.predictions_by_source,
             control_stats,
             quality: None,
+            migrations: None,
             plots: Vec::new(),
             series,
             run,
@@ -266,6 +269,9 @@ impl Summary {
             None => writeln!(out, "cache, fallbacks, safeguard: unknown (the final /v1/stats failed)")?,
         }
         writeln!(out, "predictions {}", list_or_none(&self.predictions_by_source))?;
+        if let Some(migrations) = &self.migrations {
+            migrations.render_into(out)?;
+        }
         writeln!(out)?;
         self.render_quality(out)?;
         self.render_series(out)?;

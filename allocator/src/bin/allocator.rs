@@ -30,6 +30,10 @@ struct Cli {
     /// Directory of model bundles that NILAS and LAVA repredict with (the inference server's).
     #[arg(long)]
     models_dir: Option<PathBuf>,
+    /// The time VMs are placed and released at: `wall`, or `request` for trace replays at
+    /// compressed time (the config's `clock`, docs/allocator.md).
+    #[arg(long, value_parser = ["wall", "request"])]
+    clock: Option<String>,
 }
 
 fn main() -> Result<()> {
@@ -48,9 +52,12 @@ fn main() -> Result<()> {
     if let Some(dir) = cli.models_dir {
         config.models_dir = Some(dir);
     }
-    if let Ok(token) = std::env::var("ALLOCATOR_ADMIN_TOKEN") {
-        config.admin_token = Some(token);
+    match cli.clock.as_deref() {
+        Some("request") => config.clock = Clock::Request,
+        Some(_) => config.clock = Clock::Wall,
+        None => {}
     }
+    config.admin_token = token_from_env("ALLOCATOR_ADMIN_TOKEN", config.admin_token.take())?;
     config.service_token = token_from_env("ALLOCATOR_SERVICE_TOKEN", config.service_token.take())?;
     config.previous_service_token =
         token_from_env("ALLOCATOR_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;

@@ -24,6 +24,8 @@ use tokio::task::JoinSet;
 use traces::synthetic::{generate, SyntheticConfig};
 use traces::TraceSource;
 
+mod orchestrator;
+
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -115,6 +117,18 @@ struct Cli {
     /// final sample.
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
     settle_s: f64,
+    /// Play the orchestrator of live migrations for an allocator that consolidates (its base URL,
+    /// e.g. http://127.0.0.1:8082; docs/allocator.md): confirm each of its consolidation's
+    /// migrations once it has run --migration-s of trace time. Needs the allocator's admin token
+    /// (--admin-token-file, or $VMREPLAY_ADMIN_TOKEN).
+    #[arg(long, value_name = "ALLOCATOR_URL")]
+    confirm_migrations: Option<String>,
+    /// Trace seconds a live migration takes before vmreplay confirms it.
+    #[arg(long, default_value_t = 1200.0, value_name = "SECONDS", requires = "confirm_migrations")]
+    migration_s: f64,
+    /// File whose first line is the allocator's admin token (--confirm-migrations).
+    #[arg(long, value_name = "PATH", requires = "confirm_migrations")]
+    admin_token_file: Option<PathBuf>,
     /// No progress bar or progress messages; only the summary.
     #[arg(short, long)]
     quiet: bool,
@@ -628,6 +642,16 @@ async fn main() -> Result<ExitCode> {
     let start_stats = get_stats(&client, &endpoints.stats).await.context(
         "the control service is up but its statistics are not readable (--control points at something else?)",
     )?;
+    let orchestrator = match &cli.confirm_migrations {
+        Some(allocator) => {
+            let token = orchestrator::admin_token(cli.admin_token_file.as_deref())?;
+            Some(
+                orchestrator::Orchestrator::connect(allocator, &token, cli.migration_s, settings.request_timeout)
+                    .await?,
+            )
+        }
+        None => None,
+    };
 
     if !cli.quiet {
         let planned_s = events.last().map_or(0.0, |e| e.at_s);
@@ -679,6 +703,14 @@ async fn main() -> Result<ExitCode> {
     let (stop_sampling, stop) = oneshot::channel();
     let sampler = tokio::spawn(sample_loop(Arc::clone(&shared), settings.sample_every, stop));
     let mut interrupts = watch_interrupts();
+    // A migration of --migration-s takes that over --speed in real time: looked at twice as often.
+    let confirm_every = Duration::from_secs_f64((cli.migration_s / settings.pacing.speed / 2.0).clamp(0.05, 1.0));
+    let (stop_confirming, stop) = oneshot::channel();
+    let confirmer = orchestrator.map(|orchestrator| {
+        let shared = Arc::clone(&shared);
+        let trace_now = move || f64::from_bits(shared.trace_now.load(Ordering::Relaxed));
+        tokio::spawn(orchestrator.run(trace_now, confirm_every, stop))
+    });
 
     run.interrupted = dispatch(&shared, &events, cli.concurrency, &mut interrupts).await;
     let _ = stop_sampling.send(());
@@ -706,6 +738,11 @@ async fn main() -> Result<ExitCode> {
         release_leftovers(&shared, cli.concurrency, &mut interrupts, cli.quiet).await;
     }
     run.wall_s = shared.elapsed_s();
+    let _ = stop_confirming.send(());
+    let migrations = match confirmer {
+        Some(task) => Some(task.await.context("confirming migrations failed")?),
+        None => None,
+    };
     let quality_stats = if cli.settle_s > 0.0 {
         if !cli.quiet {
             eprintln!("vmreplay: waiting {} s before reading the realized quality (--settle-s)", cli.settle_s);
@@ -730,6 +767,7 @@ async fn main() -> Result<ExitCode> {
         delta.quality_gate_trips = later.quality.trips.saturating_sub(start_stats.quality.trips);
     }
     let mut summary = replay::Summary::new(run, tally, delta, series).with_quality(quality_stats.as_ref());
+    summary.migrations = migrations;
 
     if let Some(path) = &cli.plot {
         replay::write_plot(&summary.series, path).context("--plot")?;
