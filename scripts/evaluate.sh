@@ -32,7 +32,7 @@ for trace in "$@"; do
         # The steady-state protocol: dev and test replayed as one timeline (dev warms the cluster
         # up with its long-lived VMs), measured over the test period only; 10% headroom over the
         # peak is enough for PBFR never to reject.
-        experiments azure-steady "$MODELS/azure-v1" oracle-and-model reachable consolidation-test -- \
+        experiments azure-steady "$MODELS/azure-v1" oracle-and-model reachable consolidation-test consolidation-test-2 -- \
             --trace "$AZURE/trace-dev.csv.gz" --trace "$AZURE/trace-test.csv.gz" --measure-from-s 2099700 \
             --auto-hosts --headroom 0.1 --host-cores 48 --host-memory-gib 384
         # The papers' five experiments on the test trace alone, starting empty (single seed).
