@@ -52,6 +52,9 @@ pub struct ServiceConfig {
     /// Accepted as well while the service token is rotated (docs/operations.md, "Service
     /// credentials"); `ALLOCATOR_PREVIOUS_SERVICE_TOKEN` overrides it.
     pub previous_service_token: Option<String>,
+    /// Serve open routes (no service token) on an address other than loopback anyway; refused at start
+    /// otherwise (secure by default). `--insecure-open` sets it.
+    pub insecure_open: bool,
     /// Most commands per group commit; 1 commits every request on its own.
     pub max_batch: usize,
     /// The allocator's clock: `wall` (Unix time, the default) or `request`: the latest request time
@@ -172,6 +175,7 @@ impl Default for ServiceConfig {
             admin_token: None,
             service_token: None,
             previous_service_token: None,
+            insecure_open: false,
             max_batch: 256,
             clock: Clock::Wall,
             queue: 4096,

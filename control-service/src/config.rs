@@ -32,6 +32,9 @@ pub struct ControlConfig {
     pub limits: ValidationLimits,
     /// Who may call the public API (API keys per tenant, or open for local demos).
     pub auth: AuthConfig,
+    /// Serve open routes (no API keys) on an address other than loopback anyway; refused at start
+    /// otherwise (secure by default). `--insecure-open` sets it.
+    pub insecure_open: bool,
     /// Per-tenant request rate limits (tenant API keys only).
     pub rate_limit: RateLimitConfig,
     /// How far a tenant's `requested_at_s` may be from the server's clock.
@@ -291,6 +294,7 @@ impl Default for ControlConfig {
             allocator: AllocatorClientConfig::default(),
             limits: ValidationLimits::default(),
             auth: AuthConfig::default(),
+            insecure_open: false,
             rate_limit: RateLimitConfig::default(),
             request_time: RequestTimeConfig::default(),
             dashboard: DashboardConfig::default(),

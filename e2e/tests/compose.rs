@@ -910,6 +910,21 @@ fn check_depends_on(stack: &Stack, problems: &mut Vec<String>) {
 fn check_service_token(stack: &Stack, problems: &mut Vec<String>) {
     let mut paths = BTreeSet::new();
     for (service, _) in stack.pairs(problems) {
+        // Secure by default: a service with open routes refuses 0.0.0.0 without --insecure-open.
+        // The control service's checked-in config has no API keys (its port is published on the
+        // host's loopback only); the other two are closed by the token and must stay so.
+        match (service.binary(), service.flags.contains_key("--insecure-open")) {
+            ("control-service", false) => problems.push(format!(
+                "{}: no --insecure-open, so the control service (no [auth] keys in its config) refuses to listen \
+                 on 0.0.0.0",
+                service.field("command")
+            )),
+            ("allocator" | "inference-server", true) => problems.push(format!(
+                "{}: --insecure-open, but the service token closes its routes; drop the flag",
+                service.field("command")
+            )),
+            _ => {}
+        }
         let Ok((source, reads)) = binary_env_reads(&stack.root, service.binary()) else { continue };
         let files: Vec<&String> =
             reads.iter().filter(|name| name.ends_with("SERVICE_TOKEN_FILE") && !name.contains("PREVIOUS")).collect();
@@ -1151,6 +1166,10 @@ fn checks_catch_a_change_made_in_one_place_only() {
     // A service that would run without the stack's token.
     let open = replace(&compose, "      ALLOCATOR_SERVICE_TOKEN_FILE: /run/lava-secrets/service-token\n", "");
     expect(problems_with(&open, &configs), &["services.allocator.environment", "ALLOCATOR_SERVICE_TOKEN_FILE"], "open");
+
+    // The control service without --insecure-open would refuse to start on 0.0.0.0.
+    let refused = replace(&compose, "      - --insecure-open\n", "");
+    expect(problems_with(&refused, &configs), &["services.control-service.command", "--insecure-open"], "insecure");
 
     // A health check on the wrong port, and a start order that does not wait for health.
     let health = replace(&compose, "http://127.0.0.1:8081/readyz", "http://127.0.0.1:8091/readyz");

@@ -27,6 +27,9 @@ pub struct ServerConfig {
     /// Accepted as well while the service token is rotated (docs/operations.md, "Service
     /// credentials"); `INFERENCE_PREVIOUS_SERVICE_TOKEN` overrides it.
     pub previous_service_token: Option<String>,
+    /// Serve open routes (no service token) on an address other than loopback anyway; refused at start
+    /// otherwise (secure by default). `--insecure-open` sets it.
+    pub insecure_open: bool,
     /// Most instances per prediction request.
     pub max_batch: usize,
     /// How often the models directory is checked for changes.
@@ -59,6 +62,7 @@ impl Default for ServerConfig {
             admin_token: None,
             service_token: None,
             previous_service_token: None,
+            insecure_open: false,
             max_batch: 1024,
             watch_interval_ms: 1_000,
             max_bundle_file_bytes: LoadLimits::default().max_file_bytes,

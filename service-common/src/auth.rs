@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
 use domain::ProblemKind;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -112,6 +113,36 @@ impl ServiceTokens {
     }
 }
 
+/// A service about to answer anyone beyond this machine: routes open to every caller on an address
+/// other hosts reach, without the operator saying so.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "refusing to listen on {listen} with routes open to anyone: {closed_by}, or listen on a loopback address \
+     (127.0.0.1); to serve every caller who reaches the port anyway, pass --insecure-open (the config's \
+     `insecure_open = true`)"
+)]
+pub struct OpenBeyondLoopback {
+    pub listen: SocketAddr,
+    /// What closes the routes, e.g. "set `service_token` or ALLOCATOR_SERVICE_TOKEN".
+    pub closed_by: &'static str,
+}
+
+/// Secure by default: open routes (`open`: no service token, or the control service without API
+/// keys) are served on loopback only, unless `insecure_open` says otherwise, since on any other
+/// address whoever reaches the port may place, release or predict. An unspecified address
+/// (0.0.0.0, ::) counts as beyond loopback: it listens on every interface.
+pub fn refuse_open_beyond_loopback(
+    listen: SocketAddr,
+    open: bool,
+    insecure_open: bool,
+    closed_by: &'static str,
+) -> Result<(), OpenBeyondLoopback> {
+    if !open || insecure_open || listen.ip().to_canonical().is_loopback() {
+        return Ok(());
+    }
+    Err(OpenBeyondLoopback { listen, closed_by })
+}
+
 /// The middleware of [`protect`]: [`OPEN_PATHS`] pass, every other request needs an accepted
 /// token, else 401 before any handler (or body read) runs, so nothing changes.
 async fn require_service_token(State(tokens): State<ServiceTokens>, request: Request, next: Next) -> Response {
@@ -202,6 +233,24 @@ mod tests {
         // An empty previous or admin token never matches an empty bearer value.
         let tokens = ServiceTokens::new(Some("s"), Some(""), Some(""));
         assert!(!tokens.accepts(&headers(Some("Bearer "))));
+    }
+
+    #[test]
+    fn open_routes_are_served_beyond_loopback_only_when_asked() {
+        let at = |addr: &str| addr.parse::<SocketAddr>().unwrap();
+        let closed_by = "set `service_token`";
+        for loopback in ["127.0.0.1:8082", "127.1.2.3:1", "[::1]:8082", "[::ffff:127.0.0.1]:8082"] {
+            assert!(refuse_open_beyond_loopback(at(loopback), true, false, closed_by).is_ok(), "{loopback}");
+        }
+        for beyond in ["0.0.0.0:8082", "10.0.0.1:8082", "[::]:8082", "[2001:db8::1]:8082"] {
+            let refused = refuse_open_beyond_loopback(at(beyond), true, false, closed_by).unwrap_err();
+            let message = refused.to_string();
+            assert!(message.contains(beyond) && message.contains(closed_by), "{message}");
+            assert!(message.contains("--insecure-open") && message.contains("insecure_open = true"), "{message}");
+            // A token closes them; the explicit flag opens them.
+            assert!(refuse_open_beyond_loopback(at(beyond), false, false, closed_by).is_ok());
+            assert!(refuse_open_beyond_loopback(at(beyond), true, true, closed_by).is_ok());
+        }
     }
 
     async fn must_not_run() -> &'static str {

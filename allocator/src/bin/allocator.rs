@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use domain::ZoneId;
 use placement::reprediction::BundleRepredictor;
-use service_common::auth::{token_from_env, ServiceTokens};
+use service_common::auth::{refuse_open_beyond_loopback, token_from_env, ServiceTokens};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +34,10 @@ struct Cli {
     /// compressed time (the config's `clock`, docs/allocator.md).
     #[arg(long, value_parser = ["wall", "request"])]
     clock: Option<String>,
+    /// Serve open routes on a non-loopback address anyway (the config's `insecure_open`); without
+    /// it, a service with no service token refuses to listen beyond loopback.
+    #[arg(long)]
+    insecure_open: bool,
 }
 
 fn main() -> Result<()> {
@@ -61,6 +65,20 @@ fn main() -> Result<()> {
     config.service_token = token_from_env("ALLOCATOR_SERVICE_TOKEN", config.service_token.take())?;
     config.previous_service_token =
         token_from_env("ALLOCATOR_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
+    config.insecure_open |= cli.insecure_open;
+    config.admin_token = config.admin_token.take().filter(|t| !t.is_empty());
+    let service_tokens = ServiceTokens::new(
+        config.service_token.as_deref(),
+        config.previous_service_token.as_deref(),
+        config.admin_token.as_deref(),
+    );
+    // Before the store is opened: a refused start changes nothing.
+    refuse_open_beyond_loopback(
+        config.listen,
+        service_tokens.is_open(),
+        config.insecure_open,
+        "set `service_token` or ALLOCATOR_SERVICE_TOKEN(_FILE)",
+    )?;
     let inventory = config.inventory()?;
     let zones: Arc<[ZoneId]> = inventory.zones.iter().map(|zone| zone.id.clone()).collect();
     let started = Instant::now();
@@ -102,7 +120,7 @@ fn main() -> Result<()> {
     if matches!(config.clock, Clock::Wall) {
         runtime.spawn(consolidation_rounds(worker.downgrade()));
     }
-    runtime.block_on(serve(&config, worker, zones))?;
+    runtime.block_on(serve(&config, worker, zones, service_tokens))?;
     // Every handle on the worker is gone with the server: let it finish its last batch and close
     // the store (committed batches are durable either way).
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -172,14 +190,14 @@ async fn consolidation_rounds(worker: WeakWorker) {
     }
 }
 
-async fn serve(config: &ServiceConfig, worker: Worker, zones: Arc<[ZoneId]>) -> Result<()> {
+async fn serve(
+    config: &ServiceConfig,
+    worker: Worker,
+    zones: Arc<[ZoneId]>,
+    service_tokens: ServiceTokens,
+) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
-    let admin_token = config.admin_token.clone().filter(|t| !t.is_empty());
-    let service_tokens = ServiceTokens::new(
-        config.service_token.as_deref(),
-        config.previous_service_token.as_deref(),
-        admin_token.as_deref(),
-    );
+    let admin_token = config.admin_token.clone();
     service_tokens.warn_if_open("allocator", "ALLOCATOR_SERVICE_TOKEN");
     let state = AppState {
         zones,

@@ -16,7 +16,7 @@ use control_service::safeguard::Safeguard;
 use control_service::timeline::Timeline;
 use control_service::upstream::Allocators;
 use domain::ZoneId;
-use service_common::auth::token_from_env;
+use service_common::auth::{refuse_open_beyond_loopback, token_from_env};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,6 +42,10 @@ struct Cli {
     /// repeat for more zones. Sets or replaces that zone.
     #[arg(long = "zone", value_name = "NAME=URL[,URL...]")]
     zones: Vec<String>,
+    /// Serve open routes on a non-loopback address anyway (the config's `insecure_open`); without
+    /// it, a service with no API keys refuses to listen beyond loopback.
+    #[arg(long)]
+    insecure_open: bool,
 }
 
 fn main() -> Result<()> {
@@ -65,8 +69,16 @@ fn main() -> Result<()> {
         config.zones.insert(name.to_owned(), ZoneConfig { allocator: None, allocators: urls });
     }
     config.check().context("invalid configuration")?;
+    config.insecure_open |= cli.insecure_open;
+    let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
+    refuse_open_beyond_loopback(
+        config.listen,
+        keys.is_open(),
+        config.insecure_open,
+        "configure [auth] keys (docs/control-service.md#authentication)",
+    )?;
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, keys))
 }
 
 /// The client of one kind of upstream; with `service_token`, every call presents it (a call that
@@ -89,7 +101,7 @@ fn http_client(max_idle: usize, service_token: Option<&str>) -> Result<reqwest::
         .context("building the HTTP client")
 }
 
-async fn serve(mut config: ControlConfig) -> Result<()> {
+async fn serve(mut config: ControlConfig, keys: ApiKeys) -> Result<()> {
     let metrics = service_common::telemetry::install_prometheus().map_err(anyhow::Error::msg)?;
     config.inference.service_token =
         token_from_env("CONTROL_INFERENCE_SERVICE_TOKEN", config.inference.service_token.take())?;
@@ -109,7 +121,6 @@ async fn serve(mut config: ControlConfig) -> Result<()> {
     }
     let inference_http = http_client(config.inference.max_idle_connections, config.inference.service_token.as_deref())?;
     let allocator_http = http_client(config.allocator.max_idle_connections, config.allocator.service_token.as_deref())?;
-    let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
     if keys.is_open() {
         // Every start, so that an open front door is never a silent default in production.
         tracing::warn!(

@@ -6,7 +6,7 @@ use inference_server::api::{router, AppState};
 use inference_server::config::ServerConfig;
 use inference_server::history::ServerHistory;
 use inference_server::registry::Registry;
-use service_common::auth::token_from_env;
+use service_common::auth::{refuse_open_beyond_loopback, token_from_env};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +24,10 @@ struct Cli {
     /// Directory of model bundles.
     #[arg(long)]
     models_dir: Option<PathBuf>,
+    /// Serve open routes on a non-loopback address anyway (the config's `insecure_open`); without
+    /// it, a service with no service token refuses to listen beyond loopback.
+    #[arg(long)]
+    insecure_open: bool,
 }
 
 fn main() -> Result<()> {
@@ -45,6 +49,14 @@ fn main() -> Result<()> {
     config.service_token = token_from_env("INFERENCE_SERVICE_TOKEN", config.service_token.take())?;
     config.previous_service_token =
         token_from_env("INFERENCE_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
+    config.insecure_open |= cli.insecure_open;
+    let open = config.service_token.as_deref().is_none_or(str::is_empty);
+    refuse_open_beyond_loopback(
+        config.listen,
+        open,
+        config.insecure_open,
+        "set `service_token` or INFERENCE_SERVICE_TOKEN(_FILE)",
+    )?;
     let runtime = service_common::layers::runtime(config.runtime_threads).context("starting the async runtime")?;
     runtime.block_on(serve(config))
 }
