@@ -612,6 +612,17 @@ fn write_predictions(path: &std::path::Path, rows: &[PredictionRow]) -> std::io:
     out.flush()
 }
 
+/// `Authorization: Bearer <token>`, kept out of debug output; `what` names the setting a token
+/// that is not printable ASCII came from.
+fn bearer_headers(token: &str, what: &str) -> Result<reqwest::header::HeaderMap> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| anyhow!("{what} must be printable ASCII"))?;
+    value.set_sensitive(true);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    Ok(headers)
+}
+
 #[tokio::main]
 async fn main() -> Result<ExitCode> {
     let cli = Cli::parse();
@@ -624,13 +635,10 @@ async fn main() -> Result<ExitCode> {
     let releases_planned = events.iter().filter(|e| e.kind == EventKind::Release).count();
 
     let api_key = cli.api_key.clone().or_else(|| std::env::var(API_KEY_ENV).ok()).filter(|key| !key.is_empty());
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(key) = api_key {
-        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
-            .map_err(|_| anyhow!("--api-key (or ${API_KEY_ENV}) must be printable ASCII"))?;
-        value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
-    }
+    let headers = match api_key {
+        Some(key) => bearer_headers(&key, &format!("--api-key (or ${API_KEY_ENV})"))?,
+        None => reqwest::header::HeaderMap::new(),
+    };
     let client = reqwest::Client::builder()
         .default_headers(headers)
         .timeout(settings.request_timeout)

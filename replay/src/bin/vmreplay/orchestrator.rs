@@ -55,18 +55,11 @@ impl Orchestrator {
             .ok_or_else(|| {
                 anyhow!("--confirm-migrations `{base}` must be the allocator's http:// URL, e.g. http://127.0.0.1:8082")
             })?;
-        let mut headers = reqwest::header::HeaderMap::new();
-        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| anyhow!("the admin token must be printable ASCII"))?;
-        value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
+        let headers = crate::bearer_headers(token, "the admin token")?;
         let client = reqwest::Client::builder().default_headers(headers).timeout(timeout).build()?;
         let summary = MigrationSummary { allocator: base.to_string(), migration_s, ..MigrationSummary::default() };
         let mut orchestrator = Orchestrator { client, base, summary, warned: true };
-        match orchestrator.read().await {
-            Ok(_) => {}
-            Err(err) => bail!("--confirm-migrations: {err:#}"),
-        }
+        orchestrator.read().await.map_err(|err| anyhow!("--confirm-migrations: {err:#}"))?;
         orchestrator.warned = false;
         Ok(orchestrator)
     }
