@@ -6,7 +6,7 @@ use inference_server::api::{router, AppState};
 use inference_server::config::ServerConfig;
 use inference_server::history::ServerHistory;
 use inference_server::registry::Registry;
-use service_common::auth::{refuse_open_beyond_loopback, token_from_env};
+use service_common::auth::{refuse_open_beyond_loopback, token_from_env, ServiceTokens};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,10 +50,9 @@ fn main() -> Result<()> {
     config.previous_service_token =
         token_from_env("INFERENCE_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
     config.insecure_open |= cli.insecure_open;
-    let open = config.service_token.as_deref().is_none_or(str::is_empty);
     refuse_open_beyond_loopback(
         config.listen,
-        open,
+        ServiceTokens::new(config.service_token.as_deref(), None, None).is_open(),
         config.insecure_open,
         "set `service_token` or INFERENCE_SERVICE_TOKEN(_FILE)",
     )?;
