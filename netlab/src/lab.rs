@@ -40,6 +40,11 @@ const MAX_NAME: usize = 24;
 /// How long [`Lab::link_up`] waits for the link to carry traffic again.
 const LINK_SETTLE: Duration = Duration::from_secs(5);
 
+/// A unicast MAC no host has. Frames to it are flooded by the bridge (unknown destination) and
+/// dropped by every host (not theirs): pointing one host's neighbour entry for another at it
+/// silences that one path, both ways once both sides do it.
+const BLACKHOLE_MAC: &str = "02:6e:6c:ff:ff:fe";
+
 /// Labs made by this process so far: their serial, and the third octet of their /24.
 static LAB_SERIAL: AtomicU32 = AtomicU32::new(0);
 
@@ -231,7 +236,7 @@ impl Lab {
 
         let serial = LAB_SERIAL.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("{}-{serial}", process_prefix());
-        let [_, _, octet, _] = serial.to_be_bytes();
+        let [.., octet] = serial.to_be_bytes();
         let mut lab = Lab {
             switch: format!("{prefix}-switch"),
             prefix,
@@ -439,6 +444,34 @@ impl Lab {
         }
     }
 
+    /// Partitions two hosts from each other only: every other path stays up (e.g. an agent loses
+    /// the database while its clients still reach it). Each side's neighbour entry for the other
+    /// points at a MAC nobody has, so their packets to each other vanish, silently, both ways, and
+    /// TCP between them retransmits, times out and keepalives fire, as with [`Lab::link_down`].
+    pub fn partition(&self, a: &str, b: &str) -> Result<(), LabError> {
+        let (first, second) = self.pair(a, b)?;
+        set_neighbour(first, second.address, BLACKHOLE_MAC)?;
+        set_neighbour(second, first.address, BLACKHOLE_MAC)
+    }
+
+    /// Heals [`Lab::partition`] (restores the two hosts' real neighbour entries); healing a pair
+    /// that is not partitioned changes nothing.
+    pub fn heal_partition(&self, a: &str, b: &str) -> Result<(), LabError> {
+        let (first, second) = self.pair(a, b)?;
+        set_neighbour(first, second.address, &second.mac)?;
+        set_neighbour(second, first.address, &first.mac)
+    }
+
+    fn pair(&self, a: &str, b: &str) -> Result<(&Host, &Host), LabError> {
+        if a == b {
+            return Err(LabError::InvalidName {
+                name: a.to_owned(),
+                reason: "a host cannot be partitioned from itself",
+            });
+        }
+        Ok((self.host(a)?, self.host(b)?))
+    }
+
     /// Removes the lab now and says whether everything went; dropping it does the same and only
     /// prints what failed.
     pub fn teardown(mut self) -> Result<(), LabError> {
@@ -529,6 +562,14 @@ fn report_stale(cleanup: &StaleCleanup) {
     for (netns, pids) in &cleanup.processes_left {
         eprintln!("netlab: processes {pids:?} of a crashed run still ran in {netns}; they are cut off, not killed");
     }
+}
+
+/// `host`'s (permanent) neighbour entry for `address`: which MAC its packets to that address get.
+/// Replacing an entry also updates the headers cached for it, so open connections follow at once.
+fn set_neighbour(host: &Host, address: Ipv4Addr, mac: &str) -> Result<(), LabError> {
+    let address = address.to_string();
+    ip::in_ns(&host.netns, &["neigh", "replace", &address, "lladdr", mac, "dev", "eth0", "nud", "permanent"])
+        .map(|_| ())
 }
 
 /// `ip -n <netns> -batch -`: several commands in one process.

@@ -8,6 +8,8 @@
 //!   [`Host::spawn_async`], [`Host::run`]: a thread that `setns(2)`s into the namespace).
 //!   [`Lab::link_down`] takes a host's veth link down at the switch: a partition, packets vanish
 //!   both ways, so TCP retransmission timeouts and keepalives really fire; [`Lab::link_up`] heals it.
+//!   [`Lab::partition`] cuts only the path between two hosts (an agent loses the database while its
+//!   clients still reach it); [`Lab::heal_partition`] restores it.
 //!   Dropping the lab removes every namespace and link it created; [`Lab::teardown_stale`] (which
 //!   [`Lab::new`] also runs) removes what a crashed earlier run left behind.
 //! - [`DelayProxy`]: a latency-injecting TCP proxy (what toxiproxy's latency toxic does), because

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use common::{echo_server, netns_list, round_trip, WAIT};
+use common::{echo_server, netns_list, read_once, round_trip, WAIT};
 use netlab::testing::lab_or_skip;
 use netlab::{DelayProxy, Lab, LabError, ProxyConfig};
 
@@ -126,7 +126,7 @@ fn link_down_partitions_a_host_and_link_up_heals_it() {
     client.write_all(b"2").unwrap();
     client.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
     let mut byte = [0u8; 1];
-    let silent = client.read(&mut byte).unwrap_err();
+    let silent = read_once(&mut client, &mut byte).unwrap_err();
     assert!(matches!(silent.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut), "{silent}");
     // A new connection's SYNs vanish too: it times out (not refused, not unreachable).
     let started = Instant::now();
@@ -185,7 +185,7 @@ fn keepalives_fire_across_a_partition() {
     let started = Instant::now();
     client.set_read_timeout(Some(WAIT)).unwrap();
     let mut byte = [0u8; 1];
-    let error = client.read(&mut byte).unwrap_err();
+    let error = read_once(&mut client, &mut byte).unwrap_err();
     eprintln!("keepalive gave up after {:?}: {error}", started.elapsed());
     assert_eq!(error.raw_os_error(), Some(libc::ETIMEDOUT), "the keepalive, not the read timeout, ends it: {error}");
 }
@@ -208,7 +208,7 @@ fn retransmissions_time_out_across_a_partition() {
     client.write_all(b"lost").unwrap();
     client.set_read_timeout(Some(WAIT)).unwrap();
     let mut byte = [0u8; 1];
-    let error = client.read(&mut byte).unwrap_err();
+    let error = read_once(&mut client, &mut byte).unwrap_err();
     eprintln!("retransmissions gave up after {:?}: {error}", started.elapsed());
     assert_eq!(error.raw_os_error(), Some(libc::ETIMEDOUT), "{error}");
     assert!(started.elapsed() >= Duration::from_millis(1400));
@@ -299,7 +299,7 @@ fn the_proxy_between_hosts_adds_its_delay_and_a_partition_still_works() {
     proxied.write_all(b"p").unwrap();
     proxied.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let mut byte = [0u8; 1];
-    assert!(proxied.read(&mut byte).is_err());
+    assert!(read_once(&mut proxied, &mut byte).is_err());
     lab.link_up("client").unwrap();
     proxied.set_read_timeout(Some(WAIT)).unwrap();
     proxied.read_exact(&mut byte).unwrap();
@@ -310,4 +310,38 @@ fn the_proxy_between_hosts_adds_its_delay_and_a_partition_still_works() {
     drop((direct, proxied));
     drop(proxy);
     server.join().unwrap();
+}
+
+#[test]
+fn a_pairwise_partition_cuts_one_path_and_leaves_the_others() {
+    if !lab_or_skip("a_pairwise_partition_cuts_one_path_and_leaves_the_others") {
+        return;
+    }
+    let lab = Lab::new(["agent", "db", "client"]).unwrap();
+    let (agent, db, client) = (lab["agent"].clone(), lab["db"].clone(), lab["client"].clone());
+    let db_server = echo_server(db.bind_tcp(5432).unwrap(), 2);
+    let agent_server = echo_server(agent.bind_tcp(8080).unwrap(), 1);
+    let mut to_db = agent.connect_tcp(db.socket_addr(5432), WAIT).unwrap();
+    assert_eq!(round_trip(&mut to_db, b"1"), b"1");
+
+    lab.partition("agent", "db").unwrap();
+    to_db.write_all(b"2").unwrap();
+    to_db.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(read_once(&mut to_db, &mut byte).is_err(), "the agent still hears the database");
+    assert!(agent.connect_tcp(db.socket_addr(5432), Duration::from_millis(500)).is_err());
+    // The other paths are untouched: the client reaches the agent, and the database.
+    let mut to_agent = client.connect_tcp(agent.socket_addr(8080), WAIT).unwrap();
+    assert_eq!(round_trip(&mut to_agent, b"c"), b"c");
+    let mut client_to_db = client.connect_tcp(db.socket_addr(5432), WAIT).unwrap();
+    assert_eq!(round_trip(&mut client_to_db, b"d"), b"d");
+
+    lab.heal_partition("agent", "db").unwrap();
+    to_db.set_read_timeout(Some(WAIT)).unwrap();
+    to_db.read_exact(&mut byte).unwrap();
+    assert_eq!(&byte, b"2", "retransmitted after the heal");
+    assert!(matches!(lab.partition("db", "db"), Err(LabError::InvalidName { .. })));
+    drop((to_db, to_agent, client_to_db));
+    db_server.join().unwrap();
+    agent_server.join().unwrap();
 }

@@ -67,3 +67,15 @@ pub fn round_trip(stream: &mut TcpStream, message: &[u8]) -> Vec<u8> {
     stream.read_exact(&mut back).expect("echo within the wait");
     back
 }
+
+/// One `read`, again if interrupted: a blocking read with a timeout (SO_RCVTIMEO) is not restarted
+/// after a signal or a freeze of the process (on a shared machine, e.g. a cgroup freezer), it fails
+/// with EINTR, which says nothing about the network.
+pub fn read_once(stream: &mut TcpStream, buffer: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match stream.read(buffer) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
