@@ -411,7 +411,7 @@ fn the_durable_allocator_consolidates_as_the_core_does_across_restarts() {
     }
     let (a, b) = (durable.allocator().unwrap(), &core);
     let hosts = |x: &Allocator| -> Vec<(String, Vec<VmId>)> {
-        x.state().hosts().iter().map(|h| (h.id.to_string(), h.vms.clone())).collect()
+        x.state().hosts().iter().map(|h| (h.id.to_string(), h.vms.iter().map(|vm| vm.id.clone()).collect())).collect()
     };
     assert_eq!(hosts(a), hosts(b));
     assert_eq!(a.consolidation_report(), b.consolidation_report());

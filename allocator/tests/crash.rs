@@ -389,7 +389,7 @@ fn hosts_of(allocator: &Allocator) -> Vec<(String, Resources, Vec<VmId>, HostSta
         .enumerate()
         .map(|(i, h)| {
             let class = allocator.host_lifetime(placement::HostIndex(i as u32)).class;
-            (h.id.to_string(), h.used, h.vms.clone(), h.state, class)
+            (h.id.to_string(), h.used, h.vms.iter().map(|vm| vm.id.clone()).collect(), h.state, class)
         })
         .collect()
 }

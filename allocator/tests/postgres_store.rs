@@ -70,7 +70,7 @@ fn with_facts(mut request: VmRequest, step: u32) -> VmRequest {
     request.requested_at_s = requested_at_s;
     request.priority = facts.priority;
     request.os = facts.os;
-    request.features = facts.features;
+    request.features = facts.features.to_map();
     request
 }
 
@@ -140,18 +140,16 @@ fn hosts(state: &placement::state::InventoryState) -> Vec<HostSummary> {
     state
         .hosts()
         .iter()
-        .map(|h| (h.id.clone(), h.state, h.used, h.vms.iter().cloned().collect(), h.incoming.iter().cloned().collect()))
+        .map(|h| {
+            let ids = |vms: &[std::sync::Arc<NewVm>]| vms.iter().map(|vm| vm.id.clone()).collect();
+            (h.id.clone(), h.state, h.used, ids(&h.vms), ids(&h.incoming))
+        })
         .collect()
 }
 
 /// Every placed VM's record, by id.
 fn records(state: &placement::state::InventoryState) -> std::collections::BTreeMap<VmId, NewVm> {
-    state
-        .hosts()
-        .iter()
-        .flat_map(|h| &h.vms)
-        .map(|id| (id.clone(), NewVm::clone(&state.vm(id).unwrap().record)))
-        .collect()
+    state.hosts().iter().flat_map(|h| &h.vms).map(|vm| (vm.id.clone(), NewVm::clone(vm))).collect()
 }
 
 /// What a store holds, without the ordering details that may differ between backends.

@@ -192,7 +192,7 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
         let exit_s = host
             .vms
             .iter()
-            .map(|vm| state.vm(vm).unwrap())
+            .map(|vm| state.vm(&vm.id).unwrap())
             .map(|vm| vm.placed_at_s + allocator.vm_lifetime(vm).lifetime_s)
             .fold(f64::NEG_INFINITY, f64::max);
         if reads_exits {
@@ -215,7 +215,7 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
         if let Some(lava) = lava.map(|l| l.host(placement::HostIndex(i as u32))) {
             // LAVA: empty exactly when the host is, residual VMs are on the host, deadlines ahead.
             prop_assert_eq!(lava.state == placement::lava::LavaState::Empty, host.vms.is_empty());
-            prop_assert!(lava.residual_vms.iter().all(|vm| host.vms.contains(vm)));
+            prop_assert!(lava.residual_vms.iter().all(|vm| host.vms.iter().any(|placed| placed.id == *vm)));
             prop_assert!(
                 lava.deadline_s.is_none_or(|d| d > now_s),
                 "deadline {:?} passed at {}",
@@ -228,13 +228,13 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
     for (i, host) in state.hosts().iter().enumerate() {
         prop_assert!(host.used.fits_within(&host.capacity), "host {} over-committed", host.id);
         let sum = host.vms.iter().fold(Resources::ZERO, |acc, vm| {
-            let placed = state.vm(vm).expect("listed VMs are placed");
+            let placed = state.vm(&vm.id).expect("listed VMs are placed");
             assert_eq!(placed.host.get(), i);
             acc + placed.demand
         });
         prop_assert_eq!(sum, host.used);
         for vm in &host.vms {
-            prop_assert!(seen.insert(vm.clone()), "VM {} on two hosts", vm);
+            prop_assert!(seen.insert(vm.id.clone()), "VM {} on two hosts", vm.id);
         }
     }
     prop_assert_eq!(seen.len(), state.vm_count());

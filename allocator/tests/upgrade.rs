@@ -160,7 +160,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     assert_eq!(vm6.requested_at_s, Some(1_600_000_360.0));
     assert_eq!(vm6.request.priority, Priority::Low);
     assert_eq!(vm6.request.os.as_deref(), Some("windows"));
-    assert_eq!(vm6.request.features["batch_size"], FeatureValue::Number(2.0));
+    assert_eq!(vm6.request.features.get("batch_size"), Some(&FeatureValue::Number(2.0)));
     assert_eq!(reopened.allocator().unwrap().stats().vms, 6);
     drop(reopened);
     assert_eq!(schema(&path).0, 7);

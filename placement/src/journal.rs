@@ -13,7 +13,7 @@
 //! never pays for serialising it.
 //!
 //! Recording is cheap: a placement shares its VM record with the inventory (an `Arc`), and a
-//! release hands over the inventory's own copy of the id.
+//! release hands that record over.
 
 use crate::consolidation::Consolidation;
 use crate::defrag::Drain;

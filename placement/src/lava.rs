@@ -117,7 +117,7 @@ impl LavaHost {
     fn set_class(&mut self, class: ClassIndex, host: &HostRecord, now_s: f64) {
         self.class = class;
         self.deadline_s = Self::deadline(class, now_s);
-        self.residual_vms = host.vms.clone();
+        self.residual_vms = host.vms.iter().map(|vm| vm.id.clone()).collect();
     }
 
     /// A VM of `vm_class` was placed on `host` (its record already includes the VM).
@@ -130,7 +130,7 @@ impl LavaHost {
         }
         if self.state == LavaState::Open && over_recycling_threshold(host) {
             self.state = LavaState::Recycling;
-            self.residual_vms = host.vms.clone();
+            self.residual_vms = host.vms.iter().map(|vm| vm.id.clone()).collect();
         }
     }
 

@@ -17,6 +17,7 @@
 //! only when the uptime left that range: the answer is the same, bit for bit, only cheaper. The
 //! exit time `now + remaining` still moves with the clock.
 
+use crate::state::NewVm;
 use domain::VmId;
 use lifetime_model::features::encode_uptime;
 use lifetime_model::gbdt::ConstantRange;
@@ -125,12 +126,11 @@ impl RepredictionConfig {
     }
 }
 
-/// What the model reads of one VM.
+/// What the model read of one VM: its encoded row, made when the VM is first repredicted under
+/// the current model (from its record, [`NewVm::features`]).
 #[derive(Debug)]
 struct VmRow {
-    features: RequestFeatures,
-    /// The encoded row and the model version it was encoded for.
-    encoded: Option<(Arc<str>, Vec<f64>)>,
+    encoded: Box<[f64]>,
     /// The last evaluation of the model for this row, and the uptime keys it holds for.
     last: Option<(ConstantRange, f64)>,
 }
@@ -138,13 +138,14 @@ struct VmRow {
 /// One placed VM as its host's exit time reads it.
 #[derive(Debug)]
 struct VmExit {
-    id: VmId,
+    /// Its record, shared with the inventory (its id, and what the model reads of it).
+    vm: Arc<NewVm>,
     placed_at_s: f64,
     /// Its lifetime as the policy read its prediction when it was placed.
     lifetime_s: f64,
     /// Its last predicted exit time (policies that read exit times), until the next reprediction.
     exit_s: Option<f64>,
-    /// What the model reads of it (only with a model). Boxed: a host's VMs are one vector, which
+    /// Its row under the current model, once encoded. Boxed: a host's VMs are one vector, which
     /// grows when the host takes more VMs than it ever held, and with the rows in line a grown
     /// vector was kilobytes, an allocation for which the allocator first consolidates its free
     /// lists (most of what placing a VM on such a host cost, issue 32).
@@ -171,7 +172,6 @@ pub enum ExitTimes {
 #[derive(Debug)]
 pub struct Repredictions {
     model: Option<Arc<dyn Repredictor>>,
-    version: Option<Arc<str>>,
     /// By host index.
     hosts: Vec<Vec<VmExit>>,
     /// Model evaluations made (for the figures of the bench and `/metrics`): a reprediction answered
@@ -182,49 +182,27 @@ pub struct Repredictions {
 impl Repredictions {
     /// No model and no VM on `hosts` hosts.
     pub fn new(hosts: usize) -> Self {
-        Repredictions { model: None, version: None, hosts: (0..hosts).map(|_| Vec::new()).collect(), count: 0 }
+        Repredictions { model: None, hosts: (0..hosts).map(|_| Vec::new()).collect(), count: 0 }
     }
 
-    /// Uses `model` from now on (`None`: initial predictions minus age). Every VM's row is
-    /// `features(vm)` (none without a model); rows are encoded lazily.
-    pub fn set_model(
-        &mut self,
-        model: Option<Arc<dyn Repredictor>>,
-        mut features: impl FnMut(&VmId) -> Option<RequestFeatures>,
-    ) {
-        self.version = model.as_ref().map(|m| Arc::from(m.version()));
+    /// Uses `model` from now on (`None`: initial predictions minus age); every VM's row is encoded
+    /// again, when it is next repredicted.
+    pub fn set_model(&mut self, model: Option<Arc<dyn Repredictor>>) {
         self.model = model;
-        let with_model = self.model.is_some();
         for vm in self.hosts.iter_mut().flatten() {
-            // Rows are only read with a model, and a new model answers for itself.
-            vm.row = if with_model { features(&vm.id) } else { None }
-                .map(|features| Box::new(VmRow { features, encoded: None, last: None }));
+            vm.row = None;
         }
     }
 
     pub fn model_version(&self) -> Option<&str> {
-        self.version.as_deref()
+        self.model.as_deref().map(|model| model.version())
     }
 
-    pub fn has_model(&self) -> bool {
-        self.model.is_some()
-    }
-
-    /// A VM placed on `host` at `placed_at_s`, with the lifetime the policy reads from its
-    /// prediction and what the model reads of it (kept only with a model).
-    pub fn add(
-        &mut self,
-        host: usize,
-        vm: &VmId,
-        placed_at_s: f64,
-        lifetime_s: f64,
-        features: Option<RequestFeatures>,
-    ) {
-        let row = features
-            .filter(|_| self.model.is_some())
-            .map(|features| Box::new(VmRow { features, encoded: None, last: None }));
+    /// A VM placed on `host`, with the lifetime the policy reads from its prediction.
+    pub fn add(&mut self, host: usize, vm: &Arc<NewVm>, lifetime_s: f64) {
         if let Some(vms) = self.hosts.get_mut(host) {
-            vms.push(VmExit { id: vm.clone(), placed_at_s, lifetime_s, exit_s: None, row });
+            let placed_at_s = vm.placed_at_s;
+            vms.push(VmExit { vm: Arc::clone(vm), placed_at_s, lifetime_s, exit_s: None, row: None });
         }
     }
 
@@ -242,7 +220,7 @@ impl Repredictions {
 
     fn take(&mut self, host: usize, vm: &VmId) -> Option<VmExit> {
         let vms = self.hosts.get_mut(host)?;
-        let at = vms.iter().position(|v| v.id == *vm)?;
+        let at = vms.iter().position(|v| v.vm.id == *vm)?;
         // `remove`, not `swap_remove`: the host's order stays the state's.
         Some(vms.remove(at))
     }
@@ -250,14 +228,15 @@ impl Repredictions {
     /// The expected remaining lifetime, at `now_s`, of a VM on `host` (see [`remaining`]; a VM
     /// this does not know gets its initial lifetime minus its age).
     pub fn remaining_s(&mut self, host: usize, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
-        let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
-        let row = found.and_then(|v| v.row.as_deref_mut());
-        remaining(&self.model, &self.version, &mut self.count, vm, row, initial_lifetime_s, uptime_s)
+        match (self.model.as_deref(), find(&mut self.hosts, host, vm)) {
+            (Some(model), Some(found)) => remaining(model, &mut self.count, found, uptime_s),
+            _ => (initial_lifetime_s - uptime_s).max(0.0),
+        }
     }
 
     /// The chances, for a VM on `host` with `uptime_s`, of being alive `after_s[k]` later, into
-    /// `out` ([`Repredictor::survival`]; a VM with no row, or no model, reads its remaining
-    /// lifetime, [`Repredictions::remaining_s`], as certain).
+    /// `out` ([`Repredictor::survival`]; a VM this does not know, or no model, reads its initial
+    /// lifetime minus its age as certain).
     pub fn survival(
         &mut self,
         host: usize,
@@ -267,19 +246,10 @@ impl Repredictions {
         after_s: &[f64],
         out: &mut [f64],
     ) {
-        let found = self.hosts.get_mut(host).and_then(|vms| vms.iter_mut().find(|v| v.id == *vm));
-        let row = found.and_then(|v| v.row.as_deref_mut());
-        if let (Some(model), Some(version), Some(row)) = (&self.model, &self.version, row) {
-            if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
-                row.encoded = Some((version.clone(), model.encode(vm, &row.features)));
-                row.last = None;
-            }
-            if let Some((_, encoded)) = &row.encoded {
-                model.survival(encoded, uptime_s.max(0.0), after_s, out);
-                return;
-            }
+        match (self.model.as_deref(), find(&mut self.hosts, host, vm)) {
+            (Some(model), Some(found)) => model.survival(&row(model, found).encoded, uptime_s.max(0.0), after_s, out),
+            _ => step_survival((initial_lifetime_s - uptime_s).max(0.0), after_s, out),
         }
-        step_survival((initial_lifetime_s - uptime_s).max(0.0), after_s, out);
     }
 
     /// The latest exit time, at `now_s`, of the VMs on `host` (minus infinity without VMs), each
@@ -293,15 +263,10 @@ impl Repredictions {
                 (ExitTimes::Reuse, Some(exit)) => exit,
                 _ => {
                     let uptime_s = now_s - vm.placed_at_s;
-                    let remaining = remaining(
-                        &self.model,
-                        &self.version,
-                        &mut self.count,
-                        &vm.id,
-                        vm.row.as_deref_mut(),
-                        vm.lifetime_s,
-                        uptime_s,
-                    );
+                    let remaining = match self.model.as_deref() {
+                        Some(model) => remaining(model, &mut self.count, vm, uptime_s),
+                        None => (vm.lifetime_s - uptime_s).max(0.0),
+                    };
                     let exit = now_s + remaining;
                     vm.exit_s = Some(exit);
                     exit
@@ -313,25 +278,23 @@ impl Repredictions {
     }
 }
 
-/// A VM's expected remaining lifetime after `uptime_s`: the model's when it has the VM's row, else
-/// `initial_lifetime_s - uptime_s`, never below 0. The model is evaluated (and counted) only when
-/// the uptime left the constant range of the row's last evaluation.
-fn remaining(
-    model: &Option<Arc<dyn Repredictor>>,
-    version: &Option<Arc<str>>,
-    count: &mut u64,
-    id: &VmId,
-    row: Option<&mut VmRow>,
-    initial_lifetime_s: f64,
-    uptime_s: f64,
-) -> f64 {
-    let fallback = (initial_lifetime_s - uptime_s).max(0.0);
-    let (Some(model), Some(version), Some(row)) = (model, version, row) else { return fallback };
-    if row.encoded.as_ref().is_none_or(|(v, _)| v != version) {
-        row.encoded = Some((version.clone(), model.encode(id, &row.features)));
-        row.last = None;
-    }
-    let Some((_, encoded)) = &row.encoded else { return fallback };
+/// The VM `vm` among the VMs of `host`.
+fn find<'a>(hosts: &'a mut [Vec<VmExit>], host: usize, vm: &VmId) -> Option<&'a mut VmExit> {
+    hosts.get_mut(host)?.iter_mut().find(|v| v.vm.id == *vm)
+}
+
+/// The VM's row under `model`, encoded now if it was not yet.
+fn row<'a>(model: &dyn Repredictor, vm: &'a mut VmExit) -> &'a mut VmRow {
+    vm.row.get_or_insert_with(|| {
+        Box::new(VmRow { encoded: model.encode(&vm.vm.id, &vm.vm.features()).into_boxed_slice(), last: None })
+    })
+}
+
+/// A VM's expected remaining lifetime under `model` after `uptime_s`, never below 0. The model is
+/// evaluated (and counted) only when the uptime left the constant range of the row's last
+/// evaluation.
+fn remaining(model: &dyn Repredictor, count: &mut u64, vm: &mut VmExit, uptime_s: f64) -> f64 {
+    let row = row(model, vm);
     let uptime_s = uptime_s.max(0.0);
     let key = model.uptime_key(uptime_s);
     if let Some((range, remaining)) = row.last {
@@ -340,7 +303,7 @@ fn remaining(
         }
     }
     *count += 1;
-    let remaining = model.remaining_s(encoded, uptime_s).max(0.0);
+    let remaining = model.remaining_s(&row.encoded, uptime_s).max(0.0);
     row.last = model.constant_range(key).map(|range| (range, remaining));
     remaining
 }
@@ -348,21 +311,27 @@ fn remaining(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{Resources, VmRequest};
+    use domain::{Resources, TenantId};
 
     const HOST: usize = 1;
 
-    fn vm(id: &str) -> VmRequest {
-        VmRequest::new(id, "t", "D", Resources::from_whole(4.0, 8.0, 0.0).unwrap())
+    /// A VM of 4 cores placed at `placed_at_s`.
+    fn vm(id: &str, placed_at_s: f64) -> Arc<NewVm> {
+        Arc::new(NewVm {
+            id: VmId::from(id),
+            tenant: TenantId::from("t"),
+            vm_type: "D".to_owned(),
+            demand: Resources::from_whole(4.0, 8.0, 0.0).unwrap(),
+            placed_at_s,
+            prediction: None,
+            requested_at_s: None,
+            request: Default::default(),
+        })
     }
 
-    /// `vm` placed on `HOST` at 0 with an initial lifetime of an hour.
-    fn add(repredictions: &mut Repredictions, vm: &VmRequest) {
-        repredictions.add(HOST, &vm.vm_id, 0.0, 3_600.0, Some(RequestFeatures::from_request(vm, 0.0)));
-    }
-
-    fn features(id: &VmId) -> Option<RequestFeatures> {
-        Some(RequestFeatures::from_request(&vm(id.as_str()), 0.0))
+    /// `vm` on `HOST` with an initial lifetime of an hour.
+    fn add(repredictions: &mut Repredictions, vm: &Arc<NewVm>) {
+        repredictions.add(HOST, vm, 3_600.0);
     }
 
     /// A model that predicts the remaining lifetime as twice the uptime plus the cores.
@@ -405,66 +374,66 @@ mod tests {
     #[test]
     fn the_model_is_evaluated_again_only_when_the_uptime_leaves_the_last_range() {
         let mut repredictions = Repredictions::new(2);
-        repredictions.set_model(Some(Arc::new(Steps)), features);
-        let a = vm("a");
+        repredictions.set_model(Some(Arc::new(Steps)));
+        let a = vm("a", 0.0);
         add(&mut repredictions, &a);
         let answers: Vec<f64> = [0.0, 500.0, 999.0, 1_000.0, 1_900.0, 500.0, 5_000.0]
             .iter()
-            .map(|&u| repredictions.remaining_s(HOST, &a.vm_id, 0.0, u))
+            .map(|&u| repredictions.remaining_s(HOST, &a.id, 0.0, u))
             .collect();
         assert_eq!(answers, [4.0, 4.0, 4.0, 5.0, 5.0, 4.0, 9.0]);
         assert_eq!(repredictions.count, 4, "evaluations: at 0, 1,000, 500 (back before the range) and 5,000");
         // A model set again answers for itself, even of the same version.
-        repredictions.set_model(Some(Arc::new(Steps)), features);
-        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 0.0, 5_001.0), 9.0);
+        repredictions.set_model(Some(Arc::new(Steps)));
+        assert_eq!(repredictions.remaining_s(HOST, &a.id, 0.0, 5_001.0), 9.0);
         assert_eq!(repredictions.count, 5);
     }
 
     #[test]
     fn without_a_model_the_remaining_lifetime_is_the_prediction_minus_age() {
         let mut repredictions = Repredictions::new(2);
-        let a = vm("a");
+        let a = vm("a", 0.0);
         add(&mut repredictions, &a);
-        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 600.0), 3_000.0);
-        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 7_200.0), 0.0, "outlived: 0, not negative");
+        assert_eq!(repredictions.remaining_s(HOST, &a.id, 3_600.0, 600.0), 3_000.0);
+        assert_eq!(repredictions.remaining_s(HOST, &a.id, 3_600.0, 7_200.0), 0.0, "outlived: 0, not negative");
         assert_eq!(repredictions.count, 0);
     }
 
     #[test]
     fn with_a_model_rows_are_encoded_once_and_repredicted_with_the_uptime() {
         let mut repredictions = Repredictions::new(2);
-        repredictions.set_model(Some(Arc::new(Doubling)), features);
-        let a = vm("a");
+        repredictions.set_model(Some(Arc::new(Doubling)));
+        let a = vm("a", 0.0);
         add(&mut repredictions, &a);
-        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 100.0), 204.0);
-        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 1_000.0), 2_004.0);
+        assert_eq!(repredictions.remaining_s(HOST, &a.id, 3_600.0, 100.0), 204.0);
+        assert_eq!(repredictions.remaining_s(HOST, &a.id, 3_600.0, 1_000.0), 2_004.0);
         assert_eq!(repredictions.count, 2);
-        repredictions.remove(HOST, &a.vm_id);
-        assert_eq!(repredictions.remaining_s(HOST, &a.vm_id, 3_600.0, 600.0), 3_000.0, "an unknown VM falls back");
+        repredictions.remove(HOST, &a.id);
+        assert_eq!(repredictions.remaining_s(HOST, &a.id, 3_600.0, 600.0), 3_000.0, "an unknown VM falls back");
     }
 
     #[test]
     fn host_exit_times_reuse_last_exits_until_repredicted_and_follow_moves() {
         let mut repredictions = Repredictions::new(2);
-        repredictions.set_model(Some(Arc::new(Doubling)), features);
-        let (a, b) = (vm("a"), vm("b"));
+        repredictions.set_model(Some(Arc::new(Doubling)));
+        let (a, b) = (vm("a", 0.0), vm("b", 200.0));
         add(&mut repredictions, &a);
         assert_eq!(repredictions.host_exit_s(HOST, 100.0, ExitTimes::Initial), 3_600.0);
         // a at uptime 100: 204 s left.
         assert_eq!(repredictions.host_exit_s(HOST, 100.0, ExitTimes::Reuse), 304.0);
-        repredictions.add(HOST, &b.vm_id, 200.0, 60.0, None);
-        // a's exit is kept; b has no row: its initial 60 s minus an age of 0.
+        repredictions.add(HOST, &b, 60.0);
+        // a's exit is kept; b is predicted on arrival: 4 s left.
         assert_eq!(repredictions.host_exit_s(HOST, 200.0, ExitTimes::Reuse), 304.0);
-        // a at uptime 300: 604 s left.
+        // a at uptime 300: 604 s left; b at uptime 100: 204 s left.
         assert_eq!(repredictions.host_exit_s(HOST, 300.0, ExitTimes::Repredict), 904.0);
-        assert_eq!(repredictions.count, 2);
-        repredictions.move_vm(&a.vm_id, HOST, 0);
+        assert_eq!(repredictions.count, 4);
+        repredictions.move_vm(&a.id, HOST, 0);
         assert_eq!(repredictions.host_exit_s(0, 400.0, ExitTimes::Reuse), 904.0, "its last exit moved with it");
-        // b's exit from the reprediction at 300 s: outlived, 0 s left.
-        assert_eq!(repredictions.host_exit_s(HOST, 400.0, ExitTimes::Reuse), 300.0);
-        repredictions.remove(HOST, &b.vm_id);
+        // b's exit from the reprediction at 300 s.
+        assert_eq!(repredictions.host_exit_s(HOST, 400.0, ExitTimes::Reuse), 504.0);
+        repredictions.remove(HOST, &b.id);
         assert_eq!(repredictions.host_exit_s(HOST, 400.0, ExitTimes::Repredict), f64::NEG_INFINITY);
-        repredictions.set_model(None, features);
+        repredictions.set_model(None);
         assert_eq!(repredictions.host_exit_s(0, 400.0, ExitTimes::Repredict), 400.0 + 3_200.0, "no model: age");
     }
 }

@@ -6,12 +6,18 @@
 //! can keep their own per-host structures in plain vectors. Totals that statistics need (allocated
 //! resources, non-empty hosts) and each tenant's VMs per rack (for spread constraints) are kept up to
 //! date by the same two calls, so reading them is O(1).
+//!
+//! Each placed VM's record ([`NewVm`]) is held once, behind an `Arc` that the VM map, the journal
+//! and the repredictions share: no map keeps a copy of its id (issue 44, memory per running VM).
 
 use domain::{
     ClusterId, FeatureValue, HostId, HostState, InventorySpec, LifetimePrediction, Priority, RackId, Resources,
     TenantId, VmId, VmRequest,
 };
-use std::collections::{BTreeMap, HashMap};
+use lifetime_model::RequestFeatures;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// Dense index of a host in [`InventoryState::hosts`].
@@ -39,10 +45,10 @@ pub struct HostRecord {
     pub capacity: Resources,
     pub used: Resources,
     pub state: HostState,
-    /// The VMs on the host, in placement order.
-    pub vms: Vec<VmId>,
+    /// The VMs on the host, in placement order (their records, shared with the inventory's VMs).
+    pub vms: Vec<Arc<NewVm>>,
     /// VMs migrating here: their demand is reserved in `used` until the migration completes.
-    pub incoming: Vec<VmId>,
+    pub incoming: Vec<Arc<NewVm>>,
 }
 
 impl HostRecord {
@@ -70,6 +76,26 @@ impl std::ops::Deref for PlacedVm {
 
     fn deref(&self) -> &NewVm {
         &self.record
+    }
+}
+
+/// A [`PlacedVm`] in the set of placed VMs, found by its record's id: the set keeps no copy of the
+/// id beside the record.
+#[derive(Clone, Debug, PartialEq)]
+struct ById(PlacedVm);
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As the id hashes, so that a look-up by `&VmId` finds it (`Borrow`).
+        self.0.record.id.hash(state);
+    }
+}
+
+impl Borrow<VmId> for ById {
+    fn borrow(&self) -> &VmId {
+        &self.0.record.id
     }
 }
 
@@ -160,7 +186,7 @@ pub struct InventoryState {
     by_id: HashMap<HostId, HostIndex>,
     racks: Vec<RackId>,
     rack_hosts: Vec<Vec<HostIndex>>,
-    vms: HashMap<VmId, PlacedVm>,
+    vms: HashSet<ById>,
     /// Migrations in flight: VM -> the host reserved for it.
     migrations: HashMap<VmId, HostIndex>,
     tenant_racks: HashMap<TenantId, HashMap<RackIndex, u32>>,
@@ -198,8 +224,29 @@ impl NewVm {
         request.requested_at_s = self.requested_at_s;
         request.priority = self.request.priority;
         request.os = self.request.os.clone();
-        request.features = self.request.features.clone();
+        request.features = self.request.features.to_map();
         request
+    }
+
+    /// What the lifetime model reads of the VM: its request's features, the request time standing
+    /// in for by its placement time when it had none (as when it was placed).
+    pub fn features(&self) -> RequestFeatures {
+        let facts = &self.request;
+        let mut extra: Vec<(String, String)> =
+            Vec::with_capacity(facts.features.0.len() + usize::from(facts.os.is_some()));
+        extra.extend(facts.features.iter().map(|(name, value)| (name.to_owned(), value.to_string())));
+        if let Some(os) = &facts.os {
+            extra.push(("os".to_owned(), os.clone()));
+        }
+        RequestFeatures {
+            tenant_id: self.tenant.as_str().to_owned(),
+            vm_type: self.vm_type.clone(),
+            cores: self.demand.cores(),
+            memory_gib: self.demand.memory_gib(),
+            priority: facts.priority,
+            time_s: self.requested_at_s.unwrap_or(self.placed_at_s),
+            extra,
+        }
     }
 }
 
@@ -212,14 +259,14 @@ pub struct RequestFacts {
     pub priority: Priority,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub features: BTreeMap<String, FeatureValue>,
+    #[serde(default, skip_serializing_if = "Features::is_empty")]
+    pub features: Features,
 }
 
 impl RequestFacts {
     /// The facts of `request` (its strings copied: nothing is allocated when it has none).
     pub fn of(request: &VmRequest) -> Self {
-        RequestFacts { priority: request.priority, os: request.os.clone(), features: request.features.clone() }
+        RequestFacts { priority: request.priority, os: request.os.clone(), features: Features::of(&request.features) }
     }
 
     /// Regular priority, no OS, no features.
@@ -230,6 +277,65 @@ impl RequestFacts {
 
 fn is_regular(priority: &Priority) -> bool {
     *priority == Priority::Regular
+}
+
+/// A placed VM's extra request features ([`domain::VmRequest::features`]), by name in the request's
+/// order (a `BTreeMap`'s), held in one exact-size allocation: a map of one or two entries took a
+/// whole tree node, about 540 bytes, for each VM that had any (issue 44). On the wire and in the
+/// stores, the same JSON object as the map.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Features(Box<[(Box<str>, FeatureValue)]>);
+
+impl Features {
+    /// A copy of `features`.
+    pub fn of(features: &BTreeMap<String, FeatureValue>) -> Self {
+        Features(features.iter().map(|(name, value)| (Box::from(name.as_str()), value.clone())).collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&FeatureValue> {
+        // Sorted by name, as the map was.
+        let at = self.0.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    /// Every feature by name, in name order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &FeatureValue)> {
+        self.0.iter().map(|(name, value)| (&**name, value))
+    }
+
+    /// The features as a request carries them.
+    pub fn to_map(&self) -> BTreeMap<String, FeatureValue> {
+        self.iter().map(|(name, value)| (name.to_owned(), value.clone())).collect()
+    }
+}
+
+impl From<BTreeMap<String, FeatureValue>> for Features {
+    fn from(features: BTreeMap<String, FeatureValue>) -> Self {
+        Features(features.into_iter().map(|(name, value)| (name.into_boxed_str(), value)).collect())
+    }
+}
+
+/// As a map of the pairs: sorted by name, the last of a repeated name kept.
+impl<const N: usize> From<[(String, FeatureValue); N]> for Features {
+    fn from(features: [(String, FeatureValue); N]) -> Self {
+        Features::from(BTreeMap::from(features))
+    }
+}
+
+impl serde::Serialize for Features {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Features {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, FeatureValue>::deserialize(deserializer).map(Features::from)
+    }
 }
 
 impl InventoryState {
@@ -283,7 +389,7 @@ impl InventoryState {
     }
 
     pub fn vm(&self, id: &VmId) -> Option<&PlacedVm> {
-        self.vms.get(id)
+        self.vms.get(id).map(|placed| &placed.0)
     }
 
     pub fn vm_count(&self) -> usize {
@@ -292,7 +398,7 @@ impl InventoryState {
 
     /// Every placed VM, in no particular order.
     pub fn vms(&self) -> impl Iterator<Item = (&VmId, &PlacedVm)> {
-        self.vms.iter()
+        self.vms.iter().map(|placed| (&placed.0.record.id, &placed.0))
     }
 
     pub fn racks(&self) -> &[RackId] {
@@ -331,12 +437,12 @@ impl InventoryState {
     }
 
     fn place_checked(&mut self, vm: Arc<NewVm>, host: HostIndex, require_available: bool) -> Result<(), StateError> {
-        if self.vms.contains_key(&vm.id) {
+        if self.vms.contains(&vm.id) {
             return Err(StateError::AlreadyPlaced(vm.id.clone()));
         }
         self.check_room(host, &vm.id, &vm.demand, require_available)?;
-        self.book(host, &vm.id, &vm.tenant, &vm.demand, false);
-        self.vms.insert(vm.id.clone(), PlacedVm { host, record: vm });
+        self.book(host, &vm, false);
+        self.vms.insert(ById(PlacedVm { host, record: vm }));
         Ok(())
     }
 
@@ -365,7 +471,8 @@ impl InventoryState {
 
     /// Puts `demand` of `vm` on `host` (among its VMs, or its incoming reservations), after
     /// [`InventoryState::check_room`]; the mirror of [`InventoryState::unbook`].
-    fn book(&mut self, host: HostIndex, vm: &VmId, tenant: &TenantId, demand: &Resources, incoming: bool) {
+    fn book(&mut self, host: HostIndex, vm: &Arc<NewVm>, incoming: bool) {
+        let (tenant, demand) = (&vm.tenant, &vm.demand);
         let record = &mut self.hosts[host.get()];
         if record.is_empty() {
             self.totals.non_empty_hosts += 1;
@@ -374,37 +481,38 @@ impl InventoryState {
         self.totals.used += *demand;
         record.used += *demand;
         if incoming {
-            record.incoming.push(vm.clone());
+            record.incoming.push(Arc::clone(vm));
         } else {
-            record.vms.push(vm.clone());
+            record.vms.push(Arc::clone(vm));
         }
-        *self.tenant_racks.entry(tenant.clone()).or_default().entry(record.rack_index).or_insert(0) += 1;
+        // The tenant's id is copied only for its first VM.
+        let racks = match self.tenant_racks.get_mut(tenant) {
+            Some(racks) => racks,
+            None => self.tenant_racks.entry(tenant.clone()).or_default(),
+        };
+        *racks.entry(record.rack_index).or_insert(0) += 1;
     }
 
     /// Removes a VM and gives its resources back to its host (and to the host reserved for it, if
     /// it was migrating).
     pub fn release(&mut self, vm: &VmId) -> Result<PlacedVm, StateError> {
-        self.release_entry(vm).map(|(_, placed)| placed)
-    }
-
-    /// [`InventoryState::release`], handing the state's own copy of the id over as well.
-    pub fn release_entry(&mut self, vm: &VmId) -> Result<(VmId, PlacedVm), StateError> {
         if self.migrations.contains_key(vm) {
             self.cancel_migration(vm)?;
         }
-        let (id, placed) = self.vms.remove_entry(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
-        self.unbook(placed.host, vm, &placed.tenant, &placed.demand, false);
-        Ok((id, placed))
+        let ById(placed) = self.vms.take(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        self.unbook(placed.host, &placed.record, false);
+        Ok(placed)
     }
 
     /// Takes `demand` of `vm` off `host` (from its VMs, or from its incoming reservations).
-    fn unbook(&mut self, host: HostIndex, vm: &VmId, tenant: &TenantId, demand: &Resources, incoming: bool) {
+    fn unbook(&mut self, host: HostIndex, vm: &NewVm, incoming: bool) {
+        let (tenant, demand) = (&vm.tenant, &vm.demand);
         let record = &mut self.hosts[host.get()];
         // `used` is the sum of the VMs' and reservations' demands, so none of these can underflow.
         record.used = record.used.checked_sub(demand).unwrap_or(Resources::ZERO);
         self.totals.used = self.totals.used.checked_sub(demand).unwrap_or(Resources::ZERO);
         let list = if incoming { &mut record.incoming } else { &mut record.vms };
-        if let Some(at) = list.iter().position(|v| v == vm) {
+        if let Some(at) = list.iter().position(|v| v.id == vm.id) {
             list.remove(at);
         }
         if record.is_empty() {
@@ -440,16 +548,16 @@ impl InventoryState {
     /// its source (a live migration uses both hosts). `require_available` is off only to restore a
     /// reservation from the store. Changes nothing on error.
     pub fn reserve(&mut self, vm: &VmId, target: HostIndex, require_available: bool) -> Result<(), StateError> {
-        let placed = self.vms.get(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        let placed = self.vm(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
         if self.migrations.contains_key(vm) {
             return Err(StateError::AlreadyMigrating(vm.clone()));
         }
         if placed.host == target {
             return Err(StateError::SameHost { vm: vm.clone(), host: self.hosts[target.get()].id.clone() });
         }
-        let (demand, tenant) = (placed.demand, placed.tenant.clone());
-        self.check_room(target, vm, &demand, require_available)?;
-        self.book(target, vm, &tenant, &demand, true);
+        let record = Arc::clone(&placed.record);
+        self.check_room(target, vm, &record.demand, require_available)?;
+        self.book(target, &record, true);
         self.migrations.insert(vm.clone(), target);
         Ok(())
     }
@@ -458,17 +566,18 @@ impl InventoryState {
     /// source.
     pub fn complete_migration(&mut self, vm: &VmId) -> Result<HostIndex, StateError> {
         let target = self.migrations.remove(vm).ok_or_else(|| StateError::NotMigrating(vm.clone()))?;
-        let placed = self.vms.get(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
-        let (source, tenant, demand) = (placed.host, placed.tenant.clone(), placed.demand);
-        self.unbook(source, vm, &tenant, &demand, false);
+        let placed = self.vm(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        let (source, moved) = (placed.host, Arc::clone(&placed.record));
+        self.unbook(source, &moved, false);
         // The demand was booked on the target with the reservation; the VM now counts there.
         let record = &mut self.hosts[target.get()];
-        if let Some(at) = record.incoming.iter().position(|v| v == vm) {
+        if let Some(at) = record.incoming.iter().position(|v| v.id == *vm) {
             record.incoming.remove(at);
         }
-        record.vms.push(vm.clone());
-        if let Some(placed) = self.vms.get_mut(vm) {
+        record.vms.push(moved);
+        if let Some(ById(mut placed)) = self.vms.take(vm) {
             placed.host = target;
+            self.vms.insert(ById(placed));
         }
         Ok(source)
     }
@@ -476,9 +585,9 @@ impl InventoryState {
     /// Abandons a migration: the reservation on the target is given back. Returns the target.
     pub fn cancel_migration(&mut self, vm: &VmId) -> Result<HostIndex, StateError> {
         let target = self.migrations.remove(vm).ok_or_else(|| StateError::NotMigrating(vm.clone()))?;
-        let placed = self.vms.get(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
-        let (tenant, demand) = (placed.tenant.clone(), placed.demand);
-        self.unbook(target, vm, &tenant, &demand, true);
+        let placed = self.vm(vm).ok_or_else(|| StateError::UnknownVm(vm.clone()))?;
+        let record = Arc::clone(&placed.record);
+        self.unbook(target, &record, true);
         Ok(target)
     }
 
@@ -542,7 +651,7 @@ mod tests {
         state.place(vm("a", demand(1.0, 1.0)), h).unwrap();
         state.set_host_state(h, HostState::Unavailable).unwrap();
         assert!(matches!(state.place(vm("b", demand(1.0, 1.0)), h), Err(StateError::HostNotAvailable { .. })));
-        assert_eq!(state.host(h).unwrap().vms, [VmId::from("a")]);
+        assert_eq!(state.host(h).unwrap().vms.iter().map(|vm| vm.id.as_str()).collect::<Vec<_>>(), ["a"]);
         assert!(state.restore(vm("b", demand(1.0, 1.0)), h).is_ok(), "recovery puts VMs back on drained hosts");
         assert!(state.release(&VmId::from("a")).is_ok());
     }
@@ -591,7 +700,7 @@ mod tests {
                 for (i, host) in state.hosts().iter().enumerate() {
                     prop_assert!(host.used.fits_within(&host.capacity));
                     let sum = host.vms.iter().fold(Resources::ZERO, |acc, vm| {
-                        let placed = state.vm(vm).expect("listed VMs are placed");
+                        let placed = state.vm(&vm.id).expect("listed VMs are placed");
                         assert_eq!(placed.host, HostIndex(i as u32));
                         acc + placed.demand
                     });

@@ -486,7 +486,8 @@ impl Request for ListHosts {
         let mut hosts = Vec::new();
         for (i, record) in matching {
             if total >= filter.offset && hosts.len() < filter.limit {
-                hosts.push(HostSummary { host: host_info(allocator, HostIndex(i as u32)), vms: record.vms.clone() });
+                let vms = record.vms.iter().map(|vm| vm.id.clone()).collect();
+                hosts.push(HostSummary { host: host_info(allocator, HostIndex(i as u32)), vms });
             }
             total += 1;
         }
@@ -505,7 +506,7 @@ impl Request for GetHost {
         let allocator = &*cx.allocator;
         let index = allocator.state().host_index(&self.0).ok_or_else(|| CommandError::UnknownHost(self.0.clone()))?;
         let record = &allocator.state().hosts()[index.get()];
-        let vms = record.vms.iter().filter_map(|vm| vm_info(allocator, vm)).collect();
+        let vms = record.vms.iter().filter_map(|vm| vm_info(allocator, &vm.id)).collect();
         Ok(HostDetail { host: host_info(allocator, index), vms })
     }
 }

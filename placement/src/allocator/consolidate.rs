@@ -191,7 +191,7 @@ impl Allocator {
                     && !h.vms.is_empty()
                     && h.vms.len() <= afford
                     && h.incoming.is_empty()
-                    && !h.vms.iter().any(|vm| self.state.migration_target(vm).is_some())
+                    && !h.vms.iter().any(|vm| self.state.migration_target(&vm.id).is_some())
             })
             .map(|(i, h)| {
                 let share = used_share(h);
@@ -225,7 +225,7 @@ impl Allocator {
             } else {
                 PlannedHost {
                     host: record.id.clone(),
-                    moves: record.vms.clone(),
+                    moves: record.vms.iter().map(|vm| vm.id.clone()).collect(),
                     expected_migrations: cost,
                     expected_wasted: 0.0,
                     score: rank,
@@ -252,12 +252,12 @@ impl Allocator {
         let record = &state.hosts()[host.get()];
         let truth = consolidation_lifetimes.as_ref().filter(|_| chooser == ChooserKind::Oracle);
         let mut vms: Vec<VmView> = Vec::with_capacity(record.vms.len());
-        for id in &record.vms {
-            let vm = state.vm(id)?;
+        for vm in &record.vms {
+            let id = &vm.id;
             let age_s = *clock_s - vm.placed_at_s;
             let leaving = chooser.reads_batches() && recent_exits.vm_leaving(vm, *clock_s);
             let initial_s = policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
-            let row = truth.map(|t| t.encode(id, &super::stored_features(&vm.record))).unwrap_or_default();
+            let row = truth.map(|t| t.encode(id, &vm.features())).unwrap_or_default();
             let remaining_s = match (chooser, truth) {
                 (ChooserKind::Oracle, Some(t)) => t.remaining_s(&row, age_s),
                 _ if leaving => 0.0,

@@ -53,16 +53,17 @@ impl Allocator {
             self.host_changed(host);
             let id = self.state.hosts()[host.get()].id.clone();
             self.journal.push(Change::HostState { host: id, state: HostState::Unavailable, previous });
-            for id in self.state.hosts()[host.get()].vms.clone() {
-                if self.state.migration_target(&id).is_some() {
+            for record in self.state.hosts()[host.get()].vms.clone() {
+                let id = &record.id;
+                if self.state.migration_target(id).is_some() {
                     continue;
                 }
-                let Some(vm) = self.state.vm(&id).cloned() else { continue };
+                let Some(vm) = self.state.vm(id).cloned() else { continue };
                 let key = match request.order {
                     MigrationOrder::Arrival => vm.placed_at_s,
-                    MigrationOrder::LongestRemainingFirst => -self.remaining_s(&id, &vm),
+                    MigrationOrder::LongestRemainingFirst => -self.remaining_s(id, &vm),
                 };
-                queue.push((key, id));
+                queue.push((key, id.clone()));
             }
         }
         // Stable: VMs of equal key keep host and placement order.

@@ -44,7 +44,6 @@ use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, Placement, Rejection,
     RejectionCode, RuleFilterStat, VmId, VmRequest,
 };
-use lifetime_model::RequestFeatures;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -436,12 +435,11 @@ impl Allocator {
     pub fn restore(&mut self, vm: NewVm, host: &HostId, now_s: f64) -> Result<(), StateError> {
         self.advance_clock(now_s);
         let index = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
-        let features = self.repredictions.has_model().then(|| stored_features(&vm));
-        let (id, placed_at_s) = (vm.id.clone(), vm.placed_at_s);
         let lifetime_s = self.policy.classes().vm_lifetime(vm.prediction.as_ref()).lifetime_s;
+        let vm = Arc::new(vm);
         // No policy-state transition: the store's record of the host's policy state follows.
-        self.state.restore(vm, index)?;
-        self.repredictions.add(index.get(), &id, placed_at_s, lifetime_s, features);
+        self.state.restore(Arc::clone(&vm), index)?;
+        self.repredictions.add(index.get(), &vm, lifetime_s);
         self.refresh_lifetime(index);
         self.host_changed(index);
         Ok(())
@@ -480,12 +478,11 @@ impl Allocator {
         });
         self.journal.push(Change::Placed { vm: Arc::clone(&new), host: self.state.hosts()[host.get()].id.clone() });
         // The selection checked every validator against this very state, so this cannot fail.
-        if let Err(error) = self.state.place(new, host) {
+        if let Err(error) = self.state.place(Arc::clone(&new), host) {
             unreachable!("a selected host refused its VM: {error}");
         }
-        let features = self.repredictions.has_model().then(|| RequestFeatures::from_request(vm, self.clock_s));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        self.repredictions.add(host.get(), &vm.vm_id, self.clock_s, lifetime.lifetime_s, features);
+        self.repredictions.add(host.get(), &new, lifetime.lifetime_s);
         if let Some(state) = &mut self.host_state {
             state.on_place(host, &self.state.hosts()[host.get()], lifetime.class, self.clock_s);
             self.state_changed.push(host);
@@ -496,15 +493,15 @@ impl Allocator {
 
     fn remove_vm(&mut self, vm: &VmId, ended_at_s: Option<f64>) -> PlacedVm {
         let migrating_to = self.state.migration_target(vm);
-        let (id, placed) = match self.state.release_entry(vm) {
-            Ok(entry) => entry,
+        let placed = match self.state.release(vm) {
+            Ok(placed) => placed,
             Err(error) => unreachable!("releasing a VM known to be placed: {error}"),
         };
         self.repredictions.remove(placed.host.get(), vm);
         let ended_at_s = ended_at_s
             .filter(|t| t.is_finite())
             .unwrap_or_else(|| crate::journal::exit_time(&placed.record, self.clock_s));
-        self.journal.push(Change::Released { vm: id, was: placed.clone(), ended_at_s });
+        self.journal.push(Change::Released { vm: vm.clone(), was: placed.clone(), ended_at_s });
         if let Some(target) = migrating_to {
             // Its reservation went with it.
             self.journal.push(Change::MigrationCancelled { vm: vm.clone() });
@@ -532,24 +529,6 @@ impl Allocator {
             index.host_changed(host);
         }
     }
-}
-
-/// The features of a placed VM as its request gave them when it was placed (the store keeps its
-/// request time, priority, OS and features), so that a VM restored after a restart is repredicted
-/// from the very row it had before.
-fn stored_features(vm: &NewVm) -> RequestFeatures {
-    let instance = domain::PredictInstance {
-        key: Some(vm.id.to_string()),
-        tenant_id: vm.tenant.to_string(),
-        vm_type: vm.vm_type.clone(),
-        cores: vm.demand.cores(),
-        memory_gib: vm.demand.memory_gib(),
-        priority: vm.request.priority,
-        os: vm.request.os.clone(),
-        requested_at_s: vm.requested_at_s,
-        features: vm.request.features.clone(),
-    };
-    RequestFeatures::from_instance(&instance, vm.placed_at_s)
 }
 
 /// What `policy`'s rules see of `vm` at `now_s`; its exit is read as at least the policy's exit

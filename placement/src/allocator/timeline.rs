@@ -2,7 +2,7 @@
 //! events that change it without a request (a class dropping, an exit-time refresh from
 //! repredictions, a policy-state timer such as LAVA's deadline), and the repredicting model.
 
-use super::{stored_features, Allocator};
+use super::Allocator;
 use crate::lifetime::{HostLifetime, OrderedTime};
 use crate::reprediction::{ExitTimes, Repredictor};
 use crate::state::HostIndex;
@@ -17,9 +17,8 @@ impl Allocator {
         if !self.policy.reads_exit_times() {
             return;
         }
-        // Rows for the VMs already placed, from what the state keeps of them.
-        let state = &self.state;
-        self.repredictions.set_model(model, |id| state.vm(id).map(|vm| stored_features(vm)));
+        // The VMs' rows are encoded again from their records (what the store keeps of them).
+        self.repredictions.set_model(model);
         self.refresh_exits();
     }
 
