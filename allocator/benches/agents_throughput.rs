@@ -35,10 +35,9 @@ mod support;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use support::{metric, Server};
+use std::time::Instant;
+use support::load::drive;
+use support::{cpu, metric, Server};
 
 const CLIENTS: usize = 16;
 const WARMUP: usize = 200;
@@ -54,84 +53,6 @@ async fn start(dir: &Path, name: &str, store: &str, binary: &Path, cpu: Option<u
         "store = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = 48\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n"
     );
     support::start_with(dir, name, &config, binary, cpu).await
-}
-
-/// CPU accounting from `/proc` (Linux), in clock ticks.
-mod cpu {
-    use std::path::Path;
-
-    /// Fields 14-17 of `/proc/<pid>/stat` or `/proc/<pid>/task/<tid>/stat`: utime, stime, cutime,
-    /// cstime (0s for a process that is gone). The name (field 2) may hold spaces: the fields are
-    /// counted after its closing parenthesis.
-    fn times(stat: &Path) -> [u64; 4] {
-        let Ok(text) = std::fs::read_to_string(stat) else { return [0; 4] };
-        let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else { return [0; 4] };
-        let fields: Vec<u64> = rest.split_whitespace().skip(11).take(4).filter_map(|f| f.parse().ok()).collect();
-        std::array::from_fn(|i| fields.get(i).copied().unwrap_or(0))
-    }
-
-    fn name(stat: &Path) -> String {
-        let text = std::fs::read_to_string(stat).unwrap_or_default();
-        match (text.find('('), text.rfind(')')) {
-            (Some(open), Some(close)) if open < close => text[open + 1..close].to_owned(),
-            _ => String::new(),
-        }
-    }
-
-    /// User + system time of process `pid` (all its threads).
-    pub fn process(pid: u32) -> u64 {
-        let [user, system, ..] = times(Path::new(&format!("/proc/{pid}/stat")));
-        user + system
-    }
-
-    /// User + system time of the threads of `pid` named `thread` (as `/proc` shortens it).
-    pub fn thread(pid: u32, thread: &str) -> u64 {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-        tasks
-            .flatten()
-            .map(|task| task.path().join("stat"))
-            .filter(|stat| {
-                // `/proc` keeps the first 15 bytes of a thread's name.
-                let name = name(stat);
-                name == thread || (name.len() == 15 && thread.starts_with(&name))
-            })
-            .map(|stat| {
-                let [user, system, ..] = times(&stat);
-                user + system
-            })
-            .sum()
-    }
-
-    /// User + system time of process `pid`, of its living children, and of those it reaped (a
-    /// PostgreSQL cluster: the postmaster and its backends).
-    pub fn tree(pid: u32) -> u64 {
-        let [user, system, children_user, children_system] = times(Path::new(&format!("/proc/{pid}/stat")));
-        let living: u64 = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-            .filter(|child| parent(*child) == Some(pid))
-            .map(process)
-            .sum();
-        user + system + children_user + children_system + living
-    }
-
-    fn parent(pid: u32) -> Option<u32> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = &text[text.rfind(')')? + 1..];
-        rest.split_whitespace().nth(1)?.parse().ok()
-    }
-
-    /// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux if it cannot be asked).
-    pub fn ticks_per_s() -> f64 {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-            .unwrap_or(100.0)
-    }
 }
 
 /// The CPU counters of one row, in clock ticks.
@@ -159,100 +80,6 @@ async fn counter(agents: &[Server], name: &str) -> f64 {
         sum += metric(&agent.base, name).await;
     }
     sum
-}
-
-struct Figures {
-    allocations_per_s: f64,
-    p50: Duration,
-    p99: Duration,
-    /// Allocations and releases answered 503 and sent again.
-    unavailable: usize,
-}
-
-/// `allocations` by `CLIENTS` concurrent clients. Each client holds its VMs in `held[c]` (oldest
-/// first) and, once it holds `keep`, releases its oldest after every allocation: the zone stays
-/// in a steady state in which VMs leave in about the order they came, as in a zone in use.
-async fn drive(
-    agents: &[Server],
-    allocations: usize,
-    prefix: &str,
-    held: &mut [VecDeque<String>],
-    keep: usize,
-) -> Figures {
-    let next = Arc::new(AtomicUsize::new(0));
-    let unavailable = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|c| {
-            let (next, base, prefix) = (Arc::clone(&next), agents[c % agents.len()].base.clone(), prefix.to_owned());
-            let unavailable = Arc::clone(&unavailable);
-            let mut mine = std::mem::take(&mut held[c]);
-            tokio::spawn(async move {
-                let client = support::client();
-                let mut latencies = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= allocations {
-                        break (latencies, mine);
-                    }
-                    let id = format!("{prefix}-{i}");
-                    let body = support::vm_body(&prefix, i, c);
-                    let sent = Instant::now();
-                    // A 503 (the store refused the batch MAX_ATTEMPTS times) is retried, as a client
-                    // does; the latency counts until the VM is placed.
-                    loop {
-                        let response =
-                            client.post(format!("{base}/v1/allocations")).json(&body).send().await.expect("allocate");
-                        match response.status().as_u16() {
-                            201 => break,
-                            503 => {
-                                unavailable.fetch_add(1, Ordering::Relaxed);
-                                tokio::time::sleep(Duration::from_millis(5)).await;
-                            }
-                            status => panic!("allocation {id}: {status}"),
-                        }
-                    }
-                    latencies.push(sent.elapsed());
-                    mine.push_back(id);
-                    if mine.len() <= keep {
-                        continue;
-                    }
-                    let Some(oldest) = mine.pop_front() else { continue };
-                    // A release in a refused batch is answered 503 too, and sent again; 404 after a
-                    // 503 means the first one was done after all.
-                    let mut retried = false;
-                    loop {
-                        let response =
-                            client.delete(format!("{base}/v1/allocations/{oldest}")).send().await.expect("release");
-                        match response.status().as_u16() {
-                            204 => break,
-                            404 if retried => break,
-                            503 => {
-                                retried = true;
-                                unavailable.fetch_add(1, Ordering::Relaxed);
-                                tokio::time::sleep(Duration::from_millis(5)).await;
-                            }
-                            status => panic!("release {oldest}: {status}"),
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let mut latencies = Vec::with_capacity(allocations);
-    for (c, task) in tasks.into_iter().enumerate() {
-        let (mine, kept) = task.await.expect("client");
-        latencies.extend(mine);
-        held[c] = kept;
-    }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    Figures {
-        allocations_per_s: allocations as f64 / elapsed.as_secs_f64(),
-        p50: latencies[latencies.len() / 2],
-        p99: latencies[latencies.len() * 99 / 100],
-        unavailable: unavailable.load(Ordering::Relaxed),
-    }
 }
 
 fn main() {
@@ -308,10 +135,11 @@ fn main() {
                     let cpu = pin.then_some(i % cpus);
                     agents.push(start(dir.path(), &format!("{kind}-{row}-{i}"), &store, binary, cpu).await);
                 }
+                let bases: Vec<String> = agents.iter().map(|agent| agent.base.clone()).collect();
                 // A zone in use: filled to its steady state, then VMs come and go (warm-up first).
                 let mut held = vec![VecDeque::new(); CLIENTS];
-                drive(&agents, FILL, &format!("fill{row}"), &mut held, KEEP).await;
-                drive(&agents, WARMUP, &format!("warm{row}"), &mut held, KEEP).await;
+                drive(&bases, FILL, &format!("fill{row}"), &mut held, KEEP).await;
+                drive(&bases, WARMUP, &format!("warm{row}"), &mut held, KEEP).await;
                 let (commits0, conflicts0, retries0, rebuilds0) = (
                     counter(&agents, "allocator_commits_total").await,
                     counter(&agents, "allocator_commit_conflicts_total").await,
@@ -319,7 +147,7 @@ fn main() {
                     counter(&agents, "allocator_reloads_total").await,
                 );
                 let (cpu0, started) = (sample(&agents, postmaster), Instant::now());
-                let figures = drive(&agents, allocations, &format!("r{row}"), &mut held, KEEP).await;
+                let figures = drive(&bases, allocations, &format!("r{row}"), &mut held, KEEP).await;
                 let (cpu1, elapsed) = (sample(&agents, postmaster), started.elapsed().as_secs_f64());
                 let commits = counter(&agents, "allocator_commits_total").await - commits0;
                 let conflicts = counter(&agents, "allocator_commit_conflicts_total").await - conflicts0;

@@ -681,6 +681,22 @@ fn a_version_5_database_gains_the_releases_and_records_them() {
     assert_eq!(pg.psql("SELECT count(*) FROM pg_proc WHERE proname = 'allocator_log_batch'"), "1");
 }
 
+#[test]
+fn a_version_7_database_takes_its_positions_from_a_sequence_after_its_head() {
+    let pg = Postgres::start();
+    // Version 7 kept the change log's head in a row, and no host's last position.
+    let mut durable = upgraded_from(
+        &pg,
+        "ALTER TABLE hosts DROP COLUMN last_seq; DROP SEQUENCE log_seq; \
+         CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL); \
+         INSERT INTO log_head VALUES (1, 41); UPDATE meta SET value = 7 WHERE key = 'schema_version'",
+    );
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_class WHERE relname = 'log_head'"), "0");
+    assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
+    assert_eq!(pg.psql("SELECT max(seq) FROM changes"), "42", "the next position after the old head");
+    assert_eq!(pg.psql("SELECT max(last_seq) FROM hosts"), "42");
+}
+
 /// Polls `condition` for up to 20 s: notifications travel between processes.
 fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -702,7 +718,8 @@ fn an_agent_hears_of_other_agents_commits_and_a_lost_notification_costs_only_a_f
     two.set_waker(Arc::new(move || {
         counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }));
-    eventually("the second store listens", || two.known_current());
+    // Listening, and followed since it started to (what committed before is in that follow).
+    eventually("the second store listens", || two.follow().is_ok() && two.known_current());
     // Its own commits are no news to it.
     two.apply(&[Change::Placed { vm: new_vm("own", 1.0), host: HostId::from("z-h2") }], &none).unwrap();
     assert!(two.known_current());
@@ -716,15 +733,42 @@ fn an_agent_hears_of_other_agents_commits_and_a_lost_notification_costs_only_a_f
 
     // The listening connection is cut: until it is back, the store cannot tell, and says so.
     pg.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'allocator-listener'");
-    // Commits meanwhile may go unheard; the log position at the commit still tells.
+    // Commits meanwhile may go unheard; the commit still tells which batches before it on its
+    // hosts the view lacks.
     one.apply(&[Change::Placed { vm: new_vm("b", 2.0), host: HostId::from("z-h0") }], &none).unwrap();
-    let committed = two.apply(&[Change::Placed { vm: new_vm("c", 2.0), host: HostId::from("z-h1") }], &none).unwrap();
-    assert_eq!(committed, Committed::AfterOthers, "a batch committed after one it had not followed");
+    let committed = two.apply(&[Change::Placed { vm: new_vm("c", 2.0), host: HostId::from("z-h0") }], &none).unwrap();
+    assert_eq!(committed, Committed::AfterOthers, "a batch committed after one on its host it had not followed");
     // Back and listening, the store knows what it has not followed.
     eventually("the listener is back and says the store is behind", || !two.known_current());
     let Ok(store::Followed::Batches(batches)) = two.follow() else { panic!("no batches") };
     assert_eq!(batches.len(), 2, "the other agent's batch and its own, in the log's order");
-    eventually("listening again", || two.known_current());
+    // Listening again, and followed since (commits while it was away were in that follow).
+    eventually("listening again", || two.follow().is_ok() && two.known_current());
+}
+
+/// Schema 8: two agents whose batches touch different hosts neither wait for each other nor take
+/// their batches back: each commit is in order on its own view, and each agent follows the other's
+/// batch once.
+#[test]
+fn agents_committing_on_different_hosts_keep_their_batches_and_follow_each_other_once() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let none = |_: &HostId| None;
+    let mut one = store::open(&location, &spec()).unwrap();
+    let mut two = store::open(&location, &spec()).unwrap();
+    for round in 0..3 {
+        let a =
+            one.apply(&[Change::Placed { vm: new_vm(&format!("a{round}"), 1.0), host: HostId::from("z-h0") }], &none);
+        let b =
+            two.apply(&[Change::Placed { vm: new_vm(&format!("b{round}"), 1.0), host: HostId::from("z-h1") }], &none);
+        assert_eq!((a.unwrap(), b.unwrap()), (Committed::InOrder, Committed::InOrder), "round {round}");
+    }
+    let followed = |store: &mut Box<dyn store::PlacementStore>| match store.follow() {
+        Ok(store::Followed::Batches(batches)) => batches.len(),
+        _ => panic!("no batches"),
+    };
+    assert_eq!((followed(&mut one), followed(&mut two)), (3, 3), "the other's three batches, once each");
+    assert_eq!((followed(&mut one), followed(&mut two)), (0, 0));
 }
 
 #[test]

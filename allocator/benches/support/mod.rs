@@ -1,6 +1,9 @@
 //! What the allocator's service benches share: starting the real binary on a free loopback port
 //! and reading its `/metrics`.
 
+pub mod cpu;
+pub mod load;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

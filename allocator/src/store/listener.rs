@@ -3,18 +3,20 @@
 //! the change log's channel, which the log function notifies with each batch's position and
 //! agent ([`super::postgres`]).
 //!
-//! What it keeps is a hint, never the truth: the latest position another agent is known to have
-//! committed ([`Listener::others_head`]), and whether it is connected and listening. The store
-//! skips its follow query only while the listener is connected and that position is one the view
-//! has followed; a notification that is late or lost (the connection broke, the server restarted)
-//! costs latency only, because every commit still checks the log position. While reconnecting,
-//! the listener answers "not listening", so every batch follows first, as it did before
-//! notifications; once connected again it reads the log's head (the commits it may have missed
-//! while it was away) before it says it listens.
+//! What it keeps is a hint, never the truth: the positions other agents are known to have
+//! committed that the view may lack, and whether it is connected and listening. Positions are not
+//! committed in their order (schema 8: [`super::log_view`]), so it keeps each notified position
+//! until the view holds it, not only the latest. The store skips its follow query only while the
+//! listener is connected, it has followed since the listener (re)started listening (what was
+//! committed before that is in the follow's snapshot), and the view holds every notified
+//! position; a notification that is late or lost (the connection broke, the server restarted)
+//! costs latency only, because every commit still checks which batches committed before it on
+//! its rows. While reconnecting, the listener answers "not listening", so every batch follows
+//! first, as it did before notifications.
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Config, NoTls};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,11 +42,13 @@ pub type Waker = Arc<dyn Fn() + Send + Sync>;
 struct Shared {
     /// This agent's name: its own notifications are no news.
     agent: String,
-    /// The latest log position another agent is known to have committed.
-    others_head: AtomicI64,
-    /// Connected, listening, and the head read since: `others_head` is up to date (but for
-    /// notifications in flight).
+    /// Log positions other agents are known to have committed, until the view holds them.
+    notified: Mutex<Vec<i64>>,
+    /// Connected and listening: every commit from [`Shared::generation`]'s start on is notified.
     listening: AtomicBool,
+    /// Counts the times listening (re)started: a view followed in an earlier generation may lack
+    /// commits that were never notified.
+    generation: AtomicU64,
     /// A wake-up was sent and the store has not followed since: no need for another.
     woken: AtomicBool,
     waker: Mutex<Option<Waker>>,
@@ -54,7 +58,16 @@ struct Shared {
 
 impl Shared {
     fn committed_elsewhere(&self, seq: i64) {
-        self.others_head.fetch_max(seq, Ordering::AcqRel);
+        // A poisoned lock only means a holder panicked; the store then follows before every
+        // batch ([`Listener::up_to`]).
+        if let Ok(mut notified) = self.notified.lock() {
+            notified.push(seq);
+        }
+        self.wake();
+    }
+
+    /// Wakes the worker to follow, once until the store follows.
+    fn wake(&self) {
         if !self.woken.swap(true, Ordering::AcqRel) {
             // A poisoned lock only means a waker panicked: the hint is not worth a panic here.
             if let Some(wake) = self.waker.lock().ok().and_then(|waker| waker.clone()) {
@@ -77,8 +90,9 @@ impl Listener {
         config.application_name(APPLICATION_NAME);
         let shared = Arc::new(Shared {
             agent: agent.to_owned(),
-            others_head: AtomicI64::new(0),
+            notified: Mutex::new(Vec::new()),
             listening: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
             woken: AtomicBool::new(false),
             waker: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -93,15 +107,30 @@ impl Listener {
         Listener { shared }
     }
 
-    /// Whether a batch may skip the follow query: listening, and no commit of another agent known
-    /// past `followed`.
-    pub(crate) fn up_to(&self, followed: i64) -> bool {
-        self.shared.listening.load(Ordering::Acquire) && self.shared.others_head.load(Ordering::Acquire) <= followed
+    /// Whether a batch may skip the follow query: listening, followed in this generation of
+    /// listening (`followed_generation`, from [`Self::following`]), and every commit of another
+    /// agent notified since is one the view `holds`.
+    pub(crate) fn up_to(&self, followed_generation: u64, holds: impl Fn(i64) -> bool) -> bool {
+        if !self.shared.listening.load(Ordering::Acquire)
+            || self.shared.generation.load(Ordering::Acquire) != followed_generation
+        {
+            return false;
+        }
+        let Ok(mut notified) = self.shared.notified.lock() else { return false };
+        notified.retain(|seq| !holds(*seq));
+        notified.is_empty()
     }
 
     /// The store is about to follow: a commit notified from now on wakes the worker again.
-    pub(crate) fn following(&self) {
+    /// Answers the generation of listening the follow will be current for; one that started
+    /// before the listener listened is of no generation the listener will report.
+    pub(crate) fn following(&self) -> u64 {
         self.shared.woken.store(false, Ordering::Release);
+        if self.shared.listening.load(Ordering::Acquire) {
+            self.shared.generation.load(Ordering::Acquire)
+        } else {
+            u64::MAX
+        }
     }
 
     pub(crate) fn set_waker(&self, waker: Waker) {
@@ -144,11 +173,11 @@ fn listen_once(config: &Config, shared: &Shared) -> Result<(), String> {
     let mut client = config.connect(NoTls).map_err(|e| e.to_string())?;
     client.batch_execute(&format!("LISTEN {CHANNEL}")).map_err(|e| e.to_string())?;
     loop {
-        // Listening from here on: what committed before is in the head.
-        let head: i64 =
-            client.query_one("SELECT seq FROM log_head WHERE id = 1", &[]).map_err(|e| e.to_string())?.get(0);
-        shared.committed_elsewhere(head);
+        // Listening from here on: what committed before is in the snapshot of the store's next
+        // follow, which the new generation asks for.
+        shared.generation.fetch_add(1, Ordering::AcqRel);
         shared.listening.store(true, Ordering::Release);
+        shared.wake();
         loop {
             if shared.stopped.load(Ordering::Acquire) {
                 return Ok(());
@@ -166,7 +195,7 @@ fn listen_once(config: &Config, shared: &Shared) -> Result<(), String> {
                 (Some(seq), agent) if agent != Some(shared.agent.as_str()) => shared.committed_elsewhere(seq),
                 (Some(_), _) => {}
                 // Not the log function's (another release's, or someone's NOTIFY): news of an
-                // unknown position. Follow before every batch until the head is read again.
+                // unknown position. A new generation: the store follows again.
                 (None, _) => {
                     shared.listening.store(false, Ordering::Release);
                     break;

@@ -21,6 +21,7 @@
 
 pub mod export;
 mod listener;
+mod log_view;
 pub mod postgres;
 pub mod sqlite;
 

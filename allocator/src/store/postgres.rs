@@ -27,12 +27,14 @@
 //! back and followed in the log's order, and while the listener is not connected every batch
 //! follows first, as before.
 //!
-//! Schema (version 6, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! Schema (version 8, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
 //! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
 //! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table,
 //! versions 1 to 3 the (empty) `rejections` table, versions 1 to 5 the (empty) `releases` table,
-//! and versions 1 to 5 the batch functions of this version.
+//! versions 1 to 7 the sequence of positions (continuing from `log_head`, which goes) and the
+//! hosts' `last_seq`, and every older version the batch functions of this one. Agents of
+//! schema 7 must be stopped before one of schema 8 opens their store: they write `log_head`.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -49,6 +51,7 @@
 //!     ssd_used BIGINT NOT NULL DEFAULT 0,
 //!     state TEXT,                       -- set by an operator or a drain; NULL: the inventory's
 //!     policy TEXT, policy_state TEXT,   -- a stateful policy's own JSON; NULL: its initial state
+//!     last_seq BIGINT NOT NULL DEFAULT 0, -- the position of the last batch that wrote the host
 //!     CONSTRAINT hosts_never_over_committed CHECK (
 //!         cores_used BETWEEN 0 AND cores_cap AND memory_used BETWEEN 0 AND memory_cap
 //!         AND ssd_used BETWEEN 0 AND ssd_cap));
@@ -66,7 +69,7 @@
 //!     cores_base BIGINT NOT NULL, memory_base BIGINT NOT NULL, ssd_base BIGINT NOT NULL); -- it
 //! CREATE TABLE drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
 //! CREATE TABLE consolidation (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
-//! CREATE TABLE log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
+//! CREATE SEQUENCE log_seq;                                                 -- change-log positions
 //! CREATE TABLE changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
 //! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL,  -- ids answered "rejected",
 //!     at TIMESTAMPTZ NOT NULL DEFAULT now());                             -- at a log position
@@ -79,30 +82,41 @@
 //!     PRIMARY KEY (start_s, seq));
 //! ```
 //!
-//! **The change log.** Every committed batch is one row of `changes`: the agent that wrote it and
-//! its changes as [`LoggedChange`]s (JSON; a placement carries the whole VM record, its request's
-//! time and facts included, so a following agent holds what the tables hold). Its number comes from `log_head`, taken as the last
-//! statement of the batch's transaction: the row lock serialises the commits' ends, so the log's
-//! order is the commit order and an agent that has read up to `seq` has missed nothing before it.
-//! Each agent follows the rows it has not applied before it decides ([`PostgresStore::follow`]);
-//! the state it loads comes with the log position it reflects. Its own batch committed right after
-//! that position is applied already and skipped; one committed after other agents' rows it had not
-//! read is taken back in memory and applied again from the log, in the store's order
-//! ([`super::Committed`]). Rows are kept for [`LOG_KEPT`] batches; an agent further behind finds a
-//! gap and rebuilds from the tables.
+//! **The change log** (schema 8, issue 44). Every committed batch is one row of `changes`: the
+//! agent that wrote it and its changes as [`LoggedChange`]s (JSON; a placement carries the whole VM
+//! record, its request's time and facts included, so a following agent holds what the tables
+//! hold). Its position comes from the sequence `log_seq`, taken after every lock the batch takes
+//! (its hosts' rows, then its VM ids' advisory locks): concurrent commits of different agents hold
+//! no common row through their flush, so PostgreSQL flushes them together, while two batches that
+//! touch one row get positions in the order they commit. (Until schema 7 the position was a
+//! row of `log_head`, whose lock every commit held through its flush: the zone committed one batch
+//! per `fdatasync`, whatever its agent count.) Positions are therefore not visible in their
+//! order; which of them a view holds, and how a position missing below a visible one is settled
+//! (still committing, or rolled back and then claimed by a follower with an empty row), is
+//! [`super::log_view`]'s. Nothing refuses a batch once it has its position: every check comes
+//! before, and its row is inserted right after it. Each agent follows the rows it does not hold before it decides
+//! ([`PostgresStore::follow`]), applying them in position order; the state it loads comes with
+//! the positions its snapshot saw. Its own batch is applied already: the commit answers the
+//! positions of the last batches on each of its hosts (`hosts.last_seq`), and when the view held
+//! them all the batch is in order ([`super::Committed::InOrder`]); otherwise it is taken back in
+//! memory and applied again from the log, in the store's order (a batch that writes the drain,
+//! the consolidation or migrations is in order only right after the view's settled part). Rows are
+//! kept for [`LOG_KEPT`] positions; an agent behind the pruned part (`meta.log_pruned`) finds a gap
+//! and rebuilds from the tables.
 //!
 //! **Rejections** ([`PostgresStore::apply_decisions`]). The same VM id can reach two agents at once
 //! (a client's retry on another agent after a timeout), and their views may differ: one may reject
 //! it while the other places it. A batch that answers requests "rejected" records their ids in
-//! `rejections` at its log position, right after it moves the head; a batch with no write is the
-//! log function alone. Then the function reads which of the placed ids another agent rejected
+//! `rejections` at its log position; a batch with no write is the log function alone. Then the function reads which of the placed ids another agent rejected
 //! after this agent's view, or less than [`REJECTION_STANDS_S`] ago
 //! ([`StoreError::RejectedElsewhere`]: the batch is refused, and those requests are answered
 //! rejected, the first answer), and which of the rejected ids are placed (the batch is refused:
-//! decided again after following, the answer is that placement, replayed). Every commit holds the
-//! head's row lock from the moment it moves the head to its end, and each statement of the
-//! function takes a snapshot of its own (read committed), so these reads see exactly the commits
-//! before this one. Rejections are trimmed with the log, once they no longer stand.
+//! decided again after following, the answer is that placement, replayed). Every commit holds an
+//! advisory lock per VM id it places, rejects or releases from before it takes its position to its
+//! end, and each statement of the function takes a snapshot of its own (read committed), so these
+//! reads see every commit before this one that decided one of its ids. "After this agent's view"
+//! is a position above the view's settled part that the view does not hold (the function is given
+//! both). Rejections are trimmed with the log, once they no longer stand.
 //!
 //! **Releases** (schema 6, issue 31). A commit can reach the database long after its batch was
 //! decided: held on the network by a partition, it lands after the client gave up on it, retried
@@ -115,6 +129,7 @@
 
 use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
 use super::listener::{Listener, Waker};
+use super::log_view::{LogView, CLAIM_AFTER};
 use super::{
     parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StoreError,
     StoredState, VmColumns,
@@ -126,7 +141,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -153,8 +168,10 @@ pub struct PostgresStore {
     name: String,
     /// This agent's name in the change log (unique per process start).
     pub(crate) agent: String,
-    /// The last change-log row this agent's view reflects.
-    followed: i64,
+    /// The change-log positions this agent's view holds.
+    view: LogView,
+    /// The listener's generation when this agent last followed (see [`Listener::up_to`]).
+    followed_generation: u64,
     statements: Statements,
     /// The agents whose batches this one followed, with the last row of each.
     seen: std::collections::HashMap<String, i64>,
@@ -260,7 +277,8 @@ impl PostgresStore {
             client,
             name,
             agent,
-            followed: 0,
+            view: LogView::default(),
+            followed_generation: 0,
             listener,
             statements,
             seen: std::collections::HashMap::new(),
@@ -295,8 +313,24 @@ impl PostgresStore {
             .read_only(true)
             .start()
             .map_err(sql("starting to read the state"))?;
-        let followed: i64 =
-            tx.query_one("SELECT seq FROM log_head WHERE id = 1", &[]).map_err(sql("reading the change log"))?.get(0);
+        // A load is a follow: the listener's commits from now on are news to this view.
+        let generation = self.listener.following();
+        // The positions the snapshot sees in the window the log keeps; older ones are settled.
+        let head = tx
+            .query_one(
+                "SELECT COALESCE(max(seq), 0), COALESCE((SELECT value FROM meta WHERE key = 'log_pruned'), 0)
+                 FROM changes",
+                &[],
+            )
+            .map_err(sql("reading the change log"))?;
+        let (newest, pruned): (i64, i64) = (head.get(0), head.get(1));
+        let floor = pruned.max(newest - LOG_KEPT).max(0);
+        let visible: Vec<i64> = tx
+            .query("SELECT seq FROM changes WHERE seq > $1 ORDER BY seq", &[&floor])
+            .map_err(sql("reading the change log"))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
         let rows = tx
             .query(
                 "SELECT seq, vm_id, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base, placed_at_s,
@@ -350,7 +384,8 @@ impl PostgresStore {
             .transpose()
             .map_err(|e| StoreError::CorruptConsolidation { store: name.clone(), detail: e.to_string() })?;
         tx.commit().map_err(sql("reading the state"))?;
-        self.followed = followed;
+        self.view = LogView::loaded(floor, &visible, std::time::Instant::now());
+        self.followed_generation = generation;
         Ok(StoredState { vms, host_states, policy_hosts, migrations, drain, consolidation })
     }
 
@@ -374,7 +409,7 @@ impl PostgresStore {
     /// See [`super::PlacementStore::known_current`]: listening, and no other agent's commit
     /// notified past what this agent followed.
     pub fn known_current(&self) -> bool {
-        self.listener.up_to(self.followed)
+        !self.view.unsettled() && self.listener.up_to(self.followed_generation, |seq| self.view.holds(seq))
     }
 
     /// See [`super::PlacementStore::set_waker`].
@@ -384,22 +419,33 @@ impl PostgresStore {
 
     /// See [`super::PlacementStore::follow`].
     pub fn follow(&mut self) -> Result<Followed, StoreError> {
-        self.listener.following();
+        let generation = self.listener.following();
         let rows = self
             .client
-            .query(&self.statements.follow, &[&self.followed])
+            .query(&self.statements.follow, &[&self.view.through()])
             .map_err(self.sql("reading the change log"))?;
+        let Some(first) = rows.first() else { return Ok(Followed::Batches(Vec::new())) };
+        let pruned: i64 = first.get(3);
+        if self.view.through() < pruned {
+            // Pruned past this agent: only a reload is exact.
+            return Ok(Followed::Gap);
+        }
         let mut batches = Vec::with_capacity(rows.len());
-        for row in rows {
-            let seq: i64 = row.get(0);
-            if seq != self.followed + 1 {
-                // Pruned past this agent, or a row it cannot see yet: only a reload is exact.
-                return Ok(Followed::Gap);
+        let mut visible = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(seq) = row.get::<_, Option<i64>>(0) else { continue };
+            visible.push(seq);
+            if self.view.holds(seq) {
+                // This agent's own, or followed already above the view's settled part.
+                continue;
             }
-            self.followed = seq;
             let agent: &str = row.get(1);
+            if agent.is_empty() {
+                // A position claimed as rolled back: no batch.
+                continue;
+            }
             match self.seen.get_mut(agent) {
-                Some(last) => *last = seq,
+                Some(last) => *last = (*last).max(seq),
                 None => {
                     self.seen.insert(agent.to_owned(), seq);
                 }
@@ -411,7 +457,17 @@ impl PostgresStore {
             })?;
             batches.push(batch);
         }
-        let since = self.followed - ACTIVE_BATCHES;
+        let now = std::time::Instant::now();
+        self.view.saw(visible, now);
+        self.followed_generation = generation;
+        let overdue = self.view.overdue(now, CLAIM_AFTER);
+        if !overdue.is_empty() {
+            // Rolled back, almost surely: made visible as empty rows, followed next time (see
+            // `log_view`). A batch still running at one of them is refused at its own insert.
+            self.client.execute(&self.statements.claim, &[&overdue]).map_err(self.sql("claiming log positions"))?;
+            metrics::counter!("allocator_log_positions_claimed_total").increment(overdue.len() as u64);
+        }
+        let since = self.view.through() - ACTIVE_BATCHES;
         self.seen.retain(|_, last| *last > since);
         Ok(Followed::Batches(batches))
     }
@@ -419,7 +475,7 @@ impl PostgresStore {
     /// See [`super::PlacementStore::agents`]: this agent and those that wrote one of the last
     /// [`ACTIVE_BATCHES`] batches it followed.
     pub fn agents(&self) -> Vec<&str> {
-        let since = self.followed - ACTIVE_BATCHES;
+        let since = self.view.through() - ACTIVE_BATCHES;
         let mut agents: Vec<&str> =
             self.seen.iter().filter(|(_, last)| **last > since).map(|(agent, _)| agent.as_str()).collect();
         agents.push(&self.agent);
@@ -471,13 +527,25 @@ impl PostgresStore {
             vm: "change log".to_owned(),
             detail: e.to_string(),
         })?;
-        let log = LogEntry { agent: &self.agent, body, followed: self.followed, placed, rejected, released };
+        let log = LogEntry {
+            agent: &self.agent,
+            body,
+            followed: self.view.through(),
+            held: self.view.held_above(),
+            placed,
+            rejected,
+            released,
+        };
         let name = self.name.as_str();
-        let seq = if changes.is_empty() {
-            // Rejections only: the log's part alone, a transaction of its own.
-            log_batch(&mut self.client, &self.statements, &log, name)?
+        // Whether the batch's effect on this agent's view is what it had on the store: the view
+        // held every batch committed before it on the rows it touched.
+        let (seq, in_order) = if changes.is_empty() {
+            // Rejections only: the log's part alone, a transaction of its own, which the view
+            // holds nothing of.
+            (log_batch(&mut self.client, &self.statements, &log, &[], name)?, true)
         } else if set_based(changes) {
-            commit_sets(&mut self.client, &self.statements, changes, &log, policy_state, name)?
+            let (seq, earlier) = commit_sets(&mut self.client, &self.statements, changes, &log, policy_state, name)?;
+            (seq, earlier.iter().all(|seq| self.view.holds(*seq)))
         } else {
             let sql = |context: &'static str| {
                 move |source: postgres::Error| {
@@ -489,11 +557,14 @@ impl PostgresStore {
                 }
             };
             let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
-            write_each(&mut tx, changes, policy_state, name)?;
-            // Last, so that the head's row lock is held only while the commit itself runs.
-            let seq = log_batch(&mut tx, &self.statements, &log, name)?;
+            let hosts = write_each(&mut tx, changes, policy_state, name)?;
+            let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+            // Last: the position comes after every lock the batch takes.
+            let seq = log_batch(&mut tx, &self.statements, &log, &hosts, name)?;
             tx.commit().map_err(sql("committing"))?;
-            seq
+            // Drains and migrations touch rows whose last writer the store does not say: in
+            // order only right after the view's settled part.
+            (seq, seq == self.view.through() + 1)
         };
         for change in changes {
             if let Change::Released { ended_at_s, .. } = change {
@@ -507,10 +578,11 @@ impl PostgresStore {
                 tracing::warn!(%error, "pruning the exits table failed; trying again in a minute");
             }
         }
-        if seq == self.followed + 1 {
-            self.followed = seq;
+        if in_order {
+            self.view.add(seq);
             Ok(Committed::InOrder)
         } else {
+            // Followed in the log's order, this batch among the others.
             Ok(Committed::AfterOthers)
         }
     }
@@ -748,9 +820,16 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS drain (id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS consolidation (
                      id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL);
+                 ALTER TABLE hosts ADD COLUMN IF NOT EXISTS last_seq BIGINT NOT NULL DEFAULT 0;
+                 CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+                 -- Positions from a sequence since schema 8, where version 7 kept a head row.
                  CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
                  INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
-                 CREATE TABLE IF NOT EXISTS changes (seq BIGINT PRIMARY KEY, agent TEXT NOT NULL, body TEXT NOT NULL);
+                 CREATE SEQUENCE IF NOT EXISTS log_seq;
+                 SELECT setval('log_seq', GREATEST(seq, (SELECT COALESCE(max(seq), 0) FROM changes), 1),
+                               GREATEST(seq, (SELECT COALESCE(max(seq), 0) FROM changes)) > 0)
+                     FROM log_head WHERE id = 1;
+                 DROP TABLE log_head;
                  CREATE TABLE IF NOT EXISTS rejections (
                      vm_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now());
                  CREATE INDEX IF NOT EXISTS rejections_by_seq ON rejections (seq);
@@ -771,7 +850,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 7)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 8)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -815,6 +894,7 @@ struct Statements {
     commit_batch: Statement,
     log_batch: Statement,
     follow: Statement,
+    claim: Statement,
 }
 
 impl Statements {
@@ -822,10 +902,21 @@ impl Statements {
         Ok(Statements {
             commit_batch: client.prepare(
                 "SELECT allocator_commit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                                               $16, $17, $18, $19, $20, $21, $22, $23, $24)",
+                                               $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)",
             )?,
-            log_batch: client.prepare("SELECT allocator_log_batch($1, $2, $3, $4, $5, $6, $7, $8)")?,
-            follow: client.prepare("SELECT seq, agent, body FROM changes WHERE seq > $1 ORDER BY seq")?,
+            log_batch: client.prepare("SELECT allocator_log_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")?,
+            // One snapshot for the rows and its transaction-id bounds (a row with no batch when
+            // there is none to follow).
+            follow: client.prepare(
+                "SELECT c.seq, c.agent, c.body, s.pruned
+                 FROM (SELECT COALESCE((SELECT value FROM meta WHERE key = 'log_pruned'), 0) AS pruned) AS s
+                 LEFT JOIN LATERAL (SELECT seq, agent, body FROM changes WHERE seq > $1) AS c ON true
+                 ORDER BY c.seq",
+            )?,
+            claim: client.prepare(
+                "INSERT INTO changes (seq, agent, body) SELECT seq, '', '[]' FROM unnest($1::bigint[]) AS seq
+                 ON CONFLICT (seq) DO NOTHING",
+            )?,
         })
     }
 }
@@ -860,40 +951,41 @@ impl Statements {
 /// parameters the plan cache otherwise planned each call afresh (13% of the backend's CPU).
 const BATCH_FUNCTIONS: &str = "
 DROP FUNCTION IF EXISTS allocator_log_batch(text, text, bigint, double precision, bigint, text[], text[]);
-CREATE OR REPLACE FUNCTION allocator_log_batch(
-    p_agent text, p_body text, p_followed bigint, p_stands double precision, p_log_kept bigint,
+DROP FUNCTION IF EXISTS allocator_log_batch(text, text, bigint, double precision, bigint, text[], text[], text[]);
+DROP FUNCTION IF EXISTS allocator_commit_batch(
+    text, text, bigint, double precision, bigint, text[], text[], text[], text[], bigint[], bigint[], bigint[],
+    double precision[], text[], double precision[], text[], text[], double precision[], text[], text[], text[],
+    text[], text[], text[]);
+
+CREATE OR REPLACE FUNCTION allocator_position(
+    p_agent text, p_body text, p_followed bigint, p_held bigint[], p_stands double precision, p_log_kept bigint,
     p_placed text[], p_rejected text[], p_released text[]) RETURNS bigint
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
-    v_seq bigint;
+    v_key integer;
     v_ids text[];
+    v_seq bigint;
 BEGIN
-    WITH head AS (UPDATE log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)
-    INSERT INTO changes (seq, agent, body) SELECT seq, p_agent, p_body FROM head RETURNING seq INTO v_seq;
-    IF cardinality(p_rejected) > 0 THEN
-        INSERT INTO rejections (vm_id, seq, at)
-            SELECT r.vm_id, v_seq, now() FROM unnest(p_rejected) AS r(vm_id)
-            ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at;
-    END IF;
-    IF cardinality(p_released) > 0 THEN
-        INSERT INTO releases (vm_id, seq)
-            SELECT r.vm_id, v_seq FROM unnest(p_released) AS r(vm_id)
-            ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq;
-    END IF;
+    -- The VM ids' locks, in one order for every batch: another batch deciding one of them commits
+    -- wholly before or after this one, so the reads below see it or it sees this one.
+    FOR v_key IN SELECT DISTINCT hashtext(id) FROM unnest(p_placed || p_rejected || p_released) AS id ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(4403, v_key);
+    END LOOP;
     IF cardinality(p_placed) > 0 THEN
         SELECT array_agg(vm_id) INTO v_ids FROM rejections
-            WHERE vm_id = ANY (p_placed) AND seq < v_seq
-              AND (seq > p_followed OR at > now() - p_stands * INTERVAL '1 second');
+            WHERE vm_id = ANY (p_placed)
+              AND (seq > p_followed AND NOT seq = ANY (p_held) OR at > now() - p_stands * INTERVAL '1 second');
         IF v_ids IS NOT NULL THEN
             RAISE EXCEPTION 'VMs this batch places were rejected by another agent meanwhile'
                 USING ERRCODE = 'AL002', DETAIL = array_to_json(v_ids)::text;
         END IF;
-        IF p_followed < v_seq - p_log_kept THEN
+        IF p_followed < (SELECT last_value FROM log_seq) - p_log_kept THEN
             RAISE EXCEPTION 'this batch was decided on a view older than the change log keeps'
                 USING ERRCODE = 'AL003', DETAIL = '[]';
         END IF;
         SELECT array_agg(vm_id) INTO v_ids FROM releases
-            WHERE vm_id = ANY (p_placed) AND seq > p_followed AND seq < v_seq;
+            WHERE vm_id = ANY (p_placed) AND seq > p_followed AND NOT seq = ANY (p_held);
         IF v_ids IS NOT NULL THEN
             RAISE EXCEPTION 'VMs this batch places were released by another agent after its view'
                 USING ERRCODE = 'AL003', DETAIL = array_to_json(v_ids)::text;
@@ -906,25 +998,67 @@ BEGIN
                 USING ERRCODE = 'AL001', DETAIL = array_to_json(v_ids)::text;
         END IF;
     END IF;
-    IF v_seq % 1000 = 0 THEN
-        DELETE FROM changes WHERE seq <= v_seq - p_log_kept;
-        DELETE FROM rejections WHERE seq <= v_seq - p_log_kept AND at < now() - p_stands * INTERVAL '1 second';
-        DELETE FROM releases WHERE seq <= v_seq - p_log_kept;
+    -- Nothing refuses the batch from here on, and its row follows its position at once: a
+    -- position stays unseen only while its batch commits, or when it was rolled back (a lost
+    -- connection, a crash), which a follower then claims.
+    v_seq := nextval('log_seq');
+    INSERT INTO changes (seq, agent, body) VALUES (v_seq, p_agent, p_body);
+    RETURN v_seq;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION allocator_log_at(
+    p_seq bigint, p_agent text, p_stands double precision, p_log_kept bigint, p_rejected text[],
+    p_released text[]) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
+BEGIN
+    IF cardinality(p_rejected) > 0 THEN
+        INSERT INTO rejections (vm_id, seq, at)
+            SELECT r.vm_id, p_seq, now() FROM unnest(p_rejected) AS r(vm_id)
+            ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at;
     END IF;
-    PERFORM pg_notify('allocator_log', v_seq || ' ' || p_agent);
+    IF cardinality(p_released) > 0 THEN
+        INSERT INTO releases (vm_id, seq)
+            SELECT r.vm_id, p_seq FROM unnest(p_released) AS r(vm_id)
+            ON CONFLICT (vm_id) DO UPDATE SET seq = EXCLUDED.seq;
+    END IF;
+    IF p_seq % 1000 = 0 THEN
+        DELETE FROM changes WHERE seq <= p_seq - p_log_kept;
+        DELETE FROM rejections WHERE seq <= p_seq - p_log_kept AND at < now() - p_stands * INTERVAL '1 second';
+        DELETE FROM releases WHERE seq <= p_seq - p_log_kept;
+        INSERT INTO meta (key, value) VALUES ('log_pruned', p_seq - p_log_kept)
+            ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value, EXCLUDED.value);
+    END IF;
+    PERFORM pg_notify('allocator_log', p_seq || ' ' || p_agent);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION allocator_log_batch(
+    p_agent text, p_body text, p_followed bigint, p_held bigint[], p_stands double precision, p_log_kept bigint,
+    p_placed text[], p_rejected text[], p_released text[], p_hosts text[]) RETURNS bigint
+LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+    v_seq bigint;
+BEGIN
+    v_seq := allocator_position(p_agent, p_body, p_followed, p_held, p_stands, p_log_kept, p_placed, p_rejected,
+                                p_released);
+    IF cardinality(p_hosts) > 0 THEN
+        UPDATE hosts SET last_seq = v_seq WHERE host_id = ANY (p_hosts);
+    END IF;
+    PERFORM allocator_log_at(v_seq, p_agent, p_stands, p_log_kept, p_rejected, p_released);
     RETURN v_seq;
 END
 $fn$;
 
 CREATE OR REPLACE FUNCTION allocator_commit_batch(
-    p_agent text, p_body text, p_followed bigint, p_stands double precision, p_log_kept bigint,
+    p_agent text, p_body text, p_followed bigint, p_held bigint[], p_stands double precision, p_log_kept bigint,
     p_vm_id text[], p_host_id text[], p_tenant_id text[], p_vm_type text[],
     p_cores bigint[], p_memory bigint[], p_ssd bigint[], p_placed_at_s double precision[],
     p_prediction text[], p_requested_at_s double precision[], p_request text[],
     p_released text[], p_ended_at_s double precision[],
     p_state_host text[], p_state text[],
     p_policy_host text[], p_policy text[], p_policy_state text[],
-    p_rejected text[]) RETURNS bigint
+    p_rejected text[]) RETURNS bigint[]
 LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     v_hosts text[];
@@ -934,6 +1068,8 @@ DECLARE
     v_touched text[];
     v_locked bigint;
     v_missing text;
+    v_earlier bigint[];
+    v_seq bigint;
 BEGIN
     IF cardinality(p_vm_id) > 0 THEN
         INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
@@ -977,8 +1113,11 @@ BEGIN
             FROM unnest(COALESCE(v_touched, '{}') || p_state_host || p_policy_host) AS h;
     END IF;
     IF v_touched IS NOT NULL THEN
-        SELECT count(*) INTO v_locked FROM (
-            SELECT host_id FROM hosts WHERE host_id = ANY (v_touched) ORDER BY host_id FOR NO KEY UPDATE) AS l;
+        -- Locked, the hosts' last positions are those of the last batches committed on them.
+        SELECT count(*), array_agg(DISTINCT l.last_seq) FILTER (WHERE l.last_seq > p_followed)
+            INTO v_locked, v_earlier
+            FROM (SELECT host_id, last_seq FROM hosts WHERE host_id = ANY (v_touched)
+                  ORDER BY host_id FOR NO KEY UPDATE) AS l;
         IF v_locked < cardinality(v_touched) THEN
             SELECT h INTO v_missing FROM unnest(v_touched) AS h
                 WHERE NOT EXISTS (SELECT 1 FROM hosts WHERE host_id = h) ORDER BY h LIMIT 1;
@@ -1001,7 +1140,15 @@ BEGIN
             FROM unnest(p_state_host, p_state) AS d(host_id, state)
             WHERE hosts.host_id = d.host_id;
     END IF;
-    RETURN allocator_log_batch(p_agent, p_body, p_followed, p_stands, p_log_kept, p_vm_id, p_rejected, p_released);
+    -- The position after every lock (the hosts' here, the VM ids' in `allocator_position`):
+    -- batches that touch one row get positions in the order they commit.
+    v_seq := allocator_position(p_agent, p_body, p_followed, p_held, p_stands, p_log_kept, p_vm_id, p_rejected,
+                                p_released);
+    IF v_touched IS NOT NULL THEN
+        UPDATE hosts SET last_seq = v_seq WHERE host_id = ANY (v_touched);
+    END IF;
+    PERFORM allocator_log_at(v_seq, p_agent, p_stands, p_log_kept, p_rejected, p_released);
+    RETURN ARRAY[v_seq] || COALESCE(v_earlier, '{}');
 END
 $fn$;
 ";
@@ -1027,8 +1174,9 @@ struct LogEntry<'a> {
     agent: &'a str,
     /// The batch's changes as the log keeps them (JSON).
     body: String,
-    /// The log position this agent's view reflects.
+    /// The log positions this agent's view reflects: all up to `followed`, and `held` above it.
     followed: i64,
+    held: Vec<i64>,
     /// The VM ids the batch places, and those it answered "rejected" (sorted, distinct).
     placed: Vec<&'a str>,
     rejected: Vec<&'a str>,
@@ -1046,7 +1194,7 @@ fn commit_sets(
     log: &LogEntry<'_>,
     policy_state: &dyn Fn(&HostId) -> Option<String>,
     name: &str,
-) -> Result<i64, StoreError> {
+) -> Result<(i64, Vec<i64>), StoreError> {
     let mut vms = VmArrays::default();
     let (mut released, mut ends) = (Vec::new(), Vec::new());
     // One state per host, the batch's last (the function writes them as a set); the policy
@@ -1094,6 +1242,7 @@ fn commit_sets(
                 &log.agent,
                 &log.body,
                 &log.followed,
+                &log.held,
                 &REJECTION_STANDS_S,
                 &LOG_KEPT,
                 &vms.vm_id,
@@ -1124,7 +1273,16 @@ fn commit_sets(
                 source: source.into(),
             })
         })?;
-    Ok(row.get(0))
+    let mut positions: Vec<i64> = row.get(0);
+    if positions.is_empty() {
+        return Err(StoreError::Sql {
+            store: name.to_owned(),
+            context: "committing a batch",
+            source: "the batch function answered no log position".into(),
+        });
+    }
+    let seq = positions.remove(0);
+    Ok((seq, positions))
 }
 
 /// The log's part of a batch, `allocator_log_batch` ([`BATCH_FUNCTIONS`]), on `client` (in a
@@ -1134,6 +1292,7 @@ fn log_batch(
     client: &mut impl postgres::GenericClient,
     statements: &Statements,
     log: &LogEntry<'_>,
+    hosts: &[&str],
     name: &str,
 ) -> Result<i64, StoreError> {
     let row = client
@@ -1143,11 +1302,13 @@ fn log_batch(
                 &log.agent,
                 &log.body,
                 &log.followed,
+                &log.held,
                 &REJECTION_STANDS_S,
                 &LOG_KEPT,
                 &log.placed,
                 &log.rejected,
                 &log.released,
+                &hosts,
             ],
         )
         .map_err(|source| {
@@ -1194,7 +1355,7 @@ fn write_each(
     changes: &[Change],
     policy_state: &dyn Fn(&HostId) -> Option<String>,
     name: &str,
-) -> Result<(), StoreError> {
+) -> Result<Vec<String>, StoreError> {
     let sql = |context: &'static str| {
         move |source: postgres::Error| {
             refusal(name, &source).unwrap_or(StoreError::Sql { store: name.to_owned(), context, source: source.into() })
@@ -1204,6 +1365,8 @@ fn write_each(
     // agents' batches then lock hosts in the same order and cannot deadlock, and the check
     // judges each host's net use.
     let mut used: BTreeMap<String, [i64; RESOURCE_DIMS]> = BTreeMap::new();
+    // The hosts whose state the batch writes besides.
+    let mut stated: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut use_on = |host: &str, delta: [i64; RESOURCE_DIMS]| {
         let entry = used.entry(host.to_owned()).or_insert([0; RESOURCE_DIMS]);
         for (sum, d) in entry.iter_mut().zip(delta) {
@@ -1260,6 +1423,7 @@ fn write_each(
             Change::HostState { host, state, .. } => {
                 tx.execute("UPDATE hosts SET state = $2 WHERE host_id = $1", &[&host.as_str(), &state_name(*state)])
                     .map_err(sql("recording a host state"))?;
+                stated.insert(host.as_str().to_owned());
             }
             Change::MigrationStarted { vm, target } => {
                 let row = tx
@@ -1326,6 +1490,7 @@ fn write_each(
                     &[&host.as_str(), &policy, &state],
                 )
                 .map_err(sql("recording a policy host state"))?;
+                stated.insert(host.as_str().to_owned());
             }
         }
     }
@@ -1336,7 +1501,9 @@ fn write_each(
     for (host, delta) in used.iter().filter(|(_, delta)| delta.iter().any(|d| *d != 0)) {
         add_use(tx, host, *delta, name)?;
     }
-    Ok(())
+    // Every host row the batch wrote, to carry the batch's position.
+    stated.extend(used.into_keys());
+    Ok(stated.into_iter().collect())
 }
 
 /// Adds `delta` (base units, negative to give back) to what `host` uses; the table's check refuses
@@ -1421,6 +1588,10 @@ fn seed_hosts(tx: &mut Transaction<'_>, inventory: &InventorySpec, name: &str) -
 fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
     let db = error.as_db_error()?;
     let detail = match *db.code() {
+        // The batch's log position was claimed by a follower that took it for rolled back.
+        SqlState::UNIQUE_VIOLATION if db.constraint() == Some("changes_pkey") => {
+            format!("its log position was given up by another agent ({})", db.message())
+        }
         SqlState::UNIQUE_VIOLATION => format!("a VM id is placed already ({})", db.message()),
         SqlState::CHECK_VIOLATION => {
             format!("a host would be over-committed ({}; {})", db.message(), db.detail().unwrap_or_default())
@@ -1457,7 +1628,7 @@ mod tests {
 
     #[test]
     fn the_log_function_notifies_the_channel_the_listener_listens_to() {
-        let notify = format!("pg_notify('{}', v_seq || ' ' || p_agent)", super::super::listener::CHANNEL);
+        let notify = format!("pg_notify('{}', p_seq || ' ' || p_agent)", super::super::listener::CHANNEL);
         assert!(BATCH_FUNCTIONS.contains(&notify), "{notify}");
     }
 

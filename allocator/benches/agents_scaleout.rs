@@ -1,0 +1,230 @@
+//! Zone throughput against the number of allocation agents, each agent on a host of its own with a
+//! round trip to the database between them (issue 44).
+//!
+//! `cargo bench -p allocator --bench agents_scaleout [-- ALLOCATIONS]` builds hosts on this machine
+//! with `netlab` (network namespaces joined by veth pairs; root needed, refused with the reason
+//! otherwise): `db` runs a throwaway PostgreSQL cluster and, in front of it, a latency-injecting
+//! proxy per row (half the row's round trip each way); `agent0`..`agent7` run the real `allocator`
+//! binaries, which reach the database through the proxy; `client` runs the load. Each row starts
+//! its agents on a fresh database: `CLIENTS_PER_AGENT` clients per agent (client c talking to
+//! agent c mod N, as the control service spreads requests) fill the zone to 60% of its cores, then
+//! share ALLOCATIONS allocations (default 4,000 after 400 of warm-up), each followed by the release
+//! of the client's oldest VM (two durable writes), a 503 sent again after 5 ms.
+//!
+//! Columns: `allocations/s` of the zone; `p50` and `p99` of an allocation request until placed;
+//! `refused/100`, the batches the store refused per 100 commits (a conflict, decided again);
+//! `cores busy`, the CPU of everything (agents, PostgreSQL, proxy and clients) over the elapsed
+//! time; `cpu_ms/alloc`, the agents' and PostgreSQL's CPU per allocation (with its release). The
+//! last row, one agent on its SQLite file, is the embedded store's reference (no database, so no
+//! round trip).
+//!
+//! Environment: `SCALEOUT_ROWS=2:1,2:8,0:sqlite` chooses the rows (`RTT_MS:AGENTS`, or
+//! `0:sqlite`; default: round trips 0 and 2 ms by 1, 2, 4 and 8 agents, then `0:sqlite`).
+
+#[path = "../tests/support/postgres.rs"]
+mod postgres;
+mod support;
+
+use netlab::{DelayProxy, Lab, ProxyConfig};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::load::drive;
+use support::{cpu, metric};
+
+const CLIENTS_PER_AGENT: usize = 8;
+const MAX_AGENTS: usize = 8;
+const HOSTS: usize = 800;
+const CORES: usize = 48;
+/// VMs of 4.5 cores on average, held by all clients together in the steady state: 60% of the
+/// zone's cores.
+const ZONE_VMS: usize = HOSTS * CORES * 6 / 10 * 2 / 9;
+const WARMUP: usize = 400;
+const AGENT_PORT: u16 = 8080;
+const PROXY_PORT: u16 = 6432;
+
+/// One row of the table: a round trip (ms) and a number of PostgreSQL agents, or one agent on
+/// SQLite.
+#[derive(Clone, Copy)]
+enum Row {
+    Postgres { rtt_ms: f64, agents: usize },
+    Sqlite,
+}
+
+fn rows() -> Vec<Row> {
+    let default = "0:1,0:2,0:4,0:8,2:1,2:2,2:4,2:8,0:sqlite";
+    let text = std::env::var("SCALEOUT_ROWS").unwrap_or_else(|_| default.to_owned());
+    text.split(',')
+        .filter_map(|row| row.split_once(':'))
+        .filter_map(|(rtt, agents)| match agents.trim() {
+            "sqlite" => Some(Row::Sqlite),
+            n => Some(Row::Postgres {
+                rtt_ms: rtt.trim().parse().ok()?,
+                agents: n.parse::<usize>().ok()?.clamp(1, MAX_AGENTS),
+            }),
+        })
+        .collect()
+}
+
+/// A running agent in its host's namespace; killed when dropped.
+struct Agent {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_agent(lab: &Lab, i: usize, dir: &Path, store: &str) -> Agent {
+    let host = lab.host(&format!("agent{i}")).expect("agent host");
+    let config = dir.join(format!("agent{i}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"{}\"\nstore = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = {CORES}\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n",
+            host.socket_addr(AGENT_PORT)
+        ),
+    )
+    .expect("config written");
+    let child = host
+        .command(env!("CARGO_BIN_EXE_allocator"))
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .env("ALLOCATOR_SERVICE_TOKEN", support::SERVICE_TOKEN)
+        .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("allocator started");
+    Agent { child, base: format!("http://{}", host.socket_addr(AGENT_PORT)) }
+}
+
+async fn wait_ready(base: &str) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "agent {base} did not become ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn counter(bases: &[String], name: &str) -> f64 {
+    let mut sum = 0.0;
+    for base in bases {
+        sum += metric(base, name).await;
+    }
+    sum
+}
+
+/// What one row measured.
+struct Measured {
+    figures: support::load::Figures,
+    commits: f64,
+    conflicts: f64,
+    /// Clock ticks over the measured allocations: the agents and PostgreSQL, and everything.
+    serving_ticks: u64,
+    all_ticks: u64,
+    elapsed_s: f64,
+}
+
+/// Starts the row's agents, loads the zone and measures; runs in the client host's namespace.
+async fn run_row(
+    lab: Arc<Lab>,
+    dir: PathBuf,
+    store: String,
+    agents: usize,
+    allocations: usize,
+    postmaster: Option<u32>,
+    row: usize,
+) -> Measured {
+    let agents: Vec<Agent> = (0..agents).map(|i| start_agent(&lab, i, &dir, &store)).collect();
+    let bases: Vec<String> = agents.iter().map(|agent| agent.base.clone()).collect();
+    for base in &bases {
+        wait_ready(base).await;
+    }
+    let clients = CLIENTS_PER_AGENT * agents.len();
+    let keep = ZONE_VMS / clients;
+    let mut held = vec![VecDeque::new(); clients];
+    drive(&bases, keep * clients, &format!("fill{row}"), &mut held, keep).await;
+    drive(&bases, WARMUP, &format!("warm{row}"), &mut held, keep).await;
+    let (commits0, conflicts0) =
+        (counter(&bases, "allocator_commits_total").await, counter(&bases, "allocator_commit_conflicts_total").await);
+    let pids: Vec<u32> = agents.iter().map(|agent| agent.child.id()).collect();
+    let serving = || pids.iter().map(|pid| cpu::process(*pid)).sum::<u64>() + postmaster.map_or(0, cpu::tree);
+    let everything = || serving() + cpu::process(std::process::id());
+    let (serving0, all0, started) = (serving(), everything(), Instant::now());
+    let figures = drive(&bases, allocations, &format!("r{row}"), &mut held, keep).await;
+    let (serving1, all1, elapsed_s) = (serving(), everything(), started.elapsed().as_secs_f64());
+    Measured {
+        figures,
+        commits: counter(&bases, "allocator_commits_total").await - commits0,
+        conflicts: counter(&bases, "allocator_commit_conflicts_total").await - conflicts0,
+        serving_ticks: serving1.saturating_sub(serving0),
+        all_ticks: all1.saturating_sub(all0),
+        elapsed_s,
+    }
+}
+
+fn main() {
+    let allocations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(4_000).max(100);
+    if let Err(error) = Lab::available() {
+        eprintln!("agents_scaleout needs network namespaces: {error}");
+        std::process::exit(2);
+    }
+    let mut names = vec!["db".to_owned(), "client".to_owned()];
+    names.extend((0..MAX_AGENTS).map(|i| format!("agent{i}")));
+    let lab = Arc::new(Lab::new(names).expect("the lab's hosts"));
+    let db = lab.host("db").expect("db host").clone();
+    let client = lab.host("client").expect("client host").clone();
+    // The cluster runs in the database host's namespace (its children inherit the thread's).
+    let pg = Arc::new(db.run(postgres::Postgres::start).expect("PostgreSQL in the db host"));
+    let postmaster = std::fs::read_to_string(pg.data_dir().join("data").join("postmaster.pid"))
+        .ok()
+        .and_then(|pid| pid.lines().next().and_then(|line| line.trim().parse().ok()));
+    let dir = tempfile::Builder::new().prefix("scaleout-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let ticks = cpu::ticks_per_s();
+    println!(
+        "zone throughput by agents: {allocations} allocations (+ as many releases) per row, {CLIENTS_PER_AGENT} clients per agent, {HOSTS} hosts, la-binary; each agent, the database and the clients on hosts of their own (network namespaces), the round trip from a delaying proxy"
+    );
+    println!("| agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (row, kind) in rows().into_iter().enumerate() {
+        let (store, agents, rtt_ms, _proxy) = match kind {
+            Row::Sqlite => (dir.path().join(format!("row{row}.db")).display().to_string(), 1, 0.0, None),
+            Row::Postgres { rtt_ms, agents } => {
+                let name = format!("scaleout{row}");
+                let admin = Arc::clone(&pg);
+                db.run(move || admin.psql(&format!("CREATE DATABASE {name}"))).expect("database created");
+                let delay = Duration::from_secs_f64(rtt_ms / 2000.0);
+                let listen = db.socket_addr(PROXY_PORT + row as u16);
+                let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], pg.port));
+                let proxy = DelayProxy::start_in(&db, listen, upstream, ProxyConfig::delay(delay)).expect("proxy");
+                (format!("postgres://alloc@{listen}/scaleout{row}"), agents, rtt_ms, Some(proxy))
+            }
+        };
+        let (lab, dir) = (Arc::clone(&lab), dir.path().to_owned());
+        let measured = client
+            .spawn_async(move || run_row(lab, dir, store, agents, allocations, postmaster, row))
+            .expect("the client host")
+            .join()
+            .expect("the row ran");
+        let figures = &measured.figures;
+        println!(
+            "| {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} |",
+            if matches!(kind, Row::Sqlite) { "sqlite" } else { "postgres" },
+            figures.allocations_per_s,
+            figures.p50.as_secs_f64() * 1e3,
+            figures.p99.as_secs_f64() * 1e3,
+            100.0 * measured.conflicts / measured.commits.max(1.0),
+            measured.all_ticks as f64 / ticks / measured.elapsed_s,
+            measured.serving_ticks as f64 / ticks * 1e3 / allocations as f64,
+        );
+    }
+}
