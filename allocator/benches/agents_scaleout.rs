@@ -19,7 +19,9 @@
 //! round trip).
 //!
 //! Environment: `SCALEOUT_ROWS=2:1,2:8,0:sqlite` chooses the rows (`RTT_MS:AGENTS`, or
-//! `0:sqlite`; default: round trips 0 and 2 ms by 1, 2, 4 and 8 agents, then `0:sqlite`).
+//! `0:sqlite`; default: round trips 0 and 2 ms by 1, 2, 4 and 8 agents, then `0:sqlite`);
+//! `SCALEOUT_BASELINE=/path/to/allocator` runs every row first with that binary (a reference
+//! build: before and after in one run), each on a database of its own.
 
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
@@ -81,7 +83,7 @@ impl Drop for Agent {
     }
 }
 
-fn start_agent(lab: &Lab, i: usize, dir: &Path, store: &str) -> Agent {
+fn start_agent(lab: &Lab, binary: &Path, i: usize, dir: &Path, store: &str) -> Agent {
     let host = lab.host(&format!("agent{i}")).expect("agent host");
     let config = dir.join(format!("agent{i}.toml"));
     std::fs::write(
@@ -93,7 +95,7 @@ fn start_agent(lab: &Lab, i: usize, dir: &Path, store: &str) -> Agent {
     )
     .expect("config written");
     let child = host
-        .command(env!("CARGO_BIN_EXE_allocator"))
+        .command(binary)
         .arg("--config")
         .arg(&config)
         .env("RUST_LOG", "warn")
@@ -135,8 +137,10 @@ struct Measured {
 }
 
 /// Starts the row's agents, loads the zone and measures; runs in the client host's namespace.
+#[allow(clippy::too_many_arguments)]
 async fn run_row(
     lab: Arc<Lab>,
+    binary: PathBuf,
     dir: PathBuf,
     store: String,
     agents: usize,
@@ -144,7 +148,7 @@ async fn run_row(
     postmaster: Option<u32>,
     row: usize,
 ) -> Measured {
-    let agents: Vec<Agent> = (0..agents).map(|i| start_agent(&lab, i, &dir, &store)).collect();
+    let agents: Vec<Agent> = (0..agents).map(|i| start_agent(&lab, &binary, i, &dir, &store)).collect();
     let bases: Vec<String> = agents.iter().map(|agent| agent.base.clone()).collect();
     for base in &bases {
         wait_ready(base).await;
@@ -193,9 +197,17 @@ fn main() {
     println!(
         "zone throughput by agents: {allocations} allocations (+ as many releases) per row, {CLIENTS_PER_AGENT} clients per agent, {HOSTS} hosts, la-binary; each agent, the database and the clients on hosts of their own (network namespaces), the round trip from a delaying proxy"
     );
-    println!("| agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (row, kind) in rows().into_iter().enumerate() {
+    let mut binaries: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(baseline) = std::env::var_os("SCALEOUT_BASELINE") {
+        binaries.push(("reference", PathBuf::from(baseline)));
+    }
+    binaries.push(("this build", PathBuf::from(env!("CARGO_BIN_EXE_allocator"))));
+    println!(
+        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    let runs = rows().into_iter().flat_map(|row| binaries.iter().map(move |binary| (row, binary)));
+    for (row, (kind, (label, binary))) in runs.enumerate() {
         let (store, agents, rtt_ms, _proxy) = match kind {
             Row::Sqlite => (dir.path().join(format!("row{row}.db")).display().to_string(), 1, 0.0, None),
             Row::Postgres { rtt_ms, agents } => {
@@ -209,15 +221,16 @@ fn main() {
                 (format!("postgres://alloc@{listen}/scaleout{row}"), agents, rtt_ms, Some(proxy))
             }
         };
-        let (lab, dir) = (Arc::clone(&lab), dir.path().to_owned());
+        let (lab, dir, binary) = (Arc::clone(&lab), dir.path().to_owned(), binary.clone());
+        let postmaster = if matches!(kind, Row::Sqlite) { None } else { postmaster };
         let measured = client
-            .spawn_async(move || run_row(lab, dir, store, agents, allocations, postmaster, row))
+            .spawn_async(move || run_row(lab, binary, dir, store, agents, allocations, postmaster, row))
             .expect("the client host")
             .join()
             .expect("the row ran");
         let figures = &measured.figures;
         println!(
-            "| {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} |",
+            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} |",
             if matches!(kind, Row::Sqlite) { "sqlite" } else { "postgres" },
             figures.allocations_per_s,
             figures.p50.as_secs_f64() * 1e3,
