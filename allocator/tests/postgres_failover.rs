@@ -160,8 +160,8 @@ async fn failover_cycles(cycles: usize, seed: u64, mode: Mode) -> Run {
         windows.push(promoting.elapsed());
         primary = new;
     }
-    let ledger = load.stop().await;
-    let losses = check_store(&nodes[primary], &probe, &agents, &ledger).await;
+    let mut ledger = load.stop().await;
+    let losses = check_store(&nodes[primary], &probe, &agents, &mut ledger).await;
     drop(servers);
     Run { ledger, lagged, losses, serving, windows }
 }

@@ -65,8 +65,8 @@ async fn crash_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>) {
         }
     }
     drop(ledger);
-    let ledger = load.stop().await;
-    check_store(&pg, &probe, &agents, &ledger).await;
+    let mut ledger = load.stop().await;
+    check_store(&pg, &probe, &agents, &mut ledger).await;
     drop(servers);
     (ledger, recoveries)
 }
@@ -122,8 +122,8 @@ async fn partition_cycles(cycles: usize, seed: u64) -> (Ledger, Vec<Duration>, V
         agreements.push(healed.elapsed());
     }
     drop(ledger);
-    let ledger = load.stop().await;
-    check_store(&pg, &probe, &agents, &ledger).await;
+    let mut ledger = load.stop().await;
+    check_store(&pg, &probe, &agents, &mut ledger).await;
     drop(servers);
     (ledger, agreements, stalls)
 }

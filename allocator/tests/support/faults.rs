@@ -1,7 +1,15 @@
-//! The fault harness shared by `postgres_faults.rs` (crashes, partitions) and
-//! `postgres_failover.rs` (failover to a standby): clients that send allocations and releases of
-//! their own to random agents, a ledger of what was acknowledged, and the final check of the store
-//! and of every agent's view against that ledger.
+//! The fault harness shared by `postgres_faults.rs` (crashes, partitions),
+//! `postgres_failover.rs` (failover to a standby) and `patroni_failover.rs` (Patroni across real
+//! links): clients that send allocations and releases of their own to random agents, a ledger of
+//! what was acknowledged, and the check of the store and of every agent's view against that ledger
+//! (at the end, or after every cycle with the clients paused).
+//!
+//! A release left in doubt (a 503, or no answer) and answered 404 when sent again is either a
+//! release that committed the first time or a placement the store lost: the answer alone cannot
+//! tell them apart, and trusting it would let a lost placement hide behind it. Such releases are
+//! kept apart ([`Ledger::released_in_doubt`]) and reconciled against the store by the checker: a
+//! release that committed moved the VM's row to `exits` in its transaction, so an id in `exits`
+//! was released, and one in neither `vms` nor `exits` was lost.
 
 #![allow(dead_code)]
 
@@ -11,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +54,25 @@ pub struct Ledger {
     /// Acknowledged placements found missing while the clients ran: a release of one answered 404
     /// when it was sent for the first time (only in a lossy run; else a failure).
     pub lost_found_by_release: Vec<String>,
+    /// Releases left in doubt (a 503, or no answer) then answered 404: committed the first time,
+    /// or the placement was lost. Neither released nor placed until the checker has looked the id
+    /// up in the store ([`check_store`]).
+    pub released_in_doubt: Vec<String>,
+    /// Losses already reported by a check, so that a later check (or a release of the lost VM)
+    /// does not count them again.
+    pub lost: HashSet<String>,
+}
+
+/// What the checker reads of the database: one SQL query, its rows as psql's unaligned output
+/// (`-At`: one row a line, columns separated by `|`).
+pub trait Database {
+    fn query(&self, sql: &str) -> String;
+}
+
+impl Database for Postgres {
+    fn query(&self, sql: &str) -> String {
+        self.psql(sql)
+    }
 }
 
 /// Acknowledged writes the store does not hold (always none unless the ledger is lossy).
@@ -109,16 +136,19 @@ pub async fn send_op(client: &reqwest::Client, base: &str, op: &Op, ledger: &Mut
                 ledger.placed.remove(id);
                 ledger.released.insert(id.clone());
             }
-            // A release left in doubt that was committed after all: the VM is gone already.
+            // A release left in doubt: committed the first time, or the placement was lost. The
+            // client forgets the VM either way, as a real one would; the checker looks it up.
             404 if retry => {
                 ledger.placed.remove(id);
-                ledger.released.insert(id.clone());
+                ledger.released_in_doubt.push(id.clone());
             }
             // The placement was acknowledged and the store lost it: counted, and the client
             // forgets the VM, as a real one would on a 404.
             404 if ledger.lossy => {
                 ledger.placed.remove(id);
-                ledger.lost_found_by_release.push(id.clone());
+                if !ledger.lost.contains(id) {
+                    ledger.lost_found_by_release.push(id.clone());
+                }
             }
             404 => panic!("{id} was acknowledged placed on {:?} and {base} does not know it", ledger.placed.get(id)),
             _ => panic!("release of {id}: unexpected {status}: {}", String::from_utf8_lossy(&body)),
@@ -128,14 +158,36 @@ pub async fn send_op(client: &reqwest::Client, base: &str, op: &Op, ledger: &Mut
     true
 }
 
+/// Whether the clients are to pause, and how many have.
+#[derive(Default)]
+pub struct Pause {
+    requested: AtomicBool,
+    parked: AtomicUsize,
+}
+
 /// One client: new VMs and releases of its own, each to a random agent, until `stop`. An operation
 /// left in doubt is sent again, to a random agent, until it is answered, as a real client would.
-pub async fn client_loop(index: usize, agents: Arc<Vec<String>>, ledger: Arc<Mutex<Ledger>>, stop: Arc<AtomicBool>) {
+/// Between operations it parks while `pause` asks it to.
+pub async fn client_loop(
+    index: usize,
+    agents: Arc<Vec<String>>,
+    ledger: Arc<Mutex<Ledger>>,
+    stop: Arc<AtomicBool>,
+    pause: Arc<Pause>,
+) {
     let client = reqwest::Client::new();
     let mut rng = ChaCha8Rng::seed_from_u64(31 + index as u64);
     let mut own: Vec<String> = Vec::new();
     let mut next = 0;
     while !stop.load(Ordering::SeqCst) {
+        if pause.requested.load(Ordering::SeqCst) {
+            pause.parked.fetch_add(1, Ordering::SeqCst);
+            while pause.requested.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            pause.parked.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         let op = if own.is_empty() || (own.len() < 30 && rng.random_bool(0.6)) {
             next += 1;
             Op::Allocate { id: format!("c{index}-{next}"), cores: rng.random_range(1..=4) }
@@ -161,6 +213,7 @@ pub struct Load {
     pub agents: Arc<Vec<String>>,
     pub ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
+    pause: Arc<Pause>,
     clients: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -170,10 +223,28 @@ impl Load {
         let agents = Arc::new(agents);
         let ledger = Arc::new(Mutex::new(ledger));
         let stop = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new(Pause::default());
         let clients = (0..CLIENTS)
-            .map(|i| tokio::spawn(client_loop(i, Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop))))
+            .map(|i| {
+                let (agents, ledger, stop, pause) =
+                    (Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop), Arc::clone(&pause));
+                tokio::spawn(client_loop(i, agents, ledger, stop, pause))
+            })
             .collect();
-        Load { agents, ledger, stop, clients }
+        Load { agents, ledger, stop, pause, clients }
+    }
+
+    /// Parks every client once its operation in flight is answered (retries included), so that
+    /// the store holds exactly what the ledger says; [`Load::resume`] lets them go on.
+    pub async fn pause(&self) {
+        self.pause.requested.store(true, Ordering::SeqCst);
+        while self.pause.parked.load(Ordering::SeqCst) < self.clients.len() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn resume(&self) {
+        self.pause.requested.store(false, Ordering::SeqCst);
     }
 
     pub fn acknowledged(&self) -> usize {
@@ -222,34 +293,47 @@ pub async fn until_serving_since(
     since.elapsed()
 }
 
-/// The store and every agent's view against what was acknowledged. Unless the ledger is lossy, any
-/// acknowledged write the store lost fails; in a lossy run the losses are returned. Either way,
-/// nothing may be stored that was never acknowledged, and every agent's view must equal the store.
-pub async fn check_store(pg: &Postgres, client: &reqwest::Client, agents: &[String], ledger: &Ledger) -> Losses {
-    let stored: HashMap<String, String> = pg
-        .psql("SELECT vm_id || ' ' || host_id FROM vms")
+/// The store and every agent's view against what was acknowledged, with every write answered (the
+/// clients stopped or paused). Unless the ledger is lossy, any acknowledged write the store lost
+/// fails; in a lossy run the losses found by this check are returned (each loss once across
+/// checks). Either way: nothing may be stored that was never acknowledged, no host may be over its
+/// capacity or use other than what its VMs demand, and every agent's view must equal the store.
+/// Releases answered 404 after a doubt are reconciled first ([`Ledger::released_in_doubt`]).
+pub async fn check_store(
+    db: &impl Database,
+    client: &reqwest::Client,
+    agents: &[String],
+    ledger: &mut Ledger,
+) -> Losses {
+    let stored: HashMap<String, String> = db
+        .query("SELECT vm_id || ' ' || host_id FROM vms")
         .lines()
         .filter_map(|line| line.split_once(' ').map(|(vm, host)| (vm.to_owned(), host.to_owned())))
         .collect();
-    let mut losses = Losses { found_by_release: ledger.lost_found_by_release.clone(), ..Losses::default() };
+    let mut losses =
+        Losses { found_by_release: std::mem::take(&mut ledger.lost_found_by_release), ..Losses::default() };
+    ledger.lost.extend(losses.found_by_release.iter().cloned());
+    reconcile_releases(db, &stored, ledger, &mut losses);
     for (vm, host) in &ledger.placed {
-        if stored.get(vm) != Some(host) {
+        if stored.get(vm) != Some(host) && !ledger.lost.contains(vm) {
             assert!(ledger.lossy, "acknowledged placement of {vm} on {host} lost or moved: {:?}", stored.get(vm));
             losses.placements.push(vm.clone());
         }
     }
     for vm in &ledger.released {
-        if stored.contains_key(vm) {
+        if stored.contains_key(vm) && !ledger.lost.contains(vm) {
             assert!(ledger.lossy, "acknowledged release of {vm} undone");
             losses.releases.push(vm.clone());
         }
     }
+    ledger.lost.extend(losses.placements.iter().chain(&losses.releases).cloned());
     for vm in stored.keys() {
         assert!(
-            ledger.placed.contains_key(vm) || losses.releases.contains(vm),
+            ledger.placed.contains_key(vm) || ledger.lost.contains(vm),
             "{vm} is in the store but was never acknowledged"
         );
     }
+    check_hosts(db);
     for base in agents {
         let (status, page) = super::send(client.get(format!("{base}/v1/hosts?limit=10000"))).await;
         assert_eq!(status, 200, "{page}");
@@ -265,6 +349,68 @@ pub async fn check_store(pg: &Postgres, client: &reqwest::Client, agents: &[Stri
         assert_eq!(seen, stored, "{base}'s view differs from the store");
     }
     losses
+}
+
+/// Settles each release answered 404 after a doubt against the store: its VM in `exits` (the
+/// release moved it there in its transaction) was released; in `vms` still, the 404 was false;
+/// in neither, the acknowledged placement was lost and the 404 only said so.
+fn reconcile_releases(db: &impl Database, stored: &HashMap<String, String>, ledger: &mut Ledger, losses: &mut Losses) {
+    let in_doubt = std::mem::take(&mut ledger.released_in_doubt);
+    if in_doubt.is_empty() {
+        return;
+    }
+    let list: Vec<String> = in_doubt.iter().map(|id| format!("'{}'", id.replace('\'', "''"))).collect();
+    let exited: HashSet<String> = db
+        .query(&format!("SELECT DISTINCT vm_id FROM exits WHERE vm_id IN ({})", list.join(",")))
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for id in in_doubt {
+        assert!(
+            !stored.contains_key(&id),
+            "the release of {id} was answered 404 after a doubt, yet the store holds it"
+        );
+        if exited.contains(&id) {
+            ledger.released.insert(id);
+        } else {
+            assert!(
+                ledger.lossy,
+                "acknowledged placement of {id} lost: its release, left in doubt, was answered 404 and the store \
+                 has no exit for it"
+            );
+            if ledger.lost.insert(id.clone()) {
+                losses.found_by_release.push(id);
+            }
+        }
+    }
+}
+
+/// The hosts in the store itself: none over its capacity in any dimension, and each using exactly
+/// what its VMs demand (the database's own `CHECK` refuses the first; the second catches a use
+/// written apart from its VMs). A VM id cannot be stored twice (`vms`' primary key).
+pub fn check_hosts(db: &impl Database) {
+    let used: HashMap<String, [i64; 3]> = db
+        .query(
+            "SELECT h.host_id, h.cores_used, h.memory_used, h.ssd_used, h.cores_cap, h.memory_cap, h.ssd_cap, \
+                    coalesce(v.cores, 0), coalesce(v.memory, 0), coalesce(v.ssd, 0) \
+             FROM hosts h LEFT JOIN (SELECT host_id, sum(cores_base) AS cores, sum(memory_base) AS memory, \
+                    sum(ssd_base) AS ssd FROM vms GROUP BY host_id) v ON v.host_id = h.host_id",
+        )
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split('|').collect();
+            let n = |i: usize| fields[i].parse::<i64>().unwrap_or_else(|e| panic!("{line}: {e}"));
+            let (used, cap, vms) = ([n(1), n(2), n(3)], [n(4), n(5), n(6)], [n(7), n(8), n(9)]);
+            for d in 0..3 {
+                assert!(used[d] <= cap[d], "host {} over capacity in the store: {line}", fields[0]);
+            }
+            assert_eq!(used, vms, "host {} uses other than what its VMs demand: {line}", fields[0]);
+            (fields[0].to_owned(), used)
+        })
+        .collect();
+    assert!(!used.is_empty(), "the store lists no hosts");
+    let orphans = db.query("SELECT count(*) FROM vms WHERE host_id NOT IN (SELECT host_id FROM hosts)");
+    assert_eq!(orphans, "0", "VMs on hosts the store does not list");
 }
 
 /// Median, p99 and max of `durations`, in ms.

@@ -4,6 +4,7 @@
 
 pub mod faults;
 mod listening;
+pub mod patroni;
 pub mod postgres;
 pub mod proxy;
 
