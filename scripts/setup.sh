@@ -3,6 +3,7 @@
 #   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
 #   (bindgen / LightGBM), the rustfmt + clippy components (CI lints), and schemathesis (the API
 #   fuzzer of control-service/tests/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store),
+#   Patroni and etcd (the store's automatic failover: allocator/tests/patroni_failover.rs),
 #   Debian's Chromium and ChromeDriver (the dashboard's browser test,
 #   control-service/tests/dashboard.rs), and the Python packages the Python package's tests need
 #   (maturin, pandas, pyarrow, pytest, nbclient, ...; scripts/test-python.sh).
@@ -152,6 +153,28 @@ else
     say "PostgreSQL installed ($(psql --version))"
 fi
 command -v runuser >/dev/null || [ "$(id -u)" -ne 0 ] || apt_install util-linux
+
+# --- 6b. Patroni and etcd (the zone's PostgreSQL with automatic failover, issue 44) ---------------
+# Debian's packages: patroni (3.0.2 on bookworm; its etcd3 client is its own, over etcd's v3 JSON
+# gateway) and etcd-server (3.4). The failover tests (allocator/tests/patroni_failover.rs) and
+# `scripts/stack.sh up --agents N --patroni` start their own etcd and Patroni nodes, so the
+# packages' services are disabled: an etcd on the default ports would only be in the way.
+# (In containers without systemd, policy-rc.d already keeps them from starting.)
+if command -v patroni >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
+    say "Patroni and etcd present ($(patroni --version), $(etcd --version | head -n 1))"
+else
+    say "Patroni or etcd missing, installing Debian's patroni, etcd-server and etcd-client"
+    apt_install patroni etcd-server etcd-client
+    command -v patroni >/dev/null && command -v etcd >/dev/null ||
+        die "patroni and etcd-server installed but patroni or etcd is not on PATH"
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+        for unit in etcd patroni; do
+            as_root systemctl disable --now "$unit" >/dev/null 2>&1 || true
+        done
+    fi
+    say "Patroni and etcd installed ($(patroni --version), $(etcd --version | head -n 1))"
+fi
+command -v setpriv >/dev/null || [ "$(id -u)" -ne 0 ] || apt_install util-linux
 
 # --- 7. Chromium and ChromeDriver (the dashboard's browser test) ----------------------------
 # control-service/tests/dashboard.rs drives the dashboard in headless Chromium over WebDriver.
