@@ -3,7 +3,8 @@
 //!
 //! A host's exit time is the latest predicted exit of its VMs, `now + E(remaining | uptime)` each.
 //! With a [`Repredictor`] (the model bundle's remaining-lifetime model, in process), every VM's row
-//! of features is encoded once when it is placed, and a reprediction is one tree-ensemble
+//! of features is encoded once, from its record (shared with the inventory, [`NewVm::features`]),
+//! when it is first repredicted under the model, and a reprediction is one tree-ensemble
 //! evaluation with the uptime appended. Without one, the remaining lifetime is the initial
 //! prediction minus the VM's age, never below zero.
 //!
