@@ -426,7 +426,10 @@ impl PostgresStore {
             .map_err(self.sql("reading the change log"))?;
         // No row: nothing committed past the view's settled part (rows pruned past it would leave
         // the rows that pruned them).
-        let Some(first) = rows.first() else { return Ok(Followed::Batches(Vec::new())) };
+        let Some(first) = rows.first() else {
+            self.followed_generation = generation;
+            return Ok(Followed::Batches(Vec::new()));
+        };
         let pruned: i64 = first.get(3);
         if self.view.through() < pruned {
             // Pruned past this agent: only a reload is exact.
