@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs the three-service stack natively on loopback, with the checked-in configs:
 #
-#   scripts/stack.sh up [--fresh] [--build] [--agents N]
+#   scripts/stack.sh up [--fresh] [--build] [--agents N [--patroni]]
 #                                             start inference-server and allocator, wait for their
 #                                             /readyz, then control-service and wait for its /readyz
 #   scripts/stack.sh down                     SIGTERM each (control service first), SIGKILL after a
 #                                             timeout; safe to repeat
 #   scripts/stack.sh status                   pid, running or not, address and /readyz of each;
 #                                             exit code 0 only when all three are ready
+#   scripts/stack.sh node-up pg1|pg2          (--patroni) start a Patroni node that stopped or was
+#                                             killed: it rejoins the cluster as its standby
 #
 # Options of `up`: --fresh (or STACK_FRESH=1) deletes the allocator's store first; --build runs
 # cargo even when the binaries exist (by default they are built only when missing, because the
@@ -16,6 +18,12 @@
 # cluster of the stack's own in target/stack/postgres (port STACK_PG_PORT, default 5433; run as the
 # `postgres` user when root), agent 1 on the config's address, agent i on its port + i - 1, and the
 # control service spreading requests over them with failover (docs/allocator.md).
+# --patroni (with --agents N): the agents' PostgreSQL is two Patroni nodes with a synchronous
+# standby and automatic failover, and an etcd of the stack's own, all on loopback, run with the
+# shipped configs/patroni/patroni.yml (docs/operations.md, "PostgreSQL with Patroni"): etcd on
+# STACK_ETCD_PORT (default 2381), node pg1 on STACK_PG_PORT and pg2 on the next port, their REST
+# APIs on STACK_PATRONI_PORT (default 8018) and the next; the agents name both nodes in one URL and
+# find the primary by themselves. Data under target/stack/patroni/; passwords generated once there.
 # Service credential: the allocator's and the inference server's data routes require a bearer token,
 # which the control service presents. `up` generates a random one once into target/stack/service-token
 # (mode 600; delete it to get a new one at the next `up`) and hands that file to all three services
@@ -32,7 +40,9 @@
 #
 # Everything the stack writes is under target/stack/: <service>.log (the previous run's log is kept
 # as <service>.log.1), <service>.pid, service-token, admin-token, and the allocator's store allocator.db (+ -wal, -shm); with
-# --agents, allocator-<i>.log/.pid for agents 2..N, postgres/ and postgres.log, and `agents`.
+# --agents, allocator-<i>.log/.pid for agents 2..N, postgres/ and postgres.log, and `agents`; with
+# --patroni, patroni/ (etcd/, pg1/, pg2/, each with its log, the passwords, the agents' config) and
+# etcd.pid, patroni-pg1.pid, patroni-pg2.pid.
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
 # e2e/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
@@ -45,6 +55,10 @@ PG_DIR=$STATE_DIR/postgres
 TOKEN_FILE=$STATE_DIR/service-token
 ADMIN_TOKEN_FILE=$STATE_DIR/admin-token
 PG_PORT="${STACK_PG_PORT:-5433}"
+PATRONI_DIR=$STATE_DIR/patroni
+# Not etcd's default 2379: a system etcd may hold it.
+ETCD_PORT="${STACK_ETCD_PORT:-2381}"
+PATRONI_PORT="${STACK_PATRONI_PORT:-8018}"
 CONFIG_DIR="${STACK_CONFIGS:-configs}"
 BIN_DIR="${CARGO_TARGET_DIR:-target}/release"
 READY_TIMEOUT="${STACK_READY_TIMEOUT:-60}"
@@ -157,7 +171,12 @@ start_one() {
     # (the config's relative "allocator.db"); agents share the stack's PostgreSQL database.
     case "$svc" in
         allocator | allocator-*)
-            if [ "$AGENTS" -gt 1 ]; then
+            if [ "$PATRONI" -eq 1 ]; then
+                # The store URL carries the password: in a config file only the owner reads, not on
+                # the command line, which every local user can see.
+                args[1]=$PATRONI_DIR/allocator.toml
+                args+=(--listen "$(listen_of "$svc")")
+            elif [ "$AGENTS" -gt 1 ]; then
                 args+=(--store "$(pg_url)" --listen "$(listen_of "$svc")")
             else
                 args+=(--store "$STATE_DIR/allocator.db")
@@ -254,10 +273,14 @@ rollback() {
     echo "stack: stopping what this run started" >&2
     for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop_one "${STARTED[i]}" >&2; done
     [ "${PG_STARTED:-0}" -eq 0 ] || pg_down >&2
+    [ "${PATRONI_STARTED:-0}" -eq 0 ] || patroni_down >&2
 }
 
 # How many agents the running (or last) stack has.
 recorded_agents() { local n; n=$(cat "$STATE_DIR/agents" 2>/dev/null || echo 1); [[ "$n" =~ ^[0-9]+$ ]] && echo "$n" || echo 1; }
+
+# Whether the running (or last) stack runs its PostgreSQL under Patroni.
+recorded_patroni() { [ "$(cat "$STATE_DIR/patroni-mode" 2>/dev/null || echo 0)" = 1 ] && echo 1 || echo 0; }
 
 # Agent i's service name: `allocator` for the first, `allocator-<i>` for the others.
 agent_name() { if [ "$1" -eq 1 ]; then echo allocator; else echo "allocator-$1"; fi; }
@@ -321,6 +344,162 @@ pg_down() {
     fi
 }
 
+# --- Patroni (--patroni) -------------------------------------------------------------------------
+# Node i (1 or 2): PostgreSQL on PG_PORT + i - 1, Patroni's REST API on PATRONI_PORT + i - 1.
+node_pg_port() { echo $((PG_PORT + $1 - 1)); }
+node_api_port() { echo $((PATRONI_PORT + $1 - 1)); }
+
+# The prefix that runs a program as the `postgres` user when root (PostgreSQL refuses root; etcd and
+# Patroni run as it too). setpriv execs, so the pid nohup leaves in $! is the program's.
+as_pg_prefix() { if [ "$(id -u)" -eq 0 ]; then AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --); else AS_PG=(); fi; }
+
+# Whether the process of pid file $1 runs and its command line holds $2 (Patroni's is python3's).
+pidfile_runs() {
+    local pid
+    [ -f "$1" ] || return 1
+    pid=$(<"$1")
+    proc_running "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
+}
+
+patroni_url() {
+    echo "postgres://allocator:$(<"$PATRONI_DIR/allocator-password")@127.0.0.1:$(node_pg_port 1),127.0.0.1:$(node_pg_port 2)/allocator?target_session_attrs=read-write&connect_timeout=1&tcp_user_timeout=5"
+}
+
+# GET on node i's REST API: the body, or nothing.
+patroni_get() { curl -sS --max-time 2 "http://127.0.0.1:$(node_api_port "$1")$2" 2>/dev/null || true; }
+
+# The node whose Patroni says it runs the primary (1 or 2), or nothing.
+patroni_leader() {
+    local i
+    for i in 1 2; do
+        patroni_get "$i" /patroni | grep -Eq '"role": "(master|primary)"' && { echo "$i"; return; }
+    done
+}
+
+wait_for() {
+    local what=$1 deadline=$((SECONDS + $2))
+    shift 2
+    until "$@"; do
+        [ "$SECONDS" -lt "$deadline" ] || die "$what: not after $((SECONDS - deadline + $2)) s (logs in $PATRONI_DIR)"
+        sleep 0.5
+    done
+}
+
+start_patroni_node() {
+    local i=$1 dir=$PATRONI_DIR/pg$1
+    pidfile_runs "$STATE_DIR/patroni-pg$i.pid" patroni && return 0
+    ! port_in_use "127.0.0.1:$(node_pg_port "$i")" ||
+        die "port $(node_pg_port "$i") (PostgreSQL node pg$i, STACK_PG_PORT) is already in use by another process"
+    [ ! -f "$dir/patroni.log" ] || mv -f "$dir/patroni.log" "$dir/patroni.log.1"
+    as_pg_prefix
+    (
+        config=$PWD/configs/patroni/patroni.yml
+        cd "$dir"
+        HOME=$PWD PATRONI_NAME=pg$i \
+            PATRONI_RESTAPI_LISTEN=127.0.0.1:$(node_api_port "$i") PATRONI_RESTAPI_CONNECT_ADDRESS=127.0.0.1:$(node_api_port "$i") \
+            PATRONI_POSTGRESQL_LISTEN=127.0.0.1:$(node_pg_port "$i") PATRONI_POSTGRESQL_CONNECT_ADDRESS=127.0.0.1:$(node_pg_port "$i") \
+            PATRONI_POSTGRESQL_DATA_DIR=$PWD/data PATRONI_POSTGRESQL_BIN_DIR=$(pg_bin) \
+            PATRONI_POSTGRESQL_PGPASS=$PWD/pgpass PATRONI_ETCD3_HOSTS=127.0.0.1:$ETCD_PORT \
+            PATRONI_SUPERUSER_PASSWORD=$(<../superuser-password) PATRONI_REPLICATION_PASSWORD=$(<../replication-password) \
+            nohup "${AS_PG[@]}" patroni "$config" </dev/null >patroni.log 2>&1 &
+        echo $! >"../../patroni-pg$i.pid"
+    )
+    PATRONI_STARTED=1
+    say "Patroni node pg$i started (pid $(<"$STATE_DIR/patroni-pg$i.pid"), PostgreSQL 127.0.0.1:$(node_pg_port "$i"), REST API 127.0.0.1:$(node_api_port "$i"), log $PATRONI_DIR/pg$i/patroni.log)"
+}
+
+patroni_up() {
+    local i leader bin
+    command -v patroni >/dev/null && command -v etcd >/dev/null ||
+        die "Patroni or etcd is not installed: run scripts/setup.sh (Debian's patroni and etcd-server)"
+    bin=$(pg_bin)
+    if [ "$FRESH" -eq 1 ] && [ -d "$PATRONI_DIR" ]; then
+        patroni_down
+        rm -rf "$PATRONI_DIR"
+        say "fresh start: deleted $PATRONI_DIR"
+    fi
+    mkdir -p "$PATRONI_DIR/etcd" "$PATRONI_DIR/pg1" "$PATRONI_DIR/pg2"
+    ensure_token "$PATRONI_DIR/superuser-password" "PostgreSQL superuser password"
+    ensure_token "$PATRONI_DIR/replication-password" "PostgreSQL replication password"
+    ensure_token "$PATRONI_DIR/allocator-password" "PostgreSQL password of the agents' role"
+    # The nodes run as `postgres`, which reads the passwords through Patroni's environment only.
+    [ "$(id -u)" -ne 0 ] || chown -R postgres:postgres "$PATRONI_DIR/etcd" "$PATRONI_DIR/pg1" "$PATRONI_DIR/pg2"
+    if ! pidfile_runs "$STATE_DIR/etcd.pid" etcd; then
+        ! port_in_use "127.0.0.1:$ETCD_PORT" || die "port $ETCD_PORT (etcd, STACK_ETCD_PORT) is already in use by another process"
+        as_pg_prefix
+        nohup "${AS_PG[@]}" etcd --name stack --data-dir "$PATRONI_DIR/etcd/data" \
+            --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+            --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+            --initial-cluster "stack=http://127.0.0.1:$((ETCD_PORT + 1))" </dev/null >"$PATRONI_DIR/etcd/etcd.log" 2>&1 &
+        echo $! >"$STATE_DIR/etcd.pid"
+        PATRONI_STARTED=1
+        say "etcd started (pid $!, 127.0.0.1:$ETCD_PORT, log $PATRONI_DIR/etcd/etcd.log)"
+    fi
+    wait_for "etcd healthy" "$READY_TIMEOUT" eval 'curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" | grep -q true'
+    # pg1 first: with an empty directory it bootstraps the cluster; pg2 then copies it.
+    start_patroni_node 1
+    wait_for "a Patroni leader" "$READY_TIMEOUT" eval '[ -n "$(patroni_leader)" ]'
+    start_patroni_node 2
+    leader=$(patroni_leader)
+    export PGPASSWORD
+    PGPASSWORD=$(<"$PATRONI_DIR/superuser-password")
+    "$bin/psql" -h 127.0.0.1 -p "$(node_pg_port "$leader")" -U postgres -d postgres -tAc \
+        "SELECT 1 FROM pg_roles WHERE rolname = 'allocator'" | grep -q 1 ||
+        "$bin/psql" -h 127.0.0.1 -p "$(node_pg_port "$leader")" -U postgres -d postgres -qc \
+            "CREATE ROLE allocator LOGIN PASSWORD '$(<"$PATRONI_DIR/allocator-password")'" ||
+        die "cannot create the role allocator"
+    "$bin/psql" -h 127.0.0.1 -p "$(node_pg_port "$leader")" -U postgres -d postgres -tAc \
+        "SELECT 1 FROM pg_database WHERE datname = 'allocator'" | grep -q 1 ||
+        "$bin/psql" -h 127.0.0.1 -p "$(node_pg_port "$leader")" -U postgres -d postgres -qc \
+            "CREATE DATABASE allocator OWNER allocator" || die "cannot create the database allocator"
+    unset PGPASSWORD
+    # Agents start once the standby is synchronous: before that, no commit would be durable twice.
+    wait_for "a synchronous standby" $((READY_TIMEOUT * 2)) eval 'patroni_get "$leader" /cluster | grep -q sync_standby'
+    # The agents' config: the checked-in one with the store URL (and its password), owner-only.
+    (
+        umask 077
+        { printf 'store = "%s"\n' "$(patroni_url)"; grep -v '^store[[:space:]]*=' "$(config_of allocator)"; } \
+            >"$PATRONI_DIR/allocator.toml"
+    )
+    say "Patroni ready: leader pg$leader, synchronous standby pg$((3 - leader)); agents' store postgres://allocator:***@127.0.0.1:$(node_pg_port 1),127.0.0.1:$(node_pg_port 2)/allocator?target_session_attrs=read-write&..."
+}
+
+patroni_down() {
+    local f pid i
+    # Both nodes at once (SIGTERM: Patroni stops its PostgreSQL, fast), so that neither takes over
+    # from the other on the way down; etcd last.
+    for f in "$STATE_DIR/patroni-pg1.pid" "$STATE_DIR/patroni-pg2.pid"; do
+        pidfile_runs "$f" patroni && kill -TERM "$(<"$f")" 2>/dev/null
+    done
+    for ((i = 0; i < STOP_TIMEOUT * 30; i++)); do
+        pidfile_runs "$STATE_DIR/patroni-pg1.pid" patroni || pidfile_runs "$STATE_DIR/patroni-pg2.pid" patroni || break
+        sleep 0.1
+    done
+    for f in "$STATE_DIR/patroni-pg1.pid" "$STATE_DIR/patroni-pg2.pid" "$STATE_DIR/etcd.pid"; do
+        case "$f" in *etcd.pid) pidfile_runs "$f" etcd && kill -TERM "$(<"$f")" 2>/dev/null && sleep 1 ;; esac
+        if pidfile_runs "$f" patroni || pidfile_runs "$f" etcd; then
+            pid=$(<"$f")
+            warn "$(basename "$f" .pid) (pid $pid) still running; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        [ ! -f "$f" ] || { rm -f "$f"; say "$(basename "$f" .pid) stopped"; }
+    done
+}
+
+patroni_status() {
+    local i role
+    printf '%-17s %-8s %-8s %-16s %s\n' etcd "$(cat "$STATE_DIR/etcd.pid" 2>/dev/null || echo -)" \
+        "$(pidfile_runs "$STATE_DIR/etcd.pid" etcd && echo running || echo stopped)" "127.0.0.1:$ETCD_PORT" \
+        "$(curl -s --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null || echo -)"
+    for i in 1 2; do
+        role=$(patroni_get "$i" /patroni | grep -Eo '"role": "[a-z_]+"' | cut -d'"' -f4)
+        printf '%-17s %-8s %-8s %-16s %s\n' "patroni-pg$i" "$(cat "$STATE_DIR/patroni-pg$i.pid" 2>/dev/null || echo -)" \
+            "$(pidfile_runs "$STATE_DIR/patroni-pg$i.pid" patroni && echo running || echo stopped)" \
+            "127.0.0.1:$(node_pg_port "$i")" "${role:--}"
+    done
+}
+
 cmd_up() {
     local svc pid addr running=() missing=() services
     mkdir -p "$STATE_DIR"
@@ -359,9 +538,10 @@ cmd_up() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     echo "$AGENTS" >"$STATE_DIR/agents"
+    echo "$PATRONI" >"$STATE_DIR/patroni-mode"
     ensure_token "$TOKEN_FILE" "service token"
     ensure_token "$ADMIN_TOKEN_FILE" "allocator admin token"
-    [ "$AGENTS" -eq 1 ] || pg_up
+    if [ "$PATRONI" -eq 1 ]; then patroni_up; elif [ "$AGENTS" -gt 1 ]; then pg_up; fi
     # The control service's readiness depends on the others, so they go first.
     start_one inference-server
     for ((i = 1; i <= AGENTS; i++)); do
@@ -389,6 +569,7 @@ cmd_down() {
     # The front door first, so no new request reaches the backends while they stop.
     for ((i = ${#services[@]} - 1; i >= 0; i--)); do stop_one "${services[i]}"; done
     pg_down
+    [ "$(recorded_patroni)" -eq 0 ] || patroni_down
 }
 
 cmd_status() {
@@ -408,6 +589,7 @@ cmd_status() {
         [ "${answer%% *}" != 200 ] || ready=$((ready + 1))
         printf '%-17s %-8s %-8s %-16s %s\n' "$svc" "$pid" "$state" "$addr" "$answer"
     done
+    [ "$(recorded_patroni)" -eq 0 ] || patroni_status
     [ "$ready" -eq "${#services[@]}" ]
 }
 
@@ -418,6 +600,7 @@ FRESH="${STACK_FRESH:-0}"
 [ "$FRESH" = 1 ] || FRESH=0
 BUILD=0
 AGENTS=1
+PATRONI=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --fresh) [ "$COMMAND" = up ] || die "--fresh only applies to up"; FRESH=1 ;;
@@ -428,11 +611,20 @@ while [ $# -gt 0 ]; do
             AGENTS=$2
             shift
             ;;
+        --patroni) [ "$COMMAND" = up ] || die "--patroni only applies to up"; PATRONI=1 ;;
+        pg1 | pg2) [ "$COMMAND" = node-up ] || die "unknown option '$1' (see scripts/stack.sh --help)"; NODE=$1 ;;
         -h | --help) usage; exit 0 ;;
         *) die "unknown option '$1' (see scripts/stack.sh --help)" ;;
     esac
     shift
 done
+if [ "$COMMAND" = node-up ]; then
+    [ "$(recorded_patroni)" -eq 1 ] || die "node-up: the stack does not run Patroni (scripts/stack.sh up --agents N --patroni)"
+    [[ "${NODE:-}" =~ ^pg[12]$ ]] || die "node-up needs the node: pg1 or pg2"
+    start_patroni_node "${NODE#pg}"
+    exit 0
+fi
+[ "$PATRONI" -eq 0 ] || [ "$AGENTS" -gt 1 ] || die "--patroni needs --agents N (N >= 2): the agents share the Patroni cluster's database"
 case "$COMMAND" in
     up) cmd_up ;;
     down) cmd_down ;;
