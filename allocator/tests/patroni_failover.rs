@@ -363,7 +363,8 @@ fn an_agent_cut_from_the_database_answers_503_and_catches_up() {
 /// `synchronous_mode_strict`. Returns the ledger after the final check.
 async fn standby_cut_then_primary_killed_in(zone: Arc<Zone>, strict: bool) -> Ledger {
     let mode = if strict { "strict" } else { "default" };
-    let load = Load::start(zone.agent_bases(), Ledger::default());
+    // Each mode's clients with VM ids of their own: both run on the same store.
+    let load = Load::start_named(&format!("{mode}-c"), zone.agent_bases(), Ledger::default());
     let probe = reqwest::Client::new();
     let leader = blocking(&zone, |z| z.wait_healthy()).await;
     let standby = 1 - leader;

@@ -169,6 +169,7 @@ pub struct Pause {
 /// left in doubt is sent again, to a random agent, until it is answered, as a real client would.
 /// Between operations it parks while `pause` asks it to.
 pub async fn client_loop(
+    name: String,
     index: usize,
     agents: Arc<Vec<String>>,
     ledger: Arc<Mutex<Ledger>>,
@@ -190,7 +191,7 @@ pub async fn client_loop(
         }
         let op = if own.is_empty() || (own.len() < 30 && rng.random_bool(0.6)) {
             next += 1;
-            Op::Allocate { id: format!("c{index}-{next}"), cores: rng.random_range(1..=4) }
+            Op::Allocate { id: format!("{name}-{next}"), cores: rng.random_range(1..=4) }
         } else {
             Op::Release(own.swap_remove(rng.random_range(0..own.len())))
         };
@@ -218,8 +219,14 @@ pub struct Load {
 }
 
 impl Load {
-    /// Starts the clients, recording into `ledger`.
+    /// Starts the clients, recording into `ledger`; their VMs are `c<client>-<n>`.
     pub fn start(agents: Vec<String>, ledger: Ledger) -> Load {
+        Load::start_named("c", agents, ledger)
+    }
+
+    /// Starts the clients with VM ids `<prefix><client>-<n>`: a second load on the same store needs
+    /// ids of its own (an id placed before is refused with 409 for another demand).
+    pub fn start_named(prefix: &str, agents: Vec<String>, ledger: Ledger) -> Load {
         let agents = Arc::new(agents);
         let ledger = Arc::new(Mutex::new(ledger));
         let stop = Arc::new(AtomicBool::new(false));
@@ -228,7 +235,7 @@ impl Load {
             .map(|i| {
                 let (agents, ledger, stop, pause) =
                     (Arc::clone(&agents), Arc::clone(&ledger), Arc::clone(&stop), Arc::clone(&pause));
-                tokio::spawn(client_loop(i, agents, ledger, stop, pause))
+                tokio::spawn(client_loop(format!("{prefix}{i}"), i, agents, ledger, stop, pause))
             })
             .collect();
         Load { agents, ledger, stop, pause, clients }
