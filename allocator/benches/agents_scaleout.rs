@@ -14,7 +14,8 @@
 //! Columns: `allocations/s` of the zone; `p50` and `p99` of an allocation request until placed;
 //! `refused/100`, the batches the store refused per 100 commits (a conflict, decided again);
 //! `cores busy`, the CPU of everything (agents, PostgreSQL, proxy and clients) over the elapsed
-//! time; `cpu_ms/alloc`, the agents' and PostgreSQL's CPU per allocation (with its release). The
+//! time; `cpu_ms/alloc`, the agents' and PostgreSQL's CPU per allocation (with its release), then
+//! split into `agents_ms` and `database_ms`. The
 //! last row, one agent on its SQLite file, is the embedded store's reference (no database, so no
 //! round trip).
 //!
@@ -130,8 +131,9 @@ struct Measured {
     figures: support::load::Figures,
     commits: f64,
     conflicts: f64,
-    /// Clock ticks over the measured allocations: the agents and PostgreSQL, and everything.
-    serving_ticks: u64,
+    /// Clock ticks over the measured allocations: the agents, PostgreSQL, and everything.
+    agent_ticks: u64,
+    database_ticks: u64,
     all_ticks: u64,
     elapsed_s: f64,
 }
@@ -161,16 +163,18 @@ async fn run_row(
     let (commits0, conflicts0) =
         (counter(&bases, "allocator_commits_total").await, counter(&bases, "allocator_commit_conflicts_total").await);
     let pids: Vec<u32> = agents.iter().map(|agent| agent.child.id()).collect();
-    let serving = || pids.iter().map(|pid| cpu::process(*pid)).sum::<u64>() + postmaster.map_or(0, cpu::tree);
-    let everything = || serving() + cpu::process(std::process::id());
-    let (serving0, all0, started) = (serving(), everything(), Instant::now());
+    let agent = || pids.iter().map(|pid| cpu::process(*pid)).sum::<u64>();
+    let database = || postmaster.map_or(0, cpu::tree);
+    let everything = || agent() + database() + cpu::process(std::process::id());
+    let (agent0, database0, all0, started) = (agent(), database(), everything(), Instant::now());
     let figures = drive(&bases, allocations, &format!("r{row}"), &mut held, keep).await;
-    let (serving1, all1, elapsed_s) = (serving(), everything(), started.elapsed().as_secs_f64());
+    let (agent1, database1, all1, elapsed_s) = (agent(), database(), everything(), started.elapsed().as_secs_f64());
     Measured {
         figures,
         commits: counter(&bases, "allocator_commits_total").await - commits0,
         conflicts: counter(&bases, "allocator_commit_conflicts_total").await - conflicts0,
-        serving_ticks: serving1.saturating_sub(serving0),
+        agent_ticks: agent1.saturating_sub(agent0),
+        database_ticks: database1.saturating_sub(database0),
         all_ticks: all1.saturating_sub(all0),
         elapsed_s,
     }
@@ -203,9 +207,9 @@ fn main() {
     }
     binaries.push(("this build", PathBuf::from(env!("CARGO_BIN_EXE_allocator"))));
     println!(
-        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc |"
+        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc | agents_ms | database_ms |"
     );
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let runs = rows().into_iter().flat_map(|row| binaries.iter().map(move |binary| (row, binary)));
     for (row, (kind, (label, binary))) in runs.enumerate() {
         let (store, agents, rtt_ms, _proxy) = match kind {
@@ -229,15 +233,18 @@ fn main() {
             .join()
             .expect("the row ran");
         let figures = &measured.figures;
+        let per_allocation_ms = 1e3 / ticks / allocations as f64;
         println!(
-            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} |",
+            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} |",
             if matches!(kind, Row::Sqlite) { "sqlite" } else { "postgres" },
             figures.allocations_per_s,
             figures.p50.as_secs_f64() * 1e3,
             figures.p99.as_secs_f64() * 1e3,
             100.0 * measured.conflicts / measured.commits.max(1.0),
             measured.all_ticks as f64 / ticks / measured.elapsed_s,
-            measured.serving_ticks as f64 / ticks * 1e3 / allocations as f64,
+            (measured.agent_ticks + measured.database_ticks) as f64 * per_allocation_ms,
+            measured.agent_ticks as f64 * per_allocation_ms,
+            measured.database_ticks as f64 * per_allocation_ms,
         );
     }
 }

@@ -392,10 +392,14 @@ fn bad_settings_are_start_up_errors_that_name_the_setting_and_the_fix() {
     assert!(err.contains("`store`") && err.contains("nobody"), "{err}");
     // A schema written by a newer release.
     DurableAllocator::open(&spec(), &lava(), StoreLocation::from(pg.url.clone()), 0.0).unwrap();
-    pg.psql("UPDATE meta SET value = 9 WHERE key = 'schema_version'");
+    pg.psql(&format!("UPDATE meta SET value = {} WHERE key = 'schema_version'", SCHEMA_VERSION + 1));
     let err =
         DurableAllocator::open(&spec(), &lava(), StoreLocation::from(pg.url.clone()), 0.0).unwrap_err().to_string();
-    assert!(err.contains("schema version 9 is newer") && err.contains("point `store` at a database"), "{err}");
+    assert!(
+        err.contains(&format!("schema version {} is newer", SCHEMA_VERSION + 1))
+            && err.contains("point `store` at a database"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -697,6 +701,21 @@ fn a_version_7_database_takes_its_positions_from_a_sequence_after_its_head() {
     assert_eq!(pg.psql("SELECT max(last_seq) FROM hosts"), "42");
 }
 
+#[test]
+fn a_version_8_database_gains_notifications_that_carry_the_batch_and_keeps_its_positions() {
+    let pg = Postgres::start();
+    // Version 8 notified the position and agent alone; positions taken and rolled back may lie
+    // past the log's last row, and the sequence must not go back over them.
+    let mut durable =
+        upgraded_from(&pg, "SELECT setval('log_seq', 50); UPDATE meta SET value = 8 WHERE key = 'schema_version'");
+    assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
+    assert_eq!(pg.psql("SELECT max(seq) FROM changes"), "51", "the next position after the sequence's");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_proc WHERE proname = 'allocator_position' AND prosrc LIKE '%v_note || '' '' || p_body%'"),
+        "1"
+    );
+}
+
 /// Polls `condition` for up to 20 s: notifications travel between processes.
 fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -744,6 +763,57 @@ fn an_agent_hears_of_other_agents_commits_and_a_lost_notification_costs_only_a_f
     assert_eq!(batches.len(), 2, "the other agent's batch and its own, in the log's order");
     // Listening again, and followed since (commits while it was away were in that follow).
     eventually("listening again", || two.follow().is_ok() && two.known_current());
+}
+
+/// Schema 9: another agent's batch comes with its notification, and is followed from it without
+/// reading the log, as the log would give it; a batch too large for a notification, and any commit
+/// while the listener was away, are read from the log.
+#[test]
+fn an_agent_follows_other_agents_batches_from_their_notifications() {
+    let pg = Postgres::start();
+    let location = StoreLocation::from(pg.url.clone());
+    let none = |_: &HostId| None;
+    let mut one = store::open(&location, &spec()).unwrap();
+    let mut two = store::open(&location, &spec()).unwrap();
+    let mut reader = store::open(&location, &spec()).unwrap();
+    eventually("the second store listens", || two.follow().is_ok() && two.known_current());
+    reader.follow().unwrap();
+    let placed = |id: &str, host: &str| Change::Placed { vm: new_vm(id, 1.0), host: HostId::from(host) };
+    one.apply(&[placed("a", "z-h0"), placed("b", "z-h1")], &none).unwrap();
+    eventually("the second store hears of the batch", || !two.known_current());
+    let Ok(Some(store::Followed::Batches(notified))) = two.follow_notified() else {
+        panic!("not from the notification")
+    };
+    let Ok(store::Followed::Batches(logged)) = reader.follow() else { panic!("no batches") };
+    assert_eq!(notified, logged, "the notified batch is the logged one");
+    assert_eq!(notified.len(), 1);
+    assert!(two.known_current(), "the view holds the notified position");
+    assert!(matches!(two.follow(), Ok(store::Followed::Batches(b)) if b.is_empty()), "followed once");
+
+    // Too large to notify: 100 placements in the log's JSON.
+    let many: Vec<Change> = (0..100)
+        .map(|i| Change::Placed {
+            vm: new_vm(&format!("big-{i:03}"), 0.5),
+            host: HostId::from(format!("z-h{}", i % 8)),
+        })
+        .collect();
+    one.apply(&many, &none).unwrap();
+    eventually("the second store hears of the large batch", || !two.known_current());
+    assert!(matches!(two.follow_notified(), Ok(None)), "a batch not carried is read from the log");
+    let Ok(store::Followed::Batches(batches)) = two.follow() else { panic!("no batches") };
+    assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![100]);
+
+    // The listener cut: what committed meanwhile was never notified, so only the log will do.
+    pg.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'allocator-listener'");
+    one.apply(&[placed("c", "z-h0")], &none).unwrap();
+    eventually("the listener is back", || !two.known_current());
+    one.apply(&[placed("d", "z-h0")], &none).unwrap();
+    eventually("the notification of d arrives", || {
+        matches!(two.follow_notified(), Ok(None))
+            && pg.psql("SELECT count(*) FROM changes WHERE body LIKE '%\"d\"%'") == "1"
+    });
+    let Ok(store::Followed::Batches(batches)) = two.follow() else { panic!("no batches") };
+    assert_eq!(batches.len(), 2, "c (never notified) and d, from the log");
 }
 
 /// Schema 8: two agents whose batches touch different hosts neither wait for each other nor take

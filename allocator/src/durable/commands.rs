@@ -578,6 +578,8 @@ pub struct Follow;
 
 impl Request for Follow {
     type Output = ();
+    // It answers nothing: the notified batches are enough (no query), as for a placement.
+    const CHECKED_AT_COMMIT: bool = true;
 
     fn run(&self, _cx: &mut Context<'_>) -> Result<(), CommandError> {
         Ok(())

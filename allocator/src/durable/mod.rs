@@ -569,8 +569,14 @@ impl DurableAllocator {
     /// view was left unchecked that way; says why when the store cannot be used.
     fn catch_up(&mut self, now_s: f64, follow_first: bool) -> Result<bool, String> {
         // Only a store other agents write can lack anything (the embedded store's follow is free).
-        let unchecked = !follow_first
-            && self.live.as_ref().is_some_and(|live| live.store.agent().is_some() && live.store.known_current());
+        let shared = self.live.as_ref().is_some_and(|live| live.store.agent().is_some());
+        let mut unchecked =
+            !follow_first && shared && self.live.as_ref().is_some_and(|live| live.store.known_current());
+        if !unchecked && !follow_first && shared {
+            // What other agents' notifications carried: as current as a view that skipped the
+            // follow, at no round trip.
+            unchecked = self.follow_notified();
+        }
         if !unchecked {
             self.follow_store();
         }
@@ -587,6 +593,20 @@ impl DurableAllocator {
         Ok(unchecked)
     }
 
+    /// Applies the batches other agents' notifications carried
+    /// ([`PlacementStore::follow_notified`]); answers whether it did (and the view is in step).
+    fn follow_notified(&mut self) -> bool {
+        let Some(live) = &mut self.live else { return false };
+        let followed = match live.store.follow_notified() {
+            Ok(None) => return false,
+            Ok(Some(followed)) => Ok(followed),
+            Err(error) => Err(error),
+        };
+        metrics::counter!("allocator_notified_follows_total").increment(1);
+        self.apply_followed(followed);
+        self.live.is_some()
+    }
+
     /// Applies the changes committed to the store that the live view lacks; drops the live view
     /// (to be rebuilt) when they cannot be followed.
     fn follow_store(&mut self) {
@@ -594,6 +614,13 @@ impl DurableAllocator {
             let started = Instant::now();
             let followed = live.store.follow();
             metrics::histogram!("allocator_follow_duration_seconds").record(started.elapsed().as_secs_f64());
+            self.apply_followed(followed);
+        }
+    }
+
+    /// Applies what a follow found to the live view; drops the view (to be rebuilt) when it cannot.
+    fn apply_followed(&mut self, followed: Result<Followed, StoreError>) {
+        if let Some(live) = &mut self.live {
             let in_step = match followed {
                 Ok(Followed::Batches(batches)) => {
                     let changes = batches.iter().map(Vec::len).sum::<usize>();

@@ -4,7 +4,10 @@
 //! agent ([`super::postgres`]).
 //!
 //! What it keeps is a hint, never the truth: the positions other agents are known to have
-//! committed that the view may lack, and whether it is connected and listening. Positions are not
+//! committed that the view may lack, each with its batch when the notification carried it
+//! (schema 9: every batch whose changes fit in a notification), and whether it is connected and
+//! listening. With the batches at hand a follow needs no query ([`Listener::take_notified`]): an
+//! agent among many spends no round trip and no database work on the others' commits. Positions are not
 //! committed in their order (schema 8: [`super::log_view`]), so it keeps each notified position
 //! until the view holds it, not only the latest. The store skips its follow query only while the
 //! listener is connected, it has followed since the listener (re)started listening (what was
@@ -20,7 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The channel the log function notifies (`pg_notify`), with payload `"<seq> <agent>"`.
+/// The channel the log function notifies (`pg_notify`), with payload `"<seq> <agent> <changes>"`,
+/// or `"<seq> <agent>"` for a batch whose changes (the change log's JSON) would not fit.
 pub(crate) const CHANNEL: &str = "allocator_log";
 
 /// The listening sessions' `application_name` (`pg_stat_activity`).
@@ -34,6 +38,19 @@ const POLL: Duration = Duration::from_millis(500);
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
+/// The most notified batches kept with their changes: past it (a worker that does not follow) the
+/// positions are kept alone, and the store's next follow reads them from the log.
+const KEPT_BATCHES: usize = 4096;
+
+/// Another agent's commit, as notified.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Notified {
+    pub(crate) seq: i64,
+    pub(crate) agent: String,
+    /// The batch's changes (the change log's `body`), when the notification carried them.
+    pub(crate) body: Option<String>,
+}
+
 /// Called when another agent committed a batch this agent has not followed (from the listening
 /// thread: it must not block). The allocator's worker uses it to follow while idle.
 pub type Waker = Arc<dyn Fn() + Send + Sync>;
@@ -42,8 +59,8 @@ pub type Waker = Arc<dyn Fn() + Send + Sync>;
 struct Shared {
     /// This agent's name: its own notifications are no news.
     agent: String,
-    /// Log positions other agents are known to have committed, until the view holds them.
-    notified: Mutex<Vec<i64>>,
+    /// Commits of other agents, until the view holds them.
+    notified: Mutex<Vec<Notified>>,
     /// Connected and listening: every commit from [`Shared::generation`]'s start on is notified.
     listening: AtomicBool,
     /// Counts the times listening (re)started: a view followed in an earlier generation may lack
@@ -57,11 +74,14 @@ struct Shared {
 }
 
 impl Shared {
-    fn committed_elsewhere(&self, seq: i64) {
+    fn committed_elsewhere(&self, mut batch: Notified) {
         // A poisoned lock only means a holder panicked; the store then follows before every
         // batch ([`Listener::up_to`]).
         if let Ok(mut notified) = self.notified.lock() {
-            notified.push(seq);
+            if notified.len() >= KEPT_BATCHES {
+                batch.body = None;
+            }
+            notified.push(batch);
         }
         self.wake();
     }
@@ -117,8 +137,28 @@ impl Listener {
             return false;
         }
         let Ok(mut notified) = self.shared.notified.lock() else { return false };
-        notified.retain(|seq| !holds(*seq));
+        notified.retain(|batch| !holds(batch.seq));
         notified.is_empty()
+    }
+
+    /// The commits notified since the last call that the view does not `holds`, in the log's
+    /// order, if a follow may take them instead of reading the log: listening, in the generation
+    /// `followed_generation` (so every commit since the last read of the log was notified), and
+    /// every such commit's changes at hand. `None` leaves them for the next call.
+    pub(crate) fn take_notified(&self, followed_generation: u64, holds: impl Fn(i64) -> bool) -> Option<Vec<Notified>> {
+        if !self.shared.listening.load(Ordering::Acquire)
+            || self.shared.generation.load(Ordering::Acquire) != followed_generation
+        {
+            return None;
+        }
+        let mut notified = self.shared.notified.lock().ok()?;
+        notified.retain(|batch| !holds(batch.seq));
+        if notified.iter().any(|batch| batch.body.is_none()) {
+            return None;
+        }
+        let mut batches = std::mem::take(&mut *notified);
+        batches.sort_unstable_by_key(|batch| batch.seq);
+        Some(batches)
     }
 
     /// The store is about to follow: a commit notified from now on wakes the worker again.
@@ -190,17 +230,43 @@ fn listen_once(config: &Config, shared: &Shared) -> Result<(), String> {
                 }
                 continue;
             };
-            let mut words = notification.payload().split(' ');
-            match (words.next().and_then(|seq| seq.parse::<i64>().ok()), words.next()) {
-                (Some(seq), agent) if agent != Some(shared.agent.as_str()) => shared.committed_elsewhere(seq),
-                (Some(_), _) => {}
+            match parse(notification.payload()) {
+                Some(batch) if batch.agent != shared.agent => shared.committed_elsewhere(batch),
+                Some(_) => {}
                 // Not the log function's (another release's, or someone's NOTIFY): news of an
                 // unknown position. A new generation: the store follows again.
-                (None, _) => {
+                None => {
                     shared.listening.store(false, Ordering::Release);
                     break;
                 }
             }
         }
+    }
+}
+
+/// A notification of the log function: `"<seq> <agent>"`, then the batch's changes after a space
+/// when they fit (an agent's name has no space: [`super::postgres`] makes it).
+fn parse(payload: &str) -> Option<Notified> {
+    let mut words = payload.splitn(3, ' ');
+    let seq = words.next()?.parse::<i64>().ok()?;
+    let agent = words.next()?.to_owned();
+    Some(Notified { seq, agent, body: words.next().map(str::to_owned) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_carries_its_position_agent_and_changes_when_they_fit() {
+        let with = parse(r#"41 agent-a [{"placed":{"vm":"a b"}}]"#).expect("parsed");
+        assert_eq!(
+            with,
+            Notified { seq: 41, agent: "agent-a".into(), body: Some(r#"[{"placed":{"vm":"a b"}}]"#.into()) }
+        );
+        assert_eq!(parse("42 agent-b"), Some(Notified { seq: 42, agent: "agent-b".into(), body: None }));
+        // Someone else's NOTIFY on the channel.
+        assert_eq!(parse("hello"), None);
+        assert_eq!(parse("43"), None);
     }
 }

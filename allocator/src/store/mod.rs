@@ -259,6 +259,16 @@ pub trait PlacementStore: Send + fmt::Debug {
         Ok(Followed::Batches(Vec::new()))
     }
 
+    /// Other agents' batches that this agent knows of without reading the store (their
+    /// notifications carried them), in the log's order, as [`PlacementStore::follow`] gives them:
+    /// a view that applied them is as current as one that [`PlacementStore::known_current`] let
+    /// skip the follow, no more (a commit not notified yet is not in it). `None` when the store
+    /// must be read (no notifications to rely on, a batch too large to notify, a position to
+    /// claim).
+    fn follow_notified(&mut self) -> Result<Option<Followed>, StoreError> {
+        Ok(None)
+    }
+
     /// Whether this agent's view is known to hold every batch committed to the store, so that a
     /// batch whose answers the store checks at its commit may skip [`PlacementStore::follow`]. A
     /// store only this agent writes always is; a shared one knows it from other agents'
@@ -466,6 +476,10 @@ impl PlacementStore for PostgresStore {
 
     fn follow(&mut self) -> Result<Followed, StoreError> {
         PostgresStore::follow(self)
+    }
+
+    fn follow_notified(&mut self) -> Result<Option<Followed>, StoreError> {
+        PostgresStore::follow_notified(self)
     }
 
     fn known_current(&self) -> bool {

@@ -18,23 +18,27 @@
 //! PL/pgSQL or `LISTEN`/`NOTIFY`: see docs/allocator.md.
 //!
 //! **Following without polling.** The log function notifies `allocator_log` with the batch's
-//! position and agent. Each agent listens on a connection of its own ([`Listener`], a thread) and
-//! keeps the latest position another agent committed; a batch of allocations and releases skips
-//! the follow query when that position is one this agent's view has already followed, and an
-//! idle agent is woken to follow ([`PostgresStore::set_waker`]). A notification can be lost
-//! (the listening connection broke, or is late): the commit still checks the log position
-//! ([`super::Committed`]), so a batch decided on a view that lacked another agent's batch is taken
-//! back and followed in the log's order, and while the listener is not connected every batch
-//! follows first, as before.
+//! position and agent, and (schema 9) the batch's changes when they fit in a notification. Each
+//! agent listens on a connection of its own ([`Listener`], a thread) and keeps the positions other
+//! agents committed, with their changes; a batch of allocations and releases skips the follow
+//! query when its view holds every notified position, or applies the notified changes without a
+//! query ([`PostgresStore::follow_notified`]), and an idle agent is woken to follow
+//! ([`PostgresStore::set_waker`]). A notification can be lost (the listening connection broke, or
+//! is late): the commit still checks the log position ([`super::Committed`]), so a batch decided
+//! on a view that lacked another agent's batch is taken back and followed in the log's order, and
+//! while the listener is not connected every batch follows first, as before. Reads and a batch
+//! that must see every acknowledged commit always read the log.
 //!
-//! Schema (version 8, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
+//! Schema (version 9, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
 //! the request's columns (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS`), NULL in the rows they hold
 //! (no request time, default request facts), versions 1 and 2 gain the (empty) `exits` table,
 //! versions 1 to 3 the (empty) `rejections` table, versions 1 to 5 the (empty) `releases` table,
 //! versions 1 to 7 the sequence of positions (continuing from `log_head`, which goes) and the
 //! hosts' `last_seq`, and every older version the batch functions of this one. Agents of
-//! schema 7 must be stopped before one of schema 8 opens their store: they write `log_head`.
+//! schema 7 must be stopped before one of schema 8 or 9 opens their store: they write `log_head`.
+//! Agents of schema 8 may run on beside one of schema 9 (only the notifications changed, and they
+//! read the position and agent of them as before), but do not start on its store.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -141,7 +145,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -417,6 +421,47 @@ impl PostgresStore {
         self.listener.set_waker(wake);
     }
 
+    /// See [`super::PlacementStore::follow_notified`]: the batches other agents' notifications
+    /// carried (see [`super::listener`]), while every commit since this agent last read the log
+    /// was notified and none pending is overdue for a claim, which only reading the log does.
+    pub fn follow_notified(&mut self) -> Result<Option<Followed>, StoreError> {
+        let now = std::time::Instant::now();
+        if !self.view.overdue(now, CLAIM_AFTER).is_empty() || self.listener.following() != self.followed_generation {
+            return Ok(None);
+        }
+        let Some(notified) = self.listener.take_notified(self.followed_generation, |seq| self.view.holds(seq)) else {
+            return Ok(None);
+        };
+        let mut batches = Vec::with_capacity(notified.len());
+        let mut visible = Vec::with_capacity(notified.len());
+        for batch in notified {
+            visible.push(batch.seq);
+            self.saw_agent(&batch.agent, batch.seq);
+            batches.push(self.decode_batch(batch.seq, batch.body.as_deref().unwrap_or("[]"))?);
+        }
+        self.view.saw(visible, now);
+        Ok(Some(Followed::Batches(batches)))
+    }
+
+    /// An agent wrote the batch at `seq` (see [`Self::agents`]).
+    fn saw_agent(&mut self, agent: &str, seq: i64) {
+        match self.seen.get_mut(agent) {
+            Some(last) => *last = (*last).max(seq),
+            None => {
+                self.seen.insert(agent.to_owned(), seq);
+            }
+        }
+    }
+
+    /// The changes of the batch at `seq`, as the change log keeps them.
+    fn decode_batch(&self, seq: i64, body: &str) -> Result<Vec<LoggedChange>, StoreError> {
+        serde_json::from_str(body).map_err(|e| StoreError::CorruptVm {
+            store: self.name.clone(),
+            vm: format!("change log row {seq}"),
+            detail: e.to_string(),
+        })
+    }
+
     /// See [`super::PlacementStore::follow`].
     pub fn follow(&mut self) -> Result<Followed, StoreError> {
         let generation = self.listener.following();
@@ -449,18 +494,8 @@ impl PostgresStore {
                 // A position claimed as rolled back: no batch.
                 continue;
             }
-            match self.seen.get_mut(agent) {
-                Some(last) => *last = (*last).max(seq),
-                None => {
-                    self.seen.insert(agent.to_owned(), seq);
-                }
-            }
-            let batch: Vec<LoggedChange> = serde_json::from_str(row.get(2)).map_err(|e| StoreError::CorruptVm {
-                store: self.name.clone(),
-                vm: format!("change log row {seq}"),
-                detail: e.to_string(),
-            })?;
-            batches.push(batch);
+            self.saw_agent(agent, seq);
+            batches.push(self.decode_batch(seq, row.get(2))?);
         }
         let now = std::time::Instant::now();
         self.view.saw(visible, now);
@@ -831,8 +866,11 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                  CREATE TABLE IF NOT EXISTS log_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
                  INSERT INTO log_head (id, seq) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
                  CREATE SEQUENCE IF NOT EXISTS log_seq;
-                 SELECT setval('log_seq', GREATEST(seq, (SELECT COALESCE(max(seq), 0) FROM changes), 1),
-                               GREATEST(seq, (SELECT COALESCE(max(seq), 0) FROM changes)) > 0)
+                 -- (Schema 8 has the sequence already: it never goes back.)
+                 SELECT setval('log_seq', GREATEST(seq, (SELECT COALESCE(max(seq), 0) FROM changes),
+                                                   COALESCE(pg_sequence_last_value('log_seq'), 0), 1),
+                               GREATEST(seq, (SELECT COALESCE(max(seq), 0) FROM changes),
+                                        COALESCE(pg_sequence_last_value('log_seq'), 0)) > 0)
                      FROM log_head WHERE id = 1;
                  DROP TABLE log_head;
                  CREATE TABLE IF NOT EXISTS rejections (
@@ -855,7 +893,7 @@ fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -> Result<()
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 8)
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 9)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -935,7 +973,8 @@ impl Statements {
 /// when another agent rejected one of the VM ids it places after this agent's view or less than
 /// `p_stands` seconds ago (`AL002`, the ids as a JSON array in the detail), placed one of those it
 /// rejects (`AL001`), or released one it places after this agent's view (`AL003`; also a view
-/// older than the log keeps), trims the log and the releases every 1,000 batches, and notifies [`super::listener::CHANNEL`]. Its
+/// older than the log keeps), trims the log and the releases every 1,000 batches, and notifies [`super::listener::CHANNEL`]
+/// (with the batch's changes when they fit). Its
 /// reads come after the head's lock is granted, each with a snapshot of its own (read
 /// committed), so they see every batch committed before this one.
 ///
@@ -970,6 +1009,7 @@ DECLARE
     v_key integer;
     v_ids text[];
     v_seq bigint;
+    v_note text;
 BEGIN
     -- The VM ids' locks, in one order for every batch: another batch deciding one of them commits
     -- wholly before or after this one, so the reads below see it or it sees this one.
@@ -1010,6 +1050,13 @@ BEGIN
     -- connection, a crash), which a follower then claims.
     v_seq := nextval('log_seq');
     INSERT INTO changes (seq, agent, body) VALUES (v_seq, p_agent, p_body);
+    -- Sent at the commit: the batch itself when it fits (a notification's payload is shorter
+    -- than 8,000 bytes), so that the other agents follow it without reading the log.
+    v_note := v_seq || ' ' || p_agent;
+    IF octet_length(v_note) + octet_length(p_body) < 7900 THEN
+        v_note := v_note || ' ' || p_body;
+    END IF;
+    PERFORM pg_notify('allocator_log', v_note);
     RETURN v_seq;
 END
 $fn$;
@@ -1036,7 +1083,6 @@ BEGIN
         INSERT INTO meta (key, value) VALUES ('log_pruned', p_seq - p_log_kept)
             ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value, EXCLUDED.value);
     END IF;
-    PERFORM pg_notify('allocator_log', p_seq || ' ' || p_agent);
 END
 $fn$;
 
@@ -1635,7 +1681,7 @@ mod tests {
 
     #[test]
     fn the_log_function_notifies_the_channel_the_listener_listens_to() {
-        let notify = format!("pg_notify('{}', p_seq || ' ' || p_agent)", super::super::listener::CHANNEL);
+        let notify = format!("pg_notify('{}', v_note)", super::super::listener::CHANNEL);
         assert!(BATCH_FUNCTIONS.contains(&notify), "{notify}");
     }
 
