@@ -142,16 +142,38 @@ fn scalar_text(value: &Value) -> Option<String> {
     }
 }
 
+/// `text` with each `${NAME:-default}` (or `${NAME-default}`) replaced by its default: the value
+/// when the variable is unset, as the checks read the file. A variable without a default is refused.
+fn with_defaults(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').ok_or_else(|| format!("'{text}' has an unclosed ${{"))? + start;
+        let inner = &rest[start + 2..end];
+        let (_, default) = inner
+            .split_once(":-")
+            .or_else(|| inner.split_once('-'))
+            .ok_or_else(|| format!("'{text}': ${{{inner}}} has no default"))?;
+        out.push_str(default);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn parse_port(value: &Value) -> Result<PortMapping, String> {
     let number = |text: &str| text.parse::<u16>().map_err(|_| format!("'{text}' is not a single port"));
     if let Value::Mapping(long) = value {
-        let get = |key: &str| long.get(key).and_then(scalar_text);
-        let target = number(&get("target").ok_or("the long syntax needs target")?)?;
-        let published = get("published").map(|p| number(&p)).transpose()?;
+        let get = |key: &str| long.get(key).and_then(scalar_text).map(|v| with_defaults(&v)).transpose();
+        let target = number(&get("target")?.ok_or("the long syntax needs target")?)?;
+        let published = get("published")?.map(|p| number(&p)).transpose()?;
         return Ok(PortMapping { text: format!("{long:?}"), published, target });
     }
     let text = scalar_text(value).ok_or_else(|| format!("unreadable port entry {value:?}"))?;
-    let without_protocol = text.split('/').next().unwrap_or(&text);
+    // A host port that the environment may move (`${LAVA_CONTROL_PORT:-8080}`) is read by its default.
+    let unset = with_defaults(&text)?;
+    let without_protocol = unset.split('/').next().unwrap_or(&unset);
     // [[host_ip:]published:]target, where host_ip may itself hold colons (IPv6 in brackets).
     let mut parts = without_protocol.rsplitn(3, ':');
     let target = number(parts.next().unwrap_or(""))?;
@@ -1133,12 +1155,16 @@ fn checks_catch_a_change_made_in_one_place_only() {
     };
 
     // The published port, in compose only.
-    let moved = replace(&compose, "\"127.0.0.1:8082:8082\"", "\"127.0.0.1:8083:8082\"");
+    let moved = replace(&compose, "${LAVA_ALLOCATOR_PORT:-8082}:8082", "${LAVA_ALLOCATOR_PORT:-8083}:8082");
     expect(
         problems_with(&moved, &configs),
         &["services.allocator.ports", "configs/allocator.toml listen"],
-        "published port changed",
+        "published port's default changed",
     );
+    let fixed = replace(&compose, "${LAVA_ALLOCATOR_PORT:-8082}:8082", "8083:8082");
+    expect(problems_with(&fixed, &configs), &["services.allocator.ports", "publishes 8083"], "published port changed");
+    let unset = replace(&compose, "${LAVA_ALLOCATOR_PORT:-8082}:8082", "${LAVA_ALLOCATOR_PORT}:8082");
+    expect(problems_with(&unset, &configs), &["services.allocator.ports", "has no default"], "no default");
 
     // The allocator's native port, in its config only: compose and the control service's config
     // still say 8082.

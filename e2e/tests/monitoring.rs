@@ -1073,7 +1073,14 @@ fn grafana_provisioning_matches_the_dashboard_and_the_compose_file() {
         "`docker compose up` must start exactly",
     );
     expect(
-        MonitoringFiles { compose: replace(&base().compose, "\"127.0.0.1:3000:3000\"", "\"3000:3000\""), ..base() },
+        MonitoringFiles {
+            compose: replace(
+                &base().compose,
+                "\"127.0.0.1:${LAVA_GRAFANA_PORT:-3000}:3000\"",
+                "\"${LAVA_GRAFANA_PORT:-3000}:3000\"",
+            ),
+            ..base()
+        },
         "not on the host's loopback",
     );
     expect(
