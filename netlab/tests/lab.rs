@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -165,16 +165,23 @@ fn set_int_option(stream: &impl AsRawFd, level: libc::c_int, name: libc::c_int, 
     assert_eq!(rc, 0, "setsockopt {level}/{name}: {}", io::Error::last_os_error());
 }
 
+/// Hosts `a` and `b`, an echo server on `b`, and a connection from `a` to it that has made a round
+/// trip.
+fn connected_pair() -> (Lab, std::thread::JoinHandle<()>, TcpStream) {
+    let lab = Lab::new(["a", "b"]).unwrap();
+    let (a, b) = (lab["a"].clone(), lab["b"].clone());
+    let server = echo_server(b.bind_tcp(7000).unwrap(), 1);
+    let mut client = a.connect_tcp(b.socket_addr(7000), WAIT).unwrap();
+    assert_eq!(round_trip(&mut client, b"x"), b"x");
+    (lab, server, client)
+}
+
 #[test]
 fn keepalives_fire_across_a_partition() {
     if !lab_or_skip("keepalives_fire_across_a_partition") {
         return;
     }
-    let lab = Lab::new(["a", "b"]).unwrap();
-    let (a, b) = (lab["a"].clone(), lab["b"].clone());
-    let _server = echo_server(b.bind_tcp(7000).unwrap(), 1);
-    let mut client = a.connect_tcp(b.socket_addr(7000), WAIT).unwrap();
-    assert_eq!(round_trip(&mut client, b"x"), b"x");
+    let (lab, _server, mut client) = connected_pair();
     // Probe after 1 s idle, every 1 s, give up after 2 unanswered.
     set_int_option(&client, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
     set_int_option(&client, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 1);
@@ -195,11 +202,7 @@ fn retransmissions_time_out_across_a_partition() {
     if !lab_or_skip("retransmissions_time_out_across_a_partition") {
         return;
     }
-    let lab = Lab::new(["a", "b"]).unwrap();
-    let (a, b) = (lab["a"].clone(), lab["b"].clone());
-    let _server = echo_server(b.bind_tcp(7000).unwrap(), 1);
-    let mut client = a.connect_tcp(b.socket_addr(7000), WAIT).unwrap();
-    assert_eq!(round_trip(&mut client, b"x"), b"x");
+    let (lab, _server, mut client) = connected_pair();
     // Unacknowledged data for 1.5 s ends the connection.
     set_int_option(&client, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 1500);
 

@@ -226,6 +226,21 @@ pub fn redact(url: &str) -> String {
     redacted
 }
 
+/// The connection settings of `url`, with the agent's defaults for what it leaves out.
+fn connection_config(url: &str) -> Result<postgres::Config, postgres::Error> {
+    let mut config: postgres::Config = url.parse()?;
+    // Cut off from the database, an agent must not wait for TCP to give up (minutes): its
+    // clients get 503 and it reconnects.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+    Ok(config)
+}
+
 fn units(resources: &Resources) -> [i64; RESOURCE_DIMS] {
     resources.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX))
 }
@@ -236,13 +251,7 @@ impl PostgresStore {
         let name = redact(url);
         let open_error =
             |source: postgres::Error| StoreError::Open { store: format!("`store` = {name}"), source: source.into() };
-        let mut config: postgres::Config = url.parse().map_err(open_error)?;
-        // Cut off from the database, an agent must not wait for TCP to give up (minutes): its
-        // clients get 503 and it reconnects.
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+        let config = connection_config(url).map_err(open_error)?;
         let mut client = config.connect(NoTls).map_err(open_error)?;
         // A transaction of an agent holds its hosts' row locks and the change log's head: the
         // other agents' commits wait for it. One cut off in the middle (partitioned, stopped)
@@ -684,6 +693,12 @@ const EXPORT_COLUMNS: &str = "seq, vm_id, host_id, tenant_id, vm_type, cores_bas
 
 /// How long an agent waits to connect when its URL names no `connect_timeout`.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long data an agent sent may go unacknowledged before its connection fails, when its URL
+/// names no `tcp_user_timeout`: a database whose machine or link vanished in the middle of a query
+/// would otherwise hold the agent until TCP gives up (about 15 minutes; keepalives only probe idle
+/// connections). A slow query on a live connection is not cut: the server acknowledges what it
+/// receives.
+const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Idle time before TCP keepalive probes start on an agent's connection.
 const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long the server lets an agent's session sit idle inside a transaction before it ends the
@@ -1683,6 +1698,19 @@ mod tests {
     fn the_log_function_notifies_the_channel_the_listener_listens_to() {
         let notify = format!("pg_notify('{}', v_note)", super::super::listener::CHANNEL);
         assert!(BATCH_FUNCTIONS.contains(&notify), "{notify}");
+    }
+
+    #[test]
+    fn a_url_without_timeouts_gets_the_agents_and_one_with_them_keeps_its_own() {
+        use std::time::Duration;
+        let config = super::connection_config("postgres://alloc@db:5432/zone").unwrap();
+        assert_eq!(config.get_connect_timeout(), Some(&super::CONNECT_TIMEOUT));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&super::TCP_USER_TIMEOUT));
+        assert!(config.get_keepalives());
+        let config =
+            super::connection_config("postgres://alloc@db:5432/zone?connect_timeout=1&tcp_user_timeout=9").unwrap();
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(1)));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(9)));
     }
 
     #[test]

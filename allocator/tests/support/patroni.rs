@@ -73,19 +73,6 @@ pub struct Zone {
     agents: Vec<Mutex<Option<Child>>>,
 }
 
-/// `/usr/lib/postgresql/<newest>/bin`, Debian's place for the server binaries.
-fn pg_bin_dir() -> PathBuf {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path().join("bin"))
-        .filter(|bin| bin.join("pg_ctl").exists())
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| panic!("PostgreSQL is not installed under /usr/lib/postgresql: run scripts/setup.sh"))
-}
-
 fn require(program: &str) {
     let on_path = std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
@@ -200,7 +187,7 @@ impl Zone {
         let zone = Zone {
             lab,
             dir,
-            bin_dir: pg_bin_dir(),
+            bin_dir: super::postgres::bin_dir(),
             etcd: Mutex::new(None),
             patroni: [Mutex::new(None), Mutex::new(None)],
             agents: (0..agents).map(|_| Mutex::new(None)).collect(),

@@ -22,7 +22,8 @@ pub struct Postgres {
     stopped: bool,
 }
 
-fn bin_dir() -> PathBuf {
+/// The directory of PostgreSQL's server programs (`pg_ctl`, `initdb`, `postgres`, `psql`).
+pub fn bin_dir() -> PathBuf {
     if let Ok(path) = which("pg_ctl") {
         // A link on PATH (/usr/local/bin/pg_ctl) leads to the directory that has psql too.
         let path = std::fs::canonicalize(&path).unwrap_or(path);
