@@ -467,7 +467,6 @@ async fn standby_cut_then_primary_killed_in(zone: Arc<Zone>, strict: bool, ledge
 }
 
 #[test]
-#[ignore = "run by hand (cargo test --release -p allocator --test patroni_failover -- --ignored): failed in a full workspace run (a VM id reused across its two runs, fixed since in 162a967, not yet re-run under load)"]
 fn standby_cut_then_primary_killed() {
     let _serial = serial();
     let Some(zone) = zone("standby_cut_then_primary_killed") else { return };
@@ -569,7 +568,6 @@ async fn weakened(zone: Arc<Zone>) -> Losses {
 /// acknowledged on the primary's flush alone) and a failover to a standby that missed the last of
 /// them, the same checker reports lost acknowledged placements.
 #[test]
-#[ignore = "run by hand (cargo test --release -p allocator --test patroni_failover -- --ignored): whether the standby that missed the writes is promoted depends on timing; it found no loss in a full workspace run"]
 fn a_weakened_setting_is_caught() {
     let _serial = serial();
     let Some(zone) = zone("a_weakened_setting_is_caught") else { return };
