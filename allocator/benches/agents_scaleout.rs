@@ -22,7 +22,8 @@
 //! Environment: `SCALEOUT_ROWS=2:1,2:8,0:sqlite` chooses the rows (`RTT_MS:AGENTS`, or
 //! `0:sqlite`; default: round trips 0 and 2 ms by 1, 2, 4 and 8 agents, then `0:sqlite`);
 //! `SCALEOUT_BASELINE=/path/to/allocator` runs every row first with that binary (a reference
-//! build: before and after in one run), each on a database of its own.
+//! build: before and after in one run), each on a database of its own; `SCALEOUT_AGENT_LOG` is the
+//! agents' `RUST_LOG` (default `warn`; their log goes to the bench's standard error).
 
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
@@ -99,7 +100,7 @@ fn start_agent(lab: &Lab, binary: &Path, i: usize, dir: &Path, store: &str) -> A
         .command(binary)
         .arg("--config")
         .arg(&config)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("SCALEOUT_AGENT_LOG").unwrap_or_else(|_| "warn".to_owned()))
         .env("ALLOCATOR_SERVICE_TOKEN", support::SERVICE_TOKEN)
         .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
         .stdout(Stdio::null())

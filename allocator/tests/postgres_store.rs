@@ -702,17 +702,18 @@ fn a_version_7_database_takes_its_positions_from_a_sequence_after_its_head() {
 }
 
 #[test]
-fn a_version_8_database_gains_notifications_that_carry_the_batch_and_keeps_its_positions() {
+fn a_version_8_database_loses_the_notification_inside_its_commits_and_keeps_its_positions() {
     let pg = Postgres::start();
-    // Version 8 notified the position and agent alone; positions taken and rolled back may lie
-    // past the log's last row, and the sequence must not go back over them.
+    // Version 8 notified inside the commit; positions taken and rolled back may lie past the
+    // log's last row, and the sequence must not go back over them.
     let mut durable =
         upgraded_from(&pg, "SELECT setval('log_seq', 50); UPDATE meta SET value = 8 WHERE key = 'schema_version'");
     assert!(host_of(&durable.execute_one(allocate("new", 2.0), 21.0)).is_some());
     assert_eq!(pg.psql("SELECT max(seq) FROM changes"), "51", "the next position after the sequence's");
+    // Commits no longer notify from inside (the agent does, after the commit).
     assert_eq!(
-        pg.psql("SELECT count(*) FROM pg_proc WHERE proname = 'allocator_position' AND prosrc LIKE '%v_note || '' '' || p_body%'"),
-        "1"
+        pg.psql("SELECT count(*) FROM pg_proc WHERE proname LIKE 'allocator_%' AND prosrc LIKE '%pg_notify%'"),
+        "0"
     );
 }
 

@@ -519,6 +519,9 @@ impl DurableAllocator {
                         rejected_elsewhere.extend(vms.iter().cloned());
                     }
                     attempt += 1;
+                    // The store said the view was stale: decided again on the log's state, not on
+                    // notifications (the batch that made this one impossible may not be notified yet).
+                    follow_first = true;
                     let taken_back = live.take_back(&ops, true).inspect_err(|error| {
                         tracing::warn!(%error, "the refused batch could not be taken back; reloading");
                     });

@@ -1,7 +1,7 @@
 //! How an agent of a shared PostgreSQL store learns that other agents committed, without asking
 //! before every batch (issue 32): a thread of its own, on a connection of its own, `LISTEN`s to
-//! the change log's channel, which the log function notifies with each batch's position and
-//! agent ([`super::postgres`]).
+//! the change log's channel, which each agent notifies after each commit with the batch's
+//! position and agent ([`super::notifier`]).
 //!
 //! What it keeps is a hint, never the truth: the positions other agents are known to have
 //! committed that the view may lack, each with its batch when the notification carried it
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The channel the log function notifies (`pg_notify`), with payload `"<seq> <agent> <changes>"`,
+/// The channel agents notify after a commit (`pg_notify`, [`super::notifier::payload`]), with payload `"<seq> <agent> <changes>"`,
 /// or `"<seq> <agent>"` for a batch whose changes (the change log's JSON) would not fit.
 pub(crate) const CHANNEL: &str = "allocator_log";
 

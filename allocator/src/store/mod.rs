@@ -22,6 +22,7 @@
 pub mod export;
 mod listener;
 mod log_view;
+mod notifier;
 pub mod postgres;
 pub mod sqlite;
 

@@ -17,17 +17,20 @@
 //! function (`allocator_log_batch`). Not every PostgreSQL-wire distributed database runs
 //! PL/pgSQL or `LISTEN`/`NOTIFY`: see docs/allocator.md.
 //!
-//! **Following without polling.** The log function notifies `allocator_log` with the batch's
-//! position and agent, and (schema 9) the batch's changes when they fit in a notification. Each
-//! agent listens on a connection of its own ([`Listener`], a thread) and keeps the positions other
-//! agents committed, with their changes; a batch of allocations and releases skips the follow
-//! query when its view holds every notified position, or applies the notified changes without a
-//! query ([`PostgresStore::follow_notified`]), and an idle agent is woken to follow
-//! ([`PostgresStore::set_waker`]). A notification can be lost (the listening connection broke, or
-//! is late): the commit still checks the log position ([`super::Committed`]), so a batch decided
-//! on a view that lacked another agent's batch is taken back and followed in the log's order, and
-//! while the listener is not connected every batch follows first, as before. Reads and a batch
-//! that must see every acknowledged commit always read the log.
+//! **Following without polling.** After each commit an agent notifies `allocator_log` with the
+//! batch's position and agent, and (schema 9) the batch's changes when they fit in a
+//! notification, from a connection of its own ([`Notifier`]: a `NOTIFY` inside the commit would
+//! hold PostgreSQL's lock for notifications through the flush, and the zone's commits would queue
+//! behind each other). Each agent listens on a connection of its own ([`Listener`], a thread) and
+//! keeps the positions other agents committed, with their changes; a batch of allocations and
+//! releases skips the follow query when its view holds every notified position, or applies the
+//! notified changes without a query ([`PostgresStore::follow_notified`]), and an idle agent is
+//! woken to follow ([`PostgresStore::set_waker`]). A notification can be lost (the listening
+//! connection broke, or is late, an agent died before it notified): the commit still checks the
+//! log position ([`super::Committed`]), so a batch decided on a view that lacked another agent's
+//! batch is taken back and followed in the log's order, and while the listener is not connected
+//! every batch follows first, as before. Reads and a batch that must see every acknowledged commit
+//! always read the log.
 //!
 //! Schema (version 9, in `meta`), demands and capacities in base units ([`Resources::base_units`]).
 //! An older store is upgraded when opened, in the schema transaction: the `vms` of version 1 gain
@@ -38,7 +41,8 @@
 //! hosts' `last_seq`, and every older version the batch functions of this one. Agents of
 //! schema 7 must be stopped before one of schema 8 or 9 opens their store: they write `log_head`.
 //! Agents of schema 8 may run on beside one of schema 9 (only the notifications changed, and they
-//! read the position and agent of them as before), but do not start on its store.
+//! read the position and agent of them as before; their own commits notify from inside), but do
+//! not start on its store.
 //!
 //! **Exits.** A release moves the VM's row from `vms` to `exits` in the batch's transaction (one
 //! statement: `DELETE ... RETURNING` feeding an `INSERT`), with when it ended on the model's clock,
@@ -134,6 +138,7 @@
 use super::export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm};
 use super::listener::{Listener, Waker};
 use super::log_view::{LogView, CLAIM_AFTER};
+use super::notifier::{self, Notifier};
 use super::{
     parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StoreError,
     StoredState, VmColumns,
@@ -185,6 +190,8 @@ pub struct PostgresStore {
     pruned_at: Option<std::time::Instant>,
     /// Other agents' commits, as notified.
     listener: Listener,
+    /// Tells the other agents of this agent's commits.
+    notifier: Notifier,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -285,7 +292,8 @@ impl PostgresStore {
             source: source.into(),
         })?;
         // On a connection of its own: the agent's waits for the agent's statements.
-        let listener = Listener::start(config, &agent);
+        let listener = Listener::start(config.clone(), &agent);
+        let notifier = Notifier::start(config);
         Ok(PostgresStore {
             client,
             name,
@@ -293,6 +301,7 @@ impl PostgresStore {
             view: LogView::default(),
             followed_generation: 0,
             listener,
+            notifier,
             statements,
             seen: std::collections::HashMap::new(),
             retention: ExitRetention::default(),
@@ -615,6 +624,9 @@ impl PostgresStore {
             // order only right after the view's settled part.
             (seq, seq == self.view.through() + 1)
         };
+        // Committed: the other agents hear of it now, never from inside the transaction (see
+        // `notifier`).
+        self.notifier.send(notifier::payload(seq, &self.agent, &log.body));
         for change in changes {
             if let Change::Released { ended_at_s, .. } = change {
                 self.newest_exit_s = self.newest_exit_s.max(*ended_at_s);
@@ -988,8 +1000,8 @@ impl Statements {
 /// when another agent rejected one of the VM ids it places after this agent's view or less than
 /// `p_stands` seconds ago (`AL002`, the ids as a JSON array in the detail), placed one of those it
 /// rejects (`AL001`), or released one it places after this agent's view (`AL003`; also a view
-/// older than the log keeps), trims the log and the releases every 1,000 batches, and notifies [`super::listener::CHANNEL`]
-/// (with the batch's changes when they fit). Its
+/// older than the log keeps), and trims the log and the releases every 1,000 batches (the agent
+/// notifies [`super::listener::CHANNEL`] after the commit: [`Notifier`]). Its
 /// reads come after the head's lock is granted, each with a snapshot of its own (read
 /// committed), so they see every batch committed before this one.
 ///
@@ -1024,7 +1036,6 @@ DECLARE
     v_key integer;
     v_ids text[];
     v_seq bigint;
-    v_note text;
 BEGIN
     -- The VM ids' locks, in one order for every batch: another batch deciding one of them commits
     -- wholly before or after this one, so the reads below see it or it sees this one.
@@ -1065,13 +1076,9 @@ BEGIN
     -- connection, a crash), which a follower then claims.
     v_seq := nextval('log_seq');
     INSERT INTO changes (seq, agent, body) VALUES (v_seq, p_agent, p_body);
-    -- Sent at the commit: the batch itself when it fits (a notification's payload is shorter
-    -- than 8,000 bytes), so that the other agents follow it without reading the log.
-    v_note := v_seq || ' ' || p_agent;
-    IF octet_length(v_note) + octet_length(p_body) < 7900 THEN
-        v_note := v_note || ' ' || p_body;
-    END IF;
-    PERFORM pg_notify('allocator_log', v_note);
+    -- No NOTIFY here (schema 9): it would hold PostgreSQL's lock for notifications through the
+    -- commit's flush, and every agent's commit would wait for the one before (the agent notifies
+    -- after the commit instead).
     RETURN v_seq;
 END
 $fn$;
@@ -1695,9 +1702,8 @@ mod tests {
     use super::{redact, BATCH_FUNCTIONS};
 
     #[test]
-    fn the_log_function_notifies_the_channel_the_listener_listens_to() {
-        let notify = format!("pg_notify('{}', v_note)", super::super::listener::CHANNEL);
-        assert!(BATCH_FUNCTIONS.contains(&notify), "{notify}");
+    fn no_batch_function_notifies_inside_the_commit() {
+        assert!(!BATCH_FUNCTIONS.contains("pg_notify("), "notifications go after the commit (store::notifier)");
     }
 
     #[test]
