@@ -9,15 +9,23 @@
 //! [`GridScorer`] decides every split of every tree instead, without a walk, in the manner of
 //! QuickScorer (Lucchese et al., SIGIR 2015): number each tree's leaves from left to right; a
 //! split that sends the row right rules out the leaves of its left subtree, and the leaf the row
-//! reaches is the leftmost leaf that no split ruled out. A tree's leaves fit in a 64-bit mask, so
-//! each split is one comparison and one AND, on nodes read in order (the prefetcher sees the
-//! stream, and no load waits on another). The splits on the grid's input are decided once, when
-//! the scorer is built, into one mask per tree and grid value; a row's curve is then, per tree,
-//! the AND of its splits' masks and, per grid value, the lowest bit left with the grid value's
-//! mask. The leaves are those the walk reaches, and each grid value's sum adds them in model
-//! order, so the scores are the same, bit for bit.
+//! reaches is the leftmost leaf that no split ruled out. A tree's leaves fit in a mask of 32 or 64
+//! bits, so each split is one comparison and one AND, on nodes read in order (the prefetcher sees
+//! the stream, and no load waits on another). The splits on the grid's input are decided once,
+//! when the scorer is built, into one mask per tree and grid value; a row's curve is then, per
+//! tree, the AND of its splits' masks and, per grid value, the lowest bit left with the grid
+//! value's mask. The leaves are those the walk reaches, and each grid value's sum adds them in
+//! model order, so the scores are the same, bit for bit.
+//!
+//! The nodes are read cold at every placement (the allocator's own data evicts them between two),
+//! so they are small: a split compares the rank of the row's value among its feature's thresholds
+//! (all trees' splits on the feature, sorted) with the rank of its own threshold, 16 bits each,
+//! which decides as the values would: for sorted distinct thresholds `t` and a value `x` that is
+//! not NaN, `x <= t[k]` exactly when fewer than `k + 1` thresholds are below `x`. With its mask a
+//! split is 8 bytes (16 past 32 leaves), a third of the ensemble's node.
 
 use super::{Node, TreeEnsemble, FLAG_CATEGORICAL, FLAG_MISSING_LEFT, FLAG_ZERO_IS_MISSING, K_ZERO_THRESHOLD};
+use std::ops::BitAnd;
 
 /// Features of a row read on the stack (twice each); wider models use the heap.
 const STACK_FEATURES: usize = 64;
@@ -28,89 +36,186 @@ pub struct GridScorer {
     grid_len: usize,
     /// The model's width: a row's values past its end read as missing.
     features: usize,
-    /// Per tree, in model order: where its splits end in `nodes` (they start where the previous
-    /// tree's end) and where its leaves start in `leaves`.
+    /// Per feature, the thresholds of the splits on it (not on the grid's input), ascending and
+    /// distinct: `cuts[cut_ranges[f].0..cut_ranges[f].1]`.
+    cuts: Vec<f64>,
+    cut_ranges: Vec<(u32, u32)>,
+    /// Per tree, in model order: where its splits end in the layout's nodes (they start where the
+    /// previous tree's end) and where its leaves start in `leaves`.
     trees: Vec<(u32, u32)>,
-    /// Every split not on the grid's input, tree after tree.
-    nodes: Vec<MaskNode>,
-    /// Per tree, one mask per grid value: the leaves its splits on the grid's input leave.
-    grid_masks: Vec<u64>,
+    layout: Layout,
     /// Per tree, its leaves' values from left to right.
     leaves: Vec<f64>,
 }
 
-/// A numerical split read as a mask of the leaves it leaves when the row goes right (24 bytes).
+/// The splits and grid masks, with masks as wide as the largest tree needs.
+#[derive(Debug, Clone)]
+enum Layout {
+    Narrow(Masks<u32>),
+    Wide(Masks<u64>),
+}
+
+#[derive(Debug, Clone)]
+struct Masks<M> {
+    /// Every split not on the grid's input, tree after tree.
+    nodes: Vec<MaskNode<M>>,
+    /// Per tree, one mask per grid value: the leaves its splits on the grid's input leave.
+    grid_masks: Vec<M>,
+}
+
+/// A numerical split read as the mask of the leaves it leaves when the row goes right.
 #[derive(Debug, Clone, Copy)]
-struct MaskNode {
-    threshold: f64,
-    /// Every leaf but those of the split's left subtree.
-    right_mask: u64,
-    /// Which copy of the read row the split compares ([`GridScorer::read`]): `2 * feature`, plus
+struct MaskNode<M> {
+    /// Its threshold's rank among its feature's cuts: the row goes left when its value's rank is
+    /// at most this.
+    rank: u16,
+    /// Which rank of the read row the split compares ([`GridScorer::read`]): `2 * feature`, plus
     /// one when a missing value goes left.
-    column: u32,
+    column: u16,
+    /// Every leaf but those of the split's left subtree.
+    right_mask: M,
+}
+
+/// A set of a tree's leaves, by their numbers from the left.
+trait LeafMask: Copy + BitAnd<Output = Self> {
+    const ALL: Self;
+    /// The low bits of a mask of at most as many leaves as the type holds.
+    fn from_u64(mask: u64) -> Self;
+    /// All leaves when `left` (going left rules nothing out), else `right_mask`: without a branch.
+    fn unless(left: bool, right_mask: Self) -> Self;
+    fn first(self) -> usize;
+}
+
+impl LeafMask for u32 {
+    const ALL: u32 = u32::MAX;
+    fn from_u64(mask: u64) -> u32 {
+        mask as u32
+    }
+    #[inline(always)]
+    fn unless(left: bool, right_mask: u32) -> u32 {
+        right_mask | u32::from(left).wrapping_neg()
+    }
+    #[inline(always)]
+    fn first(self) -> usize {
+        self.trailing_zeros() as usize
+    }
+}
+
+impl LeafMask for u64 {
+    const ALL: u64 = u64::MAX;
+    fn from_u64(mask: u64) -> u64 {
+        mask
+    }
+    #[inline(always)]
+    fn unless(left: bool, right_mask: u64) -> u64 {
+        right_mask | u64::from(left).wrapping_neg()
+    }
+    #[inline(always)]
+    fn first(self) -> usize {
+        self.trailing_zeros() as usize
+    }
+}
+
+/// A split as first read, before thresholds become ranks.
+struct Split {
+    threshold: f64,
+    feature: usize,
+    column: u16,
+    right_mask: u64,
 }
 
 impl GridScorer {
     /// The scorer of `ensemble` with input `feature` set to each value of `grid`. `None` when the
     /// ensemble is not one it can score, and [`TreeEnsemble::predict_raw_grid`] must serve: more
-    /// than one output, a tree of more than 64 leaves, or a split off the grid's input that is
+    /// than one output, a tree of more than 64 leaves, a split off the grid's input that is
     /// categorical, reads zero as missing, compares with NaN or sends a missing value right
-    /// past +inf (those need more than one comparison).
+    /// past +inf (those need more than one comparison), or more than 65,534 distinct thresholds
+    /// on a feature or 32,767 features.
     pub fn new(ensemble: &TreeEnsemble, feature: usize, grid: &[f64]) -> Option<GridScorer> {
         if ensemble.num_outputs != 1 {
             return None;
         }
-        let mut scorer = GridScorer {
-            grid_len: grid.len(),
-            features: ensemble.num_features,
-            trees: Vec::with_capacity(ensemble.roots.len()),
-            nodes: Vec::new(),
-            grid_masks: Vec::with_capacity(ensemble.roots.len() * grid.len()),
-            leaves: Vec::new(),
-        };
+        let mut trees = Vec::with_capacity(ensemble.roots.len());
+        let mut splits = Vec::new();
+        let mut grid_masks: Vec<u64> = Vec::with_capacity(ensemble.roots.len() * grid.len());
+        let mut leaves = Vec::new();
+        let mut widest = 0;
         for &root in &ensemble.roots {
-            let leaves_start = u32::try_from(scorer.leaves.len()).ok()?;
-            let tree_masks = scorer.grid_masks.len();
-            scorer.grid_masks.resize(tree_masks + grid.len(), u64::MAX);
+            let leaves_start = leaves.len();
+            let tree_masks = grid_masks.len();
+            grid_masks.resize(tree_masks + grid.len(), u64::MAX);
             // Depth first, left before right: leaves are numbered from left to right, and the
             // leaves of a split's left subtree are those numbered while it is visited.
             let mut stack = vec![Visit::Enter(root)];
             while let Some(visit) = stack.pop() {
                 match visit {
-                    Visit::Enter(node) if node < 0 => {
-                        let leaf = ensemble.leaf_values.get(!node as usize)?;
-                        scorer.leaves.push(*leaf);
-                    }
+                    Visit::Enter(node) if node < 0 => leaves.push(*ensemble.leaf_values.get(!node as usize)?),
                     Visit::Enter(node) => {
-                        let first = scorer.leaves.len() - leaves_start as usize;
                         let n = ensemble.nodes.get(node as usize)?;
-                        stack.push(Visit::Right(node as usize, first));
+                        stack.push(Visit::Right(node as usize, leaves.len() - leaves_start));
                         stack.push(Visit::Enter(n.children[1]));
                     }
                     Visit::Right(node, first) => {
-                        let end = scorer.leaves.len() - leaves_start as usize;
                         let n = &ensemble.nodes[node];
-                        let right_mask = !left_leaves(first, end)?;
+                        let right_mask = !left_leaves(first, leaves.len() - leaves_start)?;
                         if n.feature as usize == feature {
-                            let masks = &mut scorer.grid_masks[tree_masks..];
-                            for (mask, &value) in masks.iter_mut().zip(grid) {
+                            for (mask, &value) in grid_masks[tree_masks..].iter_mut().zip(grid) {
                                 if !n.goes_left(value, &ensemble.cat_ranges, &ensemble.cat_bits) {
                                     *mask &= right_mask;
                                 }
                             }
                         } else {
-                            scorer.nodes.push(MaskNode { threshold: n.threshold, right_mask, column: column(n)? });
+                            let (feature, column) = (n.feature as usize, column(n)?);
+                            splits.push(Split { threshold: n.threshold, feature, column, right_mask });
                         }
                         stack.push(Visit::Enter(n.children[0]));
                     }
                 }
             }
-            if scorer.leaves.len() - leaves_start as usize > 64 {
+            widest = widest.max(leaves.len() - leaves_start);
+            if widest > 64 {
                 return None;
             }
-            scorer.trees.push((u32::try_from(scorer.nodes.len()).ok()?, leaves_start));
+            trees.push((u32::try_from(splits.len()).ok()?, u32::try_from(leaves_start).ok()?));
         }
-        Some(scorer)
+
+        let features = ensemble.num_features;
+        let mut by_feature: Vec<Vec<f64>> = vec![Vec::new(); features];
+        for split in &splits {
+            by_feature.get_mut(split.feature)?.push(split.threshold);
+        }
+        let (mut cuts, mut cut_ranges) = (Vec::new(), Vec::with_capacity(features));
+        for mut thresholds in by_feature {
+            // Distinct as comparisons see them (0.0 and -0.0 are one cut).
+            thresholds.sort_by(f64::total_cmp);
+            thresholds.dedup_by(|a, b| a == b);
+            if thresholds.len() >= usize::from(u16::MAX) {
+                return None;
+            }
+            let start = u32::try_from(cuts.len()).ok()?;
+            cuts.extend(thresholds);
+            cut_ranges.push((start, u32::try_from(cuts.len()).ok()?));
+        }
+        let rank = |split: &Split| -> u16 {
+            let (start, end) = cut_ranges[split.feature];
+            // The threshold is one of the cuts: its rank is the number below it (< 65,535).
+            cuts[start as usize..end as usize].partition_point(|&t| t < split.threshold) as u16
+        };
+        fn masks<M: LeafMask>(splits: &[Split], grid_masks: &[u64], rank: impl Fn(&Split) -> u16) -> Masks<M> {
+            Masks {
+                nodes: splits
+                    .iter()
+                    .map(|s| MaskNode { rank: rank(s), column: s.column, right_mask: M::from_u64(s.right_mask) })
+                    .collect(),
+                grid_masks: grid_masks.iter().map(|&m| M::from_u64(m)).collect(),
+            }
+        }
+        let layout = if widest <= 32 {
+            Layout::Narrow(masks(&splits, &grid_masks, rank))
+        } else {
+            Layout::Wide(masks(&splits, &grid_masks, rank))
+        };
+        Some(GridScorer { grid_len: grid.len(), features, cuts, cut_ranges, trees, layout, leaves })
     }
 
     /// The number of grid values (and of scores a row gets).
@@ -127,46 +232,60 @@ impl GridScorer {
     /// If `out.len()` is not the grid's length.
     pub fn predict_raw(&self, row: &[f64], out: &mut [f64]) {
         assert_eq!(out.len(), self.grid_len, "one output per grid value");
-        let mut stack = [0.0; 2 * STACK_FEATURES];
+        let mut stack = [0u16; 2 * STACK_FEATURES];
         let mut heap = Vec::new();
-        let read = match stack.get_mut(..2 * self.features) {
-            Some(read) => read,
+        let ranks = match stack.get_mut(..2 * self.features) {
+            Some(ranks) => ranks,
             None => {
-                heap.resize(2 * self.features, 0.0);
+                heap.resize(2 * self.features, 0);
                 &mut heap[..]
             }
         };
-        self.read(row, read);
+        self.read(row, ranks);
         out.fill(0.0);
+        match &self.layout {
+            Layout::Narrow(masks) => self.add_trees(masks, ranks, out),
+            Layout::Wide(masks) => self.add_trees(masks, ranks, out),
+        }
+    }
+
+    /// Adds each tree's leaf for each grid value to the value's score, trees in model order.
+    fn add_trees<M: LeafMask>(&self, masks: &Masks<M>, ranks: &[u16], out: &mut [f64]) {
         let mut start = 0;
-        for (&(end, leaves_start), masks) in self.trees.iter().zip(self.grid_masks.chunks_exact(self.grid_len.max(1))) {
-            let mut reach = u64::MAX;
-            for node in &self.nodes[start..end as usize] {
-                // Going left rules nothing out: the mask is all ones then, without a branch.
-                let left = read[node.column as usize] <= node.threshold;
-                reach &= node.right_mask | u64::from(left).wrapping_neg();
+        let grid_masks = masks.grid_masks.chunks_exact(self.grid_len.max(1));
+        for (&(end, leaves_start), grid_masks) in self.trees.iter().zip(grid_masks) {
+            let mut reach = M::ALL;
+            for node in &masks.nodes[start..end as usize] {
+                reach = reach & M::unless(ranks[usize::from(node.column)] <= node.rank, node.right_mask);
             }
             start = end as usize;
             let leaves = &self.leaves[leaves_start as usize..];
-            for (sum, &mask) in out.iter_mut().zip(masks) {
+            for (sum, &mask) in out.iter_mut().zip(grid_masks) {
                 // Never empty: the leaf the row reaches is ruled out by no split.
-                *sum += leaves[(reach & mask).trailing_zeros() as usize];
+                *sum += leaves[(reach & mask).first()];
             }
         }
     }
 
-    /// Reads `row` into `read` (two values a feature) as [`Node::goes_left`] reads it: the zero
-    /// band as `0.0`, and a missing value (NaN, or past the row's end) as +inf in a feature's
-    /// first copy and -inf in its second, so that one comparison with the threshold sends it to
-    /// the split's default side (no split the scorer holds compares with +inf and sends a missing
-    /// value right).
-    fn read(&self, row: &[f64], read: &mut [f64]) {
-        for (f, pair) in read.chunks_exact_mut(2).enumerate() {
+    /// Reads `row` into `ranks` (two a feature): each value as [`Node::goes_left`] reads it (the
+    /// zero band as `0.0`), ranked among its feature's cuts (how many are below it). A missing
+    /// value (NaN, or past the row's end) ranks as +inf in a feature's first column and as -inf in
+    /// its second, so that one comparison sends it to the split's default side (no split the
+    /// scorer holds compares with +inf and sends a missing value right).
+    fn read(&self, row: &[f64], ranks: &mut [u16]) {
+        for (f, (pair, &(start, end))) in ranks.chunks_exact_mut(2).zip(&self.cut_ranges).enumerate() {
+            let cuts = &self.cuts[start as usize..end as usize];
+            // Fewer than 65,535 cuts a feature: every rank fits.
+            let rank = |value: f64| cuts.partition_point(|&t| t < value) as u16;
             let raw = row.get(f).copied().unwrap_or(f64::NAN);
             let value = if raw.abs() <= K_ZERO_THRESHOLD { 0.0 } else { raw };
-            let missing = value.is_nan();
-            pair[0] = if missing { f64::INFINITY } else { value };
-            pair[1] = if missing { f64::NEG_INFINITY } else { value };
+            if value.is_nan() {
+                pair[0] = rank(f64::INFINITY);
+                pair[1] = 0;
+            } else {
+                pair[0] = rank(value);
+                pair[1] = pair[0];
+            }
         }
     }
 }
@@ -190,7 +309,7 @@ fn left_leaves(first: usize, end: usize) -> Option<u64> {
 
 /// The read row's column a split compares ([`MaskNode::column`]); `None` for a split one
 /// comparison does not decide.
-fn column(n: &Node) -> Option<u32> {
+fn column(n: &Node) -> Option<u16> {
     let missing_left = n.flags & FLAG_MISSING_LEFT != 0;
     let plain = n.flags & (FLAG_CATEGORICAL | FLAG_ZERO_IS_MISSING) == 0
         && !n.threshold.is_nan()
@@ -198,7 +317,7 @@ fn column(n: &Node) -> Option<u32> {
     if !plain {
         return None;
     }
-    n.feature.checked_mul(2)?.checked_add(u32::from(missing_left))
+    u16::try_from(n.feature).ok()?.checked_mul(2)?.checked_add(u16::from(missing_left))
 }
 
 #[cfg(test)]
@@ -323,6 +442,14 @@ mod tests {
             let ensemble = TreeEnsemble::from_lightgbm_text(&text).expect("parses");
             assert_eq!(GridScorer::new(&ensemble, 1, &[0.0, 1.0]).is_some(), scored, "{leaves} leaves");
         }
+        // Masks of 32 bits up to 32 leaves a tree, else 64.
+        for (sizes, narrow) in [(&[1, 32, 5][..], true), (&[1, 33, 5][..], false)] {
+            let text = random_model_of(&mut rng, 2, 1, false, sizes);
+            let ensemble = TreeEnsemble::from_lightgbm_text(&text).expect("parses");
+            let scorer = GridScorer::new(&ensemble, 1, &[0.0, 1.0]).expect("scored");
+            assert_eq!(matches!(scorer.layout, Layout::Narrow(_)), narrow, "{sizes:?}");
+        }
+        assert!(matches!(GridScorer::new(&hazard_model(), 16, &[0.0]).map(|s| s.layout), Some(Layout::Narrow(_))));
     }
 
     /// A LightGBM text model of random trees on `features` inputs: see [`random_model_of`].
