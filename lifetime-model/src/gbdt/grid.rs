@@ -81,8 +81,9 @@ trait LeafMask: Copy + BitAnd<Output = Self> {
     const ALL: Self;
     /// The low bits of a mask of at most as many leaves as the type holds.
     fn from_u64(mask: u64) -> Self;
-    /// All leaves when `left` (going left rules nothing out), else `right_mask`: without a branch.
-    fn unless(left: bool, right_mask: Self) -> Self;
+    /// All leaves when `sign` is -1 (the row goes left: that rules nothing out), else (0)
+    /// `right_mask`.
+    fn unless(sign: i32, right_mask: Self) -> Self;
     fn first(self) -> usize;
 }
 
@@ -92,8 +93,8 @@ impl LeafMask for u32 {
         mask as u32
     }
     #[inline(always)]
-    fn unless(left: bool, right_mask: u32) -> u32 {
-        right_mask | u32::from(left).wrapping_neg()
+    fn unless(sign: i32, right_mask: u32) -> u32 {
+        right_mask | sign as u32
     }
     #[inline(always)]
     fn first(self) -> usize {
@@ -107,8 +108,8 @@ impl LeafMask for u64 {
         mask
     }
     #[inline(always)]
-    fn unless(left: bool, right_mask: u64) -> u64 {
-        right_mask | u64::from(left).wrapping_neg()
+    fn unless(sign: i32, right_mask: u64) -> u64 {
+        right_mask | i64::from(sign) as u64
     }
     #[inline(always)]
     fn first(self) -> usize {
@@ -251,20 +252,35 @@ impl GridScorer {
 
     /// Adds each tree's leaf for each grid value to the value's score, trees in model order.
     fn add_trees<M: LeafMask>(&self, masks: &Masks<M>, ranks: &[u16], out: &mut [f64]) {
-        let mut start = 0;
-        let grid_masks = masks.grid_masks.chunks_exact(self.grid_len.max(1));
-        for (&(end, leaves_start), grid_masks) in self.trees.iter().zip(grid_masks) {
+        let per_tree = self.grid_len.max(1);
+        for t in 0..self.trees.len() {
             let mut reach = M::ALL;
-            for node in &masks.nodes[start..end as usize] {
-                reach = reach & M::unless(ranks[usize::from(node.column)] <= node.rank, node.right_mask);
+            for node in &masks.nodes[self.node_range(t)] {
+                // Left when the value's rank is at most the threshold's, the difference then
+                // negative and its sign all ones. Arithmetic on purpose: written as a comparison,
+                // the compiler branched on it, and half the rows go either way.
+                let sign = (i32::from(ranks[usize::from(node.column)]) - i32::from(node.rank) - 1) >> 31;
+                reach = reach & M::unless(sign, node.right_mask);
             }
-            start = end as usize;
-            let leaves = &self.leaves[leaves_start as usize..];
+            let leaves = &self.leaves[self.leaf_range(t)];
+            let grid_masks = &masks.grid_masks[t * per_tree..(t + 1) * per_tree];
             for (sum, &mask) in out.iter_mut().zip(grid_masks) {
                 // Never empty: the leaf the row reaches is ruled out by no split.
                 *sum += leaves[(reach & mask).first()];
             }
         }
+    }
+
+    /// Where tree `t`'s splits are in the layout's nodes.
+    fn node_range(&self, t: usize) -> std::ops::Range<usize> {
+        let start = t.checked_sub(1).map_or(0, |before| self.trees[before].0 as usize);
+        start..self.trees[t].0 as usize
+    }
+
+    /// Where tree `t`'s leaves are in `leaves`.
+    fn leaf_range(&self, t: usize) -> std::ops::Range<usize> {
+        let end = self.trees.get(t + 1).map_or(self.leaves.len(), |next| next.1 as usize);
+        self.trees[t].1 as usize..end
     }
 
     /// Reads `row` into `ranks` (two a feature): each value as [`Node::goes_left`] reads it (the
