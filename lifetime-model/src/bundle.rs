@@ -23,10 +23,10 @@
 //! they are not a signature (whoever can rewrite the manifest can re-seal).
 
 use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
-use crate::gbdt::{ConstantRange, TreeEnsemble};
+use crate::gbdt::{ConstantRange, GridScorer, TreeEnsemble};
 use crate::history::{FeatureStore, Histories, Past, PastHistories};
 use crate::report::EvaluationReport;
-use crate::survival::{curve_of, LifetimeReading, SurvivalCurve, SurvivalSpec};
+use crate::survival::{curve_of, survival_from_logits, LifetimeReading, SurvivalCurve, SurvivalSpec};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -514,9 +514,35 @@ struct Survival {
     spec: SurvivalSpec,
     /// The hazard model's interval inputs, one per interval.
     grid: Vec<f64>,
+    /// The hazard model read over `grid` without a walk (every placement computes a curve), when
+    /// the model is one it scores; the grid walk of [`curve_of`] otherwise.
+    scorer: Option<GridScorer>,
 }
 
 impl Survival {
+    fn new(hazards: TreeEnsemble, spec: &SurvivalSpec) -> Survival {
+        let grid: Vec<f64> = (0..spec.edges_s.len()).map(SurvivalSpec::interval_input).collect();
+        // The interval is the hazard model's last input, after the base row's.
+        let scorer = hazards.num_features().checked_sub(1).and_then(|last| GridScorer::new(&hazards, last, &grid));
+        Survival { hazards, spec: spec.clone(), grid, scorer }
+    }
+
+    /// The survival at each interval's edge of an encoded base row: [`curve_of`]'s values, bit
+    /// for bit (the scorer's raw scores are the walk's).
+    fn values(&self, row: &[f64]) -> Vec<f64> {
+        match &self.scorer {
+            // The scorer's interval input is the row's width the model was trained on; a row of
+            // another width has its interval elsewhere, where the walk puts it.
+            Some(scorer) if row.len() + 1 == self.hazards.num_features() => {
+                let mut values = vec![0.0; scorer.grid_len()];
+                scorer.predict_raw(row, &mut values);
+                survival_from_logits(&mut values);
+                values
+            }
+            _ => curve_of(&self.hazards, row, &self.grid),
+        }
+    }
+
     /// `values` (survival at each edge) as a curve over this model's intervals.
     fn curve<'a>(&'a self, values: &'a [f64]) -> SurvivalCurve<'a> {
         SurvivalCurve { edges_s: &self.spec.edges_s, survival: values }
@@ -540,11 +566,9 @@ impl LifetimeModel {
     fn from_files(dir: &Path, files: BundleFiles) -> Result<Self, BundleError> {
         let BundleFiles { manifest, contents: [binary, multiclass, remaining, store], survival } = files;
         let survival = match (&manifest.survival, survival) {
-            (Some(spec), Some(bytes)) => Some(Survival {
-                hazards: parse_model(&dir.join(SURVIVAL_MODEL_FILE), &bytes)?,
-                grid: (0..spec.edges_s.len()).map(SurvivalSpec::interval_input).collect(),
-                spec: spec.clone(),
-            }),
+            (Some(spec), Some(bytes)) => {
+                Some(Survival::new(parse_model(&dir.join(SURVIVAL_MODEL_FILE), &bytes)?, spec))
+            }
             _ => None,
         };
         let binary = parse_model(&dir.join(BINARY_MODEL_FILE), &binary)?;
@@ -701,7 +725,7 @@ impl LifetimeModel {
         let interval_class = with_interval.then(|| self.interval_class(row));
         let (p_long, expected_lifetime_s) = match &self.survival {
             Some(survival) => {
-                let values = curve_of(&survival.hazards, row, &survival.grid);
+                let values = survival.values(row);
                 let curve = survival.curve(&values);
                 let p_long = if survival.spec.p_long_from_survival {
                     curve.at(self.manifest.long_threshold_s)
@@ -808,7 +832,7 @@ impl LifetimeModel {
     /// ([`LifetimeModel::survival_edges_s`]), when the bundle has a survival model.
     pub fn survival_curve(&self, row: &[f64]) -> Option<Vec<f64>> {
         let survival = self.survival.as_ref()?;
-        Some(curve_of(&survival.hazards, row, &survival.grid))
+        Some(survival.values(row))
     }
 
     /// The survival model's interval edges, when the bundle has one.
@@ -943,6 +967,35 @@ mod tests {
         let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
         // SAFETY: `name` is a valid NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+    }
+
+    /// The default bundle's curves come from the grid scorer, and are the grid walk's, bit for
+    /// bit, for its probes' rows and variations of them (the scorer's own tests cover every kind
+    /// of value; this one covers the bundle's wiring).
+    #[test]
+    fn survival_curves_are_the_grid_walks() {
+        let model = LifetimeModel::load(default_dir()).unwrap();
+        let survival = model.survival.as_ref().expect("the default bundle has a survival model");
+        assert!(survival.scorer.is_some(), "the default hazard model is one the scorer reads");
+        let mut rows: Vec<Vec<f64>> = model.manifest().probes.iter().map(|p| p.row.clone()).collect();
+        for (i, probe) in model.manifest().probes.iter().enumerate() {
+            let mut row = probe.row.clone();
+            let at = i % row.len();
+            row[at] = [f64::NAN, 0.0, 1e-40, -3.0][i % 4];
+            rows.push(row);
+        }
+        for row in &rows {
+            let curve = model.survival_curve(row).expect("a curve");
+            let walked = curve_of(&survival.hazards, row, &survival.grid);
+            assert_eq!(
+                curve.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                walked.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{row:?}"
+            );
+        }
+        // A row of another width is walked.
+        let long: Vec<f64> = rows[0].iter().copied().chain([1.0]).collect();
+        assert_eq!(model.survival_curve(&long), Some(curve_of(&survival.hazards, &long, &survival.grid)));
     }
 
     #[test]

@@ -49,6 +49,10 @@
 //! read as NaN (missing). Extra trailing values are ignored. Note that LightGBM's C API, when told to
 //! skip its shape check, would read absent features as `0.0` instead.
 
+mod grid;
+
+pub use grid::GridScorer;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
