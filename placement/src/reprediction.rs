@@ -350,7 +350,6 @@ mod tests {
         })
     }
 
-    /// `vm` on `HOST` with an initial lifetime of an hour.
     #[test]
     fn a_host_grows_to_a_small_block_before_a_large_one() {
         assert_eq!(std::mem::size_of::<VmExit>(), 48);
@@ -369,6 +368,7 @@ mod tests {
         }
     }
 
+    /// `vm` on `HOST` with an initial lifetime of an hour.
     fn add(repredictions: &mut Repredictions, vm: &Arc<NewVm>) {
         repredictions.add(HOST, vm, 3_600.0);
     }

@@ -600,11 +600,7 @@ impl DurableAllocator {
     /// ([`PlacementStore::follow_notified`]); answers whether it did (and the view is in step).
     fn follow_notified(&mut self) -> bool {
         let Some(live) = &mut self.live else { return false };
-        let followed = match live.store.follow_notified() {
-            Ok(None) => return false,
-            Ok(Some(followed)) => Ok(followed),
-            Err(error) => Err(error),
-        };
+        let Some(followed) = live.store.follow_notified().transpose() else { return false };
         metrics::counter!("allocator_notified_follows_total").increment(1);
         self.apply_followed(followed);
         self.live.is_some()

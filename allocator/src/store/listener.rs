@@ -7,8 +7,8 @@
 //! committed that the view may lack, each with its batch when the notification carried it
 //! (schema 9: every batch whose changes fit in a notification), and whether it is connected and
 //! listening. With the batches at hand a follow needs no query ([`Listener::take_notified`]): an
-//! agent among many spends no round trip and no database work on the others' commits. Positions are not
-//! committed in their order (schema 8: [`super::log_view`]), so it keeps each notified position
+//! agent among many spends no round trip and no database work on the others' commits. Positions
+//! are not committed in their order (schema 8: [`super::log_view`]), so it keeps each notified position
 //! until the view holds it, not only the latest. The store skips its follow query only while the
 //! listener is connected, it has followed since the listener (re)started listening (what was
 //! committed before that is in the follow's snapshot), and the view holds every notified
@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The channel agents notify after a commit (`pg_notify`, [`super::notifier::payload`]), with payload `"<seq> <agent> <changes>"`,
-/// or `"<seq> <agent>"` for a batch whose changes (the change log's JSON) would not fit.
+/// The channel agents notify after a commit (`pg_notify`, [`super::notifier::payload`]), with
+/// payload `"<seq> <agent> <changes>"`, or `"<seq> <agent>"` for a batch whose changes (the change
+/// log's JSON) would not fit.
 pub(crate) const CHANNEL: &str = "allocator_log";
 
 /// The listening sessions' `application_name` (`pg_stat_activity`).
@@ -142,10 +143,15 @@ impl Listener {
     }
 
     /// The commits notified since the last call that the view does not `holds`, in the log's
-    /// order, if a follow may take them instead of reading the log: listening, in the generation
-    /// `followed_generation` (so every commit since the last read of the log was notified), and
-    /// every such commit's changes at hand. `None` leaves them for the next call.
-    pub(crate) fn take_notified(&self, followed_generation: u64, holds: impl Fn(i64) -> bool) -> Option<Vec<Notified>> {
+    /// order, each as its position, agent and changes, if a follow may take them instead of
+    /// reading the log: listening, in the generation `followed_generation` (so every commit since
+    /// the last read of the log was notified), and every such commit's changes at hand. `None`
+    /// leaves them for the next call.
+    pub(crate) fn take_notified(
+        &self,
+        followed_generation: u64,
+        holds: impl Fn(i64) -> bool,
+    ) -> Option<Vec<(i64, String, String)>> {
         if !self.shared.listening.load(Ordering::Acquire)
             || self.shared.generation.load(Ordering::Acquire) != followed_generation
         {
@@ -156,8 +162,11 @@ impl Listener {
         if notified.iter().any(|batch| batch.body.is_none()) {
             return None;
         }
-        let mut batches = std::mem::take(&mut *notified);
-        batches.sort_unstable_by_key(|batch| batch.seq);
+        let mut batches: Vec<(i64, String, String)> = std::mem::take(&mut *notified)
+            .into_iter()
+            .filter_map(|batch| Some((batch.seq, batch.agent, batch.body?)))
+            .collect();
+        batches.sort_unstable_by_key(|(seq, _, _)| *seq);
         Some(batches)
     }
 
@@ -233,8 +242,8 @@ fn listen_once(config: &Config, shared: &Shared) -> Result<(), String> {
             match parse(notification.payload()) {
                 Some(batch) if batch.agent != shared.agent => shared.committed_elsewhere(batch),
                 Some(_) => {}
-                // Not the log function's (another release's, or someone's NOTIFY): news of an
-                // unknown position. A new generation: the store follows again.
+                // Not an agent's (someone else's NOTIFY on the channel): news of an unknown
+                // position. A new generation: the store follows again.
                 None => {
                     shared.listening.store(false, Ordering::Release);
                     break;
@@ -244,8 +253,8 @@ fn listen_once(config: &Config, shared: &Shared) -> Result<(), String> {
     }
 }
 
-/// A notification of the log function: `"<seq> <agent>"`, then the batch's changes after a space
-/// when they fit (an agent's name has no space: [`super::postgres`] makes it).
+/// An agent's notification of its commit ([`super::notifier::payload`]): `"<seq> <agent>"`, then
+/// the batch's changes after a space when they fit (an agent's name has no space: [`super::postgres`] makes it).
 fn parse(payload: &str) -> Option<Notified> {
     let mut words = payload.splitn(3, ' ');
     let seq = words.next()?.parse::<i64>().ok()?;

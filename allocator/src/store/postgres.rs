@@ -452,10 +452,10 @@ impl PostgresStore {
         };
         let mut batches = Vec::with_capacity(notified.len());
         let mut visible = Vec::with_capacity(notified.len());
-        for batch in notified {
-            visible.push(batch.seq);
-            self.saw_agent(&batch.agent, batch.seq);
-            batches.push(self.decode_batch(batch.seq, batch.body.as_deref().unwrap_or("[]"))?);
+        for (seq, agent, body) in notified {
+            visible.push(seq);
+            self.saw_agent(&agent, seq);
+            batches.push(self.decode_batch(seq, &body)?);
         }
         self.view.saw(visible, now);
         Ok(Some(Followed::Batches(batches)))
