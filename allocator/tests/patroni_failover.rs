@@ -527,7 +527,10 @@ async fn weakened(zone: Arc<Zone>) -> Losses {
         let lagged = load.acknowledged() - before;
         blocking(&zone, move |z| z.kill_node(leader)).await;
         let killed_at = Instant::now();
-        blocking(&zone, move |z| z.heal_partition(NODES[leader], NODES[standby])).await;
+        // The path stays cut until the standby is promoted: the killed primary's kernel still holds
+        // the WAL its sender wrote into the socket and retransmits it as soon as the path is back,
+        // so a heal before the promotion hands the standby every write it missed (what a CI run
+        // that found no loss did).
         let promoted = loop {
             if blocking(&zone, |z| z.leader()).await == Some(standby) {
                 break true;
@@ -537,6 +540,7 @@ async fn weakened(zone: Arc<Zone>) -> Losses {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        blocking(&zone, move |z| z.heal_partition(NODES[leader], NODES[standby])).await;
         if promoted {
             agents_serving(&load, &probe, &format!("weak-{attempt}"), killed_at).await;
             let losses = check_cycle(&zone, &load, &probe).await;
