@@ -100,3 +100,28 @@ fn agents_with_shares_take_their_best_own_host_and_never_the_same() {
     }
     assert!(landed[0].is_disjoint(&landed[1]), "{landed:?}");
 }
+
+/// An agent that owns none of the top hosts takes its best own host further down the ranking
+/// (up to `top` per agent), not a random top host that another agent owns and may be filling.
+#[test]
+fn an_agent_owning_none_of_the_top_hosts_takes_its_best_own_host_below_them() {
+    let agents = ["agent-a", "agent-b"];
+    let mut allocator = filled();
+    let ids: Vec<HostId> = allocator.state().hosts().iter().map(|host| host.id.clone()).collect();
+    // The agent whose best own host is the lowest in best fit's ranking (host 7, the fullest, first).
+    let (me, share, best_own) = agents
+        .iter()
+        .map(|me| {
+            let share = HostShare::rendezvous(me, &agents, &ids);
+            let best_own = (0..8u32).rev().find(|h| share.is_own(HostIndex(*h))).expect("an own host among 8");
+            (*me, share, best_own)
+        })
+        .min_by_key(|(_, _, best_own)| *best_own)
+        .unwrap();
+    // The top hosts down to just above its best own one (the other agent owns host 7, so there is
+    // at least one): none of them is its own.
+    let top = (7 - best_own) as usize;
+    allocator.set_conflict_avoidance(Some(ConflictAvoidance { top, probability: 1.0, share: Some(Arc::new(share)) }));
+    let hosts: BTreeSet<HostId> = landings(&mut allocator).into_iter().collect();
+    assert_eq!(hosts, BTreeSet::from([HostId(format!("z-h{best_own}"))]), "{me} with the top {top}");
+}

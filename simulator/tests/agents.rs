@@ -120,6 +120,9 @@ fn the_sweep_is_reproducible_and_random_assignment_differs_from_round_robin() {
     );
     let random = SweepSpec { assignment: Assignment::Random, ..spec };
     let c = sweep::run_sweep("c", &workload, &base, &random, 1, &|_| {}).unwrap();
-    assert_ne!(counters(&a)[1], counters(&c)[1]);
+    // Which agent takes an arrival decides which share of the hosts it goes to: the store's
+    // inventory differs (with shares the counters may not: neither way conflicts here).
+    let densities = |s: &sweep::Sweep| s.runs.iter().map(|r| r.result.metrics.packing_density).collect::<Vec<_>>();
+    assert_ne!((&counters(&a)[1], densities(&a)[1]), (&counters(&c)[1], densities(&c)[1]));
     assert_eq!(counters(&a)[0], counters(&c)[0], "one agent takes every arrival either way");
 }

@@ -123,7 +123,8 @@ impl OnFailure {
 
 /// Conflict avoidance (paper 001 s5.3; [`placement::ConflictAvoidance`]). With `share` (the
 /// allocator service's way, `allocator/src/durable.rs`), each agent takes the best of its own share
-/// of the hosts among the `top` best valid hosts whenever there are other agents. Without it
+/// of the hosts among the `top` best valid hosts (or else among the `top` per agent) whenever
+/// there are other agents. Without it
 /// (Protean's), each agent draws a host at random among the `top` best valid hosts instead of the
 /// best ones only, with a probability `gain` times the share of its last `window` commit attempts
 /// that the store refused. Both always when an agent decides a refused VM again. The defaults are

@@ -252,8 +252,8 @@ pub fn markdown(sweep: &Sweep) -> String {
     let _ = match sweep.spec.avoidance {
         Some(a) if a.share => writeln!(
             out,
-            "- conflict avoidance with shares: with other agents, the best of the agent's own share of the hosts among the top {}",
-            a.top
+            "- conflict avoidance with shares: with other agents, the best of the agent's own share of the hosts among the top {}, or else among the top {} per agent",
+            a.top, a.top
         ),
         Some(a) => writeln!(
             out,
