@@ -20,6 +20,9 @@
 //!   processes per core that is about one call in a hundred, which is then the p99.
 //! - `--no-cache-off`: skip NILAS's and LAVA's cache-off rows (at 100k hosts each of their
 //!   decisions repredicts 1.4 million VMs, minutes per policy).
+//! - `--malloc-fast-bins`: keep glibc's fast bins on. By default the bench turns them off first
+//!   (`mallopt(M_MXFAST, 0)`), as the allocator service does at its start
+//!   (`service_common::server::tune_malloc_for_churn`, which says why).
 //!
 //! Each inventory is filled to about 75% of its cores with a VM mix of 1 to 16 cores (4 or 8 GiB per
 //! core; a quarter predicted long-lived with lifetimes of hours to weeks; every VM carries an
@@ -188,6 +191,7 @@ struct Args {
     refresh_interval_s: Option<f64>,
     cache_off: bool,
     clock: Clock,
+    fast_bins: bool,
 }
 
 fn parse_args() -> Args {
@@ -197,12 +201,15 @@ fn parse_args() -> Args {
     let mut refresh_interval_s = None;
     let mut cache_off = true;
     let mut clock = Clock::Wall;
+    let mut fast_bins = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--cpu-time" {
             clock = Clock::ThreadCpu;
         } else if arg == "--no-cache-off" {
             cache_off = false;
+        } else if arg == "--malloc-fast-bins" {
+            fast_bins = true;
         } else if arg == "--refresh-interval" {
             refresh_interval_s = args.next().and_then(|s| s.parse().ok());
         } else if let Some(s) = arg.strip_prefix("--refresh-interval=") {
@@ -224,7 +231,15 @@ fn parse_args() -> Args {
     if policies.is_empty() {
         policies = vec!["pbfr", "la-binary", "nilas", "lava"];
     }
-    Args { sizes: (!sizes.is_empty()).then_some(sizes), policies, bundle, refresh_interval_s, cache_off, clock }
+    Args {
+        sizes: (!sizes.is_empty()).then_some(sizes),
+        policies,
+        bundle,
+        refresh_interval_s,
+        cache_off,
+        clock,
+        fast_bins,
+    }
 }
 
 fn policy_name(kind: &str) -> String {
@@ -246,6 +261,17 @@ struct ExitRow {
 
 fn main() {
     let args = parse_args();
+    if !args.fast_bins {
+        // SAFETY: mallopt changes glibc's own settings under its lock and takes no pointer; no
+        // other thread runs yet.
+        unsafe {
+            libc::mallopt(libc::M_MXFAST, 0);
+        }
+    }
+    println!(
+        "malloc: glibc's fast bins {}",
+        if args.fast_bins { "on (--malloc-fast-bins)" } else { "off, as the allocator service runs" }
+    );
     let reads_exits = |kind: &str| {
         placement::Policy::from_config(&PolicyConfig::preset(kind), &HashMap::new(), &placement::Registry::standard())
             .is_ok_and(|p| p.reads_exit_times())

@@ -160,6 +160,23 @@ pub fn release_free_memory() {
     }
 }
 
+/// Turns glibc's fast bins off (`mallopt(M_MXFAST, 0)`) for a process whose heap holds millions of
+/// small records that come and go (the allocator's VMs, their repredictions, their hosts' vectors);
+/// nothing elsewhere. Call it first in `main`, before any thread starts.
+///
+/// Why: freed small chunks wait in the fast bins unmerged, and glibc merges all of them at once
+/// (`malloc_consolidate`) whenever a request finds neither a bin nor room at the heap's top, which
+/// in such a heap is often: a fifth of a NILAS placement's samples at 100,000 hosts, and most of
+/// its p99 (docs/benchmarks.md, "glibc's fast bins"). The per-thread cache (tcache) still serves
+/// the small requests that repeat, so the common case does not slow down.
+pub fn tune_malloc_for_churn() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt changes the allocator's own settings under its lock and takes no pointer.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
+    }
+}
+
 /// What ended a connection early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Expiry {

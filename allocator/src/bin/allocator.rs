@@ -41,6 +41,7 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
+    service_common::server::tune_malloc_for_churn();
     service_common::telemetry::init_tracing();
     let cli = Cli::parse();
     let mut config = match &cli.config {
