@@ -657,11 +657,11 @@ impl DurableAllocator {
 /// Conflict avoidance (Protean, paper 001 s5.3, with shares): an agent of a shared store that
 /// knows other agents (those that wrote one of the change log's last 1,000 batches) takes the best
 /// of its own share of the hosts ([`HostShare`]) among the best `AVOIDANCE_TOP` valid hosts, or
-/// when none is its own, its best own host among the best `AVOIDANCE_TOP` per agent. Dense packing leaves very few hosts with the best score (2 at
-/// the median in the agents bench), and agents deciding at the same time would all go for them;
-/// with shares they go to different hosts. Protean draws at random among the top hosts, with a
-/// probability that follows the recent share of refused commits: measured against it in
-/// docs/benchmarks.md and docs/evaluation.md.
+/// when none is its own, its best own host among the best `AVOIDANCE_TOP` per agent. Dense
+/// packing leaves very few hosts with the best score (2 at the median in the agents bench), and
+/// agents deciding at the same time would all go for them; with shares they go to different
+/// hosts. Protean draws at random among the top hosts, with a probability that follows the recent
+/// share of refused commits: measured against it in docs/benchmarks.md and docs/evaluation.md.
 const AVOIDANCE_TOP: usize = 16;
 
 /// How often a batch the store refused is decided again on fresh state before its writes are

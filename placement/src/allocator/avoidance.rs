@@ -105,7 +105,7 @@ impl Allocator {
     /// agent instead (past `top` only then). A draw at random among the top hosts lands on another
     /// agent's host, which that agent may be filling at the same time: with 8 agents and the top
     /// 16, (7/8)^16 = 12% of placements did, and in a zone packed tight by the churn those were
-    /// 3 to 5 refused commits in 100 (`agents_scaleout`, docs/benchmarks.md), against none with the
+    /// 4 to 6 refused commits in 100 (`agents_scaleout`, docs/benchmarks.md), against none with the
     /// wider reach. Only a zone where the agent owns none of those either draws at random.
     fn among_top(&mut self, vm: &VmRequest, top: usize, share: Option<&HostShare>) -> Option<HostIndex> {
         let traits = self.request_traits(vm);
