@@ -116,9 +116,8 @@ impl Allocator {
         let tied_to = ranked.partition_point(|(key, _)| key <= boundary);
         if let Some(share) = share {
             let reach = tied_to.max(ranked.len().min(top.saturating_mul(share.agents())));
-            let candidates = &ranked[..reach];
-            if let Some(first) = candidates.iter().position(|(_, host)| share.is_own(*host)) {
-                let key = &candidates[first].0;
+            if let Some(first) = ranked[..reach].iter().position(|(_, host)| share.is_own(*host)) {
+                let key = &ranked[first].0;
                 // Every own host tied with it, wherever the reach cuts their run.
                 let equals: Vec<HostIndex> = ranked[first..]
                     .iter()
