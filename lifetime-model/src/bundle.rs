@@ -22,6 +22,7 @@
 //! operator changed a bundle by hand. They detect files changed, truncated or swapped after sealing;
 //! they are not a signature (whoever can rewrite the manifest can re-seal).
 
+use crate::curve_cache::CurveCache;
 use crate::features::{encode_uptime, FeatureEncoder, FeatureSchema, RequestFeatures};
 use crate::gbdt::{ConstantRange, GridScorer, TreeEnsemble};
 use crate::history::{FeatureStore, Histories, Past, PastHistories};
@@ -543,6 +544,22 @@ impl Survival {
         }
     }
 
+    /// [`Survival::values`], remembered in `cache` by what the scorer reads of the row.
+    fn values_cached(&self, row: &[f64], cache: &mut CurveCache) -> Vec<f64> {
+        match &self.scorer {
+            Some(scorer) if row.len() + 1 == self.hazards.num_features() => {
+                scorer.read_ranks(row, &mut cache.ranks);
+                cache.get_or_compute(|ranks| {
+                    let mut values = vec![0.0; scorer.grid_len()];
+                    scorer.predict_ranked(ranks, &mut values);
+                    survival_from_logits(&mut values);
+                    values
+                })
+            }
+            _ => self.values(row),
+        }
+    }
+
     /// `values` (survival at each edge) as a curve over this model's intervals.
     fn curve<'a>(&'a self, values: &'a [f64]) -> SurvivalCurve<'a> {
         SurvivalCurve { edges_s: &self.spec.edges_s, survival: values }
@@ -835,6 +852,13 @@ impl LifetimeModel {
         Some(survival.values(row))
     }
 
+    /// [`LifetimeModel::survival_curve`], the same bit for bit, remembered in `cache` (which must
+    /// be this model's: see [`CurveCache`]).
+    pub fn survival_curve_cached(&self, row: &[f64], cache: &mut CurveCache) -> Option<Vec<f64>> {
+        let survival = self.survival.as_ref()?;
+        Some(survival.values_cached(row, cache))
+    }
+
     /// The survival model's interval edges, when the bundle has one.
     pub fn survival_edges_s(&self) -> Option<&[f64]> {
         self.survival.as_ref().map(|s| s.spec.edges_s.as_slice())
@@ -996,6 +1020,45 @@ mod tests {
         // A row of another width is walked.
         let long: Vec<f64> = rows[0].iter().copied().chain([1.0]).collect();
         assert_eq!(model.survival_curve(&long), Some(curve_of(&survival.hazards, &long, &survival.grid)));
+    }
+
+    /// Curves remembered by their rows' ranks are the computed ones, bit for bit, for rows seen
+    /// again and rows that differ from one seen only between two thresholds; a row that crosses a
+    /// threshold is computed.
+    #[test]
+    fn remembered_curves_are_the_computed_ones() {
+        let model = LifetimeModel::load(default_dir()).unwrap();
+        let mut cache = CurveCache::default();
+        let bits = |curve: Vec<f64>| curve.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let probes: Vec<Vec<f64>> = model.manifest().probes.iter().map(|p| p.row.clone()).collect();
+        for row in &probes {
+            let computed = bits(model.survival_curve(row).unwrap());
+            assert_eq!(bits(model.survival_curve_cached(row, &mut cache).unwrap()), computed);
+            assert_eq!(bits(model.survival_curve_cached(row, &mut cache).unwrap()), computed, "{row:?} again");
+        }
+        assert_eq!(cache.hits, probes.len() as u64);
+        // The hour of day (the fifth input) moved by a millisecond stays between its thresholds.
+        let hour = 4;
+        let mut nudged = probes[0].clone();
+        nudged[hour] += 1e-3 / 3600.0;
+        let hits = cache.hits;
+        assert_eq!(
+            bits(model.survival_curve_cached(&nudged, &mut cache).unwrap()),
+            bits(model.survival_curve(&nudged).unwrap())
+        );
+        assert_eq!(cache.hits, hits + 1, "a row between the same thresholds is remembered");
+        // Every hour of the day: a new curve each time it crosses a threshold, the same as computed.
+        let (mut misses, mut changes, mut last) = (cache.misses, 0, None);
+        for minute in 0..24 * 60 {
+            let mut row = probes[0].clone();
+            row[hour] = minute as f64 / 60.0;
+            let curve = bits(model.survival_curve_cached(&row, &mut cache).unwrap());
+            assert_eq!(curve, bits(model.survival_curve(&row).unwrap()), "minute {minute}");
+            changes += usize::from(last.as_ref() != Some(&curve));
+            last = Some(curve);
+            misses = cache.misses;
+        }
+        assert!(changes > 1 && misses > hits, "the hour moves the curve ({changes} changes)");
     }
 
     #[test]

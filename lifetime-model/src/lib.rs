@@ -17,6 +17,7 @@
 //! library.
 
 pub mod bundle;
+pub mod curve_cache;
 pub mod dataset;
 pub mod features;
 pub mod gbdt;

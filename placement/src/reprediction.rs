@@ -20,6 +20,7 @@
 
 use crate::state::NewVm;
 use domain::VmId;
+use lifetime_model::curve_cache::CurveCache;
 use lifetime_model::features::encode_uptime;
 use lifetime_model::gbdt::ConstantRange;
 use lifetime_model::{LifetimeModel, RequestFeatures};
@@ -34,6 +35,12 @@ pub trait Repredictor: Debug + Send + Sync {
     /// What the model reads of a VM, encoded once when it is placed (the id is for predictors that
     /// know VMs by name, such as the simulator's oracle; a model reads only the features).
     fn encode(&self, id: &VmId, features: &RequestFeatures) -> Vec<f64>;
+    /// [`Repredictor::encode`], the same, with `cache` to remember what is costly to compute
+    /// (a cache kept for this repredictor alone; by default unused).
+    fn encode_cached(&self, id: &VmId, features: &RequestFeatures, cache: &mut CurveCache) -> Vec<f64> {
+        let _ = cache;
+        self.encode(id, features)
+    }
     /// Expected remaining lifetime in seconds of a VM with this row after `uptime_s` seconds.
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64;
     /// The chances that a VM with this row, alive after `uptime_s`, is still alive `after_s[k]`
@@ -77,6 +84,10 @@ impl Repredictor for BundleRepredictor {
     fn encode(&self, _id: &VmId, features: &RequestFeatures) -> Vec<f64> {
         let row = self.0.encode(features);
         self.0.survival_curve(&row).unwrap_or(row)
+    }
+    fn encode_cached(&self, _id: &VmId, features: &RequestFeatures, cache: &mut CurveCache) -> Vec<f64> {
+        let row = self.0.encode(features);
+        self.0.survival_curve_cached(&row, cache).unwrap_or(row)
     }
     fn remaining_s(&self, row: &[f64], uptime_s: f64) -> f64 {
         if self.0.reading().is_some() {
@@ -195,21 +206,35 @@ pub struct Repredictions {
     /// Model evaluations made (for the figures of the bench and `/metrics`): a reprediction answered
     /// from a VM's last evaluation (its uptime still in the evaluation's constant range) is not one.
     pub count: u64,
+    /// The current model's recent survival curves (cleared with the model).
+    curves: CurveCache,
 }
 
 impl Repredictions {
     /// No model and no VM on `hosts` hosts.
     pub fn new(hosts: usize) -> Self {
-        Repredictions { model: None, hosts: (0..hosts).map(|_| Vec::new()).collect(), count: 0 }
+        Repredictions {
+            model: None,
+            hosts: (0..hosts).map(|_| Vec::new()).collect(),
+            count: 0,
+            curves: CurveCache::default(),
+        }
     }
 
     /// Uses `model` from now on (`None`: initial predictions minus age); every VM's row is encoded
     /// again, when it is next repredicted.
     pub fn set_model(&mut self, model: Option<Arc<dyn Repredictor>>) {
         self.model = model;
+        self.curves.clear();
         for vm in self.hosts.iter_mut().flatten() {
             vm.row = None;
         }
+    }
+
+    /// Survival curves of placed VMs answered from the recent ones and computed
+    /// ([`lifetime_model::curve_cache`]).
+    pub fn curves_reused_and_computed(&self) -> (u64, u64) {
+        (self.curves.hits, self.curves.misses)
     }
 
     pub fn model_version(&self) -> Option<&str> {
@@ -250,7 +275,7 @@ impl Repredictions {
     /// this does not know gets its initial lifetime minus its age).
     pub fn remaining_s(&mut self, host: usize, vm: &VmId, initial_lifetime_s: f64, uptime_s: f64) -> f64 {
         match (self.model.as_deref(), find(&mut self.hosts, host, vm)) {
-            (Some(model), Some(found)) => remaining(model, &mut self.count, found, uptime_s),
+            (Some(model), Some(found)) => remaining(model, &mut self.count, &mut self.curves, found, uptime_s),
             _ => (initial_lifetime_s - uptime_s).max(0.0),
         }
     }
@@ -268,7 +293,9 @@ impl Repredictions {
         out: &mut [f64],
     ) {
         match (self.model.as_deref(), find(&mut self.hosts, host, vm)) {
-            (Some(model), Some(found)) => model.survival(&row(model, found).encoded, uptime_s.max(0.0), after_s, out),
+            (Some(model), Some(found)) => {
+                model.survival(&row(model, &mut self.curves, found).encoded, uptime_s.max(0.0), after_s, out)
+            }
             _ => step_survival((initial_lifetime_s - uptime_s).max(0.0), after_s, out),
         }
     }
@@ -285,7 +312,7 @@ impl Repredictions {
                 _ => {
                     let uptime_s = now_s - vm.placed_at_s;
                     let remaining = match self.model.as_deref() {
-                        Some(model) => remaining(model, &mut self.count, vm, uptime_s),
+                        Some(model) => remaining(model, &mut self.count, &mut self.curves, vm, uptime_s),
                         None => (vm.lifetime_s - uptime_s).max(0.0),
                     };
                     let exit = now_s + remaining;
@@ -305,17 +332,18 @@ fn find<'a>(hosts: &'a mut [Vec<VmExit>], host: usize, vm: &VmId) -> Option<&'a 
 }
 
 /// The VM's row under `model`, encoded now if it was not yet.
-fn row<'a>(model: &dyn Repredictor, vm: &'a mut VmExit) -> &'a mut VmRow {
+fn row<'a>(model: &dyn Repredictor, curves: &mut CurveCache, vm: &'a mut VmExit) -> &'a mut VmRow {
     vm.row.get_or_insert_with(|| {
-        Box::new(VmRow { encoded: model.encode(&vm.vm.id, &vm.vm.features()).into_boxed_slice(), last: None })
+        let encoded = model.encode_cached(&vm.vm.id, &vm.vm.features(), curves);
+        Box::new(VmRow { encoded: encoded.into_boxed_slice(), last: None })
     })
 }
 
 /// A VM's expected remaining lifetime under `model` after `uptime_s`, never below 0. The model is
 /// evaluated (and counted) only when the uptime left the constant range of the row's last
 /// evaluation.
-fn remaining(model: &dyn Repredictor, count: &mut u64, vm: &mut VmExit, uptime_s: f64) -> f64 {
-    let row = row(model, vm);
+fn remaining(model: &dyn Repredictor, count: &mut u64, curves: &mut CurveCache, vm: &mut VmExit, uptime_s: f64) -> f64 {
+    let row = row(model, curves, vm);
     let uptime_s = uptime_s.max(0.0);
     let key = model.uptime_key(uptime_s);
     if let Some((range, remaining)) = row.last {

@@ -250,6 +250,29 @@ impl GridScorer {
         }
     }
 
+    /// What of `row` the scorer reads, into `ranks`: rows with the same ranks get the same scores,
+    /// bit for bit ([`GridScorer::predict_ranked`]).
+    pub fn read_ranks(&self, row: &[f64], ranks: &mut Vec<u16>) {
+        ranks.clear();
+        ranks.resize(2 * self.features, 0);
+        self.read(row, ranks);
+    }
+
+    /// [`GridScorer::predict_raw`] of a row read by [`GridScorer::read_ranks`].
+    ///
+    /// # Panics
+    ///
+    /// If `out.len()` is not the grid's length or `ranks` is not of this scorer's width.
+    pub fn predict_ranked(&self, ranks: &[u16], out: &mut [f64]) {
+        assert_eq!(out.len(), self.grid_len, "one output per grid value");
+        assert_eq!(ranks.len(), 2 * self.features, "two ranks per feature");
+        out.fill(0.0);
+        match &self.layout {
+            Layout::Narrow(masks) => self.add_trees(masks, ranks, out),
+            Layout::Wide(masks) => self.add_trees(masks, ranks, out),
+        }
+    }
+
     /// Adds each tree's leaf for each grid value to the value's score, trees in model order.
     fn add_trees<M: LeafMask>(&self, masks: &Masks<M>, ranks: &[u16], out: &mut [f64]) {
         let per_tree = self.grid_len.max(1);

@@ -29,6 +29,12 @@ impl Allocator {
         self.repredictions.count
     }
 
+    /// Survival curves of placed VMs the repredictor answered from its recent ones, and those it
+    /// computed ([`crate::reprediction::Repredictions::curves_reused_and_computed`]).
+    pub fn curves_reused_and_computed(&self) -> (u64, u64) {
+        self.repredictions.curves_reused_and_computed()
+    }
+
     /// Version of the repredicting model, if one is set.
     pub fn repredictor_version(&self) -> Option<&str> {
         self.repredictions.model_version()
