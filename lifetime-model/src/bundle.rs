@@ -739,10 +739,23 @@ impl LifetimeModel {
 
     /// Predicts from an encoded base row; the interval only when `with_interval` is set.
     pub fn predict_row(&self, row: &[f64], with_interval: bool) -> ModelPrediction {
+        self.predict_row_with(row, with_interval, None)
+    }
+
+    /// [`LifetimeModel::predict_row`], the same bit for bit, its survival curve remembered in
+    /// `cache` (this model's: see [`CurveCache`]), for many rows predicted in one thread.
+    pub fn predict_row_cached(&self, row: &[f64], with_interval: bool, cache: &mut CurveCache) -> ModelPrediction {
+        self.predict_row_with(row, with_interval, Some(cache))
+    }
+
+    fn predict_row_with(&self, row: &[f64], with_interval: bool, cache: Option<&mut CurveCache>) -> ModelPrediction {
         let interval_class = with_interval.then(|| self.interval_class(row));
         let (p_long, expected_lifetime_s) = match &self.survival {
             Some(survival) => {
-                let values = survival.values(row);
+                let values = match cache {
+                    Some(cache) => survival.values_cached(row, cache),
+                    None => survival.values(row),
+                };
                 let curve = survival.curve(&values);
                 let p_long = if survival.spec.p_long_from_survival {
                     curve.at(self.manifest.long_threshold_s)

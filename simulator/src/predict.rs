@@ -41,6 +41,7 @@
 
 use crate::workload::{Workload, CENSORED_LIFETIME_S};
 use domain::{LifetimeClass, LifetimePrediction, PredictionSource, VmId};
+use lifetime_model::curve_cache::CurveCache;
 use lifetime_model::history::{FeatureStore, Histories};
 use lifetime_model::survival::LifetimeReading;
 use lifetime_model::{LifetimeModel, RequestFeatures};
@@ -587,6 +588,7 @@ fn model_predictions(
     let mut next_end = 0;
     let mut histories = FeatureStore::empty(f64::NEG_INFINITY);
     let mut row = Vec::with_capacity(schema.len());
+    let mut curves = CurveCache::default();
     let mut out = Vec::with_capacity(workload.vms.len());
     for (i, vm) in workload.vms.iter().enumerate() {
         let now = vm.start_s;
@@ -602,7 +604,7 @@ fn model_predictions(
         let past = histories.past(tenant, &features.vm_type, now, window_s, long_threshold_s);
         row.clear();
         model.encoder().encode_into(&features, &past, None, &mut row);
-        let prediction = model.predict_row(&row, with_interval);
+        let prediction = model.predict_row_cached(&row, with_interval, &mut curves);
         out.push(Some(model.to_wire(&prediction, PredictionSource::Model)));
         histories.record_start(tenant, &features.vm_type, now);
     }
