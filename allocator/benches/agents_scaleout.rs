@@ -15,7 +15,8 @@
 //! `refused/100`, the batches the store refused per 100 commits (a conflict, decided again);
 //! `cores busy`, the CPU of everything (agents, PostgreSQL, proxy and clients) over the elapsed
 //! time; `cpu_ms/alloc`, the agents' and PostgreSQL's CPU per allocation (with its release), then
-//! split into `agents_ms` and `database_ms`. The
+//! split into `agents_ms` and `database_ms`; `commands/commit`, the zone's durable writes per
+//! commit (how much a commit carries, and so what its fixed costs are shared by). The
 //! last row, one agent on its SQLite file, is the embedded store's reference (no database, so no
 //! round trip).
 //!
@@ -208,9 +209,9 @@ fn main() {
     }
     binaries.push(("this build", PathBuf::from(env!("CARGO_BIN_EXE_allocator"))));
     println!(
-        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc | agents_ms | database_ms |"
+        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc | agents_ms | database_ms | commands/commit |"
     );
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let runs = rows().into_iter().flat_map(|row| binaries.iter().map(move |binary| (row, binary)));
     for (row, (kind, (label, binary))) in runs.enumerate() {
         let (store, agents, rtt_ms, _proxy) = match kind {
@@ -236,7 +237,7 @@ fn main() {
         let figures = &measured.figures;
         let per_allocation_ms = 1e3 / ticks / allocations as f64;
         println!(
-            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} |",
+            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.1} |",
             if matches!(kind, Row::Sqlite) { "sqlite" } else { "postgres" },
             figures.allocations_per_s,
             figures.p50.as_secs_f64() * 1e3,
@@ -246,6 +247,8 @@ fn main() {
             (measured.agent_ticks + measured.database_ticks) as f64 * per_allocation_ms,
             measured.agent_ticks as f64 * per_allocation_ms,
             measured.database_ticks as f64 * per_allocation_ms,
+            // Each allocation comes with a release: two commands.
+            2.0 * allocations as f64 / measured.commits.max(1.0),
         );
     }
 }
