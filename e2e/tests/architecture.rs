@@ -228,3 +228,107 @@ fn the_circle_check_finds_a_circle() {
         [("a", "b"), ("b", "c")].into_iter().map(|(f, t)| (f.to_owned(), BTreeSet::from([t.to_owned()]))).collect();
     assert_eq!(find_cycle(&acyclic), None);
 }
+
+/// A source file's code: what comes before its test module, comment lines dropped.
+fn code_of(text: &str) -> String {
+    let code = text.split("#[cfg(test)]\nmod ").next().unwrap_or_default();
+    code.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// The types a file implements `trait` for (`impl TRAIT for TYPE`).
+fn implementors(code: &str, r#trait: &str) -> Vec<String> {
+    let marker = format!("impl {trait} for ");
+    code.match_indices(&marker)
+        .map(|(at, _)| {
+            code[at + marker.len()..]
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// What is wrong with the rules' layout under `rules` (a copy of `placement/src/rules/`), given
+/// the framework files' code: the framework module (`mod.rs`) holds a rule, a rule file holds
+/// other than one rule with its registration, or a framework file names a registered rule.
+fn rule_layout_problems(rules: &std::path::Path, framework: &[(String, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut names = Vec::new();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(rules).expect("rules/").map(|entry| entry.expect("an entry").path()).collect();
+    files.sort();
+    for path in files {
+        let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let code = code_of(&std::fs::read_to_string(&path).expect("a rule file"));
+        let registered = implementors(&code, "RegisteredRule");
+        let rules: Vec<String> = [implementors(&code, "ValidatorRule"), implementors(&code, "PreferenceRule")].concat();
+        if file == "mod.rs" {
+            if !registered.is_empty() || !rules.is_empty() {
+                problems.push(format!("rules/mod.rs holds rules: {:?}", [registered, rules].concat()));
+            }
+            continue;
+        }
+        if registered.len() != 1 || rules != registered {
+            problems.push(format!("rules/{file}: registered {registered:?}, rules {rules:?} (one of each, the same)"));
+        }
+        names.extend(
+            code.split("const NAME: &'static str = \"").skip(1).filter_map(|s| s.split('"').next()).map(str::to_owned),
+        );
+    }
+    for (file, code) in framework {
+        for name in &names {
+            if code.contains(&format!("\"{name}\"")) {
+                problems.push(format!("{file} names the rule `{name}`"));
+            }
+        }
+    }
+    problems
+}
+
+/// The framework files of `placement`: everything but the rules and the registry.
+fn placement_framework() -> Vec<(String, String)> {
+    let src = workspace_root().join("placement/src");
+    let mut files = Vec::new();
+    for dir in [src.clone(), src.join("allocator"), src.join("select"), src.join("consolidation")] {
+        for entry in std::fs::read_dir(&dir).expect("placement's sources") {
+            let path = entry.expect("an entry").path();
+            let name = path.strip_prefix(&src).expect("under src").display().to_string();
+            if path.extension().is_some_and(|e| e == "rs") && name != "registry.rs" && name != "lava.rs" {
+                files.push((name, code_of(&std::fs::read_to_string(&path).expect("a source file"))));
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn each_built_in_rule_is_one_file_and_the_framework_names_none() {
+    let rules = workspace_root().join("placement/src/rules");
+    let framework = placement_framework();
+    assert!(framework.iter().any(|(name, _)| name == "policy.rs"), "the framework files were read");
+    assert_eq!(rule_layout_problems(&rules, &framework), Vec::<String>::new());
+}
+
+#[test]
+fn the_rule_layout_check_finds_a_rule_in_the_framework() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let copy = dir.path().join("rules");
+    std::fs::create_dir(&copy).expect("rules/");
+    for entry in std::fs::read_dir(workspace_root().join("placement/src/rules")).expect("rules/") {
+        let path = entry.expect("an entry").path();
+        std::fs::copy(&path, copy.join(path.file_name().expect("a name"))).expect("copied");
+    }
+    // The worked example's rule moved into the framework module, and a framework file naming it.
+    let example = std::fs::read_to_string(copy.join("prefer_hardware.rs")).expect("the example rule");
+    let mut framework = std::fs::read_to_string(copy.join("mod.rs")).expect("rules/mod.rs");
+    framework.insert_str(0, &code_of(&example));
+    std::fs::write(copy.join("mod.rs"), framework).expect("written");
+    std::fs::write(copy.join("prefer_hardware.rs"), "//! moved\n").expect("written");
+    let policy = ("policy.rs".to_owned(), "let first = \"prefer-non-empty\";".to_owned());
+    let problems = rule_layout_problems(&copy, &[policy]);
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(problems[0].starts_with("rules/mod.rs holds rules"), "{problems:#?}");
+    assert!(problems[1].starts_with("rules/prefer_hardware.rs: registered []"), "{problems:#?}");
+    assert_eq!(problems[2], "policy.rs names the rule `prefer-non-empty`");
+}

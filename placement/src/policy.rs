@@ -59,7 +59,7 @@ fn preference_entries(config: &PolicyConfig, registry: &Registry) -> Result<Vec<
     })?;
     Ok(names
         .iter()
-        .filter(|name| config.prefer_non_empty || **name != "prefer-non-empty")
+        .filter(|name| config.prefer_non_empty || registry.non_empty_switch() != Some(**name))
         .map(|name| match name.split_once(':') {
             Some((rule, classes)) => {
                 let mut entry = RuleEntry::named(rule);
@@ -71,17 +71,12 @@ fn preference_entries(config: &PolicyConfig, registry: &Registry) -> Result<Vec<
         .collect())
 }
 
-/// The validator list: the configured one, or the standard one.
-fn validator_entries(config: &PolicyConfig, compatibility: &HashMap<String, Vec<String>>) -> Vec<RuleEntry> {
-    if let Some(list) = &config.validators {
-        return list.clone();
+/// The validator list: the configured one, or the registry's defaults for this context.
+fn validator_entries(config: &PolicyConfig, registry: &Registry, context: &RuleContext) -> Vec<RuleEntry> {
+    match &config.validators {
+        Some(list) => list.clone(),
+        None => registry.default_validators(context).into_iter().map(RuleEntry::named).collect(),
     }
-    let mut names = vec!["host-available"];
-    if !compatibility.is_empty() {
-        names.push("hardware-compatible");
-    }
-    names.extend(["fits-resources", "tenant-spread"]);
-    names.into_iter().map(RuleEntry::named).collect()
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -163,7 +158,7 @@ impl Policy {
                 .map_err(|message| entry_error(list, position, entry, message))
         };
         let mut validators: Vec<Box<dyn ValidatorRule>> = Vec::new();
-        for (position, entry) in validator_entries(config, compatibility).iter().enumerate() {
+        for (position, entry) in validator_entries(config, registry, &context).iter().enumerate() {
             match build("validators", position, entry)? {
                 BuiltRule::Validator(rule) => validators.push(rule),
                 BuiltRule::Preference(..) => {
@@ -473,6 +468,26 @@ mod tests {
             policy.validators().iter().map(|r| r.name()).collect(),
             policy.preferences().iter().map(|r| r.name()).collect(),
         )
+    }
+
+    /// The defaults a policy gets when it lists no validators, and the rule `prefer_non_empty =
+    /// false` drops, are the registry's: an embedder's registry changes them, no framework file.
+    #[test]
+    fn default_validators_and_the_non_empty_switch_are_the_registrys() {
+        use crate::rules::{BestFit, FitsResources, HardwareCompatible, LifetimeAlignment};
+        let registry = Registry::empty()
+            .with_default_validator::<HardwareCompatible>()
+            .with_default_validator::<FitsResources>()
+            .with_non_empty_switch::<LifetimeAlignment>()
+            .with_rule::<BestFit>()
+            .with_preset("aligned", &["lifetime-alignment", "best-fit"]);
+        let config = PolicyConfig { kind: "aligned".into(), ..PolicyConfig::default() };
+        let plain = Policy::from_config(&config, &HashMap::new(), &registry).unwrap();
+        assert_eq!(rule_names(&plain), (vec!["fits-resources"], vec!["lifetime-alignment", "best-fit"]));
+        let compat = HashMap::from([("M128".to_owned(), vec!["gen8".to_owned()])]);
+        let switched = PolicyConfig { prefer_non_empty: false, ..config };
+        let policy = Policy::from_config(&switched, &compat, &registry).unwrap();
+        assert_eq!(rule_names(&policy), (vec!["hardware-compatible", "fits-resources"], vec!["best-fit"]));
     }
 
     #[test]

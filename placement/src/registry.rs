@@ -1,6 +1,8 @@
-//! The composition root: every rule a policy may name and every preset (a named preference list).
+//! The composition root: every rule a policy may name, every preset (a named preference list),
+//! the validators of a policy that lists none and the rule `prefer_non_empty = false` drops.
 //! [`Registry::standard`] is the one place that names the built-in rules and the six published
-//! policies; the framework files (`rules`, `policy`, `host_state`, `select`, `allocator`) name none.
+//! policies; the framework files (`rules/mod.rs`, `policy`, `host_state`, `select`, `allocator`)
+//! name none (`e2e/tests/architecture.rs` checks it).
 //!
 //! The presets:
 //!
@@ -27,14 +29,20 @@
 use crate::lava::LavaPreference;
 use crate::rules::{
     build, BestFit, Builder, DynamicBestFit, FitsResources, HardwareCompatible, HostAvailable, LifetimeAlignment,
-    PreferHardware, PreferNonEmpty, RegisteredRule, TemporalCost, TenantSpreadRule,
+    PreferHardware, PreferNonEmpty, RegisteredRule, RuleContext, TemporalCost, TenantSpreadRule,
 };
 
-/// The rules and presets a policy configuration may name.
+/// Whether a default validator applies in a policy's context ([`RegisteredRule::by_default`]).
+type ByDefault = fn(&RuleContext) -> bool;
+
+/// The rules and presets a policy configuration may name, the validators of a policy that lists
+/// none, and the rule a configuration's `prefer_non_empty = false` drops from its preset.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
     rules: Vec<(&'static str, Builder)>,
     presets: Vec<(&'static str, Vec<&'static str>)>,
+    default_validators: Vec<(&'static str, ByDefault)>,
+    non_empty_switch: Option<&'static str>,
 }
 
 impl Registry {
@@ -47,11 +55,11 @@ impl Registry {
     /// NILAS, LAVA) as presets. A preset entry `rule:classes` is the rule with `classes` set.
     pub fn standard() -> Self {
         Registry::empty()
-            .with_rule::<HostAvailable>()
-            .with_rule::<HardwareCompatible>()
-            .with_rule::<FitsResources>()
-            .with_rule::<TenantSpreadRule>()
-            .with_rule::<PreferNonEmpty>()
+            .with_default_validator::<HostAvailable>()
+            .with_default_validator::<HardwareCompatible>()
+            .with_default_validator::<FitsResources>()
+            .with_default_validator::<TenantSpreadRule>()
+            .with_non_empty_switch::<PreferNonEmpty>()
             .with_rule::<BestFit>()
             .with_rule::<DynamicBestFit>()
             .with_rule::<LifetimeAlignment>()
@@ -71,6 +79,31 @@ impl Registry {
         self.rules.retain(|(name, _)| *name != R::NAME);
         self.rules.push((R::NAME, build::<R>));
         self
+    }
+
+    /// Registers validator `R` ([`Registry::with_rule`]) and appends it to the validators of a
+    /// policy that lists none, where [`RegisteredRule::by_default`] says it applies.
+    pub fn with_default_validator<R: RegisteredRule>(mut self) -> Self {
+        self.default_validators.retain(|(name, _)| *name != R::NAME);
+        self.default_validators.push((R::NAME, R::by_default));
+        self.with_rule::<R>()
+    }
+
+    /// Registers preference rule `R` ([`Registry::with_rule`]) as the one a configuration's
+    /// `prefer_non_empty = false` drops from its preset.
+    pub fn with_non_empty_switch<R: RegisteredRule>(mut self) -> Self {
+        self.non_empty_switch = Some(R::NAME);
+        self.with_rule::<R>()
+    }
+
+    /// The validators of a policy that lists none, in `context`, in registration order.
+    pub fn default_validators(&self, context: &RuleContext) -> Vec<&'static str> {
+        self.default_validators.iter().filter(|(_, applies)| applies(context)).map(|(name, _)| *name).collect()
+    }
+
+    /// The preset rule `prefer_non_empty = false` drops, if one is registered.
+    pub fn non_empty_switch(&self) -> Option<&'static str> {
+        self.non_empty_switch
     }
 
     /// Registers a preset: a policy name and its preference rules in strict order (replacing a

@@ -8,25 +8,45 @@
 //!
 //! Every rule is registered under its name with its parameters ([`crate::registry`],
 //! [`RegisteredRule`]), so that a policy is data: an ordered list of `{rule = "...", ...parameters}`
-//! entries in the allocator's TOML ([`crate::policy`]). Adding a rule is one module (the type, its
-//! [`PreferenceRule`] or [`ValidatorRule`] impl, its [`RegisteredRule`] impl and its tests) plus its
-//! line in [`crate::registry::Registry::standard`], or in an embedder's own registry;
-//! `prefer_hardware.rs` is the worked example. The engine does not change.
+//! entries in the allocator's TOML ([`crate::policy`]). This module is the framework and names no
+//! rule; each built-in rule is a file of its own beside it (the type, its [`PreferenceRule`] or
+//! [`ValidatorRule`] impl, its parameters, its [`RegisteredRule`] impl and its tests; checked by
+//! `e2e/tests/architecture.rs`). Adding one is that file, its `mod` and `pub use` lines here and its
+//! line in [`crate::registry::Registry::standard`]; outside the crate, the file and a line in an
+//! embedder's own registry. `prefer_hardware.rs` is the worked example. The engine does not change.
 
+mod best_fit;
+mod dynamic_best_fit;
+mod fits_resources;
+mod hardware_compatible;
+mod host_available;
+mod lifetime_alignment;
 mod prefer_hardware;
+mod prefer_non_empty;
+mod temporal_cost;
+mod tenant_spread;
 
 use crate::config::PolicyConfig;
 use crate::host_state::HostStateKind;
 use crate::lifetime::{ClassIndex, HostLifetime, LifetimeClasses};
 use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
-use domain::{FeatureValue, HostState, Priority, Resources, VmRequest};
+use domain::{FeatureValue, Priority, Resources, VmRequest};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 
 pub use crate::config::{Buckets, FitWeights};
+pub use best_fit::{BestFit, FitParams};
+pub use dynamic_best_fit::DynamicBestFit;
+pub use fits_resources::FitsResources;
+pub use hardware_compatible::{CompatibilityParams, HardwareCompatible};
+pub use host_available::HostAvailable;
+pub use lifetime_alignment::{AlignmentParams, ClassChoice, LifetimeAlignment};
 pub use prefer_hardware::PreferHardware;
+pub use prefer_non_empty::PreferNonEmpty;
+pub use temporal_cost::{bucket_of, TemporalCost, TemporalParams};
+pub use tenant_spread::TenantSpreadRule;
 
 /// Builds a registered rule from its parameters (the entry's fields other than `rule`).
 pub type Builder = fn(serde_json::Value, &RuleContext) -> Result<BuiltRule, String>;
@@ -69,6 +89,12 @@ pub trait RegisteredRule {
     /// Its parameters (`#[serde(deny_unknown_fields)]`, so that a misspelt one is refused).
     type Params: DeserializeOwned;
     fn build(params: Self::Params, context: &RuleContext) -> Result<BuiltRule, String>;
+    /// For a default validator ([`crate::registry::Registry::with_default_validator`]): whether a
+    /// policy that lists no validators of its own gets it in this context (by default, always).
+    fn by_default(context: &RuleContext) -> bool {
+        let _ = context;
+        true
+    }
 }
 
 /// A rule without parameters.
@@ -361,392 +387,9 @@ pub trait PreferenceRule: Debug + Send + Sync {
     }
 }
 
-/// The host takes new VMs (not drained for maintenance or defragmentation, not failed).
-#[derive(Debug)]
-pub struct HostAvailable;
-
-impl ValidatorRule for HostAvailable {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[]
-    }
-    fn is_valid(&self, host: &HostView, _: &RuleRequest) -> bool {
-        host.record.state == HostState::Available
-    }
-}
-
-/// The VM type runs on the host's hardware generation. Types not listed run everywhere.
-#[derive(Debug)]
-pub struct HardwareCompatible {
-    /// VM type -> hardware generations it runs on.
-    pub allowed: HashMap<String, Vec<String>>,
-}
-
-impl ValidatorRule for HardwareCompatible {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::VmType]
-    }
-    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
-        self.allowed.get(&request.vm_type).is_none_or(|generations| generations.contains(&host.record.hardware))
-    }
-}
-
-/// The demand fits the host's free capacity in every dimension.
-#[derive(Debug)]
-pub struct FitsResources;
-
-impl ValidatorRule for FitsResources {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::Demand]
-    }
-    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
-        request.demand.fits_within(&host.record.free())
-    }
-}
-
-/// At most K VMs of the tenant per rack, when the request asks for it.
-#[derive(Debug)]
-pub struct TenantSpreadRule;
-
-impl ValidatorRule for TenantSpreadRule {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::Tenant]
-    }
-    fn is_valid(&self, host: &HostView, request: &RuleRequest) -> bool {
-        request.spread.is_none_or(|spread| {
-            spread.vms_per_rack.get(&host.record.rack_index).copied().unwrap_or(0) < spread.max_per_rack
-        })
-    }
-
-    fn rejected_hosts(&self, request: &RuleRequest, state: &InventoryState) -> Option<Vec<HostIndex>> {
-        let Some(spread) = request.spread else { return Some(Vec::new()) };
-        Some(
-            spread
-                .vms_per_rack
-                .iter()
-                .filter(|(_, &count)| count >= spread.max_per_rack)
-                .flat_map(|(&rack, _)| state.rack_hosts(rack).iter().copied())
-                .collect(),
-        )
-    }
-}
-
-/// Non-empty hosts first: an empty host is opened only when nothing else fits.
-#[derive(Debug)]
-pub struct PreferNonEmpty;
-
-impl PreferenceRule for PreferNonEmpty {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[]
-    }
-    fn score(&self, host: &HostView, _: &RuleRequest) -> u32 {
-        u32::from(host.record.is_empty())
-    }
-}
-
-/// Prefer Best Fit (PBFR): the weighted leftover after placement, quantized.
-#[derive(Debug)]
-pub struct BestFit {
-    pub buckets: Buckets,
-    pub weights: FitWeights,
-}
-
-impl PreferenceRule for BestFit {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::Demand]
-    }
-    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
-        let record = host.record;
-        self.buckets.quantize(self.weights.leftover_share(&record.capacity, &record.free(), &request.demand))
-    }
-}
-
-/// DPBFR (paper 003 s4.4 V1): best fit with finer buckets for long-lived VMs.
-#[derive(Debug)]
-pub struct DynamicBestFit {
-    pub long: Buckets,
-    pub short: Buckets,
-    pub weights: FitWeights,
-}
-
-impl PreferenceRule for DynamicBestFit {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::Demand, RequestTrait::LifetimeClass]
-    }
-    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
-        let buckets = if request.lifetime_class > 0 { self.long } else { self.short };
-        let record = host.record;
-        buckets.quantize(self.weights.leftover_share(&record.capacity, &record.free(), &request.demand))
-    }
-}
-
-/// Lifetime alignment (LAR, paper 003 Alg. 2 as a rule): a VM above class 0 prefers hosts of its own
-/// class; class-0 VMs have no preference.
-#[derive(Debug)]
-pub struct LifetimeAlignment;
-
-impl PreferenceRule for LifetimeAlignment {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::LifetimeClass]
-    }
-    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
-        u32::from(
-            request.lifetime_class != 0 && (host.record.is_empty() || host.lifetime.class != request.lifetime_class),
-        )
-    }
-}
-
-/// NILAS / LAS temporal cost (paper 000 s4.2): the bucket of how much later than the host's last VM
-/// this VM is predicted to exit, `max(vm_exit - host_exit, 0)`, over its bucket bounds (the paper's
-/// [`TemporalCost::BUCKETS_S`] by default). An empty host's exit is minus infinity, so it costs the
-/// most.
-#[derive(Debug)]
-pub struct TemporalCost {
-    bounds_s: Vec<f64>,
-}
-
-impl Default for TemporalCost {
-    fn default() -> Self {
-        TemporalCost { bounds_s: Self::BUCKETS_S.to_vec() }
-    }
-}
-
-impl TemporalCost {
-    /// 0, 30 min, 60 min, 90 min, 2 h, 3 h, 4 h, 6 h, 12 h, 24 h, 168 h.
-    pub const BUCKETS_S: [f64; 11] =
-        [0.0, 1_800.0, 3_600.0, 5_400.0, 7_200.0, 10_800.0, 14_400.0, 21_600.0, 43_200.0, 86_400.0, 604_800.0];
-
-    /// A temporal cost over other bucket bounds: 0 first, then strictly increasing finite
-    /// seconds (`None` otherwise).
-    pub fn with_bounds(bounds_s: Vec<f64>) -> Option<Self> {
-        let valid = bounds_s.first() == Some(&0.0)
-            && bounds_s.windows(2).all(|w| w[0] < w[1])
-            && bounds_s.iter().all(|b| b.is_finite());
-        valid.then_some(TemporalCost { bounds_s })
-    }
-
-    /// The paper's cost of a VM exiting at `vm_exit_s` on a host whose VMs exit by `host_exit_s`.
-    pub fn cost(vm_exit_s: f64, host_exit_s: f64) -> u32 {
-        bucket_of(&Self::BUCKETS_S, vm_exit_s, host_exit_s)
-    }
-}
-
-/// Index of `max(vm_exit - host_exit, 0)` in increasing `bounds` (the first 0); a VM that exits no
-/// later than the host (both infinite included) is in bucket 0.
-pub fn bucket_of(bounds: &[f64], vm_exit_s: f64, host_exit_s: f64) -> u32 {
-    if vm_exit_s <= host_exit_s || vm_exit_s.is_nan() || host_exit_s.is_nan() {
-        return 0;
-    }
-    let delta = vm_exit_s - host_exit_s;
-    (bounds.partition_point(|&b| b <= delta).max(1) - 1) as u32
-}
-
-impl PreferenceRule for TemporalCost {
-    fn name(&self) -> &'static str {
-        <Self as RegisteredRule>::NAME
-    }
-    fn reads(&self) -> &'static [RequestTrait] {
-        &[RequestTrait::ExitTime]
-    }
-    fn score(&self, host: &HostView, request: &RuleRequest) -> u32 {
-        bucket_of(&self.bounds_s, request.exit_s, host.lifetime.exit_s)
-    }
-    fn exit_buckets(&self) -> Option<&[f64]> {
-        Some(&self.bounds_s)
-    }
-}
-
-impl RegisteredRule for HostAvailable {
-    const NAME: &'static str = "host-available";
-    type Params = NoParams;
-    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
-        Ok(BuiltRule::Validator(Box::new(HostAvailable)))
-    }
-}
-
-/// `hardware-compatible` reads the allocator's `compatibility` table unless given its own.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompatibilityParams {
-    pub allowed: Option<HashMap<String, Vec<String>>>,
-}
-
-impl RegisteredRule for HardwareCompatible {
-    const NAME: &'static str = "hardware-compatible";
-    type Params = CompatibilityParams;
-    fn build(params: CompatibilityParams, context: &RuleContext) -> Result<BuiltRule, String> {
-        let allowed = params.allowed.unwrap_or_else(|| context.compatibility.clone());
-        Ok(BuiltRule::Validator(Box::new(HardwareCompatible { allowed })))
-    }
-}
-
-impl RegisteredRule for FitsResources {
-    const NAME: &'static str = "fits-resources";
-    type Params = NoParams;
-    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
-        Ok(BuiltRule::Validator(Box::new(FitsResources)))
-    }
-}
-
-impl RegisteredRule for TenantSpreadRule {
-    const NAME: &'static str = "tenant-spread";
-    type Params = NoParams;
-    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
-        Ok(BuiltRule::Validator(Box::new(TenantSpreadRule)))
-    }
-}
-
-impl RegisteredRule for PreferNonEmpty {
-    const NAME: &'static str = "prefer-non-empty";
-    type Params = NoParams;
-    fn build(_: NoParams, _: &RuleContext) -> Result<BuiltRule, String> {
-        Ok(BuiltRule::Preference(Box::new(PreferNonEmpty), None))
-    }
-}
-
-/// `best-fit` and `dynamic-best-fit` default to the policy's buckets and weights.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FitParams {
-    pub buckets: Option<Buckets>,
-    pub long_buckets: Option<Buckets>,
-    pub short_buckets: Option<Buckets>,
-    pub weights: Option<FitWeights>,
-}
-
-fn checked_weights(weights: FitWeights) -> Result<FitWeights, String> {
-    let all = [weights.cores, weights.memory_gib, weights.ssd_gib];
-    if all.iter().any(|w| !w.is_finite() || *w < 0.0) || all.iter().all(|w| *w == 0.0) {
-        return Err("weights: at least one weight must be positive, and none negative or non-finite".to_owned());
-    }
-    Ok(weights)
-}
-
-impl RegisteredRule for BestFit {
-    const NAME: &'static str = "best-fit";
-    type Params = FitParams;
-    fn build(params: FitParams, context: &RuleContext) -> Result<BuiltRule, String> {
-        if params.long_buckets.is_some() || params.short_buckets.is_some() {
-            return Err("long_buckets and short_buckets belong to `dynamic-best-fit`".to_owned());
-        }
-        let weights = checked_weights(params.weights.unwrap_or(context.policy.weights))?;
-        let buckets = params.buckets.unwrap_or(context.policy.buckets);
-        Ok(BuiltRule::Preference(Box::new(BestFit { buckets, weights }), None))
-    }
-}
-
-impl RegisteredRule for DynamicBestFit {
-    const NAME: &'static str = "dynamic-best-fit";
-    type Params = FitParams;
-    fn build(params: FitParams, context: &RuleContext) -> Result<BuiltRule, String> {
-        if params.buckets.is_some() {
-            return Err("`dynamic-best-fit` takes long_buckets and short_buckets, not buckets".to_owned());
-        }
-        let rule = DynamicBestFit {
-            long: params.long_buckets.unwrap_or(context.policy.long_buckets),
-            short: params.short_buckets.unwrap_or(context.policy.short_buckets),
-            weights: checked_weights(params.weights.unwrap_or(context.policy.weights))?,
-        };
-        Ok(BuiltRule::Preference(Box::new(rule), Some(context.binary_classes()?)))
-    }
-}
-
-/// Which lifetime classes `lifetime-alignment` aligns VMs by.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClassChoice {
-    /// Short and long, split at the policy's `long_threshold_s` (LA-binary).
-    #[default]
-    Binary,
-    /// The policy's `class_cutoffs_s`, the lifetime-interval model's classes (LA-multiclass).
-    Intervals,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AlignmentParams {
-    #[serde(default)]
-    pub classes: ClassChoice,
-}
-
-impl RegisteredRule for LifetimeAlignment {
-    const NAME: &'static str = "lifetime-alignment";
-    type Params = AlignmentParams;
-    fn build(params: AlignmentParams, context: &RuleContext) -> Result<BuiltRule, String> {
-        let classes = match params.classes {
-            ClassChoice::Binary => context.binary_classes()?,
-            ClassChoice::Intervals => context.interval_classes()?,
-        };
-        Ok(BuiltRule::Preference(Box::new(LifetimeAlignment), Some(classes)))
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TemporalParams {
-    /// Bucket bounds in seconds (0 first, increasing); default the policy's `temporal_buckets_s`.
-    pub buckets_s: Option<Vec<f64>>,
-}
-
-impl RegisteredRule for TemporalCost {
-    const NAME: &'static str = "temporal-cost";
-    type Params = TemporalParams;
-    fn build(params: TemporalParams, context: &RuleContext) -> Result<BuiltRule, String> {
-        let (field, bounds) = match params.buckets_s {
-            Some(bounds) => ("buckets_s", Some(bounds)),
-            None => ("the policy's temporal_buckets_s", context.policy.temporal_buckets_s.clone()),
-        };
-        let rule = match bounds {
-            Some(bounds) => TemporalCost::with_bounds(bounds.clone()).ok_or_else(|| {
-                format!("{field}: must start at 0 and increase strictly, in finite seconds; got {bounds:?}")
-            })?,
-            None => TemporalCost::default(),
-        };
-        Ok(BuiltRule::Preference(Box::new(rule), None))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Paper 000 s4.2: "if delta T = 70m, the temporal cost is 2".
-    #[test]
-    fn temporal_cost_follows_the_papers_example() {
-        let minute = 60.0;
-        assert_eq!(TemporalCost::cost(1_000.0 + 70.0 * minute, 1_000.0), 2);
-        assert_eq!(TemporalCost::cost(1_000.0, 5_000.0), 0, "exits before the host: no cost");
-        assert_eq!(TemporalCost::cost(29.0 * minute, 0.0), 0);
-        assert_eq!(TemporalCost::cost(30.0 * minute, 0.0), 1);
-        assert_eq!(TemporalCost::cost(90.0 * minute, 0.0), 3);
-        assert_eq!(TemporalCost::cost(1e9, 0.0), 10);
-        assert_eq!(TemporalCost::cost(100.0, f64::NEG_INFINITY), 10, "an empty host costs the most");
-        assert_eq!(TemporalCost::cost(f64::INFINITY, f64::INFINITY), 0);
-        assert_eq!(TemporalCost::cost(f64::INFINITY, 1e6), 10);
-    }
 
     #[test]
     fn one_class_is_one_masked_key() {
@@ -789,37 +432,5 @@ mod tests {
             }
         }
         assert!(Features::from(&BTreeMap::new()).0.is_none(), "no features, no map");
-    }
-
-    #[test]
-    fn quantization_follows_protean() {
-        assert_eq!(Buckets::Quantized(3).quantize(0.0), 0);
-        assert_eq!(Buckets::Quantized(3).quantize(0.2), 1);
-        assert_eq!(Buckets::Quantized(3).quantize(0.34), 2);
-        assert_eq!(Buckets::Quantized(3).quantize(1.0), 3);
-        assert!(Buckets::Exact.quantize(0.3) < Buckets::Exact.quantize(0.3000001));
-    }
-
-    #[test]
-    fn buckets_parse_from_numbers_or_exact() {
-        #[derive(Deserialize)]
-        struct W {
-            b: Buckets,
-        }
-        assert_eq!(toml::from_str::<W>("b = 5").unwrap().b, Buckets::Quantized(5));
-        assert_eq!(toml::from_str::<W>("b = \"exact\"").unwrap().b, Buckets::Exact);
-        assert!(toml::from_str::<W>("b = 0").is_err());
-        assert!(toml::from_str::<W>("b = \"fine\"").is_err());
-    }
-
-    #[test]
-    fn leftover_share_weighs_dimensions() {
-        let cap = Resources::from_whole(48.0, 384.0, 0.0).unwrap();
-        let weights = FitWeights::default();
-        let full = weights.leftover_share(&cap, &cap, &cap);
-        assert_eq!(full, 0.0);
-        let half_cores = Resources::from_whole(24.0, 384.0, 0.0).unwrap();
-        let share = weights.leftover_share(&cap, &cap, &half_cores);
-        assert!((share - 2.0 / 3.0 * 0.5).abs() < 1e-12, "{share}");
     }
 }

@@ -3,8 +3,9 @@
 //! generations not named come last. It reads nothing of the request, so it costs the incremental
 //! index nothing per request class.
 //!
-//! The worked example of adding a rule (`ARCHITECTURE.md`): this file, its `mod` line and its line
-//! in [`super::REGISTRY`]; a policy then names it in TOML:
+//! The worked example of adding a rule (`ARCHITECTURE.md`): this file, its `mod` and `pub use`
+//! lines in `rules/mod.rs` and its line in [`crate::registry::Registry::standard`]; a policy then
+//! names it in TOML:
 //!
 //! ```toml
 //! [allocator.policy]
