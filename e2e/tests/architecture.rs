@@ -1,4 +1,4 @@
-//! The architecture's dependency invariants (ARCHITECTURE.md, "Architecture invariants"), checked on
+//! The architecture's dependency invariants (ARCHITECTURE.md, "Invariants, and what enforces them"), checked on
 //! the real dependency graph with `cargo tree`: the libraries that hold domain logic link no HTTP
 //! stack, async runtime, database, LightGBM, CLI or plotting crate, and the services link no
 //! LightGBM. A dependency added where it does not belong fails here, naming the path that brought
