@@ -118,7 +118,7 @@ impl ExportSink for Capture {
 fn export(location: &StoreLocation, window: ExportWindow, dir: &Path) -> (ExportHeader, Vec<VmRecord>, Vec<String>) {
     let path = dir.join("export.csv");
     let mut sink = Capture { trace: TraceExport::new(std::fs::File::create(&path).unwrap()), header: None };
-    let written = store::export::export(location, &window, &mut sink).unwrap();
+    let written = store::export_trace(location, &window, &mut sink).unwrap();
     sink.trace.finish().unwrap();
     let reader = CsvTraceReader::open(&path).unwrap();
     let extra = reader.extra_column_names().to_vec();

@@ -199,7 +199,7 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
         .map(|location| {
             let path = dir.path().join("export.csv");
             let mut sink = store::TraceExport::new(std::fs::File::create(&path).unwrap());
-            store::export::export(location, &store::ExportWindow::default(), &mut sink).unwrap();
+            store::export_trace(location, &store::ExportWindow::default(), &mut sink).unwrap();
             sink.finish().unwrap();
             traces::csv_format::CsvTraceReader::open(&path).unwrap().collect::<Result<_, _>>().unwrap()
         })

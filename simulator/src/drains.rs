@@ -1,48 +1,14 @@
 //! LARS drains in a run (paper 000 s4.4 and s5.1): the periodic plan ([`DrainPlan`]), the drain
 //! running, its migrations' completions and when the next one starts.
 
-use crate::engine::{MigrationCounters, SimConfig, Time};
+use crate::clock::Time;
+pub use crate::config::DrainPlan;
+use crate::config::SimConfig;
+use crate::results::MigrationCounters;
 use domain::{HostState, VmId};
-use placement::defrag::MigrationOrder;
 use placement::Allocator;
-use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// Periodic LARS drains.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DrainPlan {
-    /// Seconds between drain starts.
-    pub every_s: f64,
-    /// First drain, in seconds after the window start (default: `every_s`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_after_s: Option<f64>,
-    /// Hosts per drain, picked by the allocator (fewest VMs, then most free).
-    pub hosts_per_drain: usize,
-    /// Drain a fixed sequence instead: the hosts in inventory order, `hosts_per_drain` at a time
-    /// (a rolling maintenance), the same hosts in every run whatever their VMs.
-    pub rolling: bool,
-    /// `longest-remaining-first` (LARS) or `arrival` (the baseline).
-    pub order: MigrationOrder,
-    pub max_in_flight: usize,
-    /// How long one live migration takes (both hosts hold the VM meanwhile).
-    pub migration_s: f64,
-}
-
-impl Default for DrainPlan {
-    fn default() -> Self {
-        DrainPlan {
-            every_s: 86_400.0,
-            first_after_s: None,
-            hosts_per_drain: 10,
-            rolling: false,
-            order: MigrationOrder::LongestRemainingFirst,
-            max_in_flight: 3,
-            migration_s: 1200.0,
-        }
-    }
-}
 
 pub(crate) fn add_drain(counters: &mut MigrationCounters, report: &placement::defrag::DrainReport) {
     counters.performed += report.performed;

@@ -8,7 +8,10 @@
 //!   model, none) and the short-lived fallback.
 //! - [`metrics`]: packing density, empty hosts, empty-to-free, inflation stranding and the offline
 //!   bound, as time series and time averages.
-//! - [`engine`]: the event loop: arrivals, exits, LARS migrations, consolidation rounds, metric samples.
+//! - [`config`]: what a run depends on ([`config::SimConfig`]); [`results`]: what it measured
+//!   ([`results::SimResult`]).
+//! - [`engine`]: the event loop: arrivals, exits, LARS migrations, consolidation rounds, metric samples
+//!   (it re-exports the configuration and result types).
 //! - [`drains`]: LARS drains in a run: the periodic plan and the drain running.
 //! - [`migrations`]: the live migrations a run's metrics count, and those wasted.
 //! - [`plot`]: the SVG plots of the evaluation.
@@ -18,7 +21,9 @@
 //!   plots.
 
 pub mod agents;
+mod clock;
 pub mod compare;
+pub mod config;
 pub mod drains;
 pub mod engine;
 pub mod metrics;
@@ -26,4 +31,5 @@ pub mod migrations;
 #[cfg(feature = "plots")]
 pub mod plot;
 pub mod predict;
+pub mod results;
 pub mod workload;

@@ -131,7 +131,7 @@ async fn export(
         let _permit = permit;
         let output = ChunkSink { buffer: Vec::with_capacity(EXPORT_CHUNK), chunks: chunks_tx.clone() };
         let mut sink = StreamedExport { trace: TraceExport::new(output), ready: Some(ready_tx) };
-        let result = crate::store::export::export(&location, &window, &mut sink);
+        let result = crate::store::export_trace(&location, &window, &mut sink);
         let ready = sink.ready.take();
         let result = result.and_then(|rows| sink.trace.finish().map(|()| rows));
         match result {

@@ -11,7 +11,7 @@
 //! rows, at most [`ExportWindow::max_rows`] of them, so memory stays bounded however large the
 //! window. [`TraceExport`] writes them with the `traces` crate's own CSV writer.
 
-use super::{StoreError, StoreLocation};
+use super::StoreError;
 use placement::state::NewVm;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -126,16 +126,6 @@ pub enum ExportError {
 pub trait ExportSink {
     fn header(&mut self, header: &ExportHeader) -> Result<(), ExportError>;
     fn row(&mut self, vm: &ExportedVm) -> Result<(), ExportError>;
-}
-
-/// Exports the VMs of the store at `location` that started in `window` into `sink`; answers how
-/// many rows were written.
-pub fn export(location: &StoreLocation, window: &ExportWindow, sink: &mut dyn ExportSink) -> Result<u64, ExportError> {
-    match location {
-        StoreLocation::Sqlite(path) => super::sqlite::export(path, None, window, sink),
-        StoreLocation::SqliteWith(path, options) => super::sqlite::export(path, options.vfs.as_deref(), window, sink),
-        StoreLocation::Postgres(url) => super::postgres::export(url, window, sink),
-    }
 }
 
 /// Writes the running VMs and the exited ones, each in (start, seq) order, as one sequence in that

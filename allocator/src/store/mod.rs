@@ -319,6 +319,20 @@ pub fn open(location: &StoreLocation, inventory: &InventorySpec) -> Result<Box<d
     })
 }
 
+/// Exports the VMs of the store at `location` that started in `window` into `sink` as a trace
+/// ([`export`]); answers how many rows were written. Each backend reads on a connection of its own.
+pub fn export_trace(
+    location: &StoreLocation,
+    window: &ExportWindow,
+    sink: &mut dyn ExportSink,
+) -> Result<u64, ExportError> {
+    match location {
+        StoreLocation::Sqlite(path) => sqlite::export(path, None, window, sink),
+        StoreLocation::SqliteWith(path, options) => sqlite::export(path, options.vfs.as_deref(), window, sink),
+        StoreLocation::Postgres(url) => postgres::export(url, window, sink),
+    }
+}
+
 /// The columns of one placed VM, as both stores keep them (demands in base units, the prediction
 /// and the request's facts as JSON).
 pub(crate) struct VmColumns {

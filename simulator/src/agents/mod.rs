@@ -46,7 +46,8 @@
 //! [`crate::engine::run`]'s, placement for placement (test
 //! `one_agent_places_exactly_as_the_single_allocator_run`). Drains (LARS) are not simulated here.
 
-use crate::engine::{SimConfig, SimError, Time, VmPlacement, WorkloadSummary};
+use crate::clock::Time;
+use crate::engine::{SimConfig, SimError, VmPlacement, WorkloadSummary};
 use crate::metrics::{self, MetricsRecorder, MetricsSummary};
 use crate::predict;
 use crate::workload::Workload;
