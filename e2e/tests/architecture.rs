@@ -172,7 +172,8 @@ fn module_graph(src: &std::path::Path) -> BTreeMap<String, BTreeSet<String>> {
             let path = entry.expect("a directory entry").path();
             if path.is_dir() && path.strip_prefix(src).is_ok_and(|p| p != std::path::Path::new("bin")) {
                 dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs") {
+                // A module's unit tests in a file of their own (`x/tests.rs`) import what they test.
                 files.push(path);
             }
         }
