@@ -328,6 +328,7 @@ impl Survival {
             // The scorer's interval input is the row's width the model was trained on; a row of
             // another width has its interval elsewhere, where the walk puts it.
             Some(scorer) if row.len() + 1 == self.hazards.num_features() => {
+                // Ranks on the stack (`predict_raw`): no allocation beyond the curve's.
                 let mut values = vec![0.0; scorer.grid_len()];
                 scorer.predict_raw(row, &mut values);
                 survival_from_logits(&mut values);
@@ -342,12 +343,7 @@ impl Survival {
         match &self.scorer {
             Some(scorer) if row.len() + 1 == self.hazards.num_features() => {
                 scorer.read_ranks(row, &mut cache.ranks);
-                cache.get_or_compute(|ranks| {
-                    let mut values = vec![0.0; scorer.grid_len()];
-                    scorer.predict_ranked(ranks, &mut values);
-                    survival_from_logits(&mut values);
-                    values
-                })
+                cache.get_or_compute(|ranks| survival_of_ranks(scorer, ranks))
             }
             _ => self.values(row),
         }
@@ -357,6 +353,14 @@ impl Survival {
     fn curve<'a>(&'a self, values: &'a [f64]) -> SurvivalCurve<'a> {
         SurvivalCurve { edges_s: &self.spec.edges_s, survival: values }
     }
+}
+
+/// The survival at each interval's edge of a row the scorer read as `ranks`.
+fn survival_of_ranks(scorer: &GridScorer, ranks: &[u16]) -> Vec<f64> {
+    let mut values = vec![0.0; scorer.grid_len()];
+    scorer.predict_ranked(ranks, &mut values);
+    survival_from_logits(&mut values);
+    values
 }
 
 impl LifetimeModel {

@@ -243,11 +243,7 @@ impl GridScorer {
             }
         };
         self.read(row, ranks);
-        out.fill(0.0);
-        match &self.layout {
-            Layout::Narrow(masks) => self.add_trees(masks, ranks, out),
-            Layout::Wide(masks) => self.add_trees(masks, ranks, out),
-        }
+        self.predict_ranked(ranks, out);
     }
 
     /// What of `row` the scorer reads, into `ranks`: rows with the same ranks get the same scores,
