@@ -25,6 +25,7 @@ use domain::{
 };
 use lifetime_model::LifetimeModel;
 use placement::reprediction::{BundleRepredictor, Repredictor};
+use placement::Registry;
 use placement::{AllocatorConfig, PolicyConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -182,7 +183,8 @@ fn main() {
     let config = AllocatorConfig { policy, seed: 42, ..AllocatorConfig::default() };
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut durable =
-        DurableAllocator::open(&spec, &config, dir.path().join("allocator.db"), START_S).expect("allocator opened");
+        DurableAllocator::open(&spec, &config, &Registry::standard(), dir.path().join("allocator.db"), START_S)
+            .expect("allocator opened");
     durable.set_repredictor(Some(repredictor));
 
     let empty = heap();

@@ -4,6 +4,7 @@
 
 mod support;
 
+use placement::Registry;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
@@ -352,7 +353,7 @@ fn the_durable_allocator_consolidates_as_the_core_does_across_restarts() {
     };
     let mut core = Allocator::new(&spec, &config).unwrap();
     core.set_consolidation(Some(settings.clone()), 0.0).unwrap();
-    let mut durable = DurableAllocator::open(&spec, &config, &path, 0.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 0.0).unwrap();
     let request = SetConsolidation { config: Some(settings), only_if_off: false };
     durable.execute_one(request, 0.0).unwrap();
     core.take_changes().for_each(drop);
@@ -406,7 +407,7 @@ fn the_durable_allocator_consolidates_as_the_core_does_across_restarts() {
         }
         if step % 400 == 399 {
             drop(durable);
-            durable = DurableAllocator::open(&spec, &config, &path, now).unwrap();
+            durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, now).unwrap();
         }
     }
     let (a, b) = (durable.allocator().unwrap(), &core);

@@ -18,6 +18,7 @@ use domain::{
     AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
     PredictionSource, Priority, Resources, TenantId, VmId, VmRequest,
 };
+use placement::Registry;
 use placement::{Allocator, AllocatorConfig, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -402,7 +403,7 @@ fn reopened_durable_allocator_equals_the_state_before() {
     let spec = inventory();
     // The twin never stops and never touches a disk.
     let mut twin = Allocator::new(&spec, &config).unwrap();
-    let mut durable = DurableAllocator::open(&spec, &config, &path, 0.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 0.0).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let (mut id, mut live) = (0, Vec::new());
     let mut now = 1_000.0;
@@ -440,7 +441,7 @@ fn reopened_durable_allocator_equals_the_state_before() {
             vms
         };
         drop(durable);
-        durable = DurableAllocator::open(&spec, &config, &path, now).unwrap();
+        durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, now).unwrap();
         let reopened = durable.allocator().unwrap();
         assert_eq!(hosts_of(reopened), before, "round {round}: reopening changed the hosts");
         let mut vms_after: Vec<_> = reopened.state().vms().map(|(id, vm)| (id.clone(), vm.clone())).collect();

@@ -19,6 +19,7 @@ use domain::{AllocationRequest, FeatureValue, HostId, InventorySpec, Priority, R
 use placement::allocator::AllocatorConfig;
 use placement::journal::Change;
 use placement::state::{NewVm, RequestFacts};
+use placement::Registry;
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -174,8 +175,14 @@ fn check_workload_export(location: &StoreLocation, dir: &Path) {
 fn placements_and_exits_export_as_a_trace_from_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let location = StoreLocation::Sqlite(dir.path().join("s.db"));
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), location.clone(), PLACED_AT).unwrap();
+    let mut durable = DurableAllocator::open(
+        &spec(),
+        &AllocatorConfig::default(),
+        &Registry::standard(),
+        location.clone(),
+        PLACED_AT,
+    )
+    .unwrap();
     workload(&mut durable);
     // Exported while the allocator holds the store open (a connection of its own).
     check_workload_export(&location, dir.path());
@@ -188,8 +195,14 @@ fn placements_and_exits_export_as_a_trace_from_postgresql() {
     let pg = Postgres::start();
     let dir = tempfile::tempdir().unwrap();
     let location = StoreLocation::from(pg.url.clone());
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), location.clone(), PLACED_AT).unwrap();
+    let mut durable = DurableAllocator::open(
+        &spec(),
+        &AllocatorConfig::default(),
+        &Registry::standard(),
+        location.clone(),
+        PLACED_AT,
+    )
+    .unwrap();
     workload(&mut durable);
     check_workload_export(&location, dir.path());
     assert_eq!(pg.psql("SELECT count(*) FROM exits"), "5");

@@ -8,6 +8,7 @@ use domain::{
     PredictionSource, Resources, VmId, VmRequest,
 };
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
+use placement::Registry;
 use placement::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, TieBreak};
 use proptest::prelude::*;
 
@@ -271,7 +272,7 @@ fn a_drain_survives_a_restart() {
     let path = dir.path().join("state.db");
     let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
     let config = AllocatorConfig { policy: PolicyConfig::preset("lava"), ..Default::default() };
-    let mut durable = DurableAllocator::open(&spec, &config, &path, 0.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 0.0).unwrap();
     for (i, (id, lifetime)) in ARRIVALS.iter().enumerate() {
         durable.execute_one(Allocate(AllocationRequest::Vm(vm(id, 2.0, *lifetime))), i as f64).unwrap();
     }
@@ -290,7 +291,7 @@ fn a_drain_survives_a_restart() {
     let lava_before: Vec<_> = (0..4).map(|i| live.host_state().map(|s| s.snapshot(HostIndex(i)))).collect();
     drop(durable);
 
-    let mut reopened = DurableAllocator::open(&spec, &config, &path, 20.0).unwrap();
+    let mut reopened = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 20.0).unwrap();
     let live = reopened.allocator().unwrap();
     assert_eq!(live.state(), &state_before, "VMs, reservations and host states come back");
     assert_eq!(live.drain_report(), report_before);

@@ -19,6 +19,7 @@ use domain::{
 };
 use placement::allocator::AllocatorConfig;
 use placement::policy::PolicyConfig;
+use placement::Registry;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeSet;
@@ -64,7 +65,8 @@ fn run(pairs: u64, agents: usize, clients: u64, live: usize) -> Figures {
     let location = StoreLocation::from(pg.url.clone());
     let workers: Vec<Worker> = (0..agents)
         .map(|_| {
-            let durable = DurableAllocator::open(&spec(), &config(), location.clone(), 0.0).unwrap();
+            let durable =
+                DurableAllocator::open(&spec(), &config(), &Registry::standard(), location.clone(), 0.0).unwrap();
             Worker::spawn(durable, 64, 1024, Clock::Wall).unwrap().0
         })
         .collect();

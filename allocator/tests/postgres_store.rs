@@ -20,6 +20,7 @@ use placement::defrag::{DrainHosts, DrainReport, DrainRequest, MigrationOrder};
 use placement::journal::Change;
 use placement::policy::PolicyConfig;
 use placement::state::{NewVm, RequestFacts};
+use placement::Registry;
 use placement::TieBreak;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -169,13 +170,15 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
     let mut stats = Vec::new();
     let mut stored = Vec::new();
     for location in [&sqlite, &postgres] {
-        let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 1_000.0).unwrap();
+        let mut durable =
+            DurableAllocator::open(&spec(), &lava(), &Registry::standard(), location.clone(), 1_000.0).unwrap();
         workload(&mut durable);
         let live_hosts = hosts(durable.allocator().unwrap().state());
         let live_vms = records(durable.allocator().unwrap().state());
         drop(durable);
         // A restart rebuilds what was acknowledged, each VM's record (its request's facts) included.
-        let mut reopened = DurableAllocator::open(&spec(), &lava(), location.clone(), 6_000.0).unwrap();
+        let mut reopened =
+            DurableAllocator::open(&spec(), &lava(), &Registry::standard(), location.clone(), 6_000.0).unwrap();
         assert!(
             hosts(reopened.allocator().unwrap().state()) == live_hosts,
             "{location}: the restart rebuilds the hosts"
@@ -304,7 +307,7 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
         "0"
     );
 
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 10.0).unwrap();
     assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
     assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
@@ -321,14 +324,14 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
 fn a_version_2_database_gains_the_exits_table_and_releases_fill_it() {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 10.0).unwrap();
     let request = with_facts(vm("kept", 2.0, 600.0), 3);
     assert!(host_of(&durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
     drop(durable);
     // Version 2 is version 3 without the exits table.
     pg.psql("DROP TABLE exits; UPDATE meta SET value = 2 WHERE key = 'schema_version'");
 
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 20.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 20.0).unwrap();
     assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
     let release = Release { vm: VmId::from("kept"), owner: None, ended_at_s: Some(1_600_000_900.0) };
@@ -383,18 +386,23 @@ fn bad_settings_are_start_up_errors_that_name_the_setting_and_the_fix() {
     // Nothing listens there.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let unreachable = format!("postgres://alloc:hunter2@127.0.0.1:{port}/alloc");
-    let err = DurableAllocator::open(&spec(), &lava(), StoreLocation::from(unreachable), 0.0).unwrap_err().to_string();
+    let err = DurableAllocator::open(&spec(), &lava(), &Registry::standard(), StoreLocation::from(unreachable), 0.0)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`store`") && err.contains(&port.to_string()), "{err}");
     assert!(!err.contains("hunter2"), "the password never shows: {err}");
     // A role that does not exist.
     let wrong_user = pg.url.replace("alloc@", "nobody@");
-    let err = DurableAllocator::open(&spec(), &lava(), StoreLocation::from(wrong_user), 0.0).unwrap_err().to_string();
+    let err = DurableAllocator::open(&spec(), &lava(), &Registry::standard(), StoreLocation::from(wrong_user), 0.0)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`store`") && err.contains("nobody"), "{err}");
     // A schema written by a newer release.
-    DurableAllocator::open(&spec(), &lava(), StoreLocation::from(pg.url.clone()), 0.0).unwrap();
+    DurableAllocator::open(&spec(), &lava(), &Registry::standard(), StoreLocation::from(pg.url.clone()), 0.0).unwrap();
     pg.psql(&format!("UPDATE meta SET value = {} WHERE key = 'schema_version'", SCHEMA_VERSION + 1));
-    let err =
-        DurableAllocator::open(&spec(), &lava(), StoreLocation::from(pg.url.clone()), 0.0).unwrap_err().to_string();
+    let err = DurableAllocator::open(&spec(), &lava(), &Registry::standard(), StoreLocation::from(pg.url.clone()), 0.0)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains(&format!("schema version {} is newer", SCHEMA_VERSION + 1))
             && err.contains("point `store` at a database"),
@@ -406,13 +414,13 @@ fn bad_settings_are_start_up_errors_that_name_the_setting_and_the_fix() {
 fn an_inventory_that_shrinks_a_host_below_its_vms_is_refused_naming_the_fix() {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
-    let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 0.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec(), &lava(), &Registry::standard(), location.clone(), 0.0).unwrap();
     for i in 0..8 {
         durable.execute_one(Allocate(AllocationRequest::Vm(vm(&format!("v{i}"), 12.0, 600.0))), 1.0).unwrap();
     }
     drop(durable);
     let smaller = InventorySpec::homogeneous("z", 8, 2, Resources::from_whole(8.0, 64.0, 0.0).unwrap());
-    let err = DurableAllocator::open(&smaller, &lava(), location, 2.0).unwrap_err().to_string();
+    let err = DurableAllocator::open(&smaller, &lava(), &Registry::standard(), location, 2.0).unwrap_err().to_string();
     assert!(err.contains("less capacity than its VMs"), "{err}");
 }
 
@@ -420,7 +428,7 @@ fn an_inventory_that_shrinks_a_host_below_its_vms_is_refused_naming_the_fix() {
 fn an_outage_answers_unavailable_writes_nothing_half_and_recovers_by_itself() {
     let mut pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
-    let mut durable = DurableAllocator::open(&spec(), &lava(), location.clone(), 0.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec(), &lava(), &Registry::standard(), location.clone(), 0.0).unwrap();
     let allocate = |id: &str| Allocate(AllocationRequest::Vm(vm(id, 2.0, 600.0)));
     assert!(matches!(durable.execute_one(allocate("before"), 1.0), Ok(d) if d.is_placed()));
     pg.stop();
@@ -463,8 +471,8 @@ fn host_of(reply: &Result<domain::AllocationDecision, CommandError>) -> Option<H
 fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
-    let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
-    let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let mut a = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
+    let mut b = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
     let x_request = Allocate(AllocationRequest::Vm(with_facts(vm("x", 4.0, 600.0), 3)));
     let x = host_of(&a.execute_one(x_request, 1.0)).expect("placed");
     // B decides after following A: it sees x where A put it, and what x's request carried.
@@ -502,7 +510,8 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
         .map(|agent| {
             let location = location.clone();
             std::thread::spawn(move || {
-                let mut durable = DurableAllocator::open(&spec(), &pbfr(), location, 0.0).unwrap();
+                let mut durable =
+                    DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location, 0.0).unwrap();
                 let mut rng = ChaCha8Rng::seed_from_u64(agent);
                 let mut live: Vec<VmId> = Vec::new();
                 let mut refused = 0;
@@ -541,7 +550,7 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
         "no host over-committed, and each host's use is its VMs' demand"
     );
     // A new agent, and every agent after following, sees that state.
-    let mut late = DurableAllocator::open(&spec(), &pbfr(), location, 0.0).unwrap();
+    let mut late = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location, 0.0).unwrap();
     let Ok(stats) = late.execute_one(Stats, 400.0) else { panic!("no stats") };
     assert_eq!(stats.vms, acknowledged.len());
 }
@@ -613,8 +622,8 @@ fn a_placement_that_lands_after_its_vm_was_placed_and_released_elsewhere_is_refu
 fn the_first_answer_stands_across_agents_rejected_or_placed() {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
-    let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
-    let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let mut a = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
+    let mut b = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
     // A fills every host.
     for i in 0..8 {
         assert!(host_of(&a.execute_one(allocate(&format!("full-{i}"), 16.0), 1.0)).is_some());
@@ -643,11 +652,11 @@ fn the_first_answer_stands_across_agents_rejected_or_placed() {
 /// then opened again by an agent of this release, which must upgrade it.
 fn upgraded_from(pg: &Postgres, downgrade: &str) -> DurableAllocator {
     let location = StoreLocation::from(pg.url.clone());
-    let mut durable = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 10.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 10.0).unwrap();
     assert!(host_of(&durable.execute_one(allocate("old", 2.0), 11.0)).is_some());
     drop(durable);
     pg.psql(downgrade);
-    let durable = DurableAllocator::open(&spec(), &pbfr(), location, 20.0).unwrap();
+    let durable = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location, 20.0).unwrap();
     assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     durable
 }
@@ -846,8 +855,8 @@ fn agents_committing_on_different_hosts_keep_their_batches_and_follow_each_other
 fn a_release_on_a_view_that_lacks_the_placement_is_not_answered_unknown() {
     let pg = Postgres::start();
     let location = StoreLocation::from(pg.url.clone());
-    let mut a = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
-    let mut b = DurableAllocator::open(&spec(), &pbfr(), location.clone(), 0.0).unwrap();
+    let mut a = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
+    let mut b = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
     // A client places through A and releases through B at once, many times: B's view may not
     // have heard of the placement yet, and must then follow rather than answer 404.
     for i in 0..40 {

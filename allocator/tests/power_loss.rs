@@ -39,6 +39,7 @@ use domain::{
 };
 use faulty_vfs::{Disk, Tear};
 use placement::AllocatorConfig;
+use placement::Registry;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{HashMap, HashSet};
@@ -264,6 +265,7 @@ fn check(
     let durable = DurableAllocator::open(
         spec,
         &AllocatorConfig::default(),
+        &Registry::standard(),
         StoreLocation::SqliteWith(path.to_owned(), options.clone()),
         0.0,
     )
@@ -307,6 +309,7 @@ fn power_cycles(cycles: usize, synchronous: Synchronous, vfs: &str, seed: u64) -
         let durable = DurableAllocator::open(
             &spec,
             &AllocatorConfig::default(),
+            &Registry::standard(),
             StoreLocation::SqliteWith(path.clone(), options.clone()),
             0.0,
         )

@@ -8,6 +8,7 @@ use domain::{
     LifetimePrediction, PredictionSource, Resources, TenantId, VmId, VmRequest,
 };
 use placement::select::{full_scan, Chooser};
+use placement::Registry;
 use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, TieBreak};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -340,7 +341,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let config = config(&policy, Engine::Incremental, TieBreak::Random);
-        let mut durable = DurableAllocator::open(&inventory(), &config, &path, 0.0).unwrap();
+        let mut durable = DurableAllocator::open(&inventory(), &config, &Registry::standard(), &path, 0.0).unwrap();
         let mut driver = Driver::new();
         for op in &ops {
             let now_s = driver.now_s;
@@ -370,7 +371,7 @@ proptest! {
         };
         let lava_before = lava(live);
         drop(durable);
-        let reopened = DurableAllocator::open(&inventory(), &config, &path, driver.now_s).unwrap();
+        let reopened = DurableAllocator::open(&inventory(), &config, &Registry::standard(), &path, driver.now_s).unwrap();
         let live = reopened.allocator().unwrap();
         prop_assert_eq!(live.state(), &before);
         // LAVA state survives the restart unchanged (host state, class, deadline, residual VMs).

@@ -12,6 +12,7 @@ use domain::{
 };
 use placement::reprediction::{BundleRepredictor, Repredictor};
 use placement::state::HostIndex;
+use placement::Registry;
 use placement::{AllocatorConfig, PolicyConfig, TieBreak};
 use std::sync::Arc;
 
@@ -71,7 +72,8 @@ fn hosts(durable: &DurableAllocator) -> Vec<(f64, Option<String>)> {
 }
 
 fn open(spec: &InventorySpec, config: &AllocatorConfig, path: &std::path::Path, now_s: f64) -> DurableAllocator {
-    let mut durable = DurableAllocator::open(spec, config, path, now_s).expect("the store opens");
+    let mut durable =
+        DurableAllocator::open(spec, config, &Registry::standard(), path, now_s).expect("the store opens");
     durable.set_repredictor(Some(model()));
     durable
 }

@@ -12,6 +12,7 @@
 use allocator::durable::{Allocate, CompleteMigration, DrainStatus, DurableAllocator, GetHost, Release, Stats};
 use allocator::store::SqliteStore;
 use domain::{AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, Priority, Resources, VmId, VmRequest};
+use placement::Registry;
 use placement::{AllocatorConfig, PolicyConfig, RequestFacts, TieBreak};
 use serde_json::Value;
 use std::path::Path;
@@ -53,7 +54,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     // The instant the previous release stopped: no LAVA deadline has passed yet.
     let stopped_at = 1_795_461_664.0;
     let (spec, config) = setup();
-    let mut durable = DurableAllocator::open(&spec, &config, &path, stopped_at).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, stopped_at).unwrap();
 
     let (version, tables) = schema(&path);
     assert_eq!(version, 7);
@@ -100,7 +101,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     assert_eq!(exit.0, "vm-3");
     assert!(exit.1 < stopped_at && exit.2 == stopped_at + 2.0, "{exit:?}");
     drop(durable);
-    let reopened = DurableAllocator::open(&spec, &config, &path, stopped_at + 2.0).unwrap();
+    let reopened = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, stopped_at + 2.0).unwrap();
     let again = reopened.allocator().unwrap().stats();
     assert_eq!(
         (again.vms, again.allocated_cores, again.host_states),
@@ -129,7 +130,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
     let config = AllocatorConfig::default();
     let now = 1_800_000_010.0;
-    let mut durable = DurableAllocator::open(&spec, &config, &path, now).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, now).unwrap();
     assert_eq!(schema(&path).0, 7);
     let columns = vm_columns(&path);
     assert!(columns.contains(&"requested_at_s".to_owned()) && columns.contains(&"request".to_owned()), "{columns:?}");
@@ -155,7 +156,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     request.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
     durable.execute_one(Allocate(AllocationRequest::Vm(request)), now + 1.0).unwrap();
     drop(durable);
-    let reopened = DurableAllocator::open(&spec, &config, &path, now + 2.0).unwrap();
+    let reopened = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, now + 2.0).unwrap();
     let vm6 = reopened.allocator().unwrap().state().vm(&VmId::from("vm-6")).unwrap().record.clone();
     assert_eq!(vm6.requested_at_s, Some(1_600_000_360.0));
     assert_eq!(vm6.request.priority, Priority::Low);
@@ -174,7 +175,7 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
     let config = AllocatorConfig::default();
     let mut request = VmRequest::new("vm-0", "tenant-a", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap());
     request.requested_at_s = Some(1_000.0);
-    let mut durable = DurableAllocator::open(&spec, &config, &path, 10.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 10.0).unwrap();
     durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
     drop(durable);
     // Version 5 is version 7 without the exits and consolidation tables.
@@ -189,7 +190,7 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
         (5, ["drain", "host_states", "meta", "migrations", "policy_hosts", "vms"].map(String::from).to_vec())
     );
 
-    let mut durable = DurableAllocator::open(&spec, &config, &path, 20.0).unwrap();
+    let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 20.0).unwrap();
     let (version, tables) = schema(&path);
     assert_eq!(version, 7);
     assert!(tables.contains(&"exits".to_owned()), "{tables:?}");

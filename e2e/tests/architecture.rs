@@ -5,7 +5,7 @@
 //! it in.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const HTTP: &[&str] = &["axum", "hyper", "reqwest", "tower", "tower-http"];
@@ -258,14 +258,19 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     graph.keys().find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
-/// The workspace's crates with sources (`e2e` has tests only).
+/// The workspace's crates with sources (`e2e` has tests only), as paths from the root: the
+/// top-level ones and the examples.
 fn crates_with_sources() -> Vec<String> {
-    let mut crates: Vec<String> = std::fs::read_dir(workspace_root())
-        .expect("the workspace")
-        .map(|entry| entry.expect("an entry").path())
-        .filter(|dir| dir.join("Cargo.toml").is_file() && dir.join("src").is_dir())
-        .map(|dir| dir.file_name().expect("a name").to_string_lossy().into_owned())
-        .collect();
+    let root = workspace_root();
+    let mut crates = Vec::new();
+    for parent in ["", "examples"] {
+        for entry in std::fs::read_dir(root.join(parent)).expect("the workspace") {
+            let dir = entry.expect("an entry").path();
+            if dir.join("Cargo.toml").is_file() && dir.join("src").is_dir() {
+                crates.push(dir.strip_prefix(&root).expect("under the root").display().to_string());
+            }
+        }
+    }
     crates.sort();
     crates
 }
@@ -276,7 +281,9 @@ fn no_import_circles_between_the_modules_of_any_crate() {
     assert!(crates.len() >= 12, "the crates were found: {crates:?}");
     for crate_dir in crates {
         let graph = module_graph(&workspace_root().join(&crate_dir).join("src"));
-        assert!(graph.len() > 2, "{crate_dir}: modules not found");
+        // An example may be one module; every crate of the system has several.
+        let least = if crate_dir.starts_with("examples/") { 1 } else { 3 };
+        assert!(graph.len() >= least, "{crate_dir}: modules not found");
         if let Some(cycle) = find_cycle(&graph) {
             panic!("{crate_dir}: an import circle between modules: {}", cycle.join(" -> "));
         }
@@ -430,4 +437,84 @@ fn the_rule_layout_check_finds_a_rule_in_the_framework() {
     assert!(problems[0].starts_with("rules/mod.rs holds rules"), "{problems:#?}");
     assert!(problems[1].starts_with("rules/prefer_hardware.rs: registered []"), "{problems:#?}");
     assert_eq!(problems[2], "policy.rs names the rule `prefer-non-empty`");
+}
+
+/// What builds a registry of policies, or a placement allocator over the standard one, instead of
+/// taking the program's.
+const SELF_BUILT: &[&str] = &["Registry::standard(", "Registry::empty(", "Allocator::new("];
+
+/// The places in `src` (a crate's sources) where library code builds a registry or a placement
+/// allocator itself ([`SELF_BUILT`]), as `file: what`. A program's `main` may: the files under
+/// `src/bin` and those `mains` names. Test modules are not library code.
+fn self_built(src: &Path, mains: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("an entry").path();
+            let name = path.strip_prefix(src).expect("under src").display().to_string();
+            if path.is_dir() {
+                if name != "bin" && name != "tests" {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs")
+                || path.ends_with("tests.rs")
+                || mains.contains(&name.as_str())
+            {
+                continue;
+            }
+            let code = code_of(&std::fs::read_to_string(&path).expect("a source file"));
+            for what in SELF_BUILT {
+                // `DurableAllocator::new(` is not `Allocator::new(`.
+                let named = code
+                    .match_indices(what)
+                    .any(|(at, _)| !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
+                if named {
+                    found.push(format!("{name}: {what}"));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn outside_placement_only_a_programs_main_builds_the_registry() {
+    let crates = crates_with_sources();
+    assert!(crates.iter().any(|c| c.starts_with("examples/")), "the examples were found: {crates:?}");
+    for crate_dir in crates.iter().filter(|c| *c != "placement") {
+        // The Python module's root is its `main`.
+        let mains: &[&str] = if crate_dir == "python" { &["lib.rs"] } else { &["main.rs"] };
+        let found = self_built(&workspace_root().join(crate_dir).join("src"), mains);
+        assert_eq!(found, Vec::<String>::new(), "{crate_dir}: library code builds its own registry or allocator");
+    }
+    // The programs do build theirs.
+    let mains = ["allocator/src/bin/allocator.rs", "simulator/src/bin/simulate.rs", "python/src/lib.rs"];
+    for main in mains {
+        let code = std::fs::read_to_string(workspace_root().join(main)).expect("a program's main");
+        assert!(code.contains("Registry::standard()"), "{main} builds the registry");
+    }
+}
+
+#[test]
+fn the_composition_root_check_finds_a_library_that_builds_its_own() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("bin")).expect("src/bin");
+    let files = [
+        ("lib.rs", "pub mod engine;\n"),
+        ("engine.rs", "pub fn run() { let a = placement::Allocator::new(&spec, &config); }\n"),
+        ("bin/main.rs", "fn main() { let registry = placement::Registry::standard(); }\n"),
+        (
+            "durable.rs",
+            "fn open() { DurableAllocator::new(); }\n#[cfg(test)]\nmod tests { fn t() { Registry::standard(); } }\n",
+        ),
+    ];
+    for (file, text) in files {
+        std::fs::write(src.join(file), text).expect("written");
+    }
+    assert_eq!(self_built(&src, &[]), ["engine.rs: Allocator::new("]);
 }

@@ -31,7 +31,7 @@ mod support;
 
 use domain::{AllocationRequest, Priority};
 use placement::consolidation::{ChooserKind, ConsolidationConfig};
-use placement::{PolicyConfig, TieBreak};
+use placement::{Policy, PolicyConfig, Registry, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -171,7 +171,8 @@ struct Replayed {
 /// `consolidation`, the migrations the service starts (read after each request) are confirmed
 /// `migration_s` after they started, at that time.
 async fn replay_over_http(service: &Service, workload: &Workload, config: &SimConfig) -> Replayed {
-    let predictions = predict(workload, &config.prediction, &config.policy, config.seed).unwrap();
+    let policy = Policy::from_config(&config.policy, &Default::default(), &Registry::standard()).unwrap();
+    let predictions = predict(workload, &config.prediction, &config.policy, &policy, config.seed).unwrap();
     let client = reqwest::Client::new();
     let mut replayed = Replayed { placed: BTreeMap::new(), migrations: Vec::new(), last_s: 0.0 };
     // (time's bits: the times are positive; kind: 0 exit, 1 completion; VM index or migration).
@@ -254,7 +255,7 @@ async fn check_parity_with(kind: &str, name: &str, consolidation: Option<Consoli
     let config = config_with(kind, consolidation.clone());
     let workload = Workload::from_records(trace(), &config.workload).unwrap();
     assert!(workload.vms.iter().all(|vm| vm.end_s.is_none_or(|e| e.fract() == 0.0)), "whole seconds");
-    let simulated = run(&workload, &config, |_| {}).unwrap();
+    let simulated = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
     let simulated_migrations = simulated.migrations_started.unwrap();
     let simulated: BTreeMap<String, Option<String>> =
         simulated.placements.unwrap().into_iter().map(|p| (p.vm_id, p.host_id)).collect();

@@ -5,7 +5,8 @@
 //!   builds its arrays over the bytes handed back), and the records they hold;
 //! - [`trace`]: reading, writing, statistics and the synthetic generator (`traces`, as `vmtrace`),
 //!   with [`readahead`] overlapping gunzip and parsing;
-//! - [`sim`]: one run and comparisons (`simulator`, as `simulate run` and `simulate compare`);
+//! - [`sim`]: one run and comparisons (`simulator`, as `simulate run` and `simulate compare`), with
+//!   the policies of the registry the module's root builds;
 //! - [`model`]: a bundle's predictions (`lifetime-model`, as the inference server serves them);
 //! - [`train`]: training a bundle (`lifetime-train`, as its CLI does);
 //! - [`errors`]: every library error as the package's Python exception, with the field at fault and
@@ -23,10 +24,13 @@ mod sim;
 mod trace;
 mod train;
 
+/// The module's root, its `main`: the policies' registry is built here and handed to the
+/// simulation functions.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let registry = placement::Registry::standard();
     trace::register(m)?;
-    sim::register(m)?;
+    sim::register(m, registry)?;
     model::register(m)?;
     train::register(m)?;
     Ok(())

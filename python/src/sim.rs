@@ -5,15 +5,26 @@
 
 use crate::columns::Table;
 use crate::errors::Raised;
+use placement::Registry;
 use pyo3::prelude::*;
 use simulator::compare::{self, CompareError, Comparison, Experiment};
 use simulator::engine::{self, SimConfig};
 use simulator::predict::PredictionSourceConfig;
 use simulator::workload::{TraceSpec, Workload};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The policies' rules and presets, as the module's root registered them.
+static REGISTRY: OnceLock<Registry> = OnceLock::new();
+
+fn registry() -> Result<&'static Registry, Raised> {
+    REGISTRY.get().ok_or_else(|| Raised::other("the module's root registered no policies"))
+}
+
+/// Adds the simulation functions to `m`, their policies looked up in `registry`.
+pub fn register(m: &Bound<'_, PyModule>, registry: Registry) -> PyResult<()> {
+    // The module is initialised once per process; a second call keeps the first registry.
+    let _ = REGISTRY.set(registry);
     m.add_function(wrap_pyfunction!(default_config, m)?)?;
     m.add_function(wrap_pyfunction!(policy_names, m)?)?;
     m.add_function(wrap_pyfunction!(parse_prediction, m)?)?;
@@ -31,10 +42,10 @@ fn default_config() -> PyResult<String> {
     serde_json::to_string(&SimConfig::default()).map_err(|e| Raised::other(e.to_string()).into())
 }
 
-/// The policy presets of the standard registry (`simulate run --policy`'s choices).
+/// The policy presets of the registry (`simulate run --policy`'s choices).
 #[pyfunction]
-fn policy_names() -> Vec<String> {
-    placement::Registry::standard().preset_names().iter().map(|name| name.to_string()).collect()
+fn policy_names() -> PyResult<Vec<String>> {
+    Ok(registry()?.preset_names().iter().map(|name| name.to_string()).collect())
 }
 
 /// A prediction source's short text (`oracle`, `pr:0.9,0.8`, `model:DIR`, ...) as its JSON.
@@ -147,8 +158,8 @@ fn simulate(
     py.detach(|| -> Result<String, Raised> {
         let workload = workload(&mut config, frame)?;
         let progress = Progress::new(progress.as_ref(), (workload.vms.len() + workload.exits_in_window()) as u64);
-        let result =
-            engine::run(&workload, &config, |done| progress.report(done, false)).map_err(|e| Raised::from(&e))?;
+        let result = engine::run(&workload, &config, registry()?, |done| progress.report(done, false))
+            .map_err(|e| Raised::from(&e))?;
         progress.report(progress.total, true);
         serde_json::to_string(&result).map_err(|e| Raised::other(e.to_string()))
     })
@@ -189,11 +200,11 @@ fn compare_runs(
     };
     py.detach(|| -> Result<(String, String), Raised> {
         let workload = workload(&mut experiment.base, frame)?;
-        let plan = experiment.plan().map_err(compare_error)?;
+        let plan = experiment.plan(registry()?).map_err(compare_error)?;
         let per_run = (workload.vms.len() + workload.exits_in_window()) as u64;
         let progress = Progress::new(progress.as_ref(), per_run * plan.len() as u64);
         let done = std::sync::atomic::AtomicU64::new(0);
-        let runs = compare::run_all(&workload, plan, jobs, &|events| {
+        let runs = compare::run_all(&workload, plan, registry()?, jobs, &|events| {
             let total = done.fetch_add(events, std::sync::atomic::Ordering::Relaxed) + events;
             progress.report(total, false);
         })

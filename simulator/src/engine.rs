@@ -53,7 +53,7 @@ use placement::consolidation::ChooserKind;
 use placement::defrag::{DrainHosts, DrainRequest};
 use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::Change;
-use placement::{Allocator, DrainError};
+use placement::{Allocator, DrainError, Registry};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -168,13 +168,18 @@ enum Kind {
 /// How often the progress callback is called, in events.
 const PROGRESS_EVERY: u64 = 1024;
 
-/// Replays `workload` under `config`; `progress` is called with the number of events done every
-/// so often and at the end.
-pub fn run(workload: &Workload, config: &SimConfig, mut progress: impl FnMut(u64)) -> Result<SimResult, SimError> {
+/// Replays `workload` under `config`, its policy's rules and presets looked up in `registry`;
+/// `progress` is called with the number of events done every so often and at the end.
+pub fn run(
+    workload: &Workload,
+    config: &SimConfig,
+    registry: &Registry,
+    mut progress: impl FnMut(u64),
+) -> Result<SimResult, SimError> {
     config.validate()?;
     let inventory = config.inventory.size(workload)?;
-    let mut allocator = Allocator::new(&inventory.spec, &config.allocator_config())?;
-    let predictions = predict::predict(workload, &config.prediction, &config.policy, config.seed)?;
+    let mut allocator = Allocator::with_registry(&inventory.spec, &config.allocator_config(), registry)?;
+    let predictions = predict::predict(workload, &config.prediction, &config.policy, allocator.policy(), config.seed)?;
     allocator.set_repredictor(predictions.repredictor.clone());
     if let Some(consolidation) = &config.consolidation {
         if consolidation.chooser == ChooserKind::Oracle {

@@ -19,8 +19,12 @@
 //!   conflicts, retries and the packing density lost against one agent (issue 17).
 //! - [`compare`]: experiments: a matrix of policies by predictions run in parallel, with tables and
 //!   plots.
+//! - `cli` (feature `cli`): the `simulate` command line, given its policies' registry by the
+//!   program's `main`.
 
 pub mod agents;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod clock;
 pub mod compare;
 pub mod config;

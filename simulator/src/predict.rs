@@ -350,11 +350,13 @@ fn of_lifetime(lifetime_s: f64, long: bool, source: PredictionSource) -> Lifetim
     }
 }
 
-/// Computes the predictions of `workload` under `config`, for a run of `policy` seeded with `seed`.
+/// Computes the predictions of `workload` under `config`, for a run of `policy` (built as `built`)
+/// seeded with `seed`.
 pub fn predict(
     workload: &Workload,
     config: &PredictionConfig,
     policy: &PolicyConfig,
+    built: &Policy,
     seed: u64,
 ) -> Result<Predictions, PredictError> {
     config.validate()?;
@@ -397,8 +399,6 @@ pub fn predict(
         PredictionSourceConfig::Model { bundle, reading } => {
             let model = load_model(bundle, *reading)?;
             // Only a policy that reads interval classes as its own classes needs the model's.
-            let built = Policy::from_config(policy, &HashMap::new(), &placement::Registry::standard())
-                .map_err(|e| invalid("policy", e.to_string()))?;
             let with_interval = built.reads_interval_classes();
             if with_interval {
                 let policy_cutoffs = built.classes().cutoffs_s().to_vec();

@@ -3,7 +3,7 @@
 //! saturated views conflict more as agents are added; every VM runs in the end; every view
 //! agrees with the store; the table, JSON and plot are written.
 
-use placement::PolicyConfig;
+use placement::{PolicyConfig, Registry};
 use simulator::agents::sweep::{self, SweepSpec};
 use simulator::agents::{Assignment, Avoidance, Lag, OnFailure, RetryMode};
 use simulator::engine::SimConfig;
@@ -49,7 +49,7 @@ fn the_agent_sweep_counts_conflicts_and_the_density_lost_against_one_agent() {
     };
     // One agent once per seed, the others once per lag and seed.
     assert_eq!(spec.plan().len(), 2 + 2 * 3 * 2);
-    let result = sweep::run_sweep("test sweep", &workload, &base, &spec, 2, &|_| {}).unwrap();
+    let result = sweep::run_sweep("test sweep", &workload, &base, &spec, &Registry::standard(), 2, &|_| {}).unwrap();
     assert_eq!(result.runs.len(), 14);
     for run in &result.runs {
         let c = &run.result.counters;
@@ -110,8 +110,8 @@ fn the_sweep_is_reproducible_and_random_assignment_differs_from_round_robin() {
         on_failure: OnFailure::Resubmit,
         retry: RetryMode::AfterLag,
     };
-    let a = sweep::run_sweep("a", &workload, &base, &spec, 1, &|_| {}).unwrap();
-    let b = sweep::run_sweep("a", &workload, &base, &spec, 2, &|_| {}).unwrap();
+    let a = sweep::run_sweep("a", &workload, &base, &spec, &Registry::standard(), 1, &|_| {}).unwrap();
+    let b = sweep::run_sweep("a", &workload, &base, &spec, &Registry::standard(), 2, &|_| {}).unwrap();
     let counters = |s: &sweep::Sweep| s.runs.iter().map(|r| r.result.counters.clone()).collect::<Vec<_>>();
     assert_eq!(counters(&a), counters(&b));
     assert_eq!(
@@ -119,7 +119,7 @@ fn the_sweep_is_reproducible_and_random_assignment_differs_from_round_robin() {
         b.rows.iter().map(|r| r.packing_density_pct).collect::<Vec<_>>()
     );
     let random = SweepSpec { assignment: Assignment::Random, ..spec };
-    let c = sweep::run_sweep("c", &workload, &base, &random, 1, &|_| {}).unwrap();
+    let c = sweep::run_sweep("c", &workload, &base, &random, &Registry::standard(), 1, &|_| {}).unwrap();
     // Which agent takes an arrival decides which share of the hosts it goes to: the store's
     // inventory differs (with shares the counters may not: neither way conflicts here).
     let densities = |s: &sweep::Sweep| s.runs.iter().map(|r| r.result.metrics.packing_density).collect::<Vec<_>>();

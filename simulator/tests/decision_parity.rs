@@ -14,7 +14,7 @@
 //! `DECISION_PARITY_UPDATE=1 cargo test --release -p simulator --test decision_parity` and say why
 //! in the commit.
 
-use placement::{PolicyConfig, TieBreak};
+use placement::{PolicyConfig, Registry, TieBreak};
 use sha2::{Digest, Sha256};
 use simulator::engine::{run, SimConfig};
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
@@ -43,7 +43,7 @@ fn fingerprint(workload: &Workload, policy: &str, model: bool) -> String {
         record_placements: true,
         ..SimConfig::default()
     };
-    let result = run(workload, &config, |_| {}).expect("the run completes");
+    let result = run(workload, &config, &Registry::standard(), |_| {}).expect("the run completes");
     let mut hash = Sha256::new();
     let placements = result.placements.as_ref().expect("placements recorded");
     for placement in placements {

@@ -5,7 +5,7 @@
 
 use domain::Priority;
 use placement::defrag::MigrationOrder;
-use placement::{PolicyConfig, TieBreak};
+use placement::{PolicyConfig, Registry, TieBreak};
 use simulator::engine::{run, DrainPlan, SimConfig, SimResult};
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};
@@ -44,7 +44,7 @@ fn config(hosts: usize, cores: f64) -> SimConfig {
 
 fn simulate(records: Vec<VmRecord>, config: &SimConfig) -> (Workload, SimResult) {
     let workload = Workload::from_records(records, &config.workload).unwrap();
-    let result = run(&workload, config, |_| {}).unwrap();
+    let result = run(&workload, config, &Registry::standard(), |_| {}).unwrap();
     (workload, result)
 }
 
@@ -158,7 +158,7 @@ fn auto_inventory_fits_the_peak_with_headroom() {
     assert_eq!(sized.hosts, 3, "ceil(8 / 4 * 1.5)");
     let mut config = config(1, 4.0);
     config.inventory = auto;
-    let result = run(&workload, &config, |_| {}).unwrap();
+    let result = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
     assert_eq!((result.workload.hosts, result.counters.rejected), (3, 0));
 }
 
@@ -284,8 +284,8 @@ fn runs_are_reproducible_from_their_configuration() {
         ..SimConfig::default()
     };
     let workload = Workload::load(&config.workload).unwrap();
-    let first = run(&workload, &config, |_| {}).unwrap();
-    let second = run(&workload, &config, |_| {}).unwrap();
+    let first = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
+    let second = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
     assert_eq!(first.placements, second.placements);
     assert_eq!(first.metrics, second.metrics);
     assert_eq!(first.counters, second.counters);
@@ -294,10 +294,10 @@ fn runs_are_reproducible_from_their_configuration() {
     let text = toml::to_string(&first.config).unwrap();
     let reread: SimConfig = toml::from_str(&text).unwrap();
     assert_eq!(reread, config);
-    let third = run(&Workload::load(&reread.workload).unwrap(), &reread, |_| {}).unwrap();
+    let third = run(&Workload::load(&reread.workload).unwrap(), &reread, &Registry::standard(), |_| {}).unwrap();
     assert_eq!(third.placements, first.placements);
     // Another seed draws other ties and other noise.
-    let other = run(&workload, &SimConfig { seed: 8, ..config.clone() }, |_| {}).unwrap();
+    let other = run(&workload, &SimConfig { seed: 8, ..config.clone() }, &Registry::standard(), |_| {}).unwrap();
     assert_ne!(other.placements, first.placements);
 }
 
@@ -321,7 +321,7 @@ fn pbfr_does_not_depend_on_the_predictions() {
     let with = |source| {
         let config =
             SimConfig { prediction: PredictionConfig { source, ..PredictionConfig::default() }, ..config.clone() };
-        run(&workload, &config, |_| {}).unwrap()
+        run(&workload, &config, &Registry::standard(), |_| {}).unwrap()
     };
     let none = with(PredictionSourceConfig::None);
     let oracle = with(PredictionSourceConfig::Oracle);
@@ -335,7 +335,7 @@ fn pbfr_does_not_depend_on_the_predictions() {
             prediction: PredictionConfig { source, ..PredictionConfig::default() },
             ..config.clone()
         };
-        run(&workload, &config, |_| {}).unwrap().placements
+        run(&workload, &config, &Registry::standard(), |_| {}).unwrap().placements
     };
     assert_ne!(la(PredictionSourceConfig::None), la(PredictionSourceConfig::Oracle));
 }
@@ -347,13 +347,13 @@ fn bad_configurations_name_the_field() {
     assert!(err.contains("sample_interval"), "{err}");
     let workload = Workload::from_records(vec![record("a", 1.0, 0.0, None)], &provided()).unwrap();
     let bad = SimConfig { sample_interval_s: 0.0, ..config(1, 4.0) };
-    let err = run(&workload, &bad, |_| {}).unwrap_err().to_string();
+    let err = run(&workload, &bad, &Registry::standard(), |_| {}).unwrap_err().to_string();
     assert!(err.contains("sample_interval_s"), "{err}");
     let bad = SimConfig {
         prediction: PredictionConfig { fallback_fraction: 2.0, ..PredictionConfig::default() },
         ..config(1, 4.0)
     };
-    let err = run(&workload, &bad, |_| {}).unwrap_err().to_string();
+    let err = run(&workload, &bad, &Registry::standard(), |_| {}).unwrap_err().to_string();
     assert!(err.contains("fallback_fraction"), "{err}");
     let err = Workload::from_records(vec![record("a", 1.0, 0.0, None), record("a", 1.0, 1.0, None)], &provided())
         .unwrap_err()

@@ -2,9 +2,9 @@
 //! model sees only the past and repredicts in process for NILAS, and every draw follows the seed.
 
 use domain::{LifetimeClass, PredictionSource};
-use placement::PolicyConfig;
+use placement::{Policy, PolicyConfig, Registry};
 use simulator::engine::{run, SimConfig};
-use simulator::predict::{predict, PredictError, PredictionConfig, PredictionSourceConfig};
+use simulator::predict::{PredictError, PredictionConfig, PredictionSourceConfig, Predictions};
 use simulator::workload::{Inventory, SyntheticSpec, TraceSpec, Workload, WorkloadConfig, CENSORED_LIFETIME_S};
 use std::path::PathBuf;
 
@@ -18,6 +18,17 @@ fn synthetic(max_vms: usize) -> WorkloadConfig {
 
 fn source(source: PredictionSourceConfig) -> PredictionConfig {
     PredictionConfig { source, ..PredictionConfig::default() }
+}
+
+/// The predictions of `workload` for a run of `policy`, a preset of the standard registry.
+fn predict(
+    workload: &Workload,
+    config: &PredictionConfig,
+    policy: &PolicyConfig,
+    seed: u64,
+) -> Result<Predictions, PredictError> {
+    let built = Policy::from_config(policy, &Default::default(), &Registry::standard()).unwrap();
+    simulator::predict::predict(workload, config, policy, &built, seed)
 }
 
 fn bundle() -> PathBuf {
@@ -188,7 +199,7 @@ fn the_model_sees_only_the_past_and_repredicts_in_process() {
         prediction: config,
         ..SimConfig::default()
     };
-    let result = run(&long, &sim, |_| {}).unwrap();
+    let result = run(&long, &sim, &Registry::standard(), |_| {}).unwrap();
     assert_eq!(result.final_stats.reprediction_model.as_deref(), Some("default-1"));
     assert!(result.final_stats.repredictions > 0);
     assert_eq!(result.counters.rejected, 0);
@@ -235,8 +246,9 @@ fn a_hybrid_takes_each_part_from_where_it_says() {
         prediction,
         ..SimConfig::default()
     };
-    let all_oracle = run(&workload, &sim(hybrid(O, O, O)), |_| {}).unwrap();
-    let plain_oracle = run(&workload, &sim(source(PredictionSourceConfig::Oracle)), |_| {}).unwrap();
+    let all_oracle = run(&workload, &sim(hybrid(O, O, O)), &Registry::standard(), |_| {}).unwrap();
+    let plain_oracle =
+        run(&workload, &sim(source(PredictionSourceConfig::Oracle)), &Registry::standard(), |_| {}).unwrap();
     assert_eq!(all_oracle.metrics.packing_density, plain_oracle.metrics.packing_density);
     assert_eq!(all_oracle.metrics.empty_hosts_pct, plain_oracle.metrics.empty_hosts_pct);
 }

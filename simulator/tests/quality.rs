@@ -5,7 +5,7 @@
 //! figures reach the experiment's results.json and summary.md.
 
 use domain::Priority;
-use placement::{PolicyConfig, TieBreak};
+use placement::{PolicyConfig, Registry, TieBreak};
 use simulator::compare::{self, CrossingKind, Experiment};
 use simulator::engine::{run, SimConfig, SimResult};
 use simulator::predict::{PredictionConfig, PredictionSourceConfig};
@@ -33,7 +33,7 @@ fn sim(workload: WorkloadConfig, policy: &str, source: PredictionSourceConfig) -
 
 fn simulate(config: &SimConfig) -> (Workload, SimResult) {
     let workload = Workload::load(&config.workload).unwrap();
-    let result = run(&workload, config, |_| {}).unwrap();
+    let result = run(&workload, config, &Registry::standard(), |_| {}).unwrap();
     (workload, result)
 }
 
@@ -137,7 +137,7 @@ fn censored_vms_resolve_as_long_lived_once_they_outlive_the_threshold() {
     config.policy.long_threshold_s = 100.0;
     config.tie_break = TieBreak::LowestIndex;
     let workload = Workload::from_records(records, &config.workload).unwrap();
-    let result = run(&workload, &config, |_| {}).unwrap();
+    let result = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
     // The window ends at the last arrival (250): `late` (200) and `last` (250) are too recent.
     let quality = result.quality.unwrap();
     assert_eq!((quality.tracked, quality.unresolved), (7, 2));
@@ -213,7 +213,9 @@ fn the_sweep_reports_realized_quality_and_crossings() {
     let mut experiment = Experiment::from_toml(text).unwrap();
     experiment.base.quality_window = Some(300);
     let workload = Workload::load(&experiment.base.workload).unwrap();
-    let runs = compare::run_all(&workload, experiment.plan().unwrap(), 2, &|_| {}).unwrap();
+    let runs =
+        compare::run_all(&workload, experiment.plan(&Registry::standard()).unwrap(), &Registry::standard(), 2, &|_| {})
+            .unwrap();
     let comparison = compare::Comparison::new(experiment, runs);
     assert!(comparison.runs.iter().all(|r| r.result.quality.is_some()));
     let row = comparison.rows.iter().find(|r| r.cell.label == "lava / a=0.5").unwrap();

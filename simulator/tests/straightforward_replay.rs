@@ -6,7 +6,7 @@
 
 use domain::Priority;
 use placement::rules::Buckets;
-use placement::{PolicyConfig, TieBreak};
+use placement::{PolicyConfig, Registry, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use simulator::engine::{run, SimConfig, SimResult};
@@ -182,7 +182,7 @@ fn exact_best_fit_places_and_measures_like_a_straightforward_replay() {
         let policy = PolicyConfig { buckets: Buckets::Exact, ..PolicyConfig::preset("pbfr") };
         let config = config(policy, PredictionSourceConfig::None);
         let workload = Workload::from_records(records, &config.workload).unwrap();
-        let result = run(&workload, &config, |_| {}).unwrap();
+        let result = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
         let expected = straightforward_best_fit(&workload);
         let got = simulated(&workload, &result);
         for ((want, have), vm) in expected.iter().zip(&got).zip(&workload.vms) {
@@ -200,7 +200,7 @@ fn every_policy_averages_its_own_placements_exactly() {
     for kind in ["la-binary", "nilas", "lava"] {
         let config = config(PolicyConfig::preset(kind), PredictionSourceConfig::Oracle);
         let workload = Workload::from_records(records.clone(), &config.workload).unwrap();
-        let result = run(&workload, &config, |_| {}).unwrap();
+        let result = run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
         assert!(result.counters.placed > 40, "{kind:?}: {:?}", result.counters);
         assert_averages(&result, &simulated(&workload, &result), &format!("{kind:?}"));
     }

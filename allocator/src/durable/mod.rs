@@ -44,6 +44,7 @@ use placement::outcomes::{OutcomeConfig, OutcomeTracker};
 use placement::reprediction::Repredictor;
 use placement::state::NewVm;
 use placement::state::StateError;
+use placement::Registry;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,6 +130,8 @@ impl Live {
 pub struct DurableAllocator {
     spec: InventorySpec,
     config: AllocatorConfig,
+    /// Where the policy's rules and presets come from (the program's), for every rebuild.
+    registry: Registry,
     location: StoreLocation,
     live: Option<Live>,
     /// Why the last rebuild failed, while `live` is `None`.
@@ -205,6 +208,7 @@ fn observe_rebuilt(outcomes: &mut OutcomeTracker, allocator: &Allocator) {
 fn recover(
     spec: &InventorySpec,
     config: &AllocatorConfig,
+    registry: &Registry,
     location: &StoreLocation,
     now_s: f64,
     repredictor: Option<Arc<dyn Repredictor>>,
@@ -220,9 +224,9 @@ fn recover(
         Some(agent) => {
             let salt =
                 agent.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-            Allocator::new(spec, &AllocatorConfig { seed: config.seed ^ salt, ..config.clone() })?
+            Allocator::with_registry(spec, &AllocatorConfig { seed: config.seed ^ salt, ..config.clone() }, registry)?
         }
-        None => Allocator::new(spec, config)?,
+        None => Allocator::with_registry(spec, config, registry)?,
     };
     allocator.set_repredictor(repredictor);
     for StoredVm { host, vm, .. } in stored.vms {
@@ -265,21 +269,24 @@ fn recover(
 }
 
 impl DurableAllocator {
-    /// Opens (or creates) the store at `db_path` and rebuilds the state it records over `spec`. Fails,
-    /// naming the VM and host, when the store contradicts the inventory.
+    /// Opens (or creates) the store at `location` and rebuilds the state it records over `spec`,
+    /// under `config`'s policy, its rules and presets looked up in `registry`. Fails, naming the VM
+    /// and host, when the store contradicts the inventory.
     pub fn open(
         spec: &InventorySpec,
         config: &AllocatorConfig,
+        registry: &Registry,
         location: impl Into<StoreLocation>,
         now_s: f64,
     ) -> Result<Self, DurableError> {
         let location = location.into();
-        let live = recover(spec, config, &location, now_s, None, ExitRetention::default())?;
+        let live = recover(spec, config, registry, &location, now_s, None, ExitRetention::default())?;
         let mut outcomes = OutcomeTracker::new(OutcomeConfig::default());
         observe_rebuilt(&mut outcomes, &live.allocator);
         Ok(DurableAllocator {
             spec: spec.clone(),
             config: config.clone(),
+            registry: registry.clone(),
             location,
             live: Some(live),
             broken: None,
@@ -345,7 +352,8 @@ impl DurableAllocator {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
         metrics::counter!("allocator_reloads_total").increment(1);
-        match recover(&self.spec, &self.config, &self.location, now_s, self.repredictor.clone(), self.exit_retention) {
+        let (spec, config, registry) = (&self.spec, &self.config, &self.registry);
+        match recover(spec, config, registry, &self.location, now_s, self.repredictor.clone(), self.exit_retention) {
             Ok(mut live) => {
                 observe_rebuilt(&mut self.outcomes, &live.allocator);
                 if let Some(wake) = &self.waker.0 {
@@ -713,7 +721,8 @@ mod tests {
     fn a_batch_commits_once_and_reads_see_earlier_writes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 100.0).unwrap();
+        let mut durable =
+            DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 100.0).unwrap();
         let (placed_a, a) = job(allocate("a", 2.0));
         let (get_a, where_a) = job(GetAllocation(VmId::from("a")));
         let (too_big, big) = job(allocate("b", 64.0));
@@ -736,7 +745,8 @@ mod tests {
     fn a_write_whose_caller_gave_up_is_not_applied() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
+        let mut durable =
+            DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
         let (gone, answer) = job(allocate("gone", 1.0));
         drop(answer);
         let (kept, still_waiting) = job(allocate("kept", 1.0));
@@ -751,7 +761,8 @@ mod tests {
     fn a_failed_commit_undoes_the_batch_and_answers_503() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
+        let mut durable =
+            DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
         assert!(placed(&durable.execute_one(allocate("kept", 1.0), 1.0)));
         // Another connection holds the write lock: the batch's commit times out and fails.
         let blocker = rusqlite::Connection::open(&path).unwrap();
@@ -779,7 +790,8 @@ mod tests {
     fn a_store_that_contradicts_the_inventory_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let mut durable = DurableAllocator::open(&spec(), &AllocatorConfig::default(), &path, 0.0).unwrap();
+        let mut durable =
+            DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
         let reply = durable.execute_one(allocate("big", 6.0), 1.0);
         let host = match reply {
             Ok(AllocationDecision { outcome: AllocationOutcome::Placed { placements }, .. }) => {
@@ -789,10 +801,14 @@ mod tests {
         };
         drop(durable);
         let smaller = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(4.0, 32.0, 0.0).unwrap());
-        let err = DurableAllocator::open(&smaller, &AllocatorConfig::default(), &path, 2.0).unwrap_err().to_string();
+        let err = DurableAllocator::open(&smaller, &AllocatorConfig::default(), &Registry::standard(), &path, 2.0)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`big`") && err.contains(&format!("`{host}`")), "{err}");
         let other_zone = InventorySpec::homogeneous("y", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
-        let err = DurableAllocator::open(&other_zone, &AllocatorConfig::default(), &path, 2.0).unwrap_err().to_string();
+        let err = DurableAllocator::open(&other_zone, &AllocatorConfig::default(), &Registry::standard(), &path, 2.0)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`big`") && err.contains("not in the inventory"), "{err}");
     }
 }
@@ -808,7 +824,7 @@ mod policy_state_restart_tests {
         let path = dir.path().join("s.db");
         let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(8.0, 32.0, 0.0).unwrap());
         let config = AllocatorConfig { policy: placement::PolicyConfig::preset("lava"), ..Default::default() };
-        let mut durable = DurableAllocator::open(&spec, &config, &path, 1e6).unwrap();
+        let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 1e6).unwrap();
         let vm = VmRequest::new("a", "t", "D", Resources::from_whole(1.0, 2.0, 0.0).unwrap());
         durable.execute_one(Allocate(AllocationRequest::Vm(vm)), 1e6 + 1.0).unwrap();
         // Only a rejection after the deadline: the class rises, and the restart agrees with it whether
@@ -821,7 +837,7 @@ mod policy_state_restart_tests {
         let lava: placement::lava::LavaHost = serde_json::from_str(&before).unwrap();
         assert_eq!(lava.class, 1);
         drop(durable);
-        let reopened = DurableAllocator::open(&spec, &config, &path, 1e6 + 5_000.0).unwrap();
+        let reopened = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 1e6 + 5_000.0).unwrap();
         assert_eq!(reopened.allocator().unwrap().host_state().unwrap().snapshot(host).unwrap(), before);
     }
 }

@@ -9,6 +9,8 @@ pub struct Agent {
     /// The next batch of the log to read.
     pub cursor: u64,
     config: AllocatorConfig,
+    /// Where its policy's rules come from, for rebuilding the view.
+    registry: Registry,
     repredictor: Option<Arc<dyn Repredictor>>,
     /// The log position of this agent's latest committed policy-state row of each host: another
     /// agent's older row of the host, read later, is not the store's any more and is skipped.
@@ -32,24 +34,27 @@ pub fn agent_config(config: &SimConfig, agent: usize) -> AllocatorConfig {
 }
 
 impl Agent {
-    pub fn new(
-        spec: &InventorySpec,
-        config: AllocatorConfig,
-        repredictor: Option<Arc<dyn Repredictor>>,
-    ) -> Result<Agent, SimError> {
-        let mut allocator = Allocator::new(spec, &config)?;
-        allocator.set_repredictor(repredictor.clone());
+    /// An agent with an empty view, its policy's rules and presets looked up in `registry`.
+    pub fn new(spec: &InventorySpec, config: AllocatorConfig, registry: &Registry) -> Result<Agent, SimError> {
+        let allocator = Allocator::with_registry(spec, &config, registry)?;
         Ok(Agent {
             allocator,
             cursor: 0,
             config,
-            repredictor,
+            registry: registry.clone(),
+            repredictor: None,
             own_rows: HashMap::new(),
             rebuild_s: 0.0,
             attempts: VecDeque::new(),
             window: 50,
             share: None,
         })
+    }
+
+    /// Repredicts with `repredictor` from now on, also after a rebuild.
+    pub fn set_repredictor(&mut self, repredictor: Option<Arc<dyn Repredictor>>) {
+        self.allocator.set_repredictor(repredictor.clone());
+        self.repredictor = repredictor;
     }
 
     /// Gives agent `me` of `agents` its share of the hosts, for conflict avoidance with shares.
@@ -104,7 +109,7 @@ impl Agent {
     /// host states, the policy-state rows.
     pub fn rebuild(&mut self, store: &Store, spec: &InventorySpec, now_s: f64) -> Result<(), SimError> {
         let started = Instant::now();
-        let mut allocator = Allocator::new(spec, &self.config)?;
+        let mut allocator = Allocator::with_registry(spec, &self.config, &self.registry)?;
         allocator.set_repredictor(self.repredictor.clone());
         let contradiction = |e: placement::StateError| invalid("agents", format!("rebuilding a view: {e}"));
         let mut vms: Vec<&PlacedVm> = store.state.vms().map(|(_, placed)| placed).collect();

@@ -54,7 +54,9 @@ use crate::workload::Workload;
 use domain::{AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, LifetimePrediction};
 use placement::journal::LoggedChange;
 use placement::reprediction::Repredictor;
-use placement::{Allocator, AllocatorConfig, Change, ConflictAvoidance, HostShare, InventoryState, NewVm, PlacedVm};
+use placement::{
+    Allocator, AllocatorConfig, Change, ConflictAvoidance, HostShare, InventoryState, NewVm, PlacedVm, Registry,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -346,6 +348,7 @@ pub fn run_agents(
     workload: &Workload,
     config: &SimConfig,
     agents: &AgentsConfig,
+    registry: &Registry,
     mut progress: impl FnMut(u64),
 ) -> Result<AgentsResult, SimError> {
     config.validate()?;
@@ -354,10 +357,14 @@ pub fn run_agents(
         return Err(invalid("drains", "drains are not simulated with several agents"));
     }
     let inventory = config.inventory.size(workload)?;
-    let predictions = predict::predict(workload, &config.prediction, &config.policy, config.seed)?;
     let mut fleet = (0..agents.agents)
-        .map(|i| Agent::new(&inventory.spec, agent_config(config, i), predictions.repredictor.clone()))
+        .map(|i| Agent::new(&inventory.spec, agent_config(config, i), registry))
         .collect::<Result<Vec<_>, _>>()?;
+    let policy = fleet.first().map(|agent| agent.allocator.policy()).ok_or_else(|| invalid("agents", "no agent"))?;
+    let predictions = predict::predict(workload, &config.prediction, &config.policy, policy, config.seed)?;
+    for agent in &mut fleet {
+        agent.set_repredictor(predictions.repredictor.clone());
+    }
     if agents.avoidance.is_some_and(|a| a.share) {
         for (i, agent) in fleet.iter_mut().enumerate() {
             agent.share_hosts(i, agents.agents);

@@ -12,6 +12,7 @@ use crate::engine::{SimConfig, SimError};
 #[cfg(feature = "plots")]
 use crate::plot::{self, Panel, RangedSeries};
 use crate::workload::Workload;
+use placement::Registry;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -112,6 +113,7 @@ pub fn run_sweep(
     workload: &Workload,
     base: &SimConfig,
     spec: &SweepSpec,
+    registry: &Registry,
     jobs: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Sweep, SimError> {
@@ -136,7 +138,7 @@ pub fn run_sweep(
                     record_placements: false,
                 };
                 let mut reported = 0;
-                let result = run_agents(workload, &config, &agents, |done| {
+                let result = run_agents(workload, &config, &agents, registry, |done| {
                     progress(done.saturating_sub(reported));
                     reported = done;
                 });

@@ -9,7 +9,7 @@ use crate::engine::{self, SimConfig};
 use crate::predict::{PredictionConfig, PredictionSourceConfig};
 use crate::workload::{Inventory, SyntheticSpec, TraceSpec, WorkloadConfig};
 use domain::{Priority, Resources, TenantId, VmId};
-use placement::{PolicyConfig, TieBreak};
+use placement::{PolicyConfig, Registry, TieBreak};
 use traces::{ExtraColumns, VmRecord};
 
 fn record(id: &str, cores: f64, start_s: f64, end_s: Option<f64>) -> VmRecord {
@@ -74,10 +74,10 @@ fn host_of<'a>(result: &'a AgentsResult, vm: &str) -> Option<&'a str> {
 fn one_agent_places_exactly_as_the_single_allocator_run() {
     for policy in ["pbfr", "nilas", "lava"] {
         let (workload, config) = synthetic(policy);
-        let single = engine::run(&workload, &config, |_| {}).unwrap();
+        let single = engine::run(&workload, &config, &Registry::standard(), |_| {}).unwrap();
         // One agent sees its own commits at once: the lag changes nothing.
         for lag in [Lag::Commits(0), Lag::Commits(8), Lag::Seconds(60.0), Lag::Saturated] {
-            let one = run_agents(&workload, &config, &agents(1, lag), |_| {}).unwrap();
+            let one = run_agents(&workload, &config, &agents(1, lag), &Registry::standard(), |_| {}).unwrap();
             assert_eq!(one.placements, single.placements, "{policy}, lag {lag}");
             assert_eq!(one.metrics.packing_density, single.metrics.packing_density, "{policy}");
             assert_eq!(one.metrics.empty_hosts_pct, single.metrics.empty_hosts_pct, "{policy}");
@@ -95,11 +95,11 @@ fn one_agent_places_exactly_as_the_single_allocator_run() {
 #[test]
 fn agents_with_fresh_views_never_conflict_and_stale_ones_do_but_stay_in_step() {
     let (workload, config) = synthetic("nilas");
-    let fresh = run_agents(&workload, &config, &agents(4, Lag::Commits(0)), |_| {}).unwrap();
+    let fresh = run_agents(&workload, &config, &agents(4, Lag::Commits(0)), &Registry::standard(), |_| {}).unwrap();
     assert_eq!((fresh.counters.conflicts, fresh.counters.failed), (0, 0));
     assert!(fresh.counters.followed_changes > 0);
     for lag in [Lag::Saturated, Lag::Commits(16), Lag::Seconds(120.0)] {
-        let stale = run_agents(&workload, &config, &agents(4, lag), |_| {}).unwrap();
+        let stale = run_agents(&workload, &config, &agents(4, lag), &Registry::standard(), |_| {}).unwrap();
         let c = &stale.counters;
         assert!(c.conflicts > 0, "lag {lag}: {c:?}");
         assert_eq!(c.retries, c.conflicts, "decided again after every conflict");
@@ -113,7 +113,7 @@ fn agents_with_fresh_views_never_conflict_and_stale_ones_do_but_stay_in_step() {
     // conflicts than without it; shares of the hosts (on by default, as in the service) fewer still.
     let conflicts = |avoidance| {
         let run = AgentsConfig { avoidance, ..agents(4, Lag::Saturated) };
-        run_agents(&workload, &config, &run, |_| {}).unwrap().counters.conflicts
+        run_agents(&workload, &config, &run, &Registry::standard(), |_| {}).unwrap().counters.conflicts
     };
     let (none, random, shares) = (
         conflicts(None),
@@ -122,7 +122,7 @@ fn agents_with_fresh_views_never_conflict_and_stale_ones_do_but_stay_in_step() {
     );
     assert!(shares < random && random < none, "shares {shares}, random draws {random}, none {none}");
     let dropping = AgentsConfig { on_failure: OnFailure::Drop, max_attempts: 1, ..agents(4, Lag::Commits(16)) };
-    let c = run_agents(&workload, &config, &dropping, |_| {}).unwrap().counters;
+    let c = run_agents(&workload, &config, &dropping, &Registry::standard(), |_| {}).unwrap().counters;
     assert!(c.dropped > 0 && c.dropped == c.failed && c.failed == c.conflicts, "{c:?}");
     assert_eq!(c.placed + c.rejected + c.dropped, c.arrivals);
 }
@@ -136,8 +136,14 @@ fn a_stale_agent_that_goes_for_a_full_host_conflicts_and_decides_again() {
         Workload::from_records(vec![record("a", 3.0, 0.0, None), record("b", 2.0, 1.0, None)], &config.workload)
             .unwrap();
     for retry in [RetryMode::Immediate, RetryMode::AfterLag] {
-        let stale =
-            run_agents(&workload, &config, &AgentsConfig { retry, ..agents(2, Lag::Commits(1)) }, |_| {}).unwrap();
+        let stale = run_agents(
+            &workload,
+            &config,
+            &AgentsConfig { retry, ..agents(2, Lag::Commits(1)) },
+            &Registry::standard(),
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(host_of(&stale, "a"), Some("sim-h0"));
         assert_eq!(host_of(&stale, "b"), Some("sim-h1"), "{retry:?}");
         let c = &stale.counters;
@@ -147,13 +153,13 @@ fn a_stale_agent_that_goes_for_a_full_host_conflicts_and_decides_again() {
         assert_eq!(c.delay_s_sum, 0.0);
     }
     // With views up to date, b goes to h1 at once.
-    let fresh = run_agents(&workload, &config, &agents(2, Lag::Commits(0)), |_| {}).unwrap();
+    let fresh = run_agents(&workload, &config, &agents(2, Lag::Commits(0)), &Registry::standard(), |_| {}).unwrap();
     assert_eq!(host_of(&fresh, "b"), Some("sim-h1"));
     assert_eq!(fresh.counters.conflicts, 0);
     // In seconds: the commit of a (at 0) is 1 s old when b is decided; a lag of 2 s misses it.
-    let seconds = run_agents(&workload, &config, &agents(2, Lag::Seconds(2.0)), |_| {}).unwrap();
+    let seconds = run_agents(&workload, &config, &agents(2, Lag::Seconds(2.0)), &Registry::standard(), |_| {}).unwrap();
     assert_eq!((seconds.counters.conflicts, host_of(&seconds, "b")), (1, Some("sim-h1")));
-    let seen = run_agents(&workload, &config, &agents(2, Lag::Seconds(0.5)), |_| {}).unwrap();
+    let seen = run_agents(&workload, &config, &agents(2, Lag::Seconds(0.5)), &Registry::standard(), |_| {}).unwrap();
     assert_eq!(seen.counters.conflicts, 0);
 }
 
@@ -166,7 +172,7 @@ fn after_max_attempts_the_vm_fails_and_goes_to_the_next_agent() {
     // b: agent 1 misses a's commit and is refused; with one attempt per agent that is a 503 at
     // once, and the request goes to agent 0, one commit later.
     let one_attempt = AgentsConfig { max_attempts: 1, retry: RetryMode::AfterLag, ..agents(2, Lag::Commits(1)) };
-    let result = run_agents(&workload, &config, &one_attempt, |_| {}).unwrap();
+    let result = run_agents(&workload, &config, &one_attempt, &Registry::standard(), |_| {}).unwrap();
     let c = &result.counters;
     assert_eq!((c.conflicts, c.failed, c.retries), (1, 1, 1), "{c:?}");
     // Agent 0 decides b again once one more commit came (a's exit at 5): h0 has room then.
@@ -175,11 +181,17 @@ fn after_max_attempts_the_vm_fails_and_goes_to_the_next_agent() {
     assert_eq!((c.placed_after_conflict, c.delay_s_sum, c.delay_s_max), (1, 4.0, 4.0));
     // Decided again at once by agent 0, on an up-to-date view: h0 is full then, b is rejected.
     let at_once = AgentsConfig { retry: RetryMode::Immediate, ..one_attempt.clone() };
-    let result = run_agents(&workload, &config, &at_once, |_| {}).unwrap();
+    let result = run_agents(&workload, &config, &at_once, &Registry::standard(), |_| {}).unwrap();
     assert_eq!(host_of(&result, "b"), None);
     assert_eq!((result.counters.failed, result.counters.rejected, result.counters.placed), (1, 1, 2));
-    let dropped =
-        run_agents(&workload, &config, &AgentsConfig { on_failure: OnFailure::Drop, ..one_attempt }, |_| {}).unwrap();
+    let dropped = run_agents(
+        &workload,
+        &config,
+        &AgentsConfig { on_failure: OnFailure::Drop, ..one_attempt },
+        &Registry::standard(),
+        |_| {},
+    )
+    .unwrap();
     assert_eq!(host_of(&dropped, "b"), None);
     assert_eq!((dropped.counters.dropped, dropped.counters.placed), (1, 2));
 }
@@ -232,7 +244,7 @@ fn a_view_that_cannot_apply_a_followed_change_is_rebuilt_from_the_store() {
     let workload = Workload::from_records(vec![record("a", 1.0, 0.0, None)], &config.workload).unwrap();
     let spec = spec_of(&config, &workload);
     let mut store = Store::new(&spec).unwrap();
-    let mut a = Agent::new(&spec, agent_config(&config, 0), None).unwrap();
+    let mut a = Agent::new(&spec, agent_config(&config, 0), &Registry::standard()).unwrap();
     // Agent 1 places x and releases it; agent 0 has seen neither and places z where x was.
     store.commit(1, 0.0, vec![placed("x", 3.0, "sim-h0")]).unwrap().unwrap();
     store.commit(1, 1.0, vec![LoggedChange::Released { vm: VmId("x".to_owned()) }]).unwrap().unwrap();
@@ -260,7 +272,7 @@ fn a_refused_decision_taken_back_leaves_the_view_equal_to_the_store() {
         let spec = spec_of(&config, &workload);
         let mut store = Store::new(&spec).unwrap();
         let mut fleet: Vec<Agent> =
-            (0..2).map(|i| Agent::new(&spec, agent_config(&config, i), None).unwrap()).collect();
+            (0..2).map(|i| Agent::new(&spec, agent_config(&config, i), &Registry::standard()).unwrap()).collect();
         let mut refusals = 0;
         // Both agents decide every VM of the first hundred on stale views (they follow only what
         // is older than the last 3 commits): some decisions are refused, each is taken back.

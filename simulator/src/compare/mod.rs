@@ -26,7 +26,7 @@ use crate::plot::{self, Bar, PlotError, Series};
 use crate::predict::PredictionConfig;
 use crate::workload::Workload;
 use domain::quality::QualityFigures;
-use placement::{Policy, PolicyConfig};
+use placement::{Policy, PolicyConfig, Registry};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -189,8 +189,8 @@ impl Comparison {
 }
 
 /// Policies whose rules read no lifetime: predictions cannot change their runs.
-fn ignores_predictions(policy: &PolicyConfig) -> bool {
-    Policy::from_config(policy, &std::collections::HashMap::new(), &placement::Registry::standard())
+fn ignores_predictions(policy: &PolicyConfig, registry: &Registry) -> bool {
+    Policy::from_config(policy, &std::collections::HashMap::new(), registry)
         .is_ok_and(|policy| !policy.reads_predictions())
 }
 
@@ -200,7 +200,8 @@ impl Experiment {
     }
 
     /// The runs of the matrix, in table order; checks that names are unique and the baseline is one.
-    pub fn plan(&self) -> Result<Vec<PlannedRun>, CompareError> {
+    /// A policy that reads no prediction (its rules looked up in `registry`) runs once, with the first.
+    pub fn plan(&self, registry: &Registry) -> Result<Vec<PlannedRun>, CompareError> {
         if self.policies.is_empty() || self.predictions.is_empty() {
             return Err(CompareError::Invalid("needs at least one [[policies]] and one [[predictions]]".into()));
         }
@@ -250,7 +251,7 @@ impl Experiment {
                     }
                     chosen
                 }
-                None if ignores_predictions(&policy.policy) => vec![&self.predictions[0]],
+                None if ignores_predictions(&policy.policy, registry) => vec![&self.predictions[0]],
                 None => self.predictions.iter().collect(),
             };
             // A label names the prediction only where the policy ran with several.
@@ -324,6 +325,7 @@ impl Experiment {
 pub fn run_all(
     workload: &Workload,
     plan: Vec<PlannedRun>,
+    registry: &Registry,
     jobs: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<CompareRun>, CompareError> {
@@ -335,7 +337,7 @@ pub fn run_all(
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(run) = plan.get(i) else { break };
                 let mut reported = 0;
-                let result = engine::run(workload, &run.config, |done| {
+                let result = engine::run(workload, &run.config, registry, |done| {
                     progress(done.saturating_sub(reported));
                     reported = done;
                 })

@@ -24,13 +24,13 @@ const MATRIX: &str = r#"
 
 #[test]
 fn a_policy_that_reads_no_lifetime_runs_once() {
-    let plan = Experiment::from_toml(MATRIX).unwrap().plan().unwrap();
+    let plan = Experiment::from_toml(MATRIX).unwrap().plan(&Registry::standard()).unwrap();
     let labels: Vec<&str> = plan.iter().map(|r| r.cell.label.as_str()).collect();
     assert_eq!(labels, ["pbfr", "la-binary / a0.5", "la-binary / oracle"]);
     assert_eq!(plan[2].cell.x, Some(1.0));
     assert_eq!(plan[0].cell.x, None, "a run made once is not a point of the sweep");
     let single = MATRIX.split("[[predictions]]").take(2).collect::<Vec<_>>().join("[[predictions]]");
-    let plan = Experiment::from_toml(&single).unwrap().plan().unwrap();
+    let plan = Experiment::from_toml(&single).unwrap().plan(&Registry::standard()).unwrap();
     let labels: Vec<&str> = plan.iter().map(|r| r.cell.label.as_str()).collect();
     assert_eq!(labels, ["pbfr", "la-binary"], "one prediction: labels are the policies");
 }
@@ -38,22 +38,22 @@ fn a_policy_that_reads_no_lifetime_runs_once() {
 #[test]
 fn bad_experiments_say_what_is_wrong() {
     let no_baseline = MATRIX.replace("baseline = \"pbfr\"", "baseline = \"nope\"");
-    let err = Experiment::from_toml(&no_baseline).unwrap().plan().unwrap_err().to_string();
+    let err = Experiment::from_toml(&no_baseline).unwrap().plan(&Registry::standard()).unwrap_err().to_string();
     assert!(err.contains("baseline `nope`") && err.contains("la-binary / oracle"), "{err}");
     let twice = MATRIX.replace("name = \"la-binary\"", "name = \"pbfr\"");
-    let err = Experiment::from_toml(&twice).unwrap().plan().unwrap_err().to_string();
+    let err = Experiment::from_toml(&twice).unwrap().plan(&Registry::standard()).unwrap_err().to_string();
     assert!(err.contains("named `pbfr`"), "{err}");
     let typo = MATRIX.replace("baseline", "basline");
     assert!(Experiment::from_toml(&typo).is_err());
     let with = |line: &str| MATRIX.replace("baseline = \"pbfr\"", &format!("baseline = \"pbfr\"\n{line}"));
     let twice = with("seeds = [1, 2, 1]");
-    let err = Experiment::from_toml(&twice).unwrap().plan().unwrap_err().to_string();
+    let err = Experiment::from_toml(&twice).unwrap().plan(&Registry::standard()).unwrap_err().to_string();
     assert!(err.contains("seed twice"), "{err}");
     let reference = with("oracle_reference = \"nilas / oracle\"");
-    let err = Experiment::from_toml(&reference).unwrap().plan().unwrap_err().to_string();
+    let err = Experiment::from_toml(&reference).unwrap().plan(&Registry::standard()).unwrap_err().to_string();
     assert!(err.contains("oracle_reference `nilas / oracle`"), "{err}");
     let own = with("oracle_prediction = \"perfect\"");
-    let err = Experiment::from_toml(&own).unwrap().plan().unwrap_err().to_string();
+    let err = Experiment::from_toml(&own).unwrap().plan(&Registry::standard()).unwrap_err().to_string();
     assert!(err.contains("oracle_prediction `perfect`"), "{err}");
 }
 
@@ -64,7 +64,7 @@ fn seeds_repeat_every_run_and_rows_pair_gains_by_seed() {
                   [base.workload.trace]\nkind = \"synthetic\"\ndays = 1.0\nwarmup_days = 0.5";
     let text = MATRIX.replace("baseline = \"pbfr\"", header);
     let experiment = Experiment::from_toml(&text).unwrap();
-    let plan = experiment.plan().unwrap();
+    let plan = experiment.plan(&Registry::standard()).unwrap();
     let seeds: Vec<(&str, u64)> = plan.iter().map(|r| (r.cell.label.as_str(), r.config.seed)).collect();
     assert_eq!(
         seeds,
@@ -78,7 +78,7 @@ fn seeds_repeat_every_run_and_rows_pair_gains_by_seed() {
         ]
     );
     let workload = Workload::load(&experiment.base.workload).unwrap();
-    let runs = run_all(&workload, plan, 2, &|_| {}).unwrap();
+    let runs = run_all(&workload, plan, &Registry::standard(), 2, &|_| {}).unwrap();
     let comparison = Comparison::new(experiment, runs);
     assert_eq!(comparison.rows.len(), 3);
     let density = |label: &str, seed: u64| {
@@ -141,7 +141,7 @@ fn the_checked_in_experiments_plan() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        let plan = Experiment::from_toml(&text).and_then(|e| e.plan());
+        let plan = Experiment::from_toml(&text).and_then(|e| e.plan(&Registry::standard()));
         assert!(plan.is_ok(), "{}: {}", path.display(), plan.unwrap_err());
         seen += 1;
     }

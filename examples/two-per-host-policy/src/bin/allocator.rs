@@ -1,0 +1,8 @@
+//! `allocator`: serves one zone's placement over HTTP, with durable state (`allocator::cli`).
+//! The program's policies are the registry built here.
+
+fn main() -> anyhow::Result<()> {
+    let registry = placement::Registry::standard();
+    let registry = two_per_host_policy::register(registry);
+    allocator::cli::main(registry)
+}
