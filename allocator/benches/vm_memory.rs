@@ -25,8 +25,7 @@ use domain::{
 };
 use lifetime_model::LifetimeModel;
 use placement::reprediction::{BundleRepredictor, Repredictor};
-use placement::Registry;
-use placement::{AllocatorConfig, PolicyConfig};
+use placement::{AllocatorConfig, PolicyConfig, Registry};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -142,17 +141,20 @@ impl Requests {
             model_version: Some("default-1".to_owned()),
             source: PredictionSource::Model,
         });
-        vm.requested_at_s = Some(now_s);
+        vm.facts.requested_at_s = Some(now_s);
         if rng.random_bool(0.1) {
-            vm.priority = Priority::Low;
+            vm.facts.details.priority = Priority::Low;
         }
         if rng.random_bool(1.0 / 3.0) {
-            vm.os = Some(if rng.random_bool(0.7) { "linux" } else { "windows" }.to_owned());
+            vm.facts.details.os = Some(if rng.random_bool(0.7) { "linux" } else { "windows" }.to_owned());
         }
         if rng.random_bool(0.2) {
-            vm.features.insert("batch_size".to_owned(), FeatureValue::Number(f64::from(rng.random_range(1..64))));
+            vm.facts
+                .details
+                .features
+                .insert("batch_size".to_owned(), FeatureValue::Number(f64::from(rng.random_range(1..64))));
             let region = ["eu-west", "us-east", "ap-south"][rng.random_range(0..3)];
-            vm.features.insert("region".to_owned(), FeatureValue::Text(region.to_owned()));
+            vm.facts.details.features.insert("region".to_owned(), FeatureValue::Text(region.to_owned()));
         }
         vm
     }

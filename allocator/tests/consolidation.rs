@@ -390,7 +390,7 @@ fn the_durable_allocator_consolidates_as_the_core_does_across_restarts() {
             let cores = f64::from(rng.random_range(1..=6u32));
             let demand = Resources::from_whole(cores, cores * 2.0, 0.0).unwrap();
             let mut vm = VmRequest::new(&format!("vm-{step}"), "t", "D", demand);
-            vm.requested_at_s = Some(now);
+            vm.facts.requested_at_s = Some(now);
             let request = AllocationRequest::Vm(vm);
             let expected = core.allocate(&request, now).unwrap();
             assert_eq!(durable.execute_one(Allocate(request), now).unwrap(), expected, "allocation at {now}");

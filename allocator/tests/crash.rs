@@ -13,17 +13,16 @@
 mod support;
 
 use allocator::durable::{job, Allocate, Answer, DurableAllocator, Job, Release, SetHostState};
-use domain::{AllocationDecision, HostStateChange, VmInfo};
 use domain::{
-    AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
-    PredictionSource, Priority, Resources, TenantId, VmId, VmRequest,
+    AllocationDecision, AllocationRequest, GangRequest, HostId, HostState, HostStateChange, InventorySpec,
+    LifetimeClass, LifetimePrediction, PredictionSource, RequestDetails, RequestFacts, Resources, TenantId, VmId,
+    VmInfo, VmRequest,
 };
-use placement::Registry;
-use placement::{Allocator, AllocatorConfig, TieBreak};
+use placement::{Allocator, AllocatorConfig, Registry, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -324,15 +323,15 @@ fn request(id: String, rng: &mut ChaCha8Rng) -> VmRequest {
     let cores = f64::from(rng.random_range(1..=6u32));
     VmRequest {
         vm_id: VmId(id),
-        tenant_id: TenantId(format!("t{}", rng.random_range(0..3))),
-        vm_type: "D".to_owned(),
-        demand: Resources::from_whole(cores, cores * 3.0, 0.0).unwrap(),
-        priority: Priority::Regular,
-        os: None,
-        requested_at_s: None,
+        facts: RequestFacts {
+            tenant_id: TenantId(format!("t{}", rng.random_range(0..3))),
+            vm_type: "D".to_owned(),
+            demand: Resources::from_whole(cores, cores * 3.0, 0.0).unwrap(),
+            requested_at_s: None,
+            details: RequestDetails::default(),
+        },
         zone: None,
         max_per_rack: rng.random_bool(0.2).then_some(2),
-        features: BTreeMap::new(),
         prediction: rng.random_bool(0.6).then(|| LifetimePrediction {
             p_long: 0.8,
             class: if rng.random_bool(0.5) { LifetimeClass::Long } else { LifetimeClass::Short },
@@ -358,7 +357,13 @@ fn command(id: &mut usize, live: &mut Vec<VmId>, rng: &mut ChaCha8Rng) -> (Box<d
             let request = if rng.random_bool(0.2) {
                 let tenant = TenantId::from("gang");
                 let vms = (0..3)
-                    .map(|k| VmRequest { tenant_id: tenant.clone(), ..request(format!("g{id}-{k}"), rng) })
+                    .map(|k| VmRequest {
+                        facts: RequestFacts {
+                            tenant_id: tenant.clone(),
+                            ..request(format!("g{id}-{k}"), rng).facts.clone()
+                        },
+                        ..request(format!("g{id}-{k}"), rng)
+                    })
                     .collect();
                 AllocationRequest::Gang(GangRequest { tenant_id: tenant, vms })
             } else {

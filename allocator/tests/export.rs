@@ -14,11 +14,13 @@ use allocator::durable::{job, Allocate, Answer, DurableAllocator, Job, Release};
 use allocator::store::{
     self, ExitRetention, ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, StoreLocation, TraceExport,
 };
-use domain::{AllocationDecision, VmInfo};
-use domain::{AllocationRequest, FeatureValue, HostId, InventorySpec, Priority, Resources, VmId, VmRequest};
+use domain::{
+    AllocationDecision, AllocationRequest, FeatureValue, HostId, InventorySpec, Priority, RequestFacts, Resources,
+    VmId, VmInfo, VmRequest,
+};
 use placement::allocator::AllocatorConfig;
 use placement::journal::Change;
-use placement::state::{NewVm, RequestFacts};
+use placement::state::NewVm;
 use placement::Registry;
 use serde_json::json;
 use std::path::Path;
@@ -33,7 +35,7 @@ fn spec() -> InventorySpec {
 
 fn request(id: &str, requested_at_s: Option<f64>) -> VmRequest {
     let mut request = VmRequest::new(id, "t-1", "D2", Resources::from_whole(2.0, 7.5, 0.0).unwrap());
-    request.requested_at_s = requested_at_s;
+    request.facts.requested_at_s = requested_at_s;
     request
 }
 
@@ -65,13 +67,13 @@ const PLACED_AT: f64 = 1_000_000.0;
 /// - `f` (250, low priority) names an end before its start (240): it reads as its start.
 fn workload(durable: &mut DurableAllocator) {
     let mut a = request("a", Some(100.0));
-    a.os = Some("linux".to_owned());
-    a.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
-    a.features.insert("region".to_owned(), FeatureValue::Text("eu-west".to_owned()));
+    a.facts.details.os = Some("linux".to_owned());
+    a.facts.details.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
+    a.facts.details.features.insert("region".to_owned(), FeatureValue::Text("eu-west".to_owned()));
     let mut c = request("c", Some(150.0));
-    c.features.insert("batch_size".to_owned(), FeatureValue::Number(1.0));
+    c.facts.details.features.insert("batch_size".to_owned(), FeatureValue::Number(1.0));
     let mut f = request("f", Some(250.0));
-    f.priority = Priority::Low;
+    f.facts.details.priority = Priority::Low;
     let batches = [
         (vec![allocate(a), allocate(request("b", Some(200.0))), allocate(c), allocate(f)], PLACED_AT),
         (vec![allocate(request("d", None))], PLACED_AT),
@@ -154,7 +156,10 @@ fn check_workload_export(location: &StoreLocation, dir: &Path) {
     assert_eq!((by_id("f").priority, by_id("f").end_s), (Priority::Low, Some(250.0)));
     // The record is the request again: what the replay client would send for it.
     let again = a.to_request("").unwrap();
-    assert_eq!((again.os.as_deref(), again.features.len(), again.requested_at_s), (Some("linux"), 2, Some(100.0)));
+    assert_eq!(
+        (again.facts.details.os.as_deref(), again.facts.details.features.len(), again.facts.requested_at_s),
+        (Some("linux"), 2, Some(100.0))
+    );
 
     // A window on the model's clock, and a cap on the rows.
     let window = ExportWindow { from_s: 150.0, to_s: 300.0, ..ExportWindow::default() };
@@ -212,13 +217,15 @@ fn placements_and_exits_export_as_a_trace_from_postgresql() {
 fn new_vm(id: &str, requested_at_s: f64) -> Arc<NewVm> {
     Arc::new(NewVm {
         id: VmId::from(id),
-        tenant: "t".into(),
-        vm_type: "D".to_owned(),
-        demand: Resources::from_whole(1.0, 1.0, 0.0).unwrap(),
+        facts: RequestFacts {
+            tenant_id: "t".into(),
+            vm_type: "D".to_owned(),
+            demand: Resources::from_whole(1.0, 1.0, 0.0).unwrap(),
+            requested_at_s: Some(requested_at_s),
+            details: Default::default(),
+        },
         placed_at_s: 1.0,
         prediction: None,
-        requested_at_s: Some(requested_at_s),
-        request: RequestFacts::default(),
     })
 }
 

@@ -8,8 +8,7 @@ use domain::{
     PredictionSource, Resources, VmId, VmRequest,
 };
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
-use placement::Registry;
-use placement::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, TieBreak};
+use placement::{Allocator, AllocatorConfig, HostIndex, PolicyConfig, Registry, TieBreak};
 use proptest::prelude::*;
 
 const HOUR: f64 = 3600.0;
@@ -172,7 +171,7 @@ fn check_books(a: &Allocator) -> Result<(), TestCaseError> {
             .vms
             .iter()
             .chain(&host.incoming)
-            .fold(Resources::ZERO, |acc, vm| acc + state.vm(&vm.id).unwrap().demand);
+            .fold(Resources::ZERO, |acc, vm| acc + state.vm(&vm.id).unwrap().facts.demand);
         prop_assert_eq!(sum, host.used, "host {}", host.id);
         for vm in &host.incoming {
             prop_assert!(!host.vms.iter().any(|placed| placed.id == vm.id));

@@ -13,15 +13,14 @@ use allocator::store::postgres::SCHEMA_VERSION;
 use allocator::store::{self, Committed, StoreError, StoreLocation, StoredState};
 use domain::{
     AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
-    PredictionSource, Priority, Resources, VmId, VmRequest,
+    PredictionSource, Priority, RequestDetails, RequestFacts, Resources, VmId, VmRequest,
 };
 use placement::allocator::AllocatorConfig;
 use placement::defrag::{DrainHosts, DrainReport, DrainRequest, MigrationOrder};
 use placement::journal::Change;
 use placement::policy::PolicyConfig;
-use placement::state::{NewVm, RequestFacts};
-use placement::Registry;
-use placement::TieBreak;
+use placement::state::NewVm;
+use placement::{Registry, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeSet;
@@ -53,25 +52,24 @@ fn vm(id: &str, cores: f64, lifetime_s: f64) -> VmRequest {
 
 /// What the workload's request `vm-{step}` carried besides its demand: a request time on the trace's
 /// clock (not the allocator's), and on every third one a low priority, an OS and features.
-fn facts(step: u32) -> (Option<f64>, RequestFacts) {
+fn facts(step: u32) -> (Option<f64>, RequestDetails) {
     let requested_at_s = Some(1_600_000_000.0 + 0.5 * f64::from(step));
     if step % 3 != 0 {
-        return (requested_at_s, RequestFacts::default());
+        return (requested_at_s, RequestDetails::default());
     }
     let features = [
         ("batch_size".to_owned(), FeatureValue::Number(f64::from(step % 7))),
         ("region".to_owned(), FeatureValue::Text(format!("r{}", step % 2))),
     ];
-    (requested_at_s, RequestFacts { priority: Priority::Low, os: Some("linux".to_owned()), features: features.into() })
+    (
+        requested_at_s,
+        RequestDetails { priority: Priority::Low, os: Some("linux".to_owned()), features: features.into() },
+    )
 }
 
 /// `request` with the facts of the workload's `step`.
 fn with_facts(mut request: VmRequest, step: u32) -> VmRequest {
-    let (requested_at_s, facts) = facts(step);
-    request.requested_at_s = requested_at_s;
-    request.priority = facts.priority;
-    request.os = facts.os;
-    request.features = facts.features.to_map();
+    (request.facts.requested_at_s, request.facts.details) = facts(step);
     request
 }
 
@@ -79,7 +77,7 @@ fn with_facts(mut request: VmRequest, step: u32) -> VmRequest {
 fn assert_workload_facts(stored: &StoredState, location: &StoreLocation) {
     for vm in &stored.vms {
         let step: u32 = vm.vm.id.as_str().trim_start_matches("vm-").parse().unwrap();
-        assert_eq!((vm.vm.requested_at_s, vm.vm.request.clone()), facts(step), "{location}: {}", vm.vm.id);
+        assert_eq!((vm.vm.facts.requested_at_s, vm.vm.facts.details.clone()), facts(step), "{location}: {}", vm.vm.id);
     }
 }
 
@@ -189,7 +187,7 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
         stored.push(canonical(store::open(location, &spec()).unwrap().load().unwrap()));
         assert_workload_facts(stored.last().unwrap(), location);
     }
-    let with_features = stored[0].vms.iter().filter(|v| !v.vm.request.features.is_empty()).count();
+    let with_features = stored[0].vms.iter().filter(|v| !v.vm.facts.details.features.is_empty()).count();
     assert!(with_features > 10 && with_features < stored[0].vms.len(), "a mix of requests: {with_features}");
     assert!(stored[0].vms.len() > 50, "the workload placed VMs: {}", stored[0].vms.len());
     assert!(!stored[0].policy_hosts.is_empty(), "LAVA state was recorded");
@@ -223,20 +221,18 @@ fn the_same_workload_leaves_the_same_state_as_the_sqlite_store_and_both_rebuild_
 fn new_vm(id: &str, cores: f64) -> Arc<NewVm> {
     Arc::new(NewVm {
         id: VmId::from(id),
-        tenant: "t".into(),
-        vm_type: "D".to_owned(),
-        demand: Resources::from_whole(cores, 1.0, 0.0).unwrap(),
+        facts: RequestFacts::new("t", "D", Resources::from_whole(cores, 1.0, 0.0).unwrap()),
         placed_at_s: 1.0,
         prediction: None,
-        requested_at_s: None,
-        request: RequestFacts::default(),
     })
 }
 
 /// `new_vm(id, cores)` with a request time and facts.
 fn new_vm_with_facts(id: &str, cores: f64, at: f64) -> Arc<NewVm> {
-    let (_, request) = facts(0);
-    Arc::new(NewVm { requested_at_s: Some(at), request, ..NewVm::clone(&new_vm(id, cores)) })
+    let (_, details) = facts(0);
+    let mut vm = NewVm::clone(&new_vm(id, cores));
+    (vm.facts.requested_at_s, vm.facts.details) = (Some(at), details);
+    Arc::new(vm)
 }
 
 #[test]
@@ -310,14 +306,14 @@ fn a_version_1_database_gains_the_request_columns_and_its_vms_have_no_request_fa
     let mut durable = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 10.0).unwrap();
     assert_eq!(pg.psql("SELECT value FROM meta WHERE key = 'schema_version'"), SCHEMA_VERSION.to_string());
     let old = durable.allocator().unwrap().state().vm(&VmId::from("old")).unwrap().record.clone();
-    assert_eq!((old.requested_at_s, &old.request), (None, &RequestFacts::default()));
+    assert_eq!((old.facts.requested_at_s, &old.facts.details), (None, &RequestDetails::default()));
     let request = with_facts(vm("new", 2.0, 600.0), 3);
     assert!(host_of(&durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0)).is_some());
     drop(durable);
     let stored = store::open(&location, &spec()).unwrap().load().unwrap();
     let ids: Vec<_> = stored.vms.iter().map(|v| v.vm.id.as_str()).collect();
     assert_eq!(ids, ["old", "new"]);
-    assert_eq!((stored.vms[1].vm.requested_at_s, stored.vms[1].vm.request.clone()), facts(3));
+    assert_eq!((stored.vms[1].vm.facts.requested_at_s, stored.vms[1].vm.facts.details.clone()), facts(3));
 }
 
 #[test]
@@ -485,7 +481,7 @@ fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
         agent.allocator().unwrap().state().vm(&VmId::from(id)).unwrap().record.clone()
     };
     assert_eq!(record(&b, "x"), record(&a, "x"));
-    assert_eq!((record(&b, "x").requested_at_s, record(&b, "x").request.clone()), facts(3));
+    assert_eq!((record(&b, "x").facts.requested_at_s, record(&b, "x").facts.details.clone()), facts(3));
     // A follows B's placement.
     let Ok(seen) = a.execute_one(GetAllocation(VmId::from("y")), 2.5) else { panic!("A does not see y") };
     assert_eq!(seen.host_id, y);

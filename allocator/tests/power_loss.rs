@@ -38,8 +38,7 @@ use domain::{
     VmRequest,
 };
 use faulty_vfs::{Disk, Tear};
-use placement::AllocatorConfig;
-use placement::Registry;
+use placement::{AllocatorConfig, Registry};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{HashMap, HashSet};
@@ -200,7 +199,7 @@ fn check(
     for vm in &stored.vms {
         let host = used.entry(&vm.host).or_default();
         for (k, kind) in ResourceKind::ALL.into_iter().enumerate() {
-            host[k] += vm.vm.demand.base(kind);
+            host[k] += vm.vm.facts.demand.base(kind);
         }
     }
     tally.over_committed += used

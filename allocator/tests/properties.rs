@@ -5,13 +5,11 @@
 use allocator::durable::{Allocate, DurableAllocator, Explain, Release, SetHostState};
 use domain::{
     AllocationOutcome, AllocationRequest, GangRequest, HostId, HostState, InventorySpec, LifetimeClass,
-    LifetimePrediction, PredictionSource, Resources, TenantId, VmId, VmRequest,
+    LifetimePrediction, PredictionSource, RequestDetails, RequestFacts, Resources, TenantId, VmId, VmRequest,
 };
 use placement::select::{full_scan, Chooser};
-use placement::Registry;
-use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, TieBreak};
+use placement::{Allocator, AllocatorConfig, Engine, PolicyConfig, Registry, TieBreak};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 const HOSTS: usize = 12;
 
@@ -87,15 +85,15 @@ fn prediction(spec: &VmSpec) -> Option<LifetimePrediction> {
 fn vm_request(id: usize, spec: &VmSpec, tenant: u8) -> VmRequest {
     VmRequest {
         vm_id: VmId(format!("vm-{id}")),
-        tenant_id: TenantId(format!("t-{tenant}")),
-        vm_type: format!("c{}m{}", spec.cores, spec.memory),
-        demand: Resources::from_whole(f64::from(spec.cores), f64::from(spec.memory), 0.0).unwrap(),
-        priority: Default::default(),
-        os: None,
-        requested_at_s: None,
+        facts: RequestFacts {
+            tenant_id: TenantId(format!("t-{tenant}")),
+            vm_type: format!("c{}m{}", spec.cores, spec.memory),
+            demand: Resources::from_whole(f64::from(spec.cores), f64::from(spec.memory), 0.0).unwrap(),
+            requested_at_s: None,
+            details: RequestDetails::default(),
+        },
         zone: None,
         max_per_rack: spec.spread.map(u32::from),
-        features: BTreeMap::new(),
         prediction: prediction(spec),
     }
 }
@@ -134,7 +132,7 @@ impl Driver {
                 let request = if vms.len() == 1 {
                     AllocationRequest::Vm(vms.into_iter().next().unwrap())
                 } else {
-                    AllocationRequest::Gang(GangRequest { tenant_id: vms[0].tenant_id.clone(), vms })
+                    AllocationRequest::Gang(GangRequest { tenant_id: vms[0].facts.tenant_id.clone(), vms })
                 };
                 Step::Allocate(Box::new(request))
             }
@@ -231,7 +229,7 @@ fn check_books(allocator: &mut Allocator, now_s: f64) -> Result<(), TestCaseErro
         let sum = host.vms.iter().fold(Resources::ZERO, |acc, vm| {
             let placed = state.vm(&vm.id).expect("listed VMs are placed");
             assert_eq!(placed.host.get(), i);
-            acc + placed.demand
+            acc + placed.facts.demand
         });
         prop_assert_eq!(sum, host.used);
         for vm in &host.vms {
@@ -325,7 +323,7 @@ proptest! {
                     let free_before = allocator.state().hosts()[host.get()].free();
                     let released = allocator.release(&vm, driver.now_s).unwrap();
                     // Release restores capacity exactly.
-                    prop_assert_eq!(allocator.state().hosts()[host.get()].free(), free_before.checked_add(&released.demand).unwrap());
+                    prop_assert_eq!(allocator.state().hosts()[host.get()].free(), free_before.checked_add(&released.facts.demand).unwrap());
                 }
                 Step::SetState(host, state) => { allocator.set_host_state(&host, state).unwrap(); }
                 Step::Wait => {}

@@ -12,8 +12,7 @@ use domain::{
 };
 use placement::reprediction::{BundleRepredictor, Repredictor};
 use placement::state::HostIndex;
-use placement::Registry;
-use placement::{AllocatorConfig, PolicyConfig, TieBreak};
+use placement::{AllocatorConfig, PolicyConfig, Registry, TieBreak};
 use std::sync::Arc;
 
 const HOUR: f64 = 3600.0;
@@ -33,10 +32,10 @@ fn request(i: usize, now_s: f64) -> VmRequest {
         &format!("D{cores}"),
         Resources::from_whole(cores, cores * 4.0, 0.0).unwrap(),
     );
-    vm.priority = if i % 3 == 0 { Priority::Low } else { Priority::Regular };
-    vm.os = Some(if i % 2 == 0 { "linux" } else { "windows" }.to_owned());
-    vm.features.insert("batch_size".to_owned(), FeatureValue::Number((i % 7 + 1) as f64));
-    vm.requested_at_s = Some(now_s - 1.0);
+    vm.facts.details.priority = if i % 3 == 0 { Priority::Low } else { Priority::Regular };
+    vm.facts.details.os = Some(if i % 2 == 0 { "linux" } else { "windows" }.to_owned());
+    vm.facts.details.features.insert("batch_size".to_owned(), FeatureValue::Number((i % 7 + 1) as f64));
+    vm.facts.requested_at_s = Some(now_s - 1.0);
     let lifetime_s = [0.5, 3.0, 30.0, 200.0][i % 4] * HOUR;
     vm.prediction = Some(LifetimePrediction {
         p_long: if lifetime_s >= 2.0 * HOUR { 0.9 } else { 0.1 },

@@ -11,9 +11,11 @@
 
 use allocator::durable::{Allocate, CompleteMigration, DrainStatus, DurableAllocator, GetHost, Release, Stats};
 use allocator::store::SqliteStore;
-use domain::{AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, Priority, Resources, VmId, VmRequest};
-use placement::Registry;
-use placement::{AllocatorConfig, PolicyConfig, RequestFacts, TieBreak};
+use domain::{
+    AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, Priority, RequestDetails, Resources, VmId,
+    VmRequest,
+};
+use placement::{AllocatorConfig, PolicyConfig, Registry, TieBreak};
 use serde_json::Value;
 use std::path::Path;
 
@@ -140,7 +142,12 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     let placed: Vec<(&str, &str)> = stored.vms.iter().map(|v| (v.vm.id.as_str(), v.host.as_str())).collect();
     assert_eq!(placed, [("vm-0", "z-h2"), ("vm-1", "z-h2"), ("vm-2", "z-h2"), ("vm-3", "z-h2"), ("vm-5", "z-h1")]);
     for vm in &stored.vms {
-        assert_eq!((vm.vm.requested_at_s, &vm.vm.request), (None, &RequestFacts::default()), "{}", vm.vm.id);
+        assert_eq!(
+            (vm.vm.facts.requested_at_s, &vm.vm.facts.details),
+            (None, &RequestDetails::default()),
+            "{}",
+            vm.vm.id
+        );
     }
     assert_eq!(stored.vms[2].vm.prediction, None);
     assert!(stored.vms[0].vm.prediction.is_some());
@@ -150,18 +157,18 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
 
     // A placement under this release keeps its request's facts, next to the upgraded rows.
     let mut request = VmRequest::new("vm-6", "tenant-a", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap());
-    request.requested_at_s = Some(1_600_000_360.0);
-    request.priority = Priority::Low;
-    request.os = Some("windows".to_owned());
-    request.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
+    request.facts.requested_at_s = Some(1_600_000_360.0);
+    request.facts.details.priority = Priority::Low;
+    request.facts.details.os = Some("windows".to_owned());
+    request.facts.details.features.insert("batch_size".to_owned(), FeatureValue::Number(2.0));
     durable.execute_one(Allocate(AllocationRequest::Vm(request)), now + 1.0).unwrap();
     drop(durable);
     let reopened = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, now + 2.0).unwrap();
     let vm6 = reopened.allocator().unwrap().state().vm(&VmId::from("vm-6")).unwrap().record.clone();
-    assert_eq!(vm6.requested_at_s, Some(1_600_000_360.0));
-    assert_eq!(vm6.request.priority, Priority::Low);
-    assert_eq!(vm6.request.os.as_deref(), Some("windows"));
-    assert_eq!(vm6.request.features.get("batch_size"), Some(&FeatureValue::Number(2.0)));
+    assert_eq!(vm6.facts.requested_at_s, Some(1_600_000_360.0));
+    assert_eq!(vm6.facts.details.priority, Priority::Low);
+    assert_eq!(vm6.facts.details.os.as_deref(), Some("windows"));
+    assert_eq!(vm6.facts.details.features.get("batch_size"), Some(&FeatureValue::Number(2.0)));
     assert_eq!(reopened.allocator().unwrap().stats().vms, 6);
     drop(reopened);
     assert_eq!(schema(&path).0, 7);
@@ -174,7 +181,7 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
     let spec = InventorySpec::homogeneous("z", 4, 2, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
     let config = AllocatorConfig::default();
     let mut request = VmRequest::new("vm-0", "tenant-a", "D4", Resources::from_whole(4.0, 16.0, 0.0).unwrap());
-    request.requested_at_s = Some(1_000.0);
+    request.facts.requested_at_s = Some(1_000.0);
     let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 10.0).unwrap();
     durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
     drop(durable);

@@ -185,8 +185,8 @@ fn replay(
         let fresh = model.predict_row(&row, false).p_long;
         history.apply(&HistoryEvent::Started {
             vm_id: request.vm_id.to_string(),
-            tenant_id: request.tenant_id.to_string(),
-            vm_type: request.vm_type.clone(),
+            tenant_id: request.facts.tenant_id.to_string(),
+            vm_type: request.facts.vm_type.clone(),
             at_s: now,
         });
         let label = ObservedLifetime::of(record, selected.trace_end_s).at_least(threshold_s);

@@ -23,8 +23,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use domain::ProblemKind;
-use domain::{AllocationRequest, ControlStats, HistoryEvent, StageLatency, VmPrediction, ZoneId};
+use domain::{AllocationRequest, ControlStats, HistoryEvent, ProblemKind, StageLatency, VmPrediction, ZoneId};
 use serde::Deserialize;
 use service_common::problem::{field_problem, json_body, problem};
 use service_common::timing::{prefixed, server_timing, SERVER_TIMING};
@@ -193,7 +192,7 @@ fn apply_caller(
         ));
     }
     for i in 0..request.vms().len() {
-        if let Some(at) = request.vms()[i].requested_at_s {
+        if let Some(at) = request.vms()[i].facts.requested_at_s {
             if (at - now_s).abs() > control.max_skew_s {
                 return Err(field_problem(
                     ProblemKind::InvalidRequest,
@@ -208,7 +207,7 @@ fn apply_caller(
         }
     }
     for vm in request.vms_mut() {
-        vm.requested_at_s = Some(now_s);
+        vm.facts.requested_at_s = Some(now_s);
     }
     Ok(())
 }

@@ -187,9 +187,9 @@ impl Control {
                 for (vm, placement) in request.vms().iter().zip(placements) {
                     self.record_history(HistoryEvent::Started {
                         vm_id: placement.vm_id.to_string(),
-                        tenant_id: vm.tenant_id.to_string(),
-                        vm_type: vm.vm_type.to_string(),
-                        at_s: vm.requested_at_s.unwrap_or(arrival_s),
+                        tenant_id: vm.facts.tenant_id.to_string(),
+                        vm_type: vm.facts.vm_type.to_string(),
+                        at_s: vm.facts.requested_at_s.unwrap_or(arrival_s),
                     });
                 }
             }

@@ -203,13 +203,15 @@ impl FeatureKey {
             step => (requested_at_s / step as f64).floor() as i64,
         };
         FeatureKey {
-            tenant_id: if spec.tenant { vm.tenant_id.as_str().to_owned() } else { String::new() },
-            vm_type: if spec.vm_type { vm.vm_type.clone() } else { String::new() },
-            cores: if spec.cores { vm.demand.base(ResourceKind::Cores) } else { 0 },
-            memory: if spec.memory { vm.demand.base(ResourceKind::MemoryGib) } else { 0 },
-            priority: spec.priority.then_some(vm.priority),
-            os: if spec.os { vm.os.clone() } else { None },
+            tenant_id: if spec.tenant { vm.facts.tenant_id.as_str().to_owned() } else { String::new() },
+            vm_type: if spec.vm_type { vm.facts.vm_type.clone() } else { String::new() },
+            cores: if spec.cores { vm.facts.demand.base(ResourceKind::Cores) } else { 0 },
+            memory: if spec.memory { vm.facts.demand.base(ResourceKind::MemoryGib) } else { 0 },
+            priority: spec.priority.then_some(vm.facts.details.priority),
+            os: if spec.os { vm.facts.details.os.clone() } else { None },
             features: vm
+                .facts
+                .details
                 .features
                 .iter()
                 .filter(|(name, _)| spec.keeps_feature(name))
@@ -219,7 +221,7 @@ impl FeatureKey {
                         FeatureValue::Number(n) => KeyValue::Number((n + 0.0).to_bits()),
                         FeatureValue::Text(text) => KeyValue::Text(text.clone()),
                     };
-                    (name.clone(), value)
+                    (name.to_owned(), value)
                 })
                 .collect(),
             time_step,
@@ -255,13 +257,13 @@ mod tests {
         let full = KeySpec::full(3_600);
         let base = FeatureKey::new(&vm("a"), 0.0, &full);
         let mut other = vm("a");
-        other.tenant_id = TenantId("u".into());
+        other.facts.tenant_id = TenantId("u".into());
         assert_ne!(FeatureKey::new(&other, 0.0, &full), base);
         let mut other = vm("a");
-        other.demand = Resources::from_whole(4.0, 32.0, 0.0).unwrap();
+        other.facts.demand = Resources::from_whole(4.0, 32.0, 0.0).unwrap();
         assert_ne!(FeatureKey::new(&other, 0.0, &full), base);
         let mut other = vm("a");
-        other.features.insert("batch_size".into(), FeatureValue::Number(4.0));
+        other.facts.details.features.insert("batch_size".into(), FeatureValue::Number(4.0));
         assert_ne!(FeatureKey::new(&other, 0.0, &full), base);
         // The next hour is another key; without a time step it is not.
         assert_ne!(FeatureKey::new(&vm("a"), 3_600.0, &full), base);
@@ -273,14 +275,14 @@ mod tests {
     fn fields_left_out_of_the_key_do_not_change_it() {
         let no_tenant = spec(&["vm_type", "cores", "memory", "priority", "os", "features"]);
         let mut other = vm("a");
-        other.tenant_id = TenantId("u".into());
+        other.facts.tenant_id = TenantId("u".into());
         assert_eq!(FeatureKey::new(&other, 0.0, &no_tenant), FeatureKey::new(&vm("a"), 0.0, &no_tenant));
-        other.vm_type = "E4".into();
+        other.facts.vm_type = "E4".into();
         assert_ne!(FeatureKey::new(&other, 0.0, &no_tenant), FeatureKey::new(&vm("a"), 0.0, &no_tenant));
 
         let no_memory = spec(&["tenant", "vm_type", "cores"]);
         let mut other = vm("a");
-        other.demand = Resources::from_whole(4.0, 32.0, 0.0).unwrap();
+        other.facts.demand = Resources::from_whole(4.0, 32.0, 0.0).unwrap();
         assert_eq!(FeatureKey::new(&other, 0.0, &no_memory), FeatureKey::new(&vm("a"), 0.0, &no_memory));
     }
 
@@ -289,8 +291,8 @@ mod tests {
         let batch_only = spec(&["tenant", "vm_type", "feature.batch_size"]);
         let with = |batch: f64, request: &str| {
             let mut vm = vm("a");
-            vm.features.insert("batch_size".into(), FeatureValue::Number(batch));
-            vm.features.insert("request_id".into(), FeatureValue::Text(request.into()));
+            vm.facts.details.features.insert("batch_size".into(), FeatureValue::Number(batch));
+            vm.facts.details.features.insert("request_id".into(), FeatureValue::Text(request.into()));
             FeatureKey::new(&vm, 0.0, &batch_only)
         };
         assert_eq!(with(2.0, "r1"), with(2.0, "r2"), "request_id is not part of the key");

@@ -189,7 +189,7 @@ impl<P: Predictor> Resolver<P> {
     /// clock of the safeguard.
     pub async fn resolve(&self, vms: &[VmRequest], arrival_s: f64, clock_s: f64, request_id: Option<&str>) -> Resolved {
         let started = Instant::now();
-        let Some(tenant) = vms.first().map(|vm| &vm.tenant_id) else {
+        let Some(tenant) = vms.first().map(|vm| &vm.facts.tenant_id) else {
             return Resolved { predictions: Vec::new(), cache_us: 0, inference_us: 0 };
         };
         if self.safeguard.blocks(tenant, clock_s) {
@@ -205,7 +205,7 @@ impl<P: Predictor> Resolver<P> {
         let mut miss_index: HashMap<CacheKey, usize> = HashMap::new();
         let serving = self.serving();
         for (i, vm) in vms.iter().enumerate() {
-            let features = FeatureKey::new(vm, vm.requested_at_s.unwrap_or(arrival_s), &self.config.key);
+            let features = FeatureKey::new(vm, vm.facts.requested_at_s.unwrap_or(arrival_s), &self.config.key);
             let Some(version) = serving.version_for(vm.vm_id.as_str()) else {
                 predictions.push(self.cache.get(None));
                 misses.push((features, vec![i]));

@@ -1,11 +1,12 @@
 //! Wire types of the inference server's `/v1` API.
 
 use crate::prediction::LifetimePrediction;
-use crate::request::{FeatureValue, Priority, VmRequest};
+use crate::request::{Features, Priority, RequestFacts, VmRequest};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-/// What the lifetime model needs to know about one VM at request time.
+/// What the lifetime model needs to know about one VM at request time: a VM's [`RequestFacts`]
+/// as the inference API takes them from any client, sizes as plain numbers of cores and GiB (as
+/// traces have them, unrounded) and the tenant possibly unknown.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,24 +42,29 @@ pub struct PredictInstance {
     /// Request time in seconds on the model's clock; the server's clock when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "Features::is_empty")]
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::request::features_schema))]
-    pub features: BTreeMap<String, FeatureValue>,
+    pub features: Features,
 }
 
 impl PredictInstance {
     /// The model input of a VM request.
     pub fn from_vm(vm: &VmRequest) -> Self {
+        PredictInstance::of(Some(vm.vm_id.to_string()), &vm.facts)
+    }
+
+    /// The model input of `facts`, routed by `key`.
+    pub fn of(key: Option<String>, facts: &RequestFacts) -> Self {
         PredictInstance {
-            key: Some(vm.vm_id.to_string()),
-            tenant_id: vm.tenant_id.to_string(),
-            vm_type: vm.vm_type.clone(),
-            cores: vm.demand.cores(),
-            memory_gib: vm.demand.memory_gib(),
-            priority: vm.priority,
-            os: vm.os.clone(),
-            requested_at_s: vm.requested_at_s,
-            features: vm.features.clone(),
+            key,
+            tenant_id: facts.tenant_id.to_string(),
+            vm_type: facts.vm_type.clone(),
+            cores: facts.demand.cores(),
+            memory_gib: facts.demand.memory_gib(),
+            priority: facts.details.priority,
+            os: facts.details.os.clone(),
+            requested_at_s: facts.requested_at_s,
+            features: facts.details.features.clone(),
         }
     }
 

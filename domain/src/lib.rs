@@ -45,7 +45,9 @@ pub use problem::{Problem, ProblemKind, PROBLEM_CONTENT_TYPE};
 pub use quality::{
     CanaryDecision, QualityFigures, QualityReport, QualityStatus, QualityTally, ResolvedOutcome, VersionQuality,
 };
-pub use request::{AllocationRequest, FeatureValue, GangRequest, Priority, VmRequest};
+pub use request::{
+    AllocationRequest, FeatureValue, Features, GangRequest, Priority, RequestDetails, RequestFacts, VmRequest,
+};
 pub use resources::{ResourceKind, Resources, RESOURCE_DIMS};
 pub use validate::{decode_json, Validate, ValidationError, ValidationLimits};
 

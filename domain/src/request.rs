@@ -76,58 +76,182 @@ impl fmt::Display for FeatureValue {
     }
 }
 
-/// One VM to place.
-///
-/// Texts (`vm_type`, `os`, feature names and text values) are limited in UTF-8 bytes; the schema's
-/// `maxLength` counts characters, which is the same for ASCII.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+/// What a request says of the VM it asks for: the one shape of it that the wire form
+/// ([`VmRequest`]), the placed VM and the stores (`placement::NewVm`), the lifetime model's input
+/// (`lifetime_model::RequestFeatures::of`) and the rules' view (`placement::rules::RequestTraits`)
+/// share. Who asks, for what and when are fields of their own (the stores' columns); everything
+/// else is in [`RequestDetails`], which the stores keep and export whole, whatever it holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VmRequest {
-    /// Unique for the VM's whole life; allocation is idempotent by it. The id charset
-    /// (`validate::ID_CHARSET`): it is used in URLs.
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128, example = "vm-0001"))]
-    pub vm_id: VmId,
-    /// The tenant (subscription) asking; the id charset.
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128, example = "tenant-a"))]
+pub struct RequestFacts {
     pub tenant_id: TenantId,
-    /// VM type (size family); 1 to 256 bytes, no control characters.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256, example = "D4s_v3")
-    )]
     pub vm_type: String,
-    #[cfg_attr(feature = "openapi", schema(schema_with = crate::resources::demand_schema))]
     pub demand: Resources,
-    #[serde(default)]
-    pub priority: Priority,
-    /// Operating system; 1 to 256 bytes, no control characters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256)
-    )]
-    pub os: Option<String>,
-    /// Request time in seconds (Unix time in the services, trace time in simulation). The control
-    /// service stamps the arrival time when a client leaves it out.
+    /// Request time in seconds (Unix time in the services, trace time in simulation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at_s: Option<f64>,
-    /// Zone to place the VM in; the control service's default zone when absent. Every VM of a gang
-    /// names the same zone (or none).
+    #[serde(flatten)]
+    pub details: RequestDetails,
+}
+
+impl RequestFacts {
+    /// A regular-priority VM of `tenant_id` and `vm_type` with nothing but its demand set.
+    pub fn new(tenant_id: &str, vm_type: &str, demand: Resources) -> Self {
+        RequestFacts {
+            tenant_id: TenantId(tenant_id.to_owned()),
+            vm_type: vm_type.to_owned(),
+            demand,
+            requested_at_s: None,
+            details: RequestDetails::default(),
+        }
+    }
+}
+
+/// The request-time facts of a VM beyond who asks, for what and when: its priority, OS and further
+/// features. A typed fact is added here (and to [`VmRequestWire`] and `validate`'s check of the
+/// facts); the stores keep it with the rest as one JSON value (none at all when every detail is a
+/// default: the common request), the trace export writes it as a column.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestDetails {
+    /// Written even when regular: the wire's `VmRequest` always names it.
+    #[serde(default)]
+    pub priority: Priority,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128))]
+    pub os: Option<String>,
+    #[serde(default, skip_serializing_if = "Features::is_empty")]
+    pub features: Features,
+}
+
+impl RequestDetails {
+    /// Regular priority, no OS, no features.
+    pub fn is_default(&self) -> bool {
+        *self == RequestDetails::default()
+    }
+
+    /// The details' names as they are serialised, in declaration order (read off serde, so a new
+    /// detail is named here with no further line): the trace export's columns of the details.
+    pub fn names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<&'static [&'static str]> = std::sync::OnceLock::new();
+        NAMES.get_or_init(struct_field_names::<RequestDetails>)
+    }
+
+    /// The details as the texts of trace columns by name: a text as it is, anything else as
+    /// JSON; defaults are left out.
+    pub fn columns(&self) -> BTreeMap<String, String> {
+        let Ok(serde_json::Value::Object(details)) = serde_json::to_value(self) else { return BTreeMap::new() };
+        let text = |value: serde_json::Value| match value {
+            serde_json::Value::String(text) => text,
+            other => other.to_string(),
+        };
+        details.into_iter().map(|(name, value)| (name, text(value))).collect()
+    }
+}
+
+/// The field names a derived `Deserialize` of `T` (a struct) knows: serde hands them to the
+/// deserializer, which stops there.
+fn struct_field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    use serde::de::{Error, Visitor};
+    struct Names<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Names<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(Error::custom("names read"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut names: &'static [&'static str] = &[];
+    let _ = T::deserialize(Names(&mut names));
+    names
+}
+
+/// A request's further request-time features ([`VmRequest`]'s `features`), by name in name order,
+/// held in one exact-size allocation: a map of one or two entries took a whole tree node, about
+/// 540 bytes, for each placed VM that had any (issue 44), and none is allocated when there are
+/// none. On the wire and in the stores, a JSON object of the features by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Features(Box<[(Box<str>, FeatureValue)]>);
+
+impl Features {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&FeatureValue> {
+        // Sorted by name, as the map was.
+        let at = self.0.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    /// Every feature by name, in name order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &FeatureValue)> {
+        self.0.iter().map(|(name, value)| (&**name, value))
+    }
+
+    /// Sets feature `name` to `value` (rebuilding the list: for building requests, not a hot path).
+    pub fn insert(&mut self, name: String, value: FeatureValue) {
+        let mut map = self.to_map();
+        map.insert(name, value);
+        *self = Features::from(map);
+    }
+
+    /// The features as a map by name.
+    pub fn to_map(&self) -> BTreeMap<String, FeatureValue> {
+        self.iter().map(|(name, value)| (name.to_owned(), value.clone())).collect()
+    }
+}
+
+impl From<BTreeMap<String, FeatureValue>> for Features {
+    fn from(features: BTreeMap<String, FeatureValue>) -> Self {
+        Features(features.into_iter().map(|(name, value)| (name.into_boxed_str(), value)).collect())
+    }
+}
+
+/// As a map of the pairs: sorted by name, the last of a repeated name kept.
+impl<const N: usize> From<[(String, FeatureValue); N]> for Features {
+    fn from(features: [(String, FeatureValue); N]) -> Self {
+        Features::from(BTreeMap::from(features))
+    }
+}
+
+impl Serialize for Features {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Features {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, FeatureValue>::deserialize(deserializer).map(Features::from)
+    }
+}
+
+/// One VM to place: its identity, its [`RequestFacts`], where it may go and the lifetime
+/// prediction it is placed with. On the wire, one flat object ([`VmRequestWire`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "VmRequestWire")]
+pub struct VmRequest {
+    pub vm_id: VmId,
+    #[serde(flatten)]
+    pub facts: RequestFacts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<ZoneId>,
-    /// Spread: at most this many VMs of the tenant on one rack (fault domain), this one included.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole_number::option")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>, minimum = 1, maximum = 4_294_967_295_u64))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_per_rack: Option<u32>,
-    /// Further request-time features by name: at most 64; names of 1 to 256 bytes without control
-    /// characters; a number or a text of at most 256 bytes.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[cfg_attr(feature = "openapi", schema(schema_with = features_schema))]
-    pub features: BTreeMap<String, FeatureValue>,
-    /// The lifetime prediction the allocator acts on. The control service fills it in; none means
-    /// short-lived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<LifetimePrediction>,
 }
@@ -135,19 +259,109 @@ pub struct VmRequest {
 impl VmRequest {
     /// A regular-priority VM with nothing but its identity and demand set.
     pub fn new(vm_id: &str, tenant_id: &str, vm_type: &str, demand: Resources) -> Self {
-        VmRequest {
-            vm_id: VmId(vm_id.to_owned()),
-            tenant_id: TenantId(tenant_id.to_owned()),
-            vm_type: vm_type.to_owned(),
+        VmRequest::of(VmId(vm_id.to_owned()), RequestFacts::new(tenant_id, vm_type, demand))
+    }
+
+    /// VM `vm_id` with `facts`, placed anywhere, with no prediction.
+    pub fn of(vm_id: VmId, facts: RequestFacts) -> Self {
+        VmRequest { vm_id, facts, zone: None, max_per_rack: None, prediction: None }
+    }
+}
+
+/// [`VmRequest`] as it is read off the wire: one flat object whose unknown keys are refused and
+/// whose errors name the field (serde's `flatten` would lose both).
+///
+/// Texts (`vm_type`, `os`, feature names and text values) are limited in UTF-8 bytes; the schema's
+/// `maxLength` counts characters, which is the same for ASCII.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = VmRequest))]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VmRequestWire {
+    /// Unique for the VM's whole life; allocation is idempotent by it. The id charset
+    /// (`validate::ID_CHARSET`): it is used in URLs.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128, example = "vm-0001"))]
+    vm_id: VmId,
+    /// The tenant (subscription) asking; the id charset.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128, example = "tenant-a"))]
+    tenant_id: TenantId,
+    /// VM type (size family); 1 to 256 bytes, no control characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256, example = "D4s_v3")
+    )]
+    vm_type: String,
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::resources::demand_schema))]
+    demand: Resources,
+    #[serde(default)]
+    priority: Priority,
+    /// Operating system; 1 to 256 bytes, no control characters.
+    #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", min_length = 1, max_length = 256)
+    )]
+    os: Option<String>,
+    /// Request time in seconds (Unix time in the services, trace time in simulation). The control
+    /// service stamps the arrival time when a client leaves it out.
+    #[serde(default)]
+    requested_at_s: Option<f64>,
+    /// Zone to place the VM in; the control service's default zone when absent. Every VM of a gang
+    /// names the same zone (or none).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128))]
+    zone: Option<ZoneId>,
+    /// Spread: at most this many VMs of the tenant on one rack (fault domain), this one included.
+    #[serde(default, deserialize_with = "crate::whole_number::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>, minimum = 1, maximum = 4_294_967_295_u64))]
+    max_per_rack: Option<u32>,
+    /// Further request-time features by name: at most 64; names of 1 to 256 bytes without control
+    /// characters; a number or a text of at most 256 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(schema_with = features_schema))]
+    features: Features,
+    /// The lifetime prediction the allocator acts on. The control service fills it in; none means
+    /// short-lived.
+    #[serde(default)]
+    prediction: Option<LifetimePrediction>,
+}
+
+impl From<VmRequestWire> for VmRequest {
+    fn from(wire: VmRequestWire) -> Self {
+        let VmRequestWire {
+            vm_id,
+            tenant_id,
+            vm_type,
             demand,
-            priority: Priority::Regular,
-            os: None,
-            requested_at_s: None,
-            zone: None,
-            max_per_rack: None,
-            features: BTreeMap::new(),
-            prediction: None,
-        }
+            priority,
+            os,
+            requested_at_s,
+            zone,
+            max_per_rack,
+            features,
+            prediction,
+        } = wire;
+        let details = RequestDetails { priority, os, features };
+        let facts = RequestFacts { tenant_id, vm_type, demand, requested_at_s, details };
+        VmRequest { vm_id, facts, zone, max_per_rack, prediction }
+    }
+}
+
+/// The schema of the wire form, under the name `VmRequest`.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for VmRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <VmRequestWire as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for VmRequest {
+    fn name() -> std::borrow::Cow<'static, str> {
+        <VmRequestWire as utoipa::ToSchema>::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        <VmRequestWire as utoipa::ToSchema>::schemas(schemas);
     }
 }
 
@@ -261,7 +475,7 @@ impl AllocationRequest {
 
     pub fn tenant_id(&self) -> &TenantId {
         match self {
-            AllocationRequest::Vm(vm) => &vm.tenant_id,
+            AllocationRequest::Vm(vm) => &vm.facts.tenant_id,
             AllocationRequest::Gang(gang) => &gang.tenant_id,
         }
     }

@@ -12,7 +12,7 @@
 use crate::ids::{TenantId, VmId};
 use crate::inference::{HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, RemainingRequest};
 use crate::prediction::LifetimePrediction;
-use crate::request::{AllocationRequest, FeatureValue, GangRequest, VmRequest};
+use crate::request::{AllocationRequest, FeatureValue, GangRequest, RequestDetails, RequestFacts, VmRequest};
 use crate::resources::ResourceKind;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
@@ -163,9 +163,9 @@ fn check_finite(value: f64, path: &str, name: &str) -> Result<(), ValidationErro
     }
 }
 
-impl Validate for VmRequest {
+/// The facts sit beside the request's other fields on the wire: `path` is the request's.
+impl Validate for RequestFacts {
     fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
-        check_id_field(self.vm_id.as_str(), path, "vm_id")?;
         check_id_field(self.tenant_id.as_str(), path, "tenant_id")?;
         check_text(&self.vm_type, limits, path, "vm_type")?;
         let demand_path = child(path, "demand");
@@ -174,19 +174,33 @@ impl Validate for VmRequest {
                 return Err(ValidationError::invalid(child(&demand_path, kind.field_name()), "must be greater than 0"));
             }
         }
+        if let Some(at) = self.requested_at_s {
+            check_finite(at, path, "requested_at_s")?;
+        }
+        self.details.validate(limits, path)
+    }
+}
+
+/// The details sit beside the request's other fields on the wire: `path` is the request's.
+impl Validate for RequestDetails {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
         if let Some(os) = &self.os {
             check_text(os, limits, path, "os")?;
         }
+        check_features(self.features.iter(), limits, path)
+    }
+}
+
+impl Validate for VmRequest {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_id_field(self.vm_id.as_str(), path, "vm_id")?;
+        self.facts.validate(limits, path)?;
         if let Some(zone) = &self.zone {
             check_id_field(zone.as_str(), path, "zone")?;
-        }
-        if let Some(at) = self.requested_at_s {
-            check_finite(at, path, "requested_at_s")?;
         }
         if self.max_per_rack == Some(0) {
             return Err(ValidationError::invalid(child(path, "max_per_rack"), "must be at least 1 when given"));
         }
-        check_features(&self.features, limits, path)?;
         if let Some(prediction) = &self.prediction {
             prediction.validate(limits, &child(path, "prediction"))?;
         }
@@ -234,10 +248,10 @@ impl Validate for GangRequest {
         for (i, vm) in self.vms.iter().enumerate() {
             let vm_path = format!("{}[{i}]", child(path, "vms"));
             vm.validate(limits, &vm_path)?;
-            if vm.tenant_id != self.tenant_id {
+            if vm.facts.tenant_id != self.tenant_id {
                 return Err(ValidationError::invalid(
                     child(&vm_path, "tenant_id"),
-                    format!("must equal the gang's tenant `{}`, got `{}`", self.tenant_id, vm.tenant_id),
+                    format!("must equal the gang's tenant `{}`, got `{}`", self.tenant_id, vm.facts.tenant_id),
                 ));
             }
             if let (Some(zone), Some(gang_zone)) = (&vm.zone, gang_zone) {
@@ -268,8 +282,8 @@ impl Validate for AllocationRequest {
     }
 }
 
-fn check_features(
-    features: &std::collections::BTreeMap<String, FeatureValue>,
+fn check_features<'a>(
+    features: impl ExactSizeIterator<Item = (&'a str, &'a FeatureValue)>,
     limits: &ValidationLimits,
     path: &str,
 ) -> Result<(), ValidationError> {
@@ -339,7 +353,7 @@ impl Validate for PredictInstance {
         if let Some(at) = self.requested_at_s {
             check_finite(at, path, "requested_at_s")?;
         }
-        check_features(&self.features, limits, path)
+        check_features(self.features.iter(), limits, path)
     }
 }
 
@@ -430,8 +444,8 @@ mod tests {
         let req = decode(&format!(r#"{{"vm":{VM}}}"#)).unwrap();
         let vm = &req.vms()[0];
         assert_eq!(vm.vm_id.as_str(), "vm-1");
-        assert_eq!(vm.demand.cores(), 2.0);
-        assert_eq!(vm.priority, crate::Priority::Regular);
+        assert_eq!(vm.facts.demand.cores(), 2.0);
+        assert_eq!(vm.facts.details.priority, crate::Priority::Regular);
         assert!(vm.prediction.is_none());
     }
 

@@ -365,8 +365,9 @@ fn env_reads(source: &str) -> BTreeSet<String> {
     names
 }
 
-/// What each service binary reads from its environment: its own `src/bin/<name>.rs`, plus what
-/// `service-common` reads on its behalf (`RUST_LOG` through tracing's `EnvFilter` in
+/// What each service binary reads from its environment: its own `src/bin/<name>.rs` and the
+/// program it runs (its crate's `src/cli.rs`, when its `main` only builds the registry and calls
+/// `cli::main`), plus what `service-common` reads on its behalf (`RUST_LOG` through tracing's `EnvFilter` in
 /// `init_tracing`, and any `std::env::var` there).
 fn binary_env_reads(root: &Path, binary: &str) -> Result<(String, BTreeSet<String>), String> {
     let crates = std::fs::read_dir(root).map_err(|e| format!("listing {}: {e}", root.display()))?;
@@ -375,7 +376,11 @@ fn binary_env_reads(root: &Path, binary: &str) -> Result<(String, BTreeSet<Strin
         .map(|entry| entry.path().join("src/bin").join(format!("{binary}.rs")))
         .find(|path| path.is_file())
         .ok_or_else(|| format!("no */src/bin/{binary}.rs in {}", root.display()))?;
-    let source = read(&source_path);
+    let mut source = read(&source_path);
+    let program = source_path.parent().and_then(Path::parent).map(|src| src.join("cli.rs"));
+    if let Some(program) = program.filter(|path| path.is_file() && source.contains("cli::main")) {
+        source.push_str(&read(&program));
+    }
     let mut names = env_reads(&source);
     let common = root.join("service-common/src");
     for entry in std::fs::read_dir(&common).map_err(|e| format!("listing {}: {e}", common.display()))? {

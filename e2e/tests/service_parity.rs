@@ -205,7 +205,7 @@ async fn replay_over_http(service: &Service, workload: &Workload, config: &SimCo
                 replayed.last_s = at;
                 let mut request = vm.request.clone();
                 request.prediction = predictions.per_vm[next].clone();
-                request.requested_at_s = Some(vm.arrival_s);
+                request.facts.requested_at_s = Some(vm.arrival_s);
                 let response = client
                     .post(format!("{}/v1/allocations", service.base))
                     .json(&AllocationRequest::Vm(request))

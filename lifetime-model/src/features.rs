@@ -10,7 +10,7 @@
 //! map to "other" as well), so that ordinary numeric splits separate short from long categories.
 
 use crate::history::{Past, TenantSummary};
-use domain::{PredictInstance, Priority, VmRequest};
+use domain::{Features, PredictInstance, Priority, RequestFacts};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -67,11 +67,7 @@ impl From<&VmRecord> for RequestFeatures {
 impl RequestFeatures {
     /// Features of an inference request's instance; `now_s` stands in for a missing request time.
     pub fn from_instance(instance: &PredictInstance, now_s: f64) -> Self {
-        let mut extra: Vec<(String, String)> =
-            instance.features.iter().map(|(name, value)| (name.clone(), value.to_string())).collect();
-        if let Some(os) = &instance.os {
-            extra.push(("os".to_owned(), os.clone()));
-        }
+        let extra = extra_columns(&instance.features, instance.os.as_deref());
         RequestFeatures {
             tenant_id: instance.tenant_id.clone(),
             vm_type: instance.vm_type.clone(),
@@ -83,25 +79,32 @@ impl RequestFeatures {
         }
     }
 
-    /// Features of a VM request; `now_s` stands in for a missing request time. The same as
-    /// [`RequestFeatures::from_instance`] of [`PredictInstance::from_vm`], built without the
+    /// Features of a VM's request facts; `now_s` stands in for a missing request time. The same as
+    /// [`RequestFeatures::from_instance`] of [`PredictInstance::of`] the facts, built without the
     /// instance in between (the allocator takes these for every VM it places, issue 32).
-    pub fn from_request(vm: &VmRequest, now_s: f64) -> Self {
-        let mut extra: Vec<(String, String)> = Vec::with_capacity(vm.features.len() + usize::from(vm.os.is_some()));
-        extra.extend(vm.features.iter().map(|(name, value)| (name.clone(), value.to_string())));
-        if let Some(os) = &vm.os {
-            extra.push(("os".to_owned(), os.clone()));
-        }
+    pub fn of(facts: &RequestFacts, now_s: f64) -> Self {
+        let details = &facts.details;
+        let extra = extra_columns(&details.features, details.os.as_deref());
         RequestFeatures {
-            tenant_id: vm.tenant_id.as_str().to_owned(),
-            vm_type: vm.vm_type.clone(),
-            cores: vm.demand.cores(),
-            memory_gib: vm.demand.memory_gib(),
-            priority: vm.priority,
-            time_s: vm.requested_at_s.unwrap_or(now_s),
+            tenant_id: facts.tenant_id.as_str().to_owned(),
+            vm_type: facts.vm_type.clone(),
+            cores: facts.demand.cores(),
+            memory_gib: facts.demand.memory_gib(),
+            priority: details.priority,
+            time_s: facts.requested_at_s.unwrap_or(now_s),
             extra,
         }
     }
+}
+
+/// A request's features and OS as the extra columns of a trace row.
+fn extra_columns(features: &Features, os: Option<&str>) -> Vec<(String, String)> {
+    let mut extra = Vec::with_capacity(features.len() + usize::from(os.is_some()));
+    extra.extend(features.iter().map(|(name, value)| (name.to_owned(), value.to_string())));
+    if let Some(os) = os {
+        extra.push(("os".to_owned(), os.to_owned()));
+    }
+    extra
 }
 
 /// Where a numeric feature comes from.
@@ -566,6 +569,7 @@ fn categorical_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::VmRequest;
 
     fn request(vm_type: &str, extra: &[(&str, &str)]) -> RequestFeatures {
         RequestFeatures {
@@ -624,7 +628,7 @@ mod tests {
             "requested_at_s": 86_400.0 * 9.0 + 3_600.0 * 13.5, "features": {"batch_size": 4}
         }))
         .unwrap();
-        let served = encoder.encode(&RequestFeatures::from_request(&vm, 0.0), &past, None);
+        let served = encoder.encode(&RequestFeatures::of(&vm.facts, 0.0), &past, None);
         assert_eq!(format!("{row:?}"), format!("{served:?}"));
     }
 
@@ -636,10 +640,10 @@ mod tests {
         }))
         .unwrap();
         let via_instance = |vm: &VmRequest| RequestFeatures::from_instance(&PredictInstance::from_vm(vm), 7.0);
-        assert_eq!(RequestFeatures::from_request(&vm, 7.0), via_instance(&vm), "no request time: now");
-        vm.requested_at_s = Some(3.0);
-        vm.os = None;
-        assert_eq!(RequestFeatures::from_request(&vm, 7.0), via_instance(&vm));
+        assert_eq!(RequestFeatures::of(&vm.facts, 7.0), via_instance(&vm), "no request time: now");
+        vm.facts.requested_at_s = Some(3.0);
+        vm.facts.details.os = None;
+        assert_eq!(RequestFeatures::of(&vm.facts, 7.0), via_instance(&vm));
     }
 
     #[test]

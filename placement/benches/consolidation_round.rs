@@ -109,7 +109,7 @@ fn filled(hosts: usize, model: Option<Arc<lifetime_model::LifetimeModel>>) -> (A
     let started = Instant::now();
     while used < target {
         let vm = workload.vm();
-        let cores = vm.demand.cores();
+        let cores = vm.facts.demand.cores();
         now += 0.01;
         let id = vm.vm_id.clone();
         if allocator.allocate(&AllocationRequest::Vm(vm), now).is_ok_and(|d| d.is_placed()) {

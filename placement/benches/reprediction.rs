@@ -143,7 +143,7 @@ fn main() {
         println!("bundle {} from {}", model.version(), bundle.display());
         let mut workload = Workload::new(7);
         let features: Vec<RequestFeatures> =
-            (0..4_096).map(|n| RequestFeatures::from_request(&workload.vm(), START_S + n as f64)).collect();
+            (0..4_096).map(|n| RequestFeatures::of(&workload.vm().facts, START_S + n as f64)).collect();
         let rng = &mut workload.rng;
         let inputs: Vec<(Vec<f64>, f64)> = features
             .iter()

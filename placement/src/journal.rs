@@ -55,7 +55,7 @@ pub enum Change {
 /// time it was placed on the allocator's. A VM with no request time started on the allocator's
 /// clock, so that is `released_at_s` itself. Never before the VM's start.
 pub fn exit_time(vm: &NewVm, released_at_s: f64) -> f64 {
-    match vm.requested_at_s.filter(|t| t.is_finite()) {
+    match vm.facts.requested_at_s.filter(|t| t.is_finite()) {
         Some(start) => start + (released_at_s - vm.placed_at_s).max(0.0),
         None => released_at_s.max(vm.placed_at_s),
     }
@@ -135,7 +135,7 @@ impl LoggedChange {
 mod tests {
     use super::*;
     use crate::allocator::{Allocator, AllocatorConfig};
-    use domain::{AllocationRequest, InventorySpec, Resources, VmRequest};
+    use domain::{AllocationRequest, InventorySpec, RequestFacts, Resources, VmRequest};
 
     fn ends(allocator: &mut Allocator) -> Vec<(String, f64)> {
         allocator
@@ -153,7 +153,7 @@ mod tests {
         let mut allocator = Allocator::new(&spec, &AllocatorConfig::default()).unwrap();
         for (id, at) in [("named", Some(100.0)), ("estimated", Some(200.0)), ("no-time", None)] {
             let mut vm = VmRequest::new(id, "t", "D", Resources::from_whole(1.0, 1.0, 0.0).unwrap());
-            vm.requested_at_s = at;
+            vm.facts.requested_at_s = at;
             allocator.allocate(&AllocationRequest::Vm(vm), 1_000.0).unwrap();
         }
         allocator.take_changes().for_each(drop);
@@ -171,16 +171,21 @@ mod tests {
     fn an_estimated_exit_is_never_before_the_start() {
         let vm = NewVm {
             id: VmId::from("a"),
-            tenant: "t".into(),
-            vm_type: "D".to_owned(),
-            demand: Resources::from_whole(1.0, 1.0, 0.0).unwrap(),
+            facts: RequestFacts {
+                tenant_id: "t".into(),
+                vm_type: "D".to_owned(),
+                demand: Resources::from_whole(1.0, 1.0, 0.0).unwrap(),
+                requested_at_s: Some(7.0),
+                details: Default::default(),
+            },
             placed_at_s: 50.0,
             prediction: None,
-            requested_at_s: Some(7.0),
-            request: Default::default(),
         };
         assert_eq!(exit_time(&vm, 40.0), 7.0, "a clock that went back");
-        assert_eq!(exit_time(&NewVm { requested_at_s: None, ..vm.clone() }, 40.0), 50.0);
+        assert_eq!(
+            exit_time(&NewVm { facts: RequestFacts { requested_at_s: None, ..vm.facts.clone() }, ..vm.clone() }, 40.0),
+            50.0
+        );
         assert_eq!(exit_time(&vm, 80.0), 37.0);
     }
 }

@@ -322,7 +322,7 @@ fn over_recycling_threshold(host: &HostRecord) -> bool {
 mod tests {
     use super::*;
     use crate::state::{HostIndex, InventoryState, NewVm};
-    use domain::{InventorySpec, Resources};
+    use domain::{InventorySpec, RequestFacts, Resources};
 
     const HOUR: f64 = 3600.0;
 
@@ -347,13 +347,15 @@ mod tests {
         fn place(&mut self, id: &str, cores: f64, class: ClassIndex, now_s: f64) {
             let vm = NewVm {
                 id: VmId::from(id),
-                tenant: "t".into(),
-                vm_type: "D".to_owned(),
-                demand: Resources::from_whole(cores, 1.0, 0.0).unwrap(),
+                facts: RequestFacts {
+                    tenant_id: "t".into(),
+                    vm_type: "D".to_owned(),
+                    demand: Resources::from_whole(cores, 1.0, 0.0).unwrap(),
+                    requested_at_s: None,
+                    details: Default::default(),
+                },
                 placed_at_s: now_s,
                 prediction: None,
-                requested_at_s: None,
-                request: Default::default(),
             };
             self.state.place(vm, HostIndex(0)).unwrap();
             let record = self.state.hosts()[0].clone();

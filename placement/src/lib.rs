@@ -43,4 +43,4 @@ pub use journal::Change;
 pub use policy::{Policy, PolicyConfig};
 pub use registry::Registry;
 pub use select::{IndexConfig, TieBreak};
-pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, RequestFacts, StateError};
+pub use state::{HostIndex, HostRecord, InventoryState, NewVm, Occupancy, PlacedVm, StateError};

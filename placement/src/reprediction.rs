@@ -360,7 +360,7 @@ fn remaining(model: &dyn Repredictor, count: &mut u64, curves: &mut CurveCache, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::{Resources, TenantId};
+    use domain::{RequestFacts, Resources, TenantId};
 
     const HOST: usize = 1;
 
@@ -368,13 +368,15 @@ mod tests {
     fn vm(id: &str, placed_at_s: f64) -> Arc<NewVm> {
         Arc::new(NewVm {
             id: VmId::from(id),
-            tenant: TenantId::from("t"),
-            vm_type: "D".to_owned(),
-            demand: Resources::from_whole(4.0, 8.0, 0.0).unwrap(),
+            facts: RequestFacts {
+                tenant_id: TenantId::from("t"),
+                vm_type: "D".to_owned(),
+                demand: Resources::from_whole(4.0, 8.0, 0.0).unwrap(),
+                requested_at_s: None,
+                details: Default::default(),
+            },
             placed_at_s,
             prediction: None,
-            requested_at_s: None,
-            request: Default::default(),
         })
     }
 

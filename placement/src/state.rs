@@ -11,12 +11,12 @@
 //! and the repredictions share: no map keeps a copy of its id (issue 44, memory per running VM).
 
 use domain::{
-    ClusterId, FeatureValue, HostId, HostState, InventorySpec, LifetimePrediction, Priority, RackId, Resources,
+    ClusterId, HostId, HostState, InventorySpec, LifetimePrediction, RackId, RequestDetails, RequestFacts, Resources,
     TenantId, VmId, VmRequest,
 };
 use lifetime_model::RequestFeatures;
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -193,148 +193,76 @@ pub struct InventoryState {
     totals: Totals,
 }
 
-/// A VM to put on a host.
+/// A VM to put on a host: its id, its request's [`RequestFacts`], when it was placed and the
+/// prediction it was placed with.
 ///
-/// Serialised (a shared store's change log), the request's facts are left out when they are
-/// absent or defaults, and read back as such when missing (log rows of an older release).
+/// Serialised (a shared store's change log), in the form of earlier releases: the facts' columns
+/// beside the id, the [`RequestDetails`] as `request`, left out when they are the defaults (and read
+/// back as such when missing).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "NewVmWire", into = "NewVmWire")]
 pub struct NewVm {
     pub id: VmId,
-    pub tenant: TenantId,
-    pub vm_type: String,
-    pub demand: Resources,
+    pub facts: RequestFacts,
     /// When the allocator placed it, on its own clock.
     pub placed_at_s: f64,
     pub prediction: Option<LifetimePrediction>,
-    /// The request's time on the model's clock ([`domain::VmRequest::requested_at_s`]: trace time in
-    /// a compressed replay, so not `placed_at_s`): a realized lifetime is its end minus this.
+}
+
+/// [`NewVm`] as the change log holds it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NewVmWire {
+    id: VmId,
+    tenant: TenantId,
+    vm_type: String,
+    demand: Resources,
+    placed_at_s: f64,
+    prediction: Option<LifetimePrediction>,
+    /// The request's time on the model's clock ([`RequestFacts::requested_at_s`]: trace time in a
+    /// compressed replay, so not `placed_at_s`): a realized lifetime is its end minus this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requested_at_s: Option<f64>,
-    /// What else the request carried, for a trace export of the placed VMs.
-    #[serde(default, skip_serializing_if = "RequestFacts::is_default")]
-    pub request: RequestFacts,
+    requested_at_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "RequestDetails::is_default")]
+    request: RequestDetails,
+}
+
+impl From<NewVmWire> for NewVm {
+    fn from(wire: NewVmWire) -> Self {
+        let NewVmWire { id, tenant, vm_type, demand, placed_at_s, prediction, requested_at_s, request } = wire;
+        let facts = RequestFacts { tenant_id: tenant, vm_type, demand, requested_at_s, details: request };
+        NewVm { id, facts, placed_at_s, prediction }
+    }
+}
+
+impl From<NewVm> for NewVmWire {
+    fn from(vm: NewVm) -> Self {
+        let NewVm { id, facts, placed_at_s, prediction } = vm;
+        let RequestFacts { tenant_id, vm_type, demand, requested_at_s, details } = facts;
+        NewVmWire { id, tenant: tenant_id, vm_type, demand, placed_at_s, prediction, requested_at_s, request: details }
+    }
 }
 
 impl NewVm {
-    /// The VM's request as it was placed: shape, type, tenant, prediction, request time, priority,
-    /// OS and features (not the tenant's spread limit, which the store does not keep).
+    /// The VM that `request` asks for, placed at `placed_at_s` (its facts copied).
+    pub fn of(request: &VmRequest, placed_at_s: f64) -> Self {
+        NewVm {
+            id: request.vm_id.clone(),
+            facts: request.facts.clone(),
+            placed_at_s,
+            prediction: request.prediction.clone(),
+        }
+    }
+
+    /// The VM's request as it was placed: its facts and prediction (not the tenant's spread limit
+    /// or the zone, which the store does not keep).
     pub fn vm_request(&self) -> VmRequest {
-        let mut request = VmRequest::new(self.id.as_str(), self.tenant.as_str(), &self.vm_type, self.demand);
-        request.prediction = self.prediction.clone();
-        request.requested_at_s = self.requested_at_s;
-        request.priority = self.request.priority;
-        request.os = self.request.os.clone();
-        request.features = self.request.features.to_map();
-        request
+        VmRequest { prediction: self.prediction.clone(), ..VmRequest::of(self.id.clone(), self.facts.clone()) }
     }
 
     /// What the lifetime model reads of the VM: its request's features, the request time standing
     /// in for by its placement time when it had none (as when it was placed).
     pub fn features(&self) -> RequestFeatures {
-        let facts = &self.request;
-        let mut extra: Vec<(String, String)> =
-            Vec::with_capacity(facts.features.0.len() + usize::from(facts.os.is_some()));
-        extra.extend(facts.features.iter().map(|(name, value)| (name.to_owned(), value.to_string())));
-        if let Some(os) = &facts.os {
-            extra.push(("os".to_owned(), os.clone()));
-        }
-        RequestFeatures {
-            tenant_id: self.tenant.as_str().to_owned(),
-            vm_type: self.vm_type.clone(),
-            cores: self.demand.cores(),
-            memory_gib: self.demand.memory_gib(),
-            priority: facts.priority,
-            time_s: self.requested_at_s.unwrap_or(self.placed_at_s),
-            extra,
-        }
-    }
-}
-
-/// The request features of a placed VM that placement does not act on but a trace export needs
-/// ([`domain::VmRequest`]'s `priority`, `os` and `features`). The default (regular priority, no OS,
-/// no features) is the common case: it allocates nothing, and the stores keep it as nothing.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RequestFacts {
-    #[serde(default, skip_serializing_if = "is_regular")]
-    pub priority: Priority,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub os: Option<String>,
-    #[serde(default, skip_serializing_if = "Features::is_empty")]
-    pub features: Features,
-}
-
-impl RequestFacts {
-    /// The facts of `request` (its strings copied: nothing is allocated when it has none).
-    pub fn of(request: &VmRequest) -> Self {
-        RequestFacts { priority: request.priority, os: request.os.clone(), features: Features::of(&request.features) }
-    }
-
-    /// Regular priority, no OS, no features.
-    pub fn is_default(&self) -> bool {
-        self.priority == Priority::Regular && self.os.is_none() && self.features.is_empty()
-    }
-}
-
-fn is_regular(priority: &Priority) -> bool {
-    *priority == Priority::Regular
-}
-
-/// A placed VM's extra request features ([`domain::VmRequest::features`]), by name in the request's
-/// order (a `BTreeMap`'s), held in one exact-size allocation: a map of one or two entries took a
-/// whole tree node, about 540 bytes, for each VM that had any (issue 44). On the wire and in the
-/// stores, the same JSON object as the map.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Features(Box<[(Box<str>, FeatureValue)]>);
-
-impl Features {
-    /// A copy of `features`.
-    pub fn of(features: &BTreeMap<String, FeatureValue>) -> Self {
-        Features(features.iter().map(|(name, value)| (Box::from(name.as_str()), value.clone())).collect())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn get(&self, name: &str) -> Option<&FeatureValue> {
-        // Sorted by name, as the map was.
-        let at = self.0.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
-        Some(&self.0[at].1)
-    }
-
-    /// Every feature by name, in name order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &FeatureValue)> {
-        self.0.iter().map(|(name, value)| (&**name, value))
-    }
-
-    /// The features as a request carries them.
-    pub fn to_map(&self) -> BTreeMap<String, FeatureValue> {
-        self.iter().map(|(name, value)| (name.to_owned(), value.clone())).collect()
-    }
-}
-
-impl From<BTreeMap<String, FeatureValue>> for Features {
-    fn from(features: BTreeMap<String, FeatureValue>) -> Self {
-        Features(features.into_iter().map(|(name, value)| (name.into_boxed_str(), value)).collect())
-    }
-}
-
-/// As a map of the pairs: sorted by name, the last of a repeated name kept.
-impl<const N: usize> From<[(String, FeatureValue); N]> for Features {
-    fn from(features: [(String, FeatureValue); N]) -> Self {
-        Features::from(BTreeMap::from(features))
-    }
-}
-
-impl serde::Serialize for Features {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.iter())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Features {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        BTreeMap::<String, FeatureValue>::deserialize(deserializer).map(Features::from)
+        RequestFeatures::of(&self.facts, self.placed_at_s)
     }
 }
 
@@ -440,7 +368,7 @@ impl InventoryState {
         if self.vms.contains(&vm.id) {
             return Err(StateError::AlreadyPlaced(vm.id.clone()));
         }
-        self.check_room(host, &vm.id, &vm.demand, require_available)?;
+        self.check_room(host, &vm.id, &vm.facts.demand, require_available)?;
         self.book(host, &vm, false);
         self.vms.insert(ById(PlacedVm { host, record: vm }));
         Ok(())
@@ -472,7 +400,7 @@ impl InventoryState {
     /// Puts `demand` of `vm` on `host` (among its VMs, or its incoming reservations), after
     /// [`InventoryState::check_room`]; the mirror of [`InventoryState::unbook`].
     fn book(&mut self, host: HostIndex, vm: &Arc<NewVm>, incoming: bool) {
-        let (tenant, demand) = (&vm.tenant, &vm.demand);
+        let (tenant, demand) = (&vm.facts.tenant_id, &vm.facts.demand);
         let record = &mut self.hosts[host.get()];
         if record.is_empty() {
             self.totals.non_empty_hosts += 1;
@@ -506,7 +434,7 @@ impl InventoryState {
 
     /// Takes `demand` of `vm` off `host` (from its VMs, or from its incoming reservations).
     fn unbook(&mut self, host: HostIndex, vm: &NewVm, incoming: bool) {
-        let (tenant, demand) = (&vm.tenant, &vm.demand);
+        let (tenant, demand) = (&vm.facts.tenant_id, &vm.facts.demand);
         let record = &mut self.hosts[host.get()];
         // `used` is the sum of the VMs' and reservations' demands, so none of these can underflow.
         record.used = record.used.checked_sub(demand).unwrap_or(Resources::ZERO);
@@ -556,7 +484,7 @@ impl InventoryState {
             return Err(StateError::SameHost { vm: vm.clone(), host: self.hosts[target.get()].id.clone() });
         }
         let record = Arc::clone(&placed.record);
-        self.check_room(target, vm, &record.demand, require_available)?;
+        self.check_room(target, vm, &record.facts.demand, require_available)?;
         self.book(target, &record, true);
         self.migrations.insert(vm.clone(), target);
         Ok(())
@@ -614,15 +542,12 @@ mod tests {
     }
 
     fn vm(id: &str, demand: Resources) -> NewVm {
+        let tenant = format!("t-{}", id.len() % 3);
         NewVm {
             id: VmId::from(id),
-            tenant: TenantId::from(format!("t-{}", id.len() % 3).as_str()),
-            vm_type: "test".to_owned(),
-            demand,
+            facts: RequestFacts::new(&tenant, "test", demand),
             placed_at_s: 0.0,
             prediction: None,
-            requested_at_s: None,
-            request: Default::default(),
         }
     }
 
@@ -702,7 +627,7 @@ mod tests {
                     let sum = host.vms.iter().fold(Resources::ZERO, |acc, vm| {
                         let placed = state.vm(&vm.id).expect("listed VMs are placed");
                         assert_eq!(placed.host, HostIndex(i as u32));
-                        acc + placed.demand
+                        acc + placed.facts.demand
                     });
                     prop_assert_eq!(sum, host.used);
                 }

@@ -152,17 +152,8 @@ fn a_queued_vm_whose_batch_starts_leaving_waits_for_it() {
     let mut a = allocator(4);
     let put = |a: &mut Allocator, id: &str, tenant: &str, cores: f64, host: &str| {
         let mut request = vm(id, cores, 30.0 * DAY);
-        request.tenant_id = tenant.into();
-        let record = placement::NewVm {
-            id: request.vm_id.clone(),
-            tenant: request.tenant_id.clone(),
-            vm_type: request.vm_type.clone(),
-            demand: request.demand,
-            placed_at_s: 0.0,
-            prediction: request.prediction.clone(),
-            requested_at_s: None,
-            request: Default::default(),
-        };
+        request.facts.tenant_id = tenant.into();
+        let record = placement::NewVm::of(&request, 0.0);
         a.restore(record, &HostId::from(host), 0.0).unwrap();
     };
     put(&mut a, "x", "u", 4.0, "z-h0");

@@ -61,7 +61,7 @@ fn an_embedders_rule_reads_a_request_feature_with_no_framework_change() {
     let mut place = |id: &str, pool: Option<&str>, now_s: f64| {
         let mut vm = VmRequest::new(id, "tenant", "small", Resources::from_whole(2.0, 4.0, 0.0).unwrap());
         if let Some(pool) = pool {
-            vm.features.insert("pool".to_owned(), domain::FeatureValue::Text(pool.to_owned()));
+            vm.facts.details.features.insert("pool".to_owned(), domain::FeatureValue::Text(pool.to_owned()));
         }
         let decision = allocator.allocate(&AllocationRequest::Vm(vm), now_s).unwrap();
         let AllocationOutcome::Placed { placements } = decision.outcome else { panic!("rejected") };

@@ -4,11 +4,11 @@
 
 use domain::{
     AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
-    PredictionSource, Priority, Resources, VmId, VmRequest,
+    PredictionSource, Priority, RequestDetails, Resources, VmId, VmRequest,
 };
 use placement::defrag::{DrainHosts, DrainRequest, MigrationOrder};
 use placement::journal::LoggedChange;
-use placement::{Allocator, AllocatorConfig, PolicyConfig, RequestFacts, TieBreak};
+use placement::{Allocator, AllocatorConfig, PolicyConfig, TieBreak};
 use proptest::prelude::*;
 
 fn allocator(kind: &str) -> Allocator {
@@ -276,18 +276,18 @@ fn a_placement_keeps_what_its_request_carried_and_the_log_carries_it_to_a_follow
     let mut leader = allocator("pbfr");
     let mut follower = allocator("pbfr");
     let mut request = vm("x", 2, 600.0);
-    request.requested_at_s = Some(1_600_000_000.5);
-    request.priority = Priority::Low;
-    request.os = Some("linux".to_owned());
-    request.features.insert("batch_size".to_owned(), FeatureValue::Number(4.0));
-    request.features.insert("region".to_owned(), FeatureValue::Text("eu".to_owned()));
+    request.facts.requested_at_s = Some(1_600_000_000.5);
+    request.facts.details.priority = Priority::Low;
+    request.facts.details.os = Some("linux".to_owned());
+    request.facts.details.features.insert("batch_size".to_owned(), FeatureValue::Number(4.0));
+    request.facts.details.features.insert("region".to_owned(), FeatureValue::Text("eu".to_owned()));
     leader.allocate(&AllocationRequest::Vm(request.clone()), 1_000.0).unwrap();
     leader.allocate(&AllocationRequest::Vm(vm("plain", 2, 600.0)), 1_001.0).unwrap();
     let x = leader.state().vm(&VmId::from("x")).unwrap().record.clone();
-    assert_eq!((x.placed_at_s, x.requested_at_s), (1_000.0, Some(1_600_000_000.5)));
-    assert_eq!(x.request, RequestFacts::of(&request));
+    assert_eq!((x.placed_at_s, x.facts.requested_at_s), (1_000.0, Some(1_600_000_000.5)));
+    assert_eq!(x.facts, request.facts);
     let plain = leader.state().vm(&VmId::from("plain")).unwrap().record.clone();
-    assert_eq!((plain.requested_at_s, plain.request.is_default()), (None, true));
+    assert_eq!((plain.facts.requested_at_s, plain.facts.details.is_default()), (None, true));
     // The log leaves defaults out, so a plain placement costs what it did.
     let json = serde_json::to_string(&*plain).unwrap();
     assert!(!json.contains("requested_at_s") && !json.contains("request"), "{json}");
@@ -305,5 +305,5 @@ fn a_logged_placement_of_an_older_release_reads_as_one_without_request_facts() {
     let Ok(LoggedChange::Placed { vm, .. }) = serde_json::from_str::<LoggedChange>(old) else {
         panic!("an older release's log row is readable")
     };
-    assert_eq!((vm.requested_at_s, vm.request), (None, RequestFacts::default()));
+    assert_eq!((vm.facts.requested_at_s, vm.facts.details), (None, RequestDetails::default()));
 }

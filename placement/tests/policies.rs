@@ -343,10 +343,10 @@ fn restored_vms_are_repredicted_from_the_features_they_were_placed_with() {
         (Arc::new(Recording::default()), Arc::new(Recording::default()), Arc::new(Recording::default()));
     let mut placed = with_model(&placed_model);
     let mut request = vm("a", 2.0, Some(10.0 * HOUR));
-    request.priority = domain::Priority::Low;
-    request.os = Some("linux".into());
-    request.features.insert("batch_size".into(), domain::FeatureValue::Number(14.0));
-    request.requested_at_s = Some(86_400.0 * 3.0 + 7.0);
+    request.facts.details.priority = domain::Priority::Low;
+    request.facts.details.os = Some("linux".into());
+    request.facts.details.features.insert("batch_size".into(), domain::FeatureValue::Number(14.0));
+    request.facts.requested_at_s = Some(86_400.0 * 3.0 + 7.0);
     let host = place(&mut placed, request.clone(), 600.0);
     let record = placed.state().vm(&VmId::new("a")).unwrap().record.clone();
 
@@ -421,7 +421,7 @@ fn repredictions_reused_within_their_uptime_ranges_change_nothing() {
             if running.len() < 40 || rng.random_bool(0.52) {
                 let cores = [1.0, 2.0, 4.0, 8.0][rng.random_range(0..4)];
                 let mut request = vm(&format!("v{n}"), cores, Some(rng.random_range(60.0..20.0 * 86_400.0)));
-                request.tenant_id = TenantId::new(format!("t{}", rng.random_range(0..60)));
+                request.facts.tenant_id = TenantId::new(format!("t{}", rng.random_range(0..60)));
                 let request = AllocationRequest::Vm(request);
                 let decision = cached.allocate(&request, now).unwrap();
                 assert_eq!(decision, every_time.allocate(&request, now).unwrap(), "{kind:?} at {now}");

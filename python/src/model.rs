@@ -33,12 +33,12 @@ fn instance(record: &VmRecord) -> Result<PredictInstance, Raised> {
 }
 
 /// The features of a trace row as the inference server reads them off its instance: the same as
-/// `RequestFeatures::from_instance(&instance(record)?, record.start_s)` (`from_request` is
+/// `RequestFeatures::from_instance(&instance(record)?, record.start_s)` (`of` the facts is
 /// documented to equal it), built without the instance in between. Every trace row carries its
 /// request time (`start_s`); the fallback is never read.
 fn features(record: &VmRecord) -> Result<RequestFeatures, Raised> {
     let request = record.to_request("").map_err(|e| Raised::from(&e))?;
-    Ok(RequestFeatures::from_request(&request, record.start_s))
+    Ok(RequestFeatures::of(&request.facts, record.start_s))
 }
 
 /// The frame's rows as the `instances` of a `POST /v1/predict` body (JSON).

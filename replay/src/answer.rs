@@ -119,7 +119,7 @@ impl PredictionRow {
         PredictionRow {
             trace_vm_id: vm.trace_vm_id.clone(),
             vm_id: vm.request.vm_id.as_str().to_owned(),
-            tenant_id: vm.request.tenant_id.as_str().to_owned(),
+            tenant_id: vm.request.facts.tenant_id.as_str().to_owned(),
             start_s: vm.start_s,
             end_s: vm.end_s,
             outcome: match answer.outcome {

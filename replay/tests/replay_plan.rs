@@ -40,9 +40,12 @@ fn a_csv_trace_becomes_valid_requests_on_a_compressed_schedule() {
         assert_eq!(back.vms()[0], vm.request, "the control service reads back exactly what was planned");
     }
     let b = &plan.vms[1].request;
-    assert_eq!((b.priority, b.os.as_deref(), b.requested_at_s), (domain::Priority::Low, Some("windows"), Some(130.0)));
-    assert_eq!(b.features.get("batch_size"), Some(&domain::FeatureValue::Number(2.0)));
-    assert_eq!(plan.vms[2].request.tenant_id.as_str(), replay::NO_TENANT);
+    assert_eq!(
+        (b.facts.details.priority, b.facts.details.os.as_deref(), b.facts.requested_at_s),
+        (domain::Priority::Low, Some("windows"), Some(130.0))
+    );
+    assert_eq!(b.facts.details.features.get("batch_size"), Some(&domain::FeatureValue::Number(2.0)));
+    assert_eq!(plan.vms[2].request.facts.tenant_id.as_str(), replay::NO_TENANT);
 
     // 10 trace seconds per real second: a at 0 s and released at 6 s; b never (no end); c, which
     // ends as it starts, released right after its own allocation.

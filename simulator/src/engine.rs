@@ -52,8 +52,7 @@ use domain::{AllocationOutcome, AllocationRequest, LifetimePrediction, VmId};
 use placement::consolidation::ChooserKind;
 use placement::defrag::{DrainHosts, DrainRequest};
 use placement::outcomes::{OutcomeConfig, OutcomeTracker};
-use placement::Change;
-use placement::{Allocator, DrainError, Registry};
+use placement::{Allocator, Change, DrainError, Registry};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -189,7 +188,8 @@ pub fn run(
             .set_consolidation(Some(consolidation.clone()), workload.from_s)
             .map_err(|e| invalid("consolidation", e.to_string()))?;
     }
-    let mix = VmMix::from_demands(workload.vms.iter().map(|vm| vm.request.demand), config.inflation_shapes.max(1));
+    let mix =
+        VmMix::from_demands(workload.vms.iter().map(|vm| vm.request.facts.demand), config.inflation_shapes.max(1));
     let validators = allocator.policy().validators().len();
     let hosts = inventory.hosts as f64;
 
@@ -389,7 +389,7 @@ pub fn run(
             drains.started(vm, migration_s, now);
         }
         for vm in moved {
-            let memory_gib = allocator.state().vm(&vm).map_or(0.0, |v| v.demand.memory_gib());
+            let memory_gib = allocator.state().vm(&vm).map_or(0.0, |v| v.facts.demand.memory_gib());
             ledger.moved(vm, memory_gib, now);
         }
         exact.record(metrics::instant(allocator.state(), now));

@@ -575,7 +575,7 @@ fn model_predictions(
     let schema = model.schema();
     let (window_s, long_threshold_s) = (schema.history_window_s, schema.long_threshold_s);
     let tenant_of = |i: usize| {
-        let tenant = workload.vms[i].request.tenant_id.as_str();
+        let tenant = workload.vms[i].request.facts.tenant_id.as_str();
         if tenant == traces::NO_TENANT {
             ""
         } else {
@@ -595,11 +595,11 @@ fn model_predictions(
         while next_end < ends.len() && ends[next_end].0 <= now {
             let (end, j) = ends[next_end];
             let ended = &workload.vms[j];
-            histories.record_end(tenant_of(j), &ended.request.vm_type, ended.start_s, end);
+            histories.record_end(tenant_of(j), &ended.request.facts.vm_type, ended.start_s, end);
             next_end += 1;
         }
         let tenant = tenant_of(i);
-        let mut features = RequestFeatures::from_request(&vm.request, now);
+        let mut features = RequestFeatures::of(&vm.request.facts, now);
         features.tenant_id = tenant.to_owned();
         let past = histories.past(tenant, &features.vm_type, now, window_s, long_threshold_s);
         row.clear();

@@ -337,7 +337,7 @@ impl Workload {
         // (time, is arrival, cores, memory) in base units.
         let mut events: Vec<(f64, bool, u64, u64)> = Vec::with_capacity(2 * self.vms.len());
         for vm in &self.vms {
-            let [cores, memory, _] = vm.request.demand.base_units();
+            let [cores, memory, _] = vm.request.facts.demand.base_units();
             events.push((vm.arrival_s, true, cores, memory));
             if let Some(end) = vm.end_s.filter(|&end| end <= self.to_s) {
                 events.push((end.max(vm.arrival_s), false, cores, memory));

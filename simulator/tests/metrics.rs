@@ -2,8 +2,8 @@
 //! random ones.
 
 use domain::{
-    ClusterId, ClusterSpec, HostId, HostSpec, HostState, InventorySpec, RackId, RackSpec, Resources, VmId, ZoneId,
-    ZoneSpec,
+    ClusterId, ClusterSpec, HostId, HostSpec, HostState, InventorySpec, RackId, RackSpec, RequestFacts, Resources,
+    VmId, ZoneId, ZoneSpec,
 };
 use placement::{HostIndex, InventoryState, NewVm};
 use proptest::prelude::*;
@@ -51,13 +51,15 @@ fn mixed_inventory(capacities: &[Resources]) -> InventoryState {
 fn place(state: &mut InventoryState, id: &str, host: u32, demand: Resources) {
     let vm = NewVm {
         id: VmId::from(id),
-        tenant: domain::TenantId::from("t"),
-        vm_type: "test".to_owned(),
-        demand,
+        facts: RequestFacts {
+            tenant_id: domain::TenantId::from("t"),
+            vm_type: "test".to_owned(),
+            demand,
+            requested_at_s: None,
+            details: Default::default(),
+        },
         placed_at_s: 0.0,
         prediction: None,
-        requested_at_s: None,
-        request: Default::default(),
     };
     state.place(vm, HostIndex(host)).unwrap();
 }
@@ -355,16 +357,7 @@ proptest! {
     ) {
         let mut state = inventory(6);
         for (i, (host, cores, memory)) in vms.into_iter().enumerate() {
-            let vm = NewVm {
-                id: VmId::from(format!("v{i}").as_str()),
-                tenant: domain::TenantId::from("t"),
-                vm_type: "test".to_owned(),
-                demand: res(f64::from(cores), f64::from(memory)),
-                placed_at_s: 0.0,
-                prediction: None,
-                requested_at_s: None,
-                request: Default::default(),
-            };
+            let vm = NewVm { id: VmId::from(format!("v{i}").as_str()), facts: RequestFacts { tenant_id: domain::TenantId::from("t"), vm_type: "test".to_owned(), demand: res(f64::from(cores), f64::from(memory)), requested_at_s: None, details: Default::default() }, placed_at_s: 0.0, prediction: None };
             // What does not fit is simply not placed.
             let _ = state.place(vm, HostIndex(host));
         }

@@ -232,7 +232,7 @@ fn a_hybrid_takes_each_part_from_where_it_says() {
 
     let repredictor = run_with(&hybrid(M, M, O)).repredictor.expect("an oracle repredictor");
     for vm in workload.vms.iter().take(50) {
-        let features = lifetime_model::RequestFeatures::from_request(&vm.request, vm.arrival_s);
+        let features = lifetime_model::RequestFeatures::of(&vm.request.facts, vm.arrival_s);
         let row = repredictor.encode(&vm.request.vm_id, &features);
         let lifetime = workload.lifetime_s(vm);
         assert_eq!(repredictor.remaining_s(&row, 600.0), (lifetime - 600.0).max(0.0));

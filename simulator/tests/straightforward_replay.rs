@@ -94,7 +94,7 @@ fn straightforward_best_fit(workload: &Workload) -> Vec<Placed> {
                 }
             }
         }
-        let (cores, memory_gib) = (vm.request.demand.cores(), vm.request.demand.memory_gib());
+        let (cores, memory_gib) = (vm.request.facts.demand.cores(), vm.request.facts.demand.memory_gib());
         let best = (0..HOSTS).filter(|&h| free[h].0 >= cores && free[h].1 >= memory_gib).min_by_key(|&h| {
             let left = (2.0 * (free[h].0 - cores) / HOST_CORES + (free[h].1 - memory_gib) / HOST_MEMORY_GIB) / 3.0;
             (vms_on[h] == 0, (left * 1e9).round() as u64, h)
@@ -118,8 +118,8 @@ fn simulated(workload: &Workload, result: &SimResult) -> Vec<Placed> {
         .iter()
         .zip(placements)
         .map(|(vm, p)| Placed {
-            cores: vm.request.demand.cores(),
-            memory_gib: vm.request.demand.memory_gib(),
+            cores: vm.request.facts.demand.cores(),
+            memory_gib: vm.request.facts.demand.memory_gib(),
             arrival_s: vm.arrival_s,
             end_s: vm.end_s,
             host: p.host_id.as_deref().map(|id| id.trim_start_matches("sim-h").parse().expect("a sim host id")),

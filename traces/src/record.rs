@@ -1,7 +1,7 @@
 //! The one record type every trace source yields.
 
 use crate::error::TraceError;
-use domain::{FeatureValue, Priority, Resources, TenantId, VmId, VmRequest};
+use domain::{FeatureValue, Features, Priority, RequestDetails, RequestFacts, Resources, TenantId, VmId, VmRequest};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -144,18 +144,13 @@ impl VmRecord {
                 features.insert(name.to_owned(), feature);
             }
         }
-        Ok(VmRequest {
-            vm_id: VmId(vm_id),
+        let facts = RequestFacts {
             tenant_id: TenantId(tenant_id),
             vm_type: self.vm_type.clone(),
             demand,
-            priority: self.priority,
-            os,
             requested_at_s: Some(self.start_s),
-            zone: None,
-            max_per_rack: None,
-            features,
-            prediction: None,
-        })
+            details: RequestDetails { priority: self.priority, os, features: Features::from(features) },
+        };
+        Ok(VmRequest::of(VmId(vm_id), facts))
     }
 }

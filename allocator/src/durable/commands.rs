@@ -207,7 +207,7 @@ impl Request for Allocate {
     }
 
     fn time_s(&self) -> Option<f64> {
-        self.0.vms().iter().filter_map(|vm| vm.requested_at_s).filter(|t| t.is_finite()).reduce(f64::max)
+        self.0.vms().iter().filter_map(|vm| vm.facts.requested_at_s).filter(|t| t.is_finite()).reduce(f64::max)
     }
 }
 
@@ -621,9 +621,9 @@ fn vm_info(allocator: &Allocator, id: &VmId) -> Option<VmInfo> {
         host_id: host.id.clone(),
         rack_id: host.rack.clone(),
         cluster_id: host.cluster.clone(),
-        tenant_id: vm.tenant.clone(),
-        vm_type: vm.vm_type.clone(),
-        demand: vm.demand,
+        tenant_id: vm.facts.tenant_id.clone(),
+        vm_type: vm.facts.vm_type.clone(),
+        demand: vm.facts.demand,
         placed_at_s: vm.placed_at_s,
         lifetime_class: allocator.vm_lifetime(vm).class,
         prediction: vm.prediction.clone(),

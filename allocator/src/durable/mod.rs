@@ -162,7 +162,7 @@ impl std::fmt::Debug for WakerSlot {
 
 /// When a VM started on the model's clock: its request time, else its placement time.
 fn started_at(vm: &NewVm) -> f64 {
-    vm.requested_at_s.filter(|t| t.is_finite()).unwrap_or(vm.placed_at_s)
+    vm.facts.requested_at_s.filter(|t| t.is_finite()).unwrap_or(vm.placed_at_s)
 }
 
 /// Feeds the outcome tracker with a batch this agent committed (a release carries its end on the

@@ -12,6 +12,7 @@
 //! window. [`TraceExport`] writes them with the `traces` crate's own CSV writer.
 
 use super::StoreError;
+use domain::RequestDetails;
 use placement::state::NewVm;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -49,28 +50,44 @@ pub struct ExportHeader {
     pub rows_in_window: u64,
     /// The rows the export writes: `rows_in_window` capped at `max_rows`.
     pub rows: u64,
-    /// The columns after the trace format's eight: `os` if any VM has one, then the request
-    /// features by name (a feature named like one of the eight columns or `os` is left out).
+    /// The columns after the trace format's eight: the request details some VM has (`os`, ...:
+    /// [`RequestDetails::names`] but priority, which is a column of the eight, and the features),
+    /// then the request features by name (a feature named like one of the eight columns or a
+    /// detail is left out).
     pub extra_columns: Vec<String>,
 }
 
 impl ExportHeader {
-    /// The header of `rows_in_window` VMs, some with an OS (`os`), with these feature names.
+    /// The header of `rows_in_window` VMs whose stored details hold these names (`details`: the
+    /// keys of their JSON, repeated or not), with these feature names.
     pub fn new(
         window: &ExportWindow,
         rows_in_window: u64,
-        os: bool,
+        details: impl IntoIterator<Item = String>,
         features: impl IntoIterator<Item = String>,
     ) -> Result<Self, ExportError> {
-        let features: BTreeSet<String> =
-            features.into_iter().filter(|name| name != "os" && !REQUIRED_COLUMNS.contains(&name.as_str())).collect();
+        let present: BTreeSet<String> = details.into_iter().collect();
+        let detail_columns = RequestDetails::names()
+            .iter()
+            .filter(|name| !NOT_DETAIL_COLUMNS.contains(name) && present.contains(**name))
+            .map(|name| (*name).to_owned());
+        let features: BTreeSet<String> = features
+            .into_iter()
+            .filter(|name| {
+                !RequestDetails::names().contains(&name.as_str()) && !REQUIRED_COLUMNS.contains(&name.as_str())
+            })
+            .collect();
         if features.len() > MAX_FEATURE_COLUMNS {
             return Err(ExportError::TooManyFeatures { limit: MAX_FEATURE_COLUMNS });
         }
-        let extra_columns = os.then(|| "os".to_owned()).into_iter().chain(features).collect();
+        let extra_columns = detail_columns.chain(features).collect();
         Ok(ExportHeader { rows_in_window, rows: rows_in_window.min(window.max_rows), extra_columns })
     }
 }
+
+/// The details that are not columns of their own: priority is one of the eight, the features are
+/// a column each.
+const NOT_DETAIL_COLUMNS: [&str; 2] = ["priority", "features"];
 
 /// One VM of an export.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,21 +105,22 @@ impl ExportedVm {
     /// The VM as a trace record with the header's `extra_columns` (shared by every record); the
     /// inverse of [`VmRecord::to_request`]. An end named before the start reads as the start.
     pub fn record(&self, extra_columns: &Arc<[String]>) -> VmRecord {
-        let facts = &self.vm.request;
+        let details = &self.vm.facts.details;
+        let mut detail_columns = None;
         let values = extra_columns
             .iter()
-            .map(|column| match column.as_str() {
-                "os" => facts.os.clone().unwrap_or_default(),
-                name => facts.features.get(name).map(ToString::to_string).unwrap_or_default(),
+            .map(|column| match RequestDetails::names().contains(&column.as_str()) {
+                true => detail_columns.get_or_insert_with(|| details.columns()).remove(column).unwrap_or_default(),
+                false => details.features.get(column).map(ToString::to_string).unwrap_or_default(),
             })
             .collect();
         VmRecord {
             vm_id: self.vm.id.as_str().to_owned(),
-            tenant_id: self.vm.tenant.as_str().to_owned(),
-            vm_type: self.vm.vm_type.clone(),
-            cores: self.vm.demand.cores(),
-            memory_gib: self.vm.demand.memory_gib(),
-            priority: facts.priority,
+            tenant_id: self.vm.facts.tenant_id.as_str().to_owned(),
+            vm_type: self.vm.facts.vm_type.clone(),
+            cores: self.vm.facts.demand.cores(),
+            memory_gib: self.vm.facts.demand.memory_gib(),
+            priority: details.priority,
             start_s: self.start_s,
             end_s: self.ended_at_s.map(|end| end.max(self.start_s)),
             extra: ExtraColumns::new(Arc::clone(extra_columns), values),

@@ -2,7 +2,7 @@
 //!
 //! A store records what the in-memory [`placement::Allocator`] cannot rebuild by itself: every
 //! placed VM (in placement order, with what its request carried: its time on the model's clock and
-//! its [`RequestFacts`], for the learning loop), every host state set by an operator or a drain, migrations in
+//! its [`domain::RequestFacts`], for the learning loop), every host state set by an operator or a drain, migrations in
 //! flight and the drain, and the per-host state of a stateful policy (LAVA) as opaque rows. It
 //! writes exactly the placement core's journal ([`placement::Change`]): [`PlacementStore::apply`]
 //! writes a whole batch of changes in one transaction, which is what makes group commit possible
@@ -32,10 +32,13 @@ pub use listener::Waker;
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
-use domain::{HostId, HostState, InventorySpec, LifetimePrediction, Resources, TenantId, VmId, RESOURCE_DIMS};
+use domain::{
+    HostId, HostState, InventorySpec, LifetimePrediction, RequestDetails, RequestFacts, Resources, TenantId, VmId,
+    RESOURCE_DIMS,
+};
 use placement::defrag::Drain;
 use placement::journal::{Change, LoggedChange};
-use placement::state::{NewVm, RequestFacts};
+use placement::state::NewVm;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -345,7 +348,8 @@ pub(crate) struct VmColumns {
     pub placed_at_s: f64,
     pub prediction: Option<String>,
     pub requested_at_s: Option<f64>,
-    /// [`RequestFacts`] as JSON; none: the defaults (and every VM a store of an older schema kept).
+    /// The request's [`RequestDetails`] as JSON; none: the defaults (and every VM a store of an
+    /// older schema kept).
     pub request: Option<String>,
 }
 
@@ -365,26 +369,24 @@ impl VmColumns {
             .map(serde_json::from_str)
             .transpose()
             .map_err(|e| corrupt(format!("unreadable prediction: {e}")))?;
-        let request: RequestFacts = self
+        let details: RequestDetails = self
             .request
             .as_deref()
             .map(serde_json::from_str)
             .transpose()
             .map_err(|e| corrupt(format!("unreadable request facts: {e}")))?
             .unwrap_or_default();
+        let facts = RequestFacts {
+            tenant_id: TenantId(self.tenant_id),
+            vm_type: self.vm_type,
+            demand: Resources::from_base_units(units),
+            requested_at_s: self.requested_at_s,
+            details,
+        };
         Ok(StoredVm {
             seq: self.seq,
             host: HostId(self.host_id),
-            vm: NewVm {
-                id: VmId(self.vm_id),
-                tenant: TenantId(self.tenant_id),
-                vm_type: self.vm_type,
-                demand: Resources::from_base_units(units),
-                placed_at_s: self.placed_at_s,
-                prediction,
-                requested_at_s: self.requested_at_s,
-                request,
-            },
+            vm: NewVm { id: VmId(self.vm_id), facts, placed_at_s: self.placed_at_s, prediction },
         })
     }
 }
@@ -401,10 +403,10 @@ pub(crate) fn prediction_json(vm: &NewVm, store: &str) -> Result<Option<String>,
 /// A VM's request facts as both stores keep them: JSON, or none for the defaults (the common case,
 /// which then costs neither an allocation nor a byte).
 pub(crate) fn request_json(vm: &NewVm, store: &str) -> Result<Option<String>, StoreError> {
-    if vm.request.is_default() {
+    if vm.facts.details.is_default() {
         return Ok(None);
     }
-    serde_json::to_string(&vm.request).map(Some).map_err(|e| StoreError::CorruptVm {
+    serde_json::to_string(&vm.facts.details).map(Some).map_err(|e| StoreError::CorruptVm {
         store: store.to_owned(),
         vm: vm.id.to_string(),
         detail: format!("request facts cannot be written: {e}"),

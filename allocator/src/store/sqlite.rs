@@ -53,7 +53,7 @@ use super::{
     export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm},
     parse_state, prediction_json, request_json, state_name, StoreError, StoredState, VmColumns,
 };
-use domain::{HostId, VmId};
+use domain::{HostId, RequestDetails, VmId};
 use placement::consolidation::Consolidation;
 use placement::defrag::Drain;
 use placement::journal::Change;
@@ -525,20 +525,20 @@ impl SqliteStore {
                     Change::Placed { vm, host } => {
                         let prediction = prediction_json(vm, &store)?;
                         let request = request_json(vm, &store)?;
-                        let units = vm.demand.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX));
+                        let units = vm.facts.demand.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX));
                         place
                             .execute(params![
                                 vm.id.as_str(),
                                 next_seq,
                                 host.as_str(),
-                                vm.tenant.as_str(),
-                                vm.vm_type,
+                                vm.facts.tenant_id.as_str(),
+                                vm.facts.vm_type,
                                 units[0],
                                 units[1],
                                 units[2],
                                 vm.placed_at_s,
                                 prediction,
-                                vm.requested_at_s,
+                                vm.facts.requested_at_s,
                                 request,
                             ])
                             .map_err(sql("recording a placement"))?;
@@ -683,41 +683,33 @@ pub fn export(
     const RUNNING: &str = "FROM vms WHERE COALESCE(requested_at_s, placed_at_s) >= ?1
                            AND COALESCE(requested_at_s, placed_at_s) < ?2";
     const EXITED: &str = "FROM exits WHERE start_s >= ?1 AND start_s < ?2";
-    // The header first: how many rows, whether any has an OS, the feature names (in SQL: the rows'
-    // JSON is never parsed here).
+    // The header first: how many rows, the names of the details they hold, the feature names (in
+    // SQL: the rows' JSON is never parsed here).
     let count = |from_where: &str| -> Result<u64, StoreError> {
         tx.query_row(&format!("SELECT COUNT(*) {from_where}"), params![from, to], |row| row.get::<_, i64>(0))
             .map(|n| n.max(0) as u64)
             .map_err(sql("counting the export's rows"))
     };
     let rows = count(RUNNING)? + count(EXITED)?;
-    let os: bool = tx
-        .query_row(
-            &format!(
-                "SELECT EXISTS (SELECT 1 {RUNNING} AND json_extract(request, '$.os') IS NOT NULL)
-                     OR EXISTS (SELECT 1 {EXITED} AND json_extract(request, '$.os') IS NOT NULL)"
-            ),
-            params![from, to],
-            |row| row.get(0),
-        )
-        .map_err(sql("reading the export's OS column"))?;
-    let features: Vec<String> = {
+    // The keys of the rows' request JSON at `path` (`$`: the details' names; `$.features`).
+    let keys = |path: &str, limit: usize, context: &'static str| -> Result<Vec<String>, StoreError> {
         let mut statement = tx
             .prepare(&format!(
-                "SELECT f.key FROM vms, json_each(vms.request, '$.features') AS f
+                "SELECT f.key FROM vms, json_each(vms.request, '{path}') AS f
                      WHERE vms.request IS NOT NULL AND COALESCE(requested_at_s, placed_at_s) >= ?1
                        AND COALESCE(requested_at_s, placed_at_s) < ?2
                  UNION
-                 SELECT f.key FROM exits, json_each(exits.request, '$.features') AS f
+                 SELECT f.key FROM exits, json_each(exits.request, '{path}') AS f
                      WHERE exits.request IS NOT NULL AND start_s >= ?1 AND start_s < ?2
-                 LIMIT {}",
-                super::export::MAX_FEATURE_COLUMNS + 1
+                 LIMIT {limit}"
             ))
-            .map_err(sql("reading the export's feature names"))?;
-        let names = statement.query_map(params![from, to], |row| row.get(0)).map_err(sql("reading feature names"))?;
-        names.collect::<Result<_, _>>().map_err(sql("reading the export's feature names"))?
+            .map_err(sql(context))?;
+        let names = statement.query_map(params![from, to], |row| row.get(0)).map_err(sql(context))?;
+        names.collect::<Result<_, _>>().map_err(sql(context))
     };
-    sink.header(&ExportHeader::new(window, rows, os, features)?)?;
+    let details = keys("$", RequestDetails::names().len(), "reading the export's detail names")?;
+    let features = keys("$.features", super::export::MAX_FEATURE_COLUMNS + 1, "reading the export's feature names")?;
+    sink.header(&ExportHeader::new(window, rows, details, features)?)?;
     let mut running = tx
         .prepare(&format!(
             "SELECT COALESCE(requested_at_s, placed_at_s), {EXPORT_COLUMNS}, NULL {RUNNING}

@@ -56,7 +56,7 @@ fn instance(record: &VmRecord) -> PredictInstance {
         priority: record.priority,
         os,
         requested_at_s: Some(record.start_s),
-        features,
+        features: features.into(),
     }
 }
 

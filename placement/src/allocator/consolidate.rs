@@ -466,7 +466,7 @@ impl Allocator {
     /// The consolidation migration of `vm` completed (counted; the caller moves the VM).
     pub(super) fn consolidation_completed(&mut self, vm: &VmId) -> Option<Migration> {
         let clock = self.clock_s;
-        let memory = self.state.vm(vm).map_or(0.0, |v| v.demand.memory_gib());
+        let memory = self.state.vm(vm).map_or(0.0, |v| v.facts.demand.memory_gib());
         let consolidation = self.consolidation.as_mut()?;
         let at = consolidation.in_flight.iter().position(|m| &m.vm_id == vm)?;
         let migration = consolidation.in_flight.remove(at);

@@ -72,7 +72,7 @@ impl Allocator {
             .transpose()?;
         let selection = self.select(vm, Some(self.chooser.clone()));
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        let traits = RequestTraits::of(vm, lifetime.class, self.policy.read_traits());
+        let traits = RequestTraits::of(&vm.facts, lifetime.class, self.policy.read_traits());
         let request = rule_request(&self.state, &self.policy, vm, &traits, lifetime, self.clock_s);
         let ranked = self.rank(&request);
         let top = ranked.iter().take(top).map(|(key, h)| self.ranked(*h, key)).collect();

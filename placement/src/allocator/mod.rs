@@ -39,7 +39,7 @@ use crate::registry::Registry;
 use crate::reprediction::{RepredictionConfig, Repredictions, Repredictor};
 use crate::rules::{HostView, RequestTraits, RuleRequest, TenantSpread};
 use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
-use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, RequestFacts, StateError};
+use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, Placement, Rejection,
     RejectionCode, RuleFilterStat, VmId, VmRequest,
@@ -216,7 +216,7 @@ impl Allocator {
     /// What the policy's rules read of `vm` (the first half of [`Allocator::rule_request`]).
     pub fn request_traits(&self, vm: &VmRequest) -> RequestTraits {
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
-        RequestTraits::of(vm, lifetime.class, self.policy.read_traits())
+        RequestTraits::of(&vm.facts, lifetime.class, self.policy.read_traits())
     }
 
     /// What the rules see of `vm` now, with its `traits` ([`Allocator::request_traits`]): for
@@ -366,11 +366,11 @@ impl Allocator {
         for vm in request.vms() {
             match self.state.vm(&vm.vm_id) {
                 Some(existing) => {
-                    let field = if existing.tenant != vm.tenant_id {
+                    let field = if existing.facts.tenant_id != vm.facts.tenant_id {
                         Some("tenant")
-                    } else if existing.demand != vm.demand {
+                    } else if existing.facts.demand != vm.facts.demand {
                         Some("demand")
-                    } else if existing.vm_type != vm.vm_type {
+                    } else if existing.facts.vm_type != vm.facts.vm_type {
                         Some("vm_type")
                     } else {
                         None
@@ -416,7 +416,7 @@ impl Allocator {
         }
         let placed = self.remove_vm(vm, ended_at_s);
         if self.consolidation.is_some() {
-            self.recent_exits.record(&placed.tenant, placed.placed_at_s, self.clock_s);
+            self.recent_exits.record(&placed.facts.tenant_id, placed.placed_at_s, self.clock_s);
         }
         Ok(placed)
     }
@@ -457,7 +457,7 @@ impl Allocator {
         // Split borrows: the request reads the state while the index and chooser change.
         let Allocator { policy, state, lifetimes, index, chooser, clock_s, .. } = self;
         let chooser = dry.as_mut().unwrap_or(chooser);
-        let traits = RequestTraits::of(vm, lifetime.class, policy.read_traits());
+        let traits = RequestTraits::of(&vm.facts, lifetime.class, policy.read_traits());
         let request = rule_request(state, policy, vm, &traits, lifetime, *clock_s);
         match index {
             Some(index) => index.select(policy, state, lifetimes, &request, chooser),
@@ -466,16 +466,7 @@ impl Allocator {
     }
 
     fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
-        let new = Arc::new(NewVm {
-            id: vm.vm_id.clone(),
-            tenant: vm.tenant_id.clone(),
-            vm_type: vm.vm_type.clone(),
-            demand: vm.demand,
-            placed_at_s: self.clock_s,
-            prediction: vm.prediction.clone(),
-            requested_at_s: vm.requested_at_s,
-            request: RequestFacts::of(vm),
-        });
+        let new = Arc::new(NewVm::of(vm, self.clock_s));
         self.journal.push(Change::Placed { vm: Arc::clone(&new), host: self.state.hosts()[host.get()].id.clone() });
         // The selection checked every validator against this very state, so this cannot fail.
         if let Err(error) = self.state.place(Arc::clone(&new), host) {
@@ -548,7 +539,7 @@ fn rule_request<'a>(
         exit_s: now_s + lifetime.lifetime_s.max(exit_floor_s),
         spread: vm.max_per_rack.map(|max_per_rack| TenantSpread {
             max_per_rack,
-            vms_per_rack: state.tenant_racks(&vm.tenant_id).unwrap_or(&NO_VMS),
+            vms_per_rack: state.tenant_racks(&vm.facts.tenant_id).unwrap_or(&NO_VMS),
         }),
     }
 }
@@ -567,9 +558,9 @@ fn rejection(code: RejectionCode, vm: &VmRequest, selection: &Selection, request
             "the gang of {} VMs does not fit all together: VM `{}` ({}) finds no host once the others are placed",
             request.vms().len(),
             vm.vm_id,
-            vm.demand
+            vm.facts.demand
         ),
-        _ => format!("no host can take VM `{}` ({}): {blame}", vm.vm_id, vm.demand),
+        _ => format!("no host can take VM `{}` ({}): {blame}", vm.vm_id, vm.facts.demand),
     };
     Rejection { code, detail, vm_id: Some(vm.vm_id.clone()), eliminated_by }
 }

@@ -56,7 +56,7 @@ impl Allocator {
         for (_, vm) in self.state.vms() {
             if domain::prediction::placement_class(vm.prediction.as_ref()) == LifetimeClass::Long {
                 vms_long += 1;
-                cores_long += cores(&vm.demand);
+                cores_long += cores(&vm.facts.demand);
             }
         }
         AllocatorStats {

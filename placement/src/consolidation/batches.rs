@@ -53,7 +53,7 @@ impl RecentExits {
 
     /// [`RecentExits::batch_leaving`] for a placed VM.
     pub fn vm_leaving(&self, vm: &crate::state::NewVm, now_s: f64) -> bool {
-        self.batch_leaving(&vm.tenant, vm.placed_at_s, now_s)
+        self.batch_leaving(&vm.facts.tenant_id, vm.placed_at_s, now_s)
     }
 
     /// Exits recorded (within the last hour of the latest).

@@ -30,10 +30,10 @@ use crate::config::PolicyConfig;
 use crate::host_state::HostStateKind;
 use crate::lifetime::{ClassIndex, HostLifetime, LifetimeClasses};
 use crate::state::{HostIndex, HostRecord, InventoryState, RackIndex};
-use domain::{FeatureValue, Priority, Resources, VmRequest};
+use domain::{Features, Priority, RequestFacts, Resources};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Debug;
 
 pub use crate::config::{Buckets, FitWeights};
@@ -108,26 +108,121 @@ pub fn build<R: RegisteredRule>(params: serde_json::Value, context: &RuleContext
     R::build(params, context)
 }
 
-/// A trait of the request that a rule may read.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum RequestTrait {
-    /// The demand vector.
-    Demand,
-    /// The VM's lifetime class under the policy's classes.
-    LifetimeClass,
-    /// The VM type name.
-    VmType,
-    /// The VM's predicted exit time: read only by a temporal rule ([`PreferenceRule::exit_buckets`]),
-    /// which the index evaluates by ranges of host exit times instead of caching.
-    ExitTime,
-    /// The tenant and its placement constraints: specific to one request, never cached.
-    Tenant,
-    /// The VM's priority (regular or low).
-    Priority,
-    /// The VM's operating system.
-    Os,
-    /// The request's extra features.
-    Features,
+/// The traits a request's facts give the rules, one line each: its [`RequestTrait`], its field
+/// of [`RequestTraits`] and how it is read off the [`RequestFacts`]. A trait in the first group is
+/// copied on every request; one in the second (text) only when a policy's rules read it, out of
+/// the way of the policies that read none. A typed request fact that a rule reads is one line here.
+macro_rules! request_traits {
+    (
+        copied always { $( $(#[$always_doc:meta])* $always:ident => $always_field:ident: $always_ty:ty = |$f1:ident| $always_copy:expr; )* }
+        copied when read { $( $(#[$read_doc:meta])* $read:ident => $read_field:ident: $read_ty:ty = |$f2:ident| $read_copy:expr; )* }
+    ) => {
+        /// A trait of the request that a rule may read.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum RequestTrait {
+            $( $(#[$always_doc])* $always, )*
+            $( $(#[$read_doc])* $read, )*
+            /// The VM's lifetime class under the policy's classes.
+            LifetimeClass,
+            /// The VM's predicted exit time: read only by a temporal rule
+            /// ([`PreferenceRule::exit_buckets`]), which the index evaluates by ranges of host exit
+            /// times instead of caching.
+            ExitTime,
+            /// The tenant and its placement constraints: specific to one request, never cached.
+            Tenant,
+        }
+
+        /// The traits copied only when read.
+        const TEXT_TRAITS: TraitSet = TraitSet(0 $( | 1 << RequestTrait::$read as u16 )*);
+
+        /// What rules may read of a request that its placement class is made of: built once per
+        /// request from the request's facts ([`RequestTraits::of`]), and once per migration from
+        /// the placed VM's. Owned, so that the index keeps one as its class's representative; two
+        /// requests whose traits agree on everything a policy's rules read
+        /// ([`RequestTraits::masked`], [`RequestTraits::same_class`]) get the same validity and
+        /// scores on every host.
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct RequestTraits {
+            $( $(#[$always_doc])* pub $always_field: $always_ty, )*
+            $( $(#[$read_doc])* pub $read_field: $read_ty, )*
+            /// The VM's lifetime class under the policy's classes.
+            pub lifetime_class: ClassIndex,
+        }
+
+        impl RequestTraits {
+            /// The traits of `facts`, in lifetime class `lifetime_class`: those that `reads` names
+            /// (what a policy's rules read, [`crate::Policy::read_traits`]), the rest at defaults,
+            /// so that a request copies no text a rule does not read. Built on every request:
+            /// inlined, with the copies of text out of the way of the policies that read none.
+            #[inline]
+            pub fn of(facts: &RequestFacts, lifetime_class: ClassIndex, reads: TraitSet) -> Self {
+                let mut traits = RequestTraits { lifetime_class, ..Default::default() };
+                $( traits.$always_field = { let $f1 = facts; $always_copy }; )*
+                if reads.0 & TEXT_TRAITS.0 != 0 {
+                    traits.copy_text(facts, reads);
+                }
+                traits
+            }
+
+            /// Copies the text traits that `reads` names.
+            #[cold]
+            #[inline(never)]
+            fn copy_text(&mut self, facts: &RequestFacts, reads: TraitSet) {
+                $( if reads.contains(RequestTrait::$read) { self.$read_field = { let $f2 = facts; $read_copy }; } )*
+            }
+
+            /// Only what `reads` names, the rest at defaults: the key of the request's placement
+            /// class.
+            pub fn masked(&self, reads: TraitSet) -> Self {
+                let mut masked = RequestTraits::default();
+                $( if reads.contains(RequestTrait::$always) { masked.$always_field = self.$always_field.clone(); } )*
+                $( if reads.contains(RequestTrait::$read) { masked.$read_field = self.$read_field.clone(); } )*
+                if reads.contains(RequestTrait::LifetimeClass) {
+                    masked.lifetime_class = self.lifetime_class;
+                }
+                masked
+            }
+
+            /// Whether `self` and `other` agree on every trait in `class`: the same placement
+            /// class, as [`RequestTraits::masked`] keys it (`a.masked(c) == b.masked(c)`), without
+            /// building a key.
+            #[inline]
+            pub fn same_class(&self, other: &RequestTraits, class: TraitSet) -> bool {
+                $( (!class.contains(RequestTrait::$always) || self.$always_field == other.$always_field) && )*
+                $( (!class.contains(RequestTrait::$read) || self.$read_field == other.$read_field) && )*
+                (!class.contains(RequestTrait::LifetimeClass) || self.lifetime_class == other.lifetime_class)
+            }
+
+            /// Hashes only the traits in `class`: requests of one placement class
+            /// ([`RequestTraits::same_class`]) hash alike.
+            #[inline]
+            pub fn hash_class<H: std::hash::Hasher>(&self, class: TraitSet, state: &mut H) {
+                use std::hash::Hash;
+                $( if class.contains(RequestTrait::$always) { self.$always_field.hash(state); } )*
+                $( if class.contains(RequestTrait::$read) { self.$read_field.hash(state); } )*
+                if class.contains(RequestTrait::LifetimeClass) {
+                    self.lifetime_class.hash(state);
+                }
+            }
+        }
+    };
+}
+
+request_traits! {
+    copied always {
+        /// The demand vector.
+        Demand => demand: Resources = |facts| facts.demand;
+        /// The VM's priority (regular or low).
+        Priority => priority: Priority = |facts| facts.details.priority;
+    }
+    copied when read {
+        /// The VM type name.
+        VmType => vm_type: String = |facts| facts.vm_type.clone();
+        /// The VM's operating system.
+        Os => os: Option<String> = |facts| facts.details.os.clone();
+        /// The request's further features (for example a trace's `batch_size`).
+        Features => features: Features = |facts| facts.details.features.clone();
+    }
 }
 
 /// A set of [`RequestTrait`]s (what a policy's rules read), as bits: read on every request.
@@ -140,10 +235,6 @@ impl TraitSet {
         self.0 & 1 << t as u16 != 0
     }
 }
-
-/// The traits held as text (copied only when a rule reads them).
-const TEXT_TRAITS: TraitSet =
-    TraitSet(1 << RequestTrait::VmType as u16 | 1 << RequestTrait::Os as u16 | 1 << RequestTrait::Features as u16);
 
 impl FromIterator<RequestTrait> for TraitSet {
     fn from_iter<I: IntoIterator<Item = RequestTrait>>(traits: I) -> Self {
@@ -159,150 +250,11 @@ pub struct TenantSpread<'a> {
     pub vms_per_rack: &'a HashMap<RackIndex, u32>,
 }
 
-/// What rules may read of a request that its placement class is made of: built once per request
-/// from the request itself ([`RequestTraits::of`]), and once per migration from the placed VM's
-/// whole request. Owned, so that the index keeps one as its class's representative; two requests
-/// whose traits agree on everything a policy's rules read ([`RequestTraits::masked`],
-/// [`RequestTraits::same_class`]) get the same validity and scores on every host. A new trait that
-/// a rule reads is a field here, its [`RequestTrait`], its line in [`RequestTraits::of`] (or
-/// `copy_text`), [`RequestTraits::masked`], [`RequestTraits::same_class`] and
-/// [`RequestTraits::hash_class`], and the rule.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RequestTraits {
-    /// The demand vector.
-    pub demand: Resources,
-    /// The VM's lifetime class under the policy's classes.
-    pub lifetime_class: ClassIndex,
-    pub vm_type: String,
-    pub priority: Priority,
-    pub os: Option<String>,
-    /// The request's extra features (for example a trace's `batch_size`).
-    pub features: Features,
-}
-
-/// A request's extra features as its [`RequestTraits`] hold them, read as the map itself: a map
-/// only when there are any, so that traits without features (most requests, and every request of a
-/// policy whose rules read none) have no map to drop. Traits are built and dropped on every
-/// request, and an empty map's drop is a call into the map's code every time.
-#[derive(Clone, Debug, Default)]
-pub struct Features(Option<BTreeMap<String, FeatureValue>>);
-
-static NO_FEATURES: BTreeMap<String, FeatureValue> = BTreeMap::new();
-
-impl From<&BTreeMap<String, FeatureValue>> for Features {
-    fn from(features: &BTreeMap<String, FeatureValue>) -> Self {
-        Features((!features.is_empty()).then(|| features.clone()))
-    }
-}
-
-impl std::ops::Deref for Features {
-    type Target = BTreeMap<String, FeatureValue>;
-    fn deref(&self) -> &BTreeMap<String, FeatureValue> {
-        self.0.as_ref().unwrap_or(&NO_FEATURES)
-    }
-}
-
-impl PartialEq for Features {
-    fn eq(&self, other: &Features) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for Features {}
-
-impl std::hash::Hash for Features {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (**self).hash(state);
-    }
-}
-
 impl RequestTraits {
-    /// The traits of `vm`, in lifetime class `lifetime_class`: those that `reads` names (what a
-    /// policy's rules read, [`crate::Policy::read_traits`]), the rest at defaults, so that a
-    /// request copies no text a rule does not read. Built on every request: inlined, with the
-    /// copies of text out of the way of the policies that read none.
-    #[inline]
-    pub fn of(vm: &VmRequest, lifetime_class: ClassIndex, reads: TraitSet) -> Self {
-        let mut traits =
-            RequestTraits { demand: vm.demand, lifetime_class, priority: vm.priority, ..Default::default() };
-        if reads.0 & TEXT_TRAITS.0 != 0 {
-            traits.copy_text(vm, reads);
-        }
-        traits
-    }
-
-    /// Copies the text traits that `reads` names (VM type, OS, features).
-    #[cold]
-    #[inline(never)]
-    fn copy_text(&mut self, vm: &VmRequest, reads: TraitSet) {
-        let reads = |t| reads.contains(t);
-        if reads(RequestTrait::VmType) {
-            self.vm_type = vm.vm_type.clone();
-        }
-        if reads(RequestTrait::Os) {
-            self.os = vm.os.clone();
-        }
-        if reads(RequestTrait::Features) {
-            self.features = Features::from(&vm.features);
-        }
-    }
-
     /// A request of `demand` in class `lifetime_class` of type `vm_type`, the rest at defaults
     /// (for tests and tools).
     pub fn new(demand: Resources, lifetime_class: ClassIndex, vm_type: &str) -> Self {
         RequestTraits { demand, lifetime_class, vm_type: vm_type.to_owned(), ..RequestTraits::default() }
-    }
-
-    /// Only what `reads` names, the rest at defaults: the key of the request's placement class.
-    pub fn masked(&self, reads: TraitSet) -> Self {
-        let reads = |t| reads.contains(t);
-        RequestTraits {
-            demand: if reads(RequestTrait::Demand) { self.demand } else { Resources::default() },
-            lifetime_class: if reads(RequestTrait::LifetimeClass) { self.lifetime_class } else { 0 },
-            vm_type: if reads(RequestTrait::VmType) { self.vm_type.clone() } else { String::new() },
-            priority: if reads(RequestTrait::Priority) { self.priority } else { Priority::default() },
-            os: if reads(RequestTrait::Os) { self.os.clone() } else { None },
-            features: if reads(RequestTrait::Features) { self.features.clone() } else { Features::default() },
-        }
-    }
-
-    /// Whether `self` and `other` agree on every trait in `class`: the same placement class, as
-    /// [`RequestTraits::masked`] keys it (`a.masked(c) == b.masked(c)`), without building a key.
-    #[inline]
-    pub fn same_class(&self, other: &RequestTraits, class: TraitSet) -> bool {
-        let reads = |t| class.contains(t);
-        (!reads(RequestTrait::Demand) || self.demand == other.demand)
-            && (!reads(RequestTrait::LifetimeClass) || self.lifetime_class == other.lifetime_class)
-            && (!reads(RequestTrait::VmType) || self.vm_type == other.vm_type)
-            && (!reads(RequestTrait::Priority) || self.priority == other.priority)
-            && (!reads(RequestTrait::Os) || self.os == other.os)
-            && (!reads(RequestTrait::Features) || self.features == other.features)
-    }
-
-    /// Hashes only the traits in `class`: requests of one placement class
-    /// ([`RequestTraits::same_class`]) hash alike.
-    #[inline]
-    pub fn hash_class<H: std::hash::Hasher>(&self, class: TraitSet, state: &mut H) {
-        use std::hash::Hash;
-        let reads = |t| class.contains(t);
-        if reads(RequestTrait::Demand) {
-            self.demand.hash(state);
-        }
-        if reads(RequestTrait::LifetimeClass) {
-            self.lifetime_class.hash(state);
-        }
-        if reads(RequestTrait::VmType) {
-            self.vm_type.hash(state);
-        }
-        if reads(RequestTrait::Priority) {
-            self.priority.hash(state);
-        }
-        if reads(RequestTrait::Os) {
-            self.os.hash(state);
-        }
-        if reads(RequestTrait::Features) {
-            self.features.hash(state);
-        }
     }
 }
 
@@ -396,7 +348,7 @@ mod tests {
         use std::hash::{DefaultHasher, Hasher};
         let demand = |cores| Resources::from_whole(cores, 8.0, 0.0).unwrap();
         let mut with_features = RequestTraits::new(demand(2.0), 1, "D2");
-        with_features.features = Features::from(&BTreeMap::from([("pool".to_owned(), FeatureValue::Number(1.0))]));
+        with_features.features = Features::from([("pool".to_owned(), domain::FeatureValue::Number(1.0))]);
         let variants = [
             RequestTraits::new(demand(2.0), 1, "D2"),
             RequestTraits::new(demand(2.0), 0, "D2"),
@@ -431,6 +383,5 @@ mod tests {
                 }
             }
         }
-        assert!(Features::from(&BTreeMap::new()).0.is_none(), "no features, no map");
     }
 }

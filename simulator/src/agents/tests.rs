@@ -8,7 +8,7 @@ use super::*;
 use crate::engine::{self, SimConfig};
 use crate::predict::{PredictionConfig, PredictionSourceConfig};
 use crate::workload::{Inventory, SyntheticSpec, TraceSpec, WorkloadConfig};
-use domain::{Priority, Resources, TenantId, VmId};
+use domain::{Priority, RequestFacts, Resources, TenantId, VmId};
 use placement::{PolicyConfig, Registry, TieBreak};
 use traces::{ExtraColumns, VmRecord};
 
@@ -203,13 +203,15 @@ fn spec_of(config: &SimConfig, workload: &Workload) -> InventorySpec {
 fn new_vm(id: &str, cores: f64) -> NewVm {
     NewVm {
         id: VmId(id.to_owned()),
-        tenant: TenantId(format!("t-{id}")),
-        vm_type: "D".to_owned(),
-        demand: Resources::from_whole(cores, 2.0 * cores, 0.0).unwrap(),
+        facts: RequestFacts {
+            tenant_id: TenantId(format!("t-{id}")),
+            vm_type: "D".to_owned(),
+            demand: Resources::from_whole(cores, 2.0 * cores, 0.0).unwrap(),
+            requested_at_s: None,
+            details: Default::default(),
+        },
         placed_at_s: 0.0,
         prediction: None,
-        requested_at_s: None,
-        request: Default::default(),
     }
 }
 
@@ -250,7 +252,7 @@ fn a_view_that_cannot_apply_a_followed_change_is_rebuilt_from_the_store() {
     store.commit(1, 1.0, vec![LoggedChange::Released { vm: VmId("x".to_owned()) }]).unwrap().unwrap();
     let mut z = workload.vms[0].request.clone();
     z.vm_id = VmId("z".to_owned());
-    z.demand = Resources::from_whole(3.0, 6.0, 0.0).unwrap();
+    z.facts.demand = Resources::from_whole(3.0, 6.0, 0.0).unwrap();
     a.allocator.allocate(&AllocationRequest::Vm(z), 2.0).unwrap();
     let changes: Vec<Change> = a.allocator.take_changes().collect();
     let logged = changes.iter().map(|c| LoggedChange::of(c, &|_| None)).collect();

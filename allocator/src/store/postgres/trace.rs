@@ -2,6 +2,7 @@
 //! connection of its own, a page of rows at a time.
 
 use super::*;
+use domain::RequestDetails;
 
 /// The columns an export reads: the start on the model's clock, [`VmColumns`] without the
 /// prediction (a trace has none), the end (NULL: still running).
@@ -36,32 +37,25 @@ pub fn export(url: &str, window: &ExportWindow, sink: &mut dyn ExportSink) -> Re
         .query_one(&format!("SELECT (SELECT COUNT(*) {RUNNING}) + (SELECT COUNT(*) {EXITED})"), &[&from, &to])
         .map_err(sql("counting the export's rows"))?
         .get(0);
-    let os: bool = tx
-        .query_one(
-            &format!(
-                "SELECT EXISTS (SELECT 1 {RUNNING} AND request::jsonb ? 'os')
-                     OR EXISTS (SELECT 1 {EXITED} AND request::jsonb ? 'os')"
-            ),
-            &[&from, &to],
-        )
-        .map_err(sql("reading the export's OS column"))?
-        .get(0);
-    let features: Vec<String> = tx
-        .query(
-            &format!(
-                "SELECT jsonb_object_keys(request::jsonb -> 'features') {RUNNING} AND request IS NOT NULL
-                 UNION
-                 SELECT jsonb_object_keys(request::jsonb -> 'features') {EXITED} AND request IS NOT NULL
-                 LIMIT {}",
-                crate::store::export::MAX_FEATURE_COLUMNS + 1
-            ),
-            &[&from, &to],
-        )
-        .map_err(sql("reading the export's feature names"))?
-        .into_iter()
-        .map(|row| row.get(0))
-        .collect();
-    sink.header(&ExportHeader::new(window, count.max(0) as u64, os, features)?)?;
+    // The keys of the rows' request JSON at `path` (the details' names; `-> 'features'`).
+    let mut keys = |path: &str, limit: usize, context: &'static str| -> Result<Vec<String>, StoreError> {
+        let rows = tx
+            .query(
+                &format!(
+                    "SELECT jsonb_object_keys(request::jsonb{path}) {RUNNING} AND request IS NOT NULL
+                     UNION
+                     SELECT jsonb_object_keys(request::jsonb{path}) {EXITED} AND request IS NOT NULL
+                     LIMIT {limit}"
+                ),
+                &[&from, &to],
+            )
+            .map_err(sql(context))?;
+        Ok(rows.into_iter().map(|row| row.get(0)).collect())
+    };
+    let details = keys("", RequestDetails::names().len(), "reading the export's detail names")?;
+    let features =
+        keys(" -> 'features'", crate::store::export::MAX_FEATURE_COLUMNS + 1, "reading the export's feature names")?;
+    sink.header(&ExportHeader::new(window, count.max(0) as u64, details, features)?)?;
     let running = tx
         .bind(
             &format!(

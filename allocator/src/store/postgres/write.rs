@@ -114,17 +114,17 @@ pub(super) fn commit_sets(
     for change in changes {
         match change {
             Change::Placed { vm, host } => {
-                let [cores, memory, ssd] = units(&vm.demand);
+                let [cores, memory, ssd] = units(&vm.facts.demand);
                 vms.vm_id.push(vm.id.as_str());
                 vms.host_id.push(host.as_str());
-                vms.tenant_id.push(vm.tenant.as_str());
-                vms.vm_type.push(vm.vm_type.as_str());
+                vms.tenant_id.push(vm.facts.tenant_id.as_str());
+                vms.vm_type.push(vm.facts.vm_type.as_str());
                 vms.base[0].push(cores);
                 vms.base[1].push(memory);
                 vms.base[2].push(ssd);
                 vms.placed_at_s.push(vm.placed_at_s);
                 vms.prediction.push(prediction_json(vm, name)?);
-                vms.requested_at_s.push(vm.requested_at_s);
+                vms.requested_at_s.push(vm.facts.requested_at_s);
                 vms.request.push(request_json(vm, name)?);
             }
             Change::Released { vm, ended_at_s, .. } => {
@@ -288,7 +288,7 @@ pub(super) fn write_each(
             Change::Placed { vm, host } => {
                 let prediction = prediction_json(vm, name)?;
                 let request = request_json(vm, name)?;
-                let [cores, memory, ssd] = units(&vm.demand);
+                let [cores, memory, ssd] = units(&vm.facts.demand);
                 tx.execute(
                     "INSERT INTO vms (vm_id, seq, host_id, tenant_id, vm_type, cores_base, memory_base, ssd_base,
                                           placed_at_s, prediction, requested_at_s, request)
@@ -296,14 +296,14 @@ pub(super) fn write_each(
                     &[
                         &vm.id.as_str(),
                         &host.as_str(),
-                        &vm.tenant.as_str(),
-                        &vm.vm_type,
+                        &vm.facts.tenant_id.as_str(),
+                        &vm.facts.vm_type,
                         &cores,
                         &memory,
                         &ssd,
                         &vm.placed_at_s,
                         &prediction,
-                        &vm.requested_at_s,
+                        &vm.facts.requested_at_s,
                         &request,
                     ],
                 )

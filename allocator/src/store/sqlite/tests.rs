@@ -2,9 +2,10 @@
 
 use super::*;
 use domain::{
-    FeatureValue, HostState, LifetimeClass, LifetimePrediction, PredictionSource, Priority, Resources, TenantId,
+    FeatureValue, HostState, LifetimeClass, LifetimePrediction, PredictionSource, Priority, RequestDetails,
+    RequestFacts, Resources,
 };
-use placement::state::{NewVm, RequestFacts};
+use placement::state::NewVm;
 use std::sync::Arc;
 
 /// Every host in its initial policy state.
@@ -15,9 +16,7 @@ fn initial(_: &HostId) -> Option<String> {
 fn vm(id: &str, cores: f64) -> NewVm {
     NewVm {
         id: VmId::from(id),
-        tenant: TenantId::from("t"),
-        vm_type: "D2".to_owned(),
-        demand: Resources::from_whole(cores, 3.3, 0.0).unwrap(),
+        facts: RequestFacts::new("t", "D2", Resources::from_whole(cores, 3.3, 0.0).unwrap()),
         placed_at_s: 12.5,
         prediction: Some(LifetimePrediction {
             p_long: 0.75,
@@ -27,27 +26,24 @@ fn vm(id: &str, cores: f64) -> NewVm {
             model_version: Some("m-1".to_owned()),
             source: PredictionSource::Model,
         }),
-        requested_at_s: None,
-        request: RequestFacts::default(),
     }
 }
 
 /// `vm(id, cores)` as a request of a trace replay left it: its own time, a low priority, an OS
 /// and features.
 fn vm_with_facts(id: &str, cores: f64) -> NewVm {
-    NewVm {
-        requested_at_s: Some(1_600_000_123.25),
-        request: RequestFacts {
-            priority: Priority::Low,
-            os: Some("linux".to_owned()),
-            features: [
-                ("batch_size".to_owned(), FeatureValue::Number(3.0)),
-                ("region".to_owned(), FeatureValue::Text("eu-west".to_owned())),
-            ]
-            .into(),
-        },
-        ..vm(id, cores)
-    }
+    let mut vm = vm(id, cores);
+    vm.facts.requested_at_s = Some(1_600_000_123.25);
+    vm.facts.details = RequestDetails {
+        priority: Priority::Low,
+        os: Some("linux".to_owned()),
+        features: [
+            ("batch_size".to_owned(), FeatureValue::Number(3.0)),
+            ("region".to_owned(), FeatureValue::Text("eu-west".to_owned())),
+        ]
+        .into(),
+    };
+    vm
 }
 
 /// The release of `id` (the stores read its id only).
