@@ -33,7 +33,7 @@ use domain::ProblemKind;
 use domain::{ValidationLimits, ZoneId};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::{AllocateError, ConsolidationError, DrainError};
-use service_common::auth::{ServiceTokens, OPEN_PATHS};
+use service_common::auth::{HasAdminToken, ServiceTokens, OPEN_PATHS};
 use service_common::problem::{field_problem, problem, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use std::sync::Arc;
@@ -67,6 +67,17 @@ impl HasLimits for AppState {
     fn limits(&self) -> &ValidationLimits {
         &self.limits
     }
+}
+
+impl HasAdminToken for AppState {
+    fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+}
+
+service_common::problem_responses! {
+    /// A change the worker could not commit (or the standard stack's overload and timeout).
+    struct NotDurable { 503: "The change could not be made durable, or overloaded or timed out; retry." }
 }
 
 #[derive(OpenApi)]
