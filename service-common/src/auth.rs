@@ -43,7 +43,7 @@ fn unauthorized(detail: &str) -> Response {
 
 /// Checks `Authorization: Bearer <token>`: 403 without a configured token (the admin routes are
 /// closed), 401 with `WWW-Authenticate: Bearer` unless the request carries it.
-pub fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
+fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
     let Some(expected) = token.filter(|t| !t.is_empty()) else {
         return Err(problem(ProblemKind::AdminDisabled, "no admin token is configured for this service"));
     };
