@@ -12,10 +12,10 @@
 #![allow(clippy::result_large_err)]
 
 use crate::auth::Caller;
-use crate::control::{micros, unix_now_s, AllocateFailure, Allocated, Control};
+use crate::control::{micros, unix_now_s, Allocated, Control};
 pub use crate::http::AppState;
 use crate::http::{authorize, operator, pass_through, request_id, upstream_failure};
-use crate::upstream::{Answer, UpstreamError};
+use crate::upstream::{AllocateFailure, Answer, UpstreamError};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -288,18 +288,18 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
     }
     let validate_us = micros(started.elapsed());
     match control.allocate(zone, request, arrival_s, request_id(&headers), started, validate_us).await {
-        Ok(Allocated { status, decision, allocator_timing }) => {
+        Ok(Allocated { created, decision, allocator_timing }) => {
             let timing = stage_timing(&decision.latency_us, allocator_timing.as_deref());
-            let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), Json(decision)).into_response();
+            let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+            let mut response = (status, Json(decision)).into_response();
             response.headers_mut().insert(SERVER_TIMING, timing);
             response
         }
         Err(AllocateFailure::Upstream(error)) => upstream_failure(error),
         Err(AllocateFailure::Refused(answer)) => pass_through(answer),
-        Err(AllocateFailure::Unreadable { zone, status, error }) => problem(
-            ProblemKind::BadAllocatorAnswer,
-            format!("the allocator of zone `{zone}` answered {status} with an unreadable decision: {error}"),
-        ),
+        Err(failure @ AllocateFailure::Unreadable { .. }) => {
+            problem(ProblemKind::BadAllocatorAnswer, failure.to_string())
+        }
     }
 }
 
