@@ -31,7 +31,7 @@ use domain::ProblemKind;
 use domain::{AllocationRequest, ControlStats, HistoryEvent, StageLatency, VmPrediction, ZoneId};
 use serde::Deserialize;
 use service_common::openapi::{BadPathOrQuery, MetricsResponses, NotJson};
-use service_common::problem::{field_problem, json_body, problem};
+use service_common::problem::{field_problem, json_body, path_param, problem, query_param};
 use service_common::timing::{prefixed, server_timing, SERVER_TIMING};
 use std::time::{Duration, Instant};
 use utoipa::OpenApi;
@@ -375,10 +375,6 @@ where
     }
 }
 
-fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    param.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
-}
-
 service_common::problem_responses! {
     /// The refusals the routes on one VM (`/allocate/{vm_id}`) share.
     struct VmCallRefusals {
@@ -409,9 +405,9 @@ async fn vm_call(
         Ok(caller) => caller,
         Err(response) => return response,
     };
-    let query = match query {
-        Ok(Query(query)) => query,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    let query = match query_param(query) {
+        Ok(query) => query,
+        Err(response) => return response,
     };
     let now_s = unix_now_s();
     let ended_at_s = match (call, query.ended_at_s) {

@@ -23,7 +23,7 @@ use axum::Json;
 use domain::ProblemKind;
 use domain::ZoneId;
 use serde::Serialize;
-use service_common::problem::{field_problem, problem};
+use service_common::problem::{field_problem, path_param, problem, query_param};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -149,9 +149,9 @@ pub async fn zone_hosts(
         Ok(zone) => zone,
         Err(response) => return response,
     };
-    let pairs = match query {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    let pairs = match query_param(query) {
+        Ok(pairs) => pairs,
+        Err(response) => return response,
     };
     let mut path = String::from("/v1/hosts");
     for (i, (key, value)) in pairs.iter().enumerate() {
@@ -189,9 +189,9 @@ pub async fn zone_host(
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    let (zone, host_id) = match path {
-        Ok(Path(pair)) => pair,
-        Err(rejection) => return problem(ProblemKind::MalformedPath, rejection.body_text()),
+    let (zone, host_id) = match path_param(path) {
+        Ok(pair) => pair,
+        Err(response) => return response,
     };
     let zone = match known_zone(&state, &headers, Ok(Path(zone))) {
         Ok(zone) => zone,
@@ -255,8 +255,7 @@ fn known_zone(
     zone: Result<Path<String>, PathRejection>,
 ) -> Result<ZoneId, Response> {
     operator(&state.control, headers)?;
-    let Path(zone) = zone.map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))?;
-    let zone = ZoneId(zone);
+    let zone = ZoneId(path_param(zone)?);
     if state.control.allocators.contains(&zone) {
         return Ok(zone);
     }

@@ -3,7 +3,7 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{call, call_timed, command_error, field_problem, finite_time, path_param, problem, AppState};
+use super::{call, call_timed, command_error, field_problem, finite_time, path_param, query_param, AppState};
 use crate::durable::{Allocate, CommandError, Explain, GetAllocation, Release, VmInfo};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -88,7 +88,7 @@ struct OwnerQuery {
 
 /// The owner a call is restricted to, checked like every id a client sends.
 fn owner(query: Result<Query<OwnerQuery>, QueryRejection>) -> Result<Option<TenantId>, Response> {
-    let Query(query) = query.map_err(|rejection| problem(ProblemKind::MalformedQuery, rejection.body_text()))?;
+    let query = query_param(query)?;
     match query.tenant {
         Some(tenant) => match domain::validate::check_id(&tenant, "tenant") {
             Ok(()) => Ok(Some(TenantId(tenant))),

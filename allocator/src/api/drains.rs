@@ -1,13 +1,13 @@
 //! `/v1/drains` and `/v1/migrations`: emptying hosts by live migration (LARS, admin).
 
-use super::{call, command_error, finite_time, path_param, problem, AppState, NotDurable};
+use super::{call, command_error, finite_time, path_param, query_param, AppState, NotDurable};
 use crate::durable::{CompleteMigration, DrainStatus, StartDrain};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use domain::{ProblemKind, VmId};
+use domain::VmId;
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use serde::Deserialize;
 use service_common::auth::AdminAuth;
@@ -85,10 +85,10 @@ async fn complete_migration(
         Ok(id) => id,
         Err(response) => return response,
     };
-    let completed_at_s = match query.map(|Query(query)| finite_time("completed_at_s", query.completed_at_s)) {
-        Ok(Ok(at)) => at,
-        Ok(Err(response)) => return response,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    let completed_at_s = match query_param(query).and_then(|query| finite_time("completed_at_s", query.completed_at_s))
+    {
+        Ok(at) => at,
+        Err(response) => return response,
     };
     let complete = CompleteMigration { vm: VmId(vm_id), completed_at_s };
     match call(&state, "complete-migration", complete).await {

@@ -3,7 +3,7 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{field_problem, problem, retry_later, AppState};
+use super::{field_problem, problem, query_param, retry_later, AppState};
 use crate::store::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, TraceExport};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -109,11 +109,7 @@ async fn export(
     _: AdminAuth,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
-    let pairs = match query {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
-    };
-    let window = match export_window(&pairs) {
+    let window = match query_param(query).and_then(|pairs| export_window(&pairs)) {
         Ok(window) => window,
         Err(response) => return response,
     };

@@ -4,7 +4,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::{
-    call, command_error, field_problem, path_param, problem, AppState, NotDurable, DEFAULT_HOST_PAGE, MAX_HOST_PAGE,
+    call, command_error, field_problem, path_param, query_param, AppState, NotDurable, DEFAULT_HOST_PAGE, MAX_HOST_PAGE,
 };
 use crate::durable::{GetHost, HostDetail, HostFilter, HostPage, HostStateChange, ListHosts, SetHostState};
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -114,11 +114,7 @@ async fn list_hosts(
     State(state): State<AppState>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
-    let pairs = match query {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
-    };
-    let filter = match host_filter(&pairs) {
+    let filter = match query_param(query).and_then(|pairs| host_filter(&pairs)) {
         Ok(filter) => filter,
         Err(response) => return response,
     };

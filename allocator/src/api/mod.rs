@@ -23,8 +23,6 @@ use crate::durable::{
 };
 use crate::store::StoreLocation;
 use crate::worker::{Stages, Worker};
-use axum::extract::rejection::PathRejection;
-use axum::extract::Path;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use axum::{routing::get, Json, Router};
@@ -34,7 +32,7 @@ use domain::{ValidationLimits, ZoneId};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::{AllocateError, ConsolidationError, DrainError};
 use service_common::auth::{HasAdminToken, ServiceTokens, OPEN_PATHS};
-use service_common::problem::{field_problem, problem, HasLimits};
+use service_common::problem::{field_problem, path_param, problem, query_param, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use std::sync::Arc;
 use std::time::Instant;
@@ -345,10 +343,6 @@ fn command_error(error: CommandError) -> Response {
             field_problem(ProblemKind::InvalidRequest, "chooser", detail)
         }
     }
-}
-
-fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    param.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
 }
 
 /// A time on the model's clock from the query (`field`), refused (422) unless finite.
