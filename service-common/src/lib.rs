@@ -9,6 +9,7 @@
 //!   timeout, instead of `axum::serve`.
 //! - [`refusals`]: refused requests and connections, counted in Prometheus and summarised in at
 //!   most one WARN line a second.
+//! - [`cli`]: the flags every service binary takes (`--config`, `--listen`, `--insecure-open`).
 //! - [`telemetry`]: tracing subscriber and the Prometheus recorder behind `/metrics`.
 //! - [`timing`]: per-stage timing of a request in its answer's `Server-Timing` header.
 //! - [`auth`]: the admin routes' guard (`auth::AdminAuth`), and the service credential that every
@@ -20,6 +21,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod auth;
+pub mod cli;
 pub mod layers;
 pub mod openapi;
 pub mod problem;
