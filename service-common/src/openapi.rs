@@ -15,11 +15,14 @@ use utoipa::openapi::{RefOr, Response, ResponseBuilder};
 /// Declares unit types whose [`utoipa::IntoResponses`] are problem responses (a `Problem` body,
 /// `application/problem+json`), each listed as `status: "description"`:
 ///
-/// ```ignore
+/// ```
 /// service_common::problem_responses! {
 ///     /// A change the store could not take.
 ///     pub struct NotDurable { 503: "The change could not be made durable; retry." }
 /// }
+/// // Named in a route's `#[utoipa::path(responses(..., NotDurable))]`.
+/// let responses = <NotDurable as utoipa::IntoResponses>::responses();
+/// assert_eq!(responses.keys().collect::<Vec<_>>(), ["503"]);
 /// ```
 #[macro_export]
 macro_rules! problem_responses {
@@ -91,4 +94,43 @@ fn text(description: &str) -> Response {
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
 pub async fn healthz() -> &'static str {
     "ok"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use utoipa::OpenApi;
+
+    #[utoipa::path(post, path = "/written-out",
+        responses((status = 401, description = "No valid admin token.", body = domain::Problem),
+                  (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
+                  (status = 404, description = "This server records no metrics.", body = domain::Problem),
+                  (status = 200, description = "The metrics.", body = String, content_type = "text/plain")))]
+    #[allow(dead_code)]
+    async fn written_out() {}
+
+    #[utoipa::path(post, path = "/named", responses(AdminRefusals, MetricsResponses))]
+    #[allow(dead_code)]
+    async fn named() {}
+
+    #[derive(OpenApi)]
+    #[openapi(paths(written_out, named), components(schemas(domain::Problem)))]
+    struct Both;
+
+    /// What a route's document says is the same whether its responses are written out as tuples
+    /// or named: the services' documents did not change when they began naming them.
+    #[test]
+    fn named_responses_read_as_the_tuples_they_replace() {
+        let mut openapi = Both::openapi();
+        domain::openapi::complete(&mut openapi);
+        let responses = |path: &str| {
+            let operation = openapi.paths.paths[path].post.as_ref().expect("a POST operation");
+            serde_json::to_value(&operation.responses).expect("serializable")
+        };
+        assert_eq!(responses("/written-out"), responses("/named"));
+        let named = responses("/named");
+        for status in ["200", "401", "403", "404"] {
+            assert!(named[status].is_object(), "{status}: {named}");
+        }
+    }
 }
