@@ -13,7 +13,7 @@ use domain::ZoneId;
 use placement::reprediction::BundleRepredictor;
 use placement::Registry;
 use service_common::auth::{refuse_open_beyond_loopback, token_from_env, ServiceTokens};
-use std::net::SocketAddr;
+use service_common::cli::ServeArgs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,12 +21,8 @@ use std::time::{Duration, Instant};
 #[derive(Parser)]
 #[command(name = "allocator", version, about = "Serve lifetime-aware VM placement over HTTP, with durable state")]
 struct Cli {
-    /// TOML configuration file (docs/allocator.md); flags override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Address to listen on, e.g. 127.0.0.1:8082.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    #[command(flatten)]
+    serve: ServeArgs,
     /// Where the durable state lives: an SQLite file, or a PostgreSQL URL (postgres://...).
     #[arg(long)]
     store: Option<String>,
@@ -37,10 +33,6 @@ struct Cli {
     /// compressed time (the config's `clock`, docs/allocator.md).
     #[arg(long, value_parser = ["wall", "request"])]
     clock: Option<String>,
-    /// Serve open routes on a non-loopback address anyway (the config's `insecure_open`); without
-    /// it, a service with no service token refuses to listen beyond loopback.
-    #[arg(long)]
-    insecure_open: bool,
 }
 
 /// Serves the zone the command line and its configuration describe, every policy's rules and
@@ -49,13 +41,8 @@ pub fn main(registry: Registry) -> Result<()> {
     service_common::server::tune_malloc_for_churn();
     service_common::telemetry::init_tracing();
     let cli = Cli::parse();
-    let mut config = match &cli.config {
-        Some(path) => ServiceConfig::load(path)?,
-        None => ServiceConfig::default(),
-    };
-    if let Some(listen) = cli.listen {
-        config.listen = listen;
-    }
+    let mut config = cli.serve.config_or_default(ServiceConfig::load)?;
+    cli.serve.apply(&mut config.listen, &mut config.insecure_open);
     if let Some(store) = cli.store {
         config.store = StoreLocation::from(store);
     }
@@ -71,7 +58,6 @@ pub fn main(registry: Registry) -> Result<()> {
     config.service_token = token_from_env("ALLOCATOR_SERVICE_TOKEN", config.service_token.take())?;
     config.previous_service_token =
         token_from_env("ALLOCATOR_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
-    config.insecure_open |= cli.insecure_open;
     config.admin_token = config.admin_token.take().filter(|t| !t.is_empty());
     let service_tokens = ServiceTokens::new(
         config.service_token.as_deref(),

@@ -1,7 +1,9 @@
 //! The HTTP API of the control service (axum): `POST /allocate` and `/v1/allocate`, release and
 //! lookup by VM id, `/v1/stats`, health, readiness, metrics and the OpenAPI document. Thin: the
 //! prediction rules are in [`crate::predictions`], the upstream calls in [`crate::upstream`], who
-//! may call in [`crate::auth`] and how often in [`crate::rate_limit`].
+//! may call in [`crate::auth`] and how often in [`crate::rate_limit`]. The routes (the console's
+//! too) are listed once, with `utoipa_axum::routes!`, which takes each handler's method and path
+//! from its `#[utoipa::path]`: the router and the OpenAPI document come from the same list.
 //!
 //! A tenant key acts only as its tenant: it places VMs of that tenant (else 403), and looks up and
 //! releases only that tenant's VMs (another tenant's VM is 404, checked by the allocator in the same
@@ -12,23 +14,28 @@
 #![allow(clippy::result_large_err)]
 
 use crate::auth::Caller;
-use crate::control::{micros, unix_now_s, AllocateFailure, Allocated, Control};
+use crate::control::{micros, unix_now_s, Allocated, Control};
 pub use crate::http::AppState;
-use crate::http::{authorize, operator, pass_through, request_id, upstream_failure};
-use crate::upstream::{Answer, UpstreamError};
+use crate::http::{
+    authorize, operator, pass_through, request_id, upstream_failure, NoApiKey, OperatorOnly, RateLimited,
+};
+use crate::upstream::{AllocateFailure, Answer, UpstreamError};
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use domain::{AllocationRequest, ControlStats, HistoryEvent, ProblemKind, StageLatency, VmPrediction, ZoneId};
 use serde::Deserialize;
-use service_common::problem::{field_problem, json_body, problem};
+use service_common::openapi::{BadPathOrQuery, MetricsResponses, NotJson};
+use service_common::problem::{field_problem, json_body, path_param, problem, query_param};
 use service_common::timing::{prefixed, server_timing, SERVER_TIMING};
 use std::time::{Duration, Instant};
 use utoipa::OpenApi;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::routes;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,21 +47,6 @@ use utoipa::OpenApi;
                        allocation route needs `Authorization: Bearer <key>`: a tenant key acts as its tenant only, \
                        the operator's key for any tenant. Every error is an RFC 9457 problem \
                        (`application/problem+json`)."
-    ),
-    paths(
-        allocate,
-        release,
-        lookup,
-        stats,
-        healthz,
-        readyz,
-        metrics_endpoint,
-        crate::dashboard::history,
-        crate::dashboard::zones,
-        crate::dashboard::zone_hosts,
-        crate::dashboard::zone_host,
-        crate::dashboard::zone_consolidation,
-        crate::dashboard::zone_explain
     ),
     components(schemas(
         crate::dashboard::ZoneList,
@@ -72,13 +64,12 @@ use utoipa::OpenApi;
         domain::VmInfo,
         domain::LifetimePrediction,
         domain::Problem
-    )),
-    modifiers(&DocumentCompletion)
+    ))
 )]
 pub struct ApiDoc;
 
 /// The public request has no `prediction` (the control service fills it in; sending one is a
-/// 422); `/v1/allocate` aliases `/allocate`; the standard responses.
+/// 422); the standard responses.
 struct DocumentCompletion;
 
 impl utoipa::Modify for DocumentCompletion {
@@ -95,17 +86,46 @@ impl utoipa::Modify for DocumentCompletion {
             }
         }
         domain::openapi::set_property(openapi, "ExplainRequest", "vm", Ref::from_schema_name("ExplainedVm"));
-        domain::openapi::alias(openapi, "/allocate", "/v1/allocate", "v1");
-        domain::openapi::alias(openapi, "/allocate/{vm_id}", "/v1/allocate/{vm_id}", "v1");
         domain::openapi::complete(openapi);
     }
+}
+
+/// The routes and their OpenAPI document, from one list: each route's `routes!`, the console's
+/// ([`crate::dashboard::routes`]) merged in.
+fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (router, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(aliased(routes!(allocate), "/v1/allocate", "v1"))
+        .routes(aliased(routes!(lookup, release), "/v1/allocate/{vm_id}", "v1"))
+        .routes(routes!(stats))
+        .routes(routes!(service_common::openapi::healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics_endpoint))
+        .merge(crate::dashboard::routes())
+        .split_for_parts();
+    // Once every path is in: the standard answers go on each of them.
+    utoipa::Modify::modify(&DocumentCompletion, &mut openapi);
+    (router, openapi)
+}
+
+/// `routes` (of one path) served and documented at `alias` as well, as the same operations
+/// (their ids suffixed `_{suffix}`).
+fn aliased(routes: UtoipaMethodRouter<AppState>, alias: &str, suffix: &str) -> UtoipaMethodRouter<AppState> {
+    let (schemas, mut paths, method_router) = routes;
+    if let Some(path) = paths.paths.keys().next().cloned() {
+        domain::openapi::alias(&mut paths, &path, alias, suffix);
+    }
+    (schemas, paths, method_router)
 }
 
 /// The document of this deployment: the zones it routes are the only valid `zone`s, and in open
 /// mode no route needs a key (nor answers 401).
 pub fn openapi_document(control: &Control) -> utoipa::openapi::OpenApi {
+    for_deployment(routes().1, control)
+}
+
+/// [`openapi_document`] from the document of the routes.
+fn for_deployment(mut openapi: utoipa::openapi::OpenApi, control: &Control) -> utoipa::openapi::OpenApi {
     use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
-    let mut openapi = ApiDoc::openapi();
     let zones: Vec<serde_json::Value> =
         control.allocators.zones().map(|(zone, _)| serde_json::Value::from(zone.as_str())).collect();
     let zone = |nullable: bool| {
@@ -144,24 +164,13 @@ pub fn openapi_document(control: &Control) -> utoipa::openapi::OpenApi {
     openapi
 }
 
-async fn openapi_json(State(state): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
-    Json(openapi_document(&state.control))
-}
-
+/// The full router, `/openapi.json` with this deployment's document ([`openapi_document`]; its
+/// zones and keys are fixed for the process's life), without the standard layers (see
+/// `service_common::layers::apply`).
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/allocate", post(allocate))
-        .route("/v1/allocate", post(allocate))
-        .route("/allocate/{vm_id}", get(lookup).delete(release))
-        .route("/v1/allocate/{vm_id}", get(lookup).delete(release))
-        .route("/v1/stats", get(stats))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_endpoint))
-        .route("/openapi.json", get(openapi_json))
-        .merge(crate::dashboard::routes())
-        .fallback(not_found)
-        .with_state(state)
+    let (router, openapi) = routes();
+    let document = for_deployment(openapi, &state.control);
+    router.route("/openapi.json", get(|| async move { Json(document) })).fallback(not_found).with_state(state)
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {
@@ -256,15 +265,13 @@ fn check_public_request(control: &Control, request: &AllocationRequest) -> Resul
     responses((status = 201, description = "Placed now (`status: placed`).", body = domain::ControlDecision),
               (status = 200, description = "Rejected (`status: rejected`: nothing fits), or replayed (`replayed: true`).", body = domain::ControlDecision),
               (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field (named in `errors`).", body = domain::Problem),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
               (status = 403, description = "A tenant key placing another tenant's VMs.", body = domain::Problem),
               (status = 409, description = "A VM id is placed already with other details, or part of the gang is.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
               (status = 422, description = "A field breaks a rule (named in `errors`): an id outside the charset, a `prediction`, an unknown zone, a `requested_at_s` out of the allowed skew (tenant keys), a gang whose VMs disagree.", body = domain::Problem),
-              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem),
               (status = 502, description = "The zone's allocator could not be reached, or answered unreadably.", body = domain::Problem),
               (status = 503, description = "Overloaded or timed out, or the allocator could not make the change durable; retry.", body = domain::Problem),
-              (status = 504, description = "The allocator did not answer in time: the outcome is unknown; retrying with the same VM ids is safe.", body = domain::Problem)),
+              (status = 504, description = "The allocator did not answer in time: the outcome is unknown; retrying with the same VM ids is safe.", body = domain::Problem),
+              NoApiKey, NotJson, RateLimited),
     security(("bearer" = [])))]
 async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
@@ -287,18 +294,18 @@ async fn allocate(State(state): State<AppState>, headers: HeaderMap, body: Bytes
     }
     let validate_us = micros(started.elapsed());
     match control.allocate(zone, request, arrival_s, request_id(&headers), started, validate_us).await {
-        Ok(Allocated { status, decision, allocator_timing }) => {
+        Ok(Allocated { created, decision, allocator_timing }) => {
             let timing = stage_timing(&decision.latency_us, allocator_timing.as_deref());
-            let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), Json(decision)).into_response();
+            let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+            let mut response = (status, Json(decision)).into_response();
             response.headers_mut().insert(SERVER_TIMING, timing);
             response
         }
         Err(AllocateFailure::Upstream(error)) => upstream_failure(error),
         Err(AllocateFailure::Refused(answer)) => pass_through(answer),
-        Err(AllocateFailure::Unreadable { zone, status, error }) => problem(
-            ProblemKind::BadAllocatorAnswer,
-            format!("the allocator of zone `{zone}` answered {status} with an unreadable decision: {error}"),
-        ),
+        Err(failure @ AllocateFailure::Unreadable { .. }) => {
+            problem(ProblemKind::BadAllocatorAnswer, failure.to_string())
+        }
     }
 }
 
@@ -367,8 +374,14 @@ where
     }
 }
 
-fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    param.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
+service_common::problem_responses! {
+    /// The refusals the routes on one VM (`/allocate/{vm_id}`) share.
+    struct VmCallRefusals {
+        404: "No zone has the VM (or it is another tenant's, for a tenant key).",
+        422: "The VM id is outside the id charset, or the zone is unknown.",
+        502: "An allocator could not be reached.",
+        504: "An allocator did not answer in time.",
+    }
 }
 
 /// What to do with a VM id at its zone's allocator.
@@ -391,9 +404,9 @@ async fn vm_call(
         Ok(caller) => caller,
         Err(response) => return response,
     };
-    let query = match query {
-        Ok(Query(query)) => query,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    let query = match query_param(query) {
+        Ok(query) => query,
+        Err(response) => return response,
     };
     let now_s = unix_now_s();
     let ended_at_s = match (call, query.ended_at_s) {
@@ -453,14 +466,8 @@ async fn vm_call(
            ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent."),
            ("ended_at_s" = Option<f64>, Query, description = "When the VM ended, on the model's clock (that of `requested_at_s`; the server's clock when absent, and always for a tenant key beyond the allowed skew). The inference servers' tenant history records it.")),
     responses((status = 204, description = "Released."),
-              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 404, description = "No zone has the VM (or it is another tenant's, for a tenant key).", body = domain::Problem),
-              (status = 422, description = "The VM id is outside the id charset, or the zone is unknown.", body = domain::Problem),
-              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem),
-              (status = 502, description = "An allocator could not be reached.", body = domain::Problem),
               (status = 503, description = "Overloaded or timed out, or the allocator could not make the release durable; retry.", body = domain::Problem),
-              (status = 504, description = "An allocator did not answer in time.", body = domain::Problem)),
+              VmCallRefusals, BadPathOrQuery, NoApiKey, RateLimited),
     security(("bearer" = [])))]
 async fn release(
     State(state): State<AppState>,
@@ -477,13 +484,7 @@ async fn release(
     params(("vm_id" = String, Path, description = "The VM's id (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", min_length = 1, max_length = 128),
            ("zone" = Option<String>, Query, description = "The VM's zone; every zone is asked when absent.")),
     responses((status = 200, description = "Where the VM is placed.", body = domain::VmInfo),
-              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 404, description = "No zone has the VM (or it is another tenant's, for a tenant key).", body = domain::Problem),
-              (status = 422, description = "The VM id is outside the id charset, or the zone is unknown.", body = domain::Problem),
-              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem),
-              (status = 502, description = "An allocator could not be reached.", body = domain::Problem),
-              (status = 504, description = "An allocator did not answer in time.", body = domain::Problem)),
+              VmCallRefusals, BadPathOrQuery, NoApiKey, RateLimited),
     security(("bearer" = [])))]
 async fn lookup(
     State(state): State<AppState>,
@@ -498,22 +499,13 @@ async fn lookup(
 /// safeguard) and each zone's allocator statistics (`zones.<zone>.stats`). Fleet-wide: the
 /// operator's key (or open mode) only.
 #[utoipa::path(get, path = "/v1/stats",
-    responses((status = 200, description = "The statistics.", body = ControlStats),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key: fleet-wide statistics need the operator's key.", body = domain::Problem),
-              (status = 429, description = "The tenant is over its request rate.", body = domain::Problem)),
+    responses((status = 200, description = "The statistics.", body = ControlStats), NoApiKey, OperatorOnly, RateLimited),
     security(("bearer" = [])))]
 async fn stats(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match operator(&state.control, &headers) {
         Ok(_) => Json(state.control.stats(request_id(&headers)).await).into_response(),
         Err(response) => response,
     }
-}
-
-/// Alive.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
-async fn healthz() -> &'static str {
-    "ok"
 }
 
 /// Ready when every zone's allocator answered its last readiness probe. The inference servers do
@@ -540,9 +532,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus metrics (text exposition format 0.0.4).
-#[utoipa::path(get, path = "/metrics",
-    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
-              (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
+#[utoipa::path(get, path = "/metrics", responses(MetricsResponses))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     let Some(handle) = &state.metrics else {
         return problem(ProblemKind::NoMetrics, "this server does not record metrics");

@@ -12,11 +12,11 @@ use crate::inference::InferenceClient;
 use crate::predictions::Resolver;
 use crate::quality::{merge_versions, record_metrics, RolloutView};
 use crate::rate_limit::RateLimiter;
-use crate::upstream::{Allocators, Answer, UpstreamError};
+use crate::upstream::{AllocateFailure, Allocators, BadAnswer, Decided, Read};
 use domain::quality::QualityReport;
 use domain::{
-    AllocationDecision, AllocationOutcome, AllocationRequest, ControlDecision, ControlStats, HistoryEvent,
-    StageLatency, ValidationLimits, VmPrediction, ZoneId, ZoneStats,
+    AllocationOutcome, AllocationRequest, ControlDecision, ControlStats, HistoryEvent, StageLatency, ValidationLimits,
+    VmPrediction, ZoneId, ZoneStats,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -50,22 +50,11 @@ pub struct Counters {
 /// A request placed or rejected by its zone's allocator, with its predictions and stage latencies.
 #[derive(Debug)]
 pub struct Allocated {
-    /// The allocator's status: 201 placed, 200 rejected or replayed.
-    pub status: u16,
+    /// Placed by this very request; otherwise rejected, or replayed from an earlier request.
+    pub created: bool,
     pub decision: ControlDecision,
     /// The allocator's own stages (its `Server-Timing`), when it reported them.
     pub allocator_timing: Option<String>,
-}
-
-/// Why a request got no decision from its zone's allocator.
-#[derive(Debug)]
-pub enum AllocateFailure {
-    /// Not reached, or no answer in time.
-    Upstream(UpstreamError),
-    /// It answered with an error of its own (4xx, 5xx), passed on as it came.
-    Refused(Answer),
-    /// Its answer could not be read as a decision.
-    Unreadable { zone: ZoneId, status: u16, error: String },
 }
 
 /// Seconds since the Unix epoch: the model's clock (request times).
@@ -102,11 +91,8 @@ impl Control {
         for (zone, agents) in self.allocators.zones() {
             let all = agents.iter().map(|a| a.base.as_str()).collect::<Vec<_>>().join(", ");
             let (allocator, stats, error) = match self.allocators.stats(zone, request_id).await {
-                Ok(answer) if answer.status.is_success() => match serde_json::from_slice(&answer.body) {
-                    Ok(value) => (answer.agent, Some(value), None),
-                    Err(error) => (answer.agent, None, Some(format!("unreadable statistics: {error}"))),
-                },
-                Ok(answer) => (answer.agent, None, Some(format!("the allocator answered {}", answer.status))),
+                Ok(Read { agent, value: Ok(stats) }) => (agent, Some(stats), None),
+                Ok(Read { agent, value: Err(error) }) => (agent, None, Some(error.to_string())),
                 Err(error) => (all, None, Some(error.to_string())),
             };
             zones.insert(zone.to_string(), ZoneStats { allocator, stats, error });
@@ -157,29 +143,19 @@ impl Control {
         }
         record_stage("allocator", allocator_us);
 
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(error) => {
+        let Decided { decision, created, server_timing, .. } = match answer {
+            Ok(decided) => decided,
+            Err(failure) => {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
-                return Err(AllocateFailure::Upstream(error));
-            }
-        };
-        if !matches!(answer.status.as_u16(), 200 | 201) {
-            self.counters.failed.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("control_requests_total", "outcome" => "error").increment(1);
-            return Err(AllocateFailure::Refused(answer));
-        }
-        let decision: AllocationDecision = match serde_json::from_slice(&answer.body) {
-            Ok(decision) => decision,
-            Err(error) => {
-                self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%error, "unreadable decision from the allocator");
-                return Err(AllocateFailure::Unreadable {
-                    zone,
-                    status: answer.status.as_u16(),
-                    error: error.to_string(),
-                });
+                match &failure {
+                    AllocateFailure::Unreadable { error, .. } => {
+                        tracing::error!(%error, "unreadable decision from the allocator")
+                    }
+                    AllocateFailure::Upstream(_) | AllocateFailure::Refused(_) => {
+                        metrics::counter!("control_requests_total", "outcome" => "error").increment(1)
+                    }
+                }
+                return Err(failure);
             }
         };
         if let AllocationOutcome::Placed { placements } = &decision.outcome {
@@ -218,9 +194,9 @@ impl Control {
             total_us,
         };
         Ok(Allocated {
-            status: answer.status.as_u16(),
+            created,
             decision: ControlDecision { zone, decision, predictions, latency_us },
-            allocator_timing: answer.server_timing,
+            allocator_timing: server_timing,
         })
     }
 
@@ -274,11 +250,11 @@ impl Control {
         let mut reports = Vec::new();
         for (zone, _) in self.allocators.zones() {
             match self.allocators.quality(zone).await {
-                Ok(answer) if answer.status.is_success() => match serde_json::from_slice(&answer.body) {
-                    Ok(report) => reports.push(report),
-                    Err(error) => tracing::warn!(%zone, %error, "unreadable quality report"),
-                },
-                Ok(answer) => tracing::debug!(%zone, status = %answer.status, "no quality report"),
+                Ok(Read { value: Ok(report), .. }) => reports.push(report),
+                Ok(Read { value: Err(error @ BadAnswer::Unreadable { .. }), .. }) => {
+                    tracing::warn!(%zone, %error, "unreadable quality report")
+                }
+                Ok(Read { value: Err(error), .. }) => tracing::debug!(%zone, %error, "no quality report"),
                 Err(error) => tracing::debug!(%zone, %error, "no quality report"),
             }
         }

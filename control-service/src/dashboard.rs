@@ -9,19 +9,23 @@
 // Handlers return early with a ready `Response` (a problem body), as in `api`.
 #![allow(clippy::result_large_err)]
 
-use crate::http::{operator, pass_through, request_id, upstream_failure, AppState};
+use crate::http::{
+    operator, pass_through, request_id, upstream_failure, AllocatorUnreachable, AppState, NoApiKey, OperatorOnly,
+};
 use crate::upstream::encode_segment;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::get;
+use axum::Json;
 use domain::ProblemKind;
 use domain::ZoneId;
 use serde::Serialize;
-use service_common::problem::{field_problem, problem};
+use service_common::problem::{field_problem, path_param, problem, query_param};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 const INDEX_HTML: &str = include_str!("../assets/dashboard/index.html");
 const APP_JS: &str = include_str!("../assets/dashboard/app.js");
@@ -31,19 +35,19 @@ const APP_CSS: &str = include_str!("../assets/dashboard/app.css");
 /// these reaches the allocator's URL.
 const HOST_FILTERS: [&str; 6] = ["state", "rack", "cluster", "empty", "limit", "offset"];
 
-/// The dashboard's page and assets, and the zone views.
-pub fn routes() -> Router<AppState> {
-    Router::new()
+/// The dashboard's page and assets (not part of the API document), and the zone views.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/dashboard", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
         .route("/dashboard/", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
         .route("/dashboard/app.js", get(|| asset("text/javascript; charset=utf-8", APP_JS)))
         .route("/dashboard/app.css", get(|| asset("text/css; charset=utf-8", APP_CSS)))
-        .route("/v1/stats/history", get(history))
-        .route("/v1/zones", get(zones))
-        .route("/v1/zones/{zone}/hosts", get(zone_hosts))
-        .route("/v1/zones/{zone}/hosts/{host_id}", get(zone_host))
-        .route("/v1/zones/{zone}/consolidation", get(zone_consolidation))
-        .route("/v1/zones/{zone}/explain", post(zone_explain))
+        .routes(routes!(history))
+        .routes(routes!(zones))
+        .routes(routes!(zone_hosts))
+        .routes(routes!(zone_host))
+        .routes(routes!(zone_consolidation))
+        .routes(routes!(zone_explain))
 }
 
 async fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -90,9 +94,7 @@ pub struct AgentHealth {
 /// `history_samples` taken every `history_interval_ms`), oldest first. Fleet-wide: the operator's
 /// key (or open mode).
 #[utoipa::path(get, path = "/v1/stats/history",
-    responses((status = 200, description = "The samples.", body = crate::timeline::History),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key.", body = domain::Problem)),
+    responses((status = 200, description = "The samples.", body = crate::timeline::History), NoApiKey, OperatorOnly),
     security(("bearer" = [])))]
 pub async fn history(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match operator(&state.control, &headers) {
@@ -103,9 +105,7 @@ pub async fn history(State(state): State<AppState>, headers: HeaderMap) -> Respo
 
 /// The zones and their allocation agents' readiness. Fleet-wide: the operator's key (or open mode).
 #[utoipa::path(get, path = "/v1/zones",
-    responses((status = 200, description = "The zones.", body = ZoneList),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key: the zone views need the operator's key.", body = domain::Problem)),
+    responses((status = 200, description = "The zones.", body = ZoneList), NoApiKey, OperatorOnly),
     security(("bearer" = [])))]
 pub async fn zones(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if let Err(response) = operator(&state.control, &headers) {
@@ -136,10 +136,8 @@ pub async fn zones(State(state): State<AppState>, headers: HeaderMap) -> Respons
     responses((status = 200, description = "A page of hosts (the allocator's `HostPage`).", content_type = "application/json"),
               (status = 400, description = "An unknown or malformed filter.", body = domain::Problem),
               (status = 422, description = "`limit` or `offset` out of range.", body = domain::Problem),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key.", body = domain::Problem),
               (status = 404, description = "No such zone.", body = domain::Problem),
-              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+              NoApiKey, OperatorOnly, AllocatorUnreachable),
     security(("bearer" = [])))]
 pub async fn zone_hosts(
     State(state): State<AppState>,
@@ -151,9 +149,9 @@ pub async fn zone_hosts(
         Ok(zone) => zone,
         Err(response) => return response,
     };
-    let pairs = match query {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    let pairs = match query_param(query) {
+        Ok(pairs) => pairs,
+        Err(response) => return response,
     };
     let mut path = String::from("/v1/hosts");
     for (i, (key, value)) in pairs.iter().enumerate() {
@@ -183,19 +181,17 @@ pub async fn zone_hosts(
     params(("zone" = String, Path, description = "A zone this control service routes."),
            ("host_id" = String, Path, description = "The host's id.")),
     responses((status = 200, description = "The host and its VMs (the allocator's `HostDetail`).", content_type = "application/json"),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key.", body = domain::Problem),
               (status = 404, description = "No such zone or host.", body = domain::Problem),
-              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+              NoApiKey, OperatorOnly, AllocatorUnreachable),
     security(("bearer" = [])))]
 pub async fn zone_host(
     State(state): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    let (zone, host_id) = match path {
-        Ok(Path(pair)) => pair,
-        Err(rejection) => return problem(ProblemKind::MalformedPath, rejection.body_text()),
+    let (zone, host_id) = match path_param(path) {
+        Ok(pair) => pair,
+        Err(response) => return response,
     };
     let zone = match known_zone(&state, &headers, Ok(Path(zone))) {
         Ok(zone) => zone,
@@ -211,10 +207,8 @@ pub async fn zone_host(
 #[utoipa::path(get, path = "/v1/zones/{zone}/consolidation",
     params(("zone" = String, Path, description = "A zone this control service routes.")),
     responses((status = 200, description = "The allocator's `ConsolidationReport`.", content_type = "application/json"),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key.", body = domain::Problem),
               (status = 404, description = "No such zone, or consolidation is off in it (`type` says which).", body = domain::Problem),
-              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+              NoApiKey, OperatorOnly, AllocatorUnreachable),
     security(("bearer" = [])))]
 pub async fn zone_consolidation(
     State(state): State<AppState>,
@@ -236,11 +230,9 @@ pub async fn zone_consolidation(
     request_body = domain::ExplainRequest,
     responses((status = 200, description = "The allocator's `Explanation`.", content_type = "application/json"),
               (status = 400, description = "Malformed JSON or a missing field (named in `errors`).", body = domain::Problem),
-              (status = 401, description = "No valid API key.", body = domain::Problem),
-              (status = 403, description = "A tenant key.", body = domain::Problem),
               (status = 404, description = "No such zone.", body = domain::Problem),
               (status = 422, description = "An invalid field, such as a host not in the inventory (named in `errors`).", body = domain::Problem),
-              (status = 502, description = "The allocator could not be reached.", body = domain::Problem)),
+              NoApiKey, OperatorOnly, AllocatorUnreachable),
     security(("bearer" = [])))]
 pub async fn zone_explain(
     State(state): State<AppState>,
@@ -263,8 +255,7 @@ fn known_zone(
     zone: Result<Path<String>, PathRejection>,
 ) -> Result<ZoneId, Response> {
     operator(&state.control, headers)?;
-    let Path(zone) = zone.map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))?;
-    let zone = ZoneId(zone);
+    let zone = ZoneId(path_param(zone)?);
     if state.control.allocators.contains(&zone) {
         return Ok(zone);
     }

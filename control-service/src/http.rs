@@ -1,6 +1,7 @@
 //! What the control service's HTTP handlers share ([`crate::api`] and [`crate::dashboard`]): the
-//! caller of a request (API key, rate limit, operator-only reads), the problem answers for invalid
-//! fields and failed upstream calls, and passing an allocator's answer on as it came.
+//! caller of a request (API key, rate limit, operator-only reads) and the documented refusals that
+//! go with it, the problem answers for failed upstream calls, and passing an allocator's answer on
+//! as it came.
 
 // Handlers answer early with a whole `Response` as the error: the size is the point.
 #![allow(clippy::result_large_err)]
@@ -15,6 +16,20 @@ use service_common::layers::REQUEST_ID_HEADER;
 use service_common::problem::problem;
 use service_common::telemetry::PrometheusHandle;
 use std::sync::Arc;
+
+service_common::problem_responses! {
+    /// A route that needs an API key ([`authorize`]) called without a valid one.
+    pub(crate) struct NoApiKey { 401: "No valid API key." }
+
+    /// A tenant over its request rate ([`authorize`]).
+    pub(crate) struct RateLimited { 429: "The tenant is over its request rate." }
+
+    /// A fleet-wide route ([`operator`]) called with a tenant's key.
+    pub(crate) struct OperatorOnly { 403: "A tenant key: the statistics and the zone views need the operator's key." }
+
+    /// A zone view whose allocator could not be reached.
+    pub(crate) struct AllocatorUnreachable { 502: "The allocator could not be reached." }
+}
 
 /// The state every handler gets: the service and the metrics it renders.
 #[derive(Clone)]

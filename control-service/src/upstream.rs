@@ -1,6 +1,9 @@
 //! The zones' allocators: forwarding placement, release and lookup calls to the allocator of a zone,
-//! with the request id carried along. Answers come back as status and body, for the API layer to
-//! pass on; only transport failures are errors here.
+//! with the request id carried along. The HTTP of those calls stays here: a placement comes back as
+//! the allocator's decision ([`Decided`]) or as why there is none ([`AllocateFailure`]), a read of
+//! its figures (statistics, realized quality) as the figures or why they are missing ([`Read`]);
+//! the calls the API layer passes on to the client as they came (release, lookup, the zone views)
+//! give the allocator's [`Answer`].
 //!
 //! A zone may have several allocation agents on one shared store: calls are spread over them in
 //! turn (agents marked down by the health checks last), and a call that cannot reach an agent, or
@@ -10,8 +13,10 @@
 //! on it, and sending the same work elsewhere would only add load; the client retries.
 
 use crate::health::{HealthPolicy, Upstream};
-use domain::{AllocationRequest, TenantId, ZoneId};
+use domain::quality::QualityReport;
+use domain::{AllocationDecision, AllocationRequest, TenantId, ZoneId};
 use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
 use service_common::layers::REQUEST_ID_HEADER;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +41,51 @@ pub enum UpstreamError {
     CredentialRefused { zone: ZoneId },
 }
 
+/// A placement the zone's allocator decided.
+#[derive(Debug)]
+pub struct Decided {
+    /// The base URL of the agent that decided.
+    pub agent: String,
+    pub decision: AllocationDecision,
+    /// Placed by this very request (201); otherwise rejected, or replayed from an earlier request (200).
+    pub created: bool,
+    /// The allocator's `Server-Timing`: where its part of the request's time went.
+    pub server_timing: Option<String>,
+}
+
+/// Why a placement got no decision from the zone's allocator.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocateFailure {
+    /// Not reached, or no answer in time.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// It answered with an error of its own (4xx, 5xx), to pass on to the client as it came.
+    #[error("the allocator answered {}", .0.status)]
+    Refused(Answer),
+    /// Its answer could not be read as a decision.
+    #[error("the allocator of zone `{zone}` answered {status} with an unreadable decision: {error}")]
+    Unreadable { zone: ZoneId, status: u16, error: String },
+}
+
+/// An agent's answer to a read of its figures: the figures, or why the answer holds none.
+#[derive(Debug)]
+pub struct Read<T> {
+    /// The base URL of the agent that answered.
+    pub agent: String,
+    pub value: Result<T, BadAnswer>,
+}
+
+/// Why an allocator's answer to a read holds no figures.
+#[derive(Debug, thiserror::Error)]
+pub enum BadAnswer {
+    /// An error status of its own.
+    #[error("the allocator answered {0}")]
+    Refused(StatusCode),
+    /// A success whose body is not what was asked for.
+    #[error("unreadable {what}: {error}")]
+    Unreadable { what: &'static str, error: serde_json::Error },
+}
+
 /// An allocator's answer.
 #[derive(Debug)]
 pub struct Answer {
@@ -48,6 +98,18 @@ pub struct Answer {
     /// The allocator's `Server-Timing`: where its part of the request's time went.
     pub server_timing: Option<String>,
     pub body: axum::body::Bytes,
+}
+
+impl Answer {
+    /// The figures (`what`, named in the error) of a read's answer.
+    fn read<T: DeserializeOwned>(self, what: &'static str) -> Read<T> {
+        let value = if self.status.is_success() {
+            serde_json::from_slice(&self.body).map_err(|error| BadAnswer::Unreadable { what, error })
+        } else {
+            Err(BadAnswer::Refused(self.status))
+        };
+        Read { agent: self.agent, value }
+    }
 }
 
 pub struct Allocators {
@@ -88,16 +150,33 @@ impl Allocators {
         self.zones.contains_key(zone)
     }
 
+    /// Places `request` in `zone`: the allocator's decision (201 placed, 200 rejected or replayed),
+    /// else its own error answer as it came, or why there is no answer.
     pub async fn allocate(
         &self,
         zone: &ZoneId,
         request: &AllocationRequest,
         request_id: Option<&str>,
-    ) -> Result<Answer, UpstreamError> {
-        self.send(zone, request_id, |client, agent| {
-            agent.request(client, reqwest::Method::POST, "/v1/allocations").json(request)
+    ) -> Result<Decided, AllocateFailure> {
+        let answer = self
+            .send(zone, request_id, |client, agent| {
+                agent.request(client, reqwest::Method::POST, "/v1/allocations").json(request)
+            })
+            .await?;
+        if !matches!(answer.status, StatusCode::OK | StatusCode::CREATED) {
+            return Err(AllocateFailure::Refused(answer));
+        }
+        let decision = serde_json::from_slice(&answer.body).map_err(|error| AllocateFailure::Unreadable {
+            zone: zone.clone(),
+            status: answer.status.as_u16(),
+            error: error.to_string(),
+        })?;
+        Ok(Decided {
+            agent: answer.agent,
+            decision,
+            created: answer.status == StatusCode::CREATED,
+            server_timing: answer.server_timing,
         })
-        .await
     }
 
     /// Releases a VM; with an `owner`, only if that tenant placed it (the allocator checks and
@@ -131,13 +210,20 @@ impl Allocators {
         self.send(zone, request_id, |client, agent| client.get(agent.url(&path))).await
     }
 
-    pub async fn stats(&self, zone: &ZoneId, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
-        self.send(zone, request_id, |client, agent| client.get(agent.url("/v1/stats"))).await
+    /// The zone's allocator statistics (`GET /v1/stats`), as the allocator wrote them.
+    pub async fn stats(
+        &self,
+        zone: &ZoneId,
+        request_id: Option<&str>,
+    ) -> Result<Read<serde_json::Value>, UpstreamError> {
+        let answer = self.send(zone, request_id, |client, agent| client.get(agent.url("/v1/stats"))).await?;
+        Ok(answer.read("statistics"))
     }
 
     /// The zone's realized prediction quality (`GET /v1/quality`).
-    pub async fn quality(&self, zone: &ZoneId) -> Result<Answer, UpstreamError> {
-        self.send(zone, None, |client, agent| client.get(agent.url("/v1/quality"))).await
+    pub async fn quality(&self, zone: &ZoneId) -> Result<Read<QualityReport>, UpstreamError> {
+        let answer = self.send(zone, None, |client, agent| client.get(agent.url("/v1/quality"))).await?;
+        Ok(answer.read("quality report"))
     }
 
     /// A read of the allocator's public API (`path` with its query, already percent-encoded), for

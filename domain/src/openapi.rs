@@ -6,7 +6,7 @@
 use crate::problem::PROBLEM_CONTENT_TYPE;
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::Operation;
+use utoipa::openapi::path::{Operation, Paths};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi, Ref, RefOr, Response, ResponseBuilder};
@@ -156,8 +156,8 @@ fn retype_problem(response: &mut Response) {
 }
 
 /// Documents `alias` as the same routes as `path`, with operation ids suffixed `_alias_suffix`.
-pub fn alias(openapi: &mut OpenApi, path: &str, alias: &str, suffix: &str) {
-    let Some(item) = openapi.paths.paths.get(path).cloned() else { return };
+pub fn alias(paths: &mut Paths, path: &str, alias: &str, suffix: &str) {
+    let Some(item) = paths.paths.get(path).cloned() else { return };
     let mut item = item;
     for operation in [
         &mut item.get,
@@ -182,7 +182,7 @@ pub fn alias(openapi: &mut OpenApi, path: &str, alias: &str, suffix: &str) {
             None => note,
         });
     }
-    openapi.paths.paths.insert(alias.to_owned(), item);
+    paths.paths.insert(alias.to_owned(), item);
 }
 
 /// Replaces (or adds) property `property` of the object schema `schema` in `components.schemas`:

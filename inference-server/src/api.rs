@@ -1,12 +1,13 @@
-//! HTTP routes of the inference server: a thin layer over the registry and `lifetime-model`.
+//! HTTP routes of the inference server: a thin layer over the registry and `lifetime-model`. The
+//! routes are listed once, with `utoipa_axum::routes!`, which takes each handler's method and path
+//! from its `#[utoipa::path]`: the router and the OpenAPI document come from the same list.
 
 use crate::config::ServerConfig;
 use crate::history::{HistoryStatus, ServerHistory};
 use crate::registry::{BundleStatus, CanarySpec, Deployment, Registry, Rollout};
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use domain::ProblemKind;
 use domain::{
@@ -14,13 +15,16 @@ use domain::{
     RemainingPrediction, RemainingRequest, RemainingResponse, ValidationLimits,
 };
 use lifetime_model::RequestFeatures;
-use service_common::auth::{require_bearer, ServiceTokens, OPEN_PATHS};
+use service_common::auth::{AdminAuth, HasAdminToken, ServiceTokens, OPEN_PATHS};
+use service_common::openapi::{AdminRefusals, BadJson, BrokenRule, MetricsResponses, NotJson};
 use service_common::problem::{problem, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use service_common::ValidJson;
 use std::sync::Arc;
 use std::time::Instant;
 use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -37,6 +41,12 @@ pub struct AppState {
 impl HasLimits for AppState {
     fn limits(&self) -> &ValidationLimits {
         &self.limits
+    }
+}
+
+impl HasAdminToken for AppState {
+    fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
     }
 }
 
@@ -73,20 +83,6 @@ impl AppState {
                        is configured. The admin routes need `Authorization: Bearer <admin_token>`; without a \
                        configured admin token they answer 403."
     ),
-    paths(
-        predict,
-        remaining_lifetime,
-        record_history,
-        history_status,
-        list_models,
-        reload_models,
-        set_canary,
-        promote_canary,
-        rollback_canary,
-        healthz,
-        readyz,
-        metrics_endpoint
-    ),
     components(schemas(
         PredictRequest,
         PredictResponse,
@@ -99,8 +95,7 @@ impl AppState {
         CanarySpec,
         crate::registry::AutoCanary,
         domain::Problem
-    )),
-    modifiers(&DocumentCompletion)
+    ))
 )]
 pub struct ApiDoc;
 
@@ -142,25 +137,46 @@ impl utoipa::Modify for DocumentCompletion {
     }
 }
 
+/// The routes and their OpenAPI document, from one list.
+fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (router, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(predict))
+        .routes(routes!(remaining_lifetime))
+        .routes(routes!(record_history, history_status))
+        .routes(routes!(list_models))
+        .routes(routes!(reload_models))
+        .routes(routes!(set_canary))
+        .routes(routes!(promote_canary))
+        .routes(routes!(rollback_canary))
+        .routes(routes!(service_common::openapi::healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics_endpoint))
+        .split_for_parts();
+    // Once every path is in: the service credential and the standard answers go on each of them.
+    utoipa::Modify::modify(&DocumentCompletion, &mut openapi);
+    (router, openapi)
+}
+
+/// The OpenAPI document of every route (`GET /openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes().1
+}
+
 /// The full router, every route but the probes, `/metrics` and `/openapi.json` behind the service
 /// credential, without the standard layers (see `service_common::layers::apply`).
 pub fn router(state: AppState) -> Router {
+    let (router, openapi) = routes();
     let tokens = state.service_tokens.clone();
-    let router = Router::new()
-        .route("/v1/predict", post(predict))
-        .route("/v1/remaining-lifetime", post(remaining_lifetime))
-        .route("/v1/history", post(record_history).get(history_status))
-        .route("/v1/models", get(list_models))
-        .route("/v1/models/reload", post(reload_models))
-        .route("/v1/models/canary", post(set_canary))
-        .route("/v1/models/promote", post(promote_canary))
-        .route("/v1/models/rollback", post(rollback_canary))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_endpoint))
-        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
-        .with_state(state);
+    let router = router.route("/openapi.json", get(|| async move { Json(openapi) })).with_state(state);
     service_common::auth::protect(router, tokens)
+}
+
+service_common::problem_responses! {
+    /// A prediction route before any valid bundle is deployed (or the standard stack's 503).
+    struct NoModel { 503: "No valid model is deployed yet (`urn:problem:no-model`), or overloaded or timed out." }
+
+    /// A rollout change that could not be recorded.
+    struct RolloutNotWritten { 500: "`rollout.toml` could not be written." }
 }
 
 fn no_model() -> Response {
@@ -231,10 +247,7 @@ fn remaining_batch(
 /// Predicts lifetime class, interval and expected lifetime for a batch of VMs.
 #[utoipa::path(post, path = "/v1/predict", request_body = PredictRequest,
     responses((status = 200, description = "One prediction per instance, in order.", body = PredictResponse),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
-              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
-              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`), or overloaded or timed out.", body = domain::Problem)))]
+              BadJson, NotJson, BrokenRule, NoModel))]
 async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<PredictRequest>) -> Response {
     let size = request.instances.len();
     let history = Arc::clone(&state.history);
@@ -247,10 +260,7 @@ async fn predict(State(state): State<AppState>, ValidJson(request): ValidJson<Pr
 /// Predicts the remaining lifetime of running VMs given their uptime.
 #[utoipa::path(post, path = "/v1/remaining-lifetime", request_body = RemainingRequest,
     responses((status = 200, description = "One prediction per instance, in order.", body = RemainingResponse),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
-              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
-              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`), or overloaded or timed out.", body = domain::Problem)))]
+              BadJson, NotJson, BrokenRule, NoModel))]
 async fn remaining_lifetime(
     State(state): State<AppState>,
     ValidJson(request): ValidJson<RemainingRequest>,
@@ -269,10 +279,8 @@ async fn remaining_lifetime(
 /// counted in the answer, never refused.
 #[utoipa::path(post, path = "/v1/history", request_body = HistoryRequest,
     responses((status = 200, description = "The history after the events.", body = HistoryStatus),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
-              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
-              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`): the events are not recorded.", body = domain::Problem)))]
+              (status = 503, description = "No valid model is deployed yet (`urn:problem:no-model`): the events are not recorded.", body = domain::Problem),
+              BadJson, NotJson, BrokenRule))]
 async fn record_history(State(state): State<AppState>, ValidJson(request): ValidJson<HistoryRequest>) -> Response {
     let Some(deployment) = state.registry.deployment() else { return no_model() };
     let history = Arc::clone(&state.history);
@@ -325,14 +333,12 @@ async fn list_models(State(state): State<AppState>) -> Json<Vec<BundleStatus>> {
     Json(state.registry.statuses())
 }
 
+/// Runs an admin route's change of the registry on the blocking pool (it reads and writes the
+/// models directory), answering with the bundles after it.
 async fn blocking_admin<T: Send + 'static>(
     state: &AppState,
-    headers: &HeaderMap,
     work: impl FnOnce(&Registry) -> Result<T, crate::registry::RegistryError> + Send + 'static,
 ) -> Response {
-    if let Err(response) = require_bearer(headers, state.admin_token.as_deref()) {
-        return response;
-    }
     let registry = Arc::clone(&state.registry);
     let outcome = tokio::task::spawn_blocking(move || work(&registry).map(|_| registry.statuses())).await;
     match outcome {
@@ -349,30 +355,26 @@ async fn blocking_admin<T: Send + 'static>(
 /// Rescans the models directory now (admin).
 #[utoipa::path(post, path = "/v1/models/reload",
     responses((status = 200, description = "The bundles after the scan.", body = [BundleStatus]),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 500, description = "The models directory could not be read.", body = domain::Problem)),
+              (status = 500, description = "The models directory could not be read.", body = domain::Problem),
+              AdminRefusals),
     security(("bearer" = [])))]
-async fn reload_models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    blocking_admin(&state, &headers, |registry| registry.refresh()).await
+async fn reload_models(State(state): State<AppState>, _: AdminAuth) -> Response {
+    blocking_admin(&state, |registry| registry.refresh()).await
 }
 
 /// Sends a share of traffic to a canary bundle (admin); recorded in `rollout.toml`. The body is
 /// read as JSON whatever its declared content type.
 #[utoipa::path(post, path = "/v1/models/canary", request_body = CanarySpec,
     responses((status = 200, description = "The bundles with the new rollout.", body = [BundleStatus]),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 422, description = "Unknown or invalid bundle, or a share outside (0, 1].", body = domain::Problem),
-              (status = 500, description = "`rollout.toml` could not be written.", body = domain::Problem)),
+              BadJson, AdminRefusals, RolloutNotWritten),
     security(("bearer" = [])))]
-async fn set_canary(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn set_canary(State(state): State<AppState>, _: AdminAuth, body: axum::body::Bytes) -> Response {
     let spec: CanarySpec = match serde_json::from_slice(&body) {
         Ok(spec) => spec,
         Err(error) => return problem(ProblemKind::MalformedRequest, error.to_string()),
     };
-    blocking_admin(&state, &headers, move |registry| {
+    blocking_admin(&state, move |registry| {
         let mut rollout = registry.rollout();
         if rollout.stable.is_none() {
             rollout.stable = registry.deployment().map(|d| d.stable_name.clone());
@@ -386,13 +388,11 @@ async fn set_canary(State(state): State<AppState>, headers: HeaderMap, body: axu
 /// Makes the canary the stable bundle (admin).
 #[utoipa::path(post, path = "/v1/models/promote",
     responses((status = 200, description = "The bundles with the new rollout.", body = [BundleStatus]),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 422, description = "There is no canary to promote.", body = domain::Problem),
-              (status = 500, description = "`rollout.toml` could not be written.", body = domain::Problem)),
+              AdminRefusals, RolloutNotWritten),
     security(("bearer" = [])))]
-async fn promote_canary(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    blocking_admin(&state, &headers, |registry| {
+async fn promote_canary(State(state): State<AppState>, _: AdminAuth) -> Response {
+    blocking_admin(&state, |registry| {
         let rollout = registry.rollout();
         let Some(canary) = rollout.canary else {
             return Err(crate::registry::RegistryError::Invalid("there is no canary to promote".to_owned()));
@@ -405,13 +405,11 @@ async fn promote_canary(State(state): State<AppState>, headers: HeaderMap) -> Re
 /// Drops the canary; all traffic goes to the stable bundle (admin).
 #[utoipa::path(post, path = "/v1/models/rollback",
     responses((status = 200, description = "The bundles with the new rollout.", body = [BundleStatus]),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 422, description = "The stable bundle is no longer valid.", body = domain::Problem),
-              (status = 500, description = "`rollout.toml` could not be written.", body = domain::Problem)),
+              AdminRefusals, RolloutNotWritten),
     security(("bearer" = [])))]
-async fn rollback_canary(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    blocking_admin(&state, &headers, |registry| {
+async fn rollback_canary(State(state): State<AppState>, _: AdminAuth) -> Response {
+    blocking_admin(&state, |registry| {
         let mut rollout = registry.rollout();
         if rollout.stable.is_none() {
             rollout.stable = registry.deployment().map(|d| d.stable_name.clone());
@@ -420,12 +418,6 @@ async fn rollback_canary(State(state): State<AppState>, headers: HeaderMap) -> R
         registry.set_rollout(&rollout)
     })
     .await
-}
-
-/// The process is up.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
-async fn healthz() -> &'static str {
-    "ok"
 }
 
 /// A valid model is deployed and predictions can be served.
@@ -440,9 +432,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus metrics (text exposition format 0.0.4).
-#[utoipa::path(get, path = "/metrics",
-    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
-              (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
+#[utoipa::path(get, path = "/metrics", responses(MetricsResponses))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     match &state.metrics {
         Some(handle) => service_common::telemetry::render_metrics(handle),

@@ -1,10 +1,11 @@
-//! Bearer tokens: the admin routes' check ([`require_bearer`]) and the service credential that every
-//! data route of the allocator and the inference server requires ([`ServiceTokens`],
-//! [`protect`]), so that only the control service and the operator's tools, not anyone who reaches
-//! a port, can place, release or predict.
+//! Bearer tokens: the admin routes' guard ([`AdminAuth`], the one place their token is checked) and
+//! the service credential that every data route of the allocator and the inference server requires
+//! ([`ServiceTokens`], [`protect`]), so that only the control service and the operator's tools, not
+//! anyone who reaches a port, can place, release or predict.
 
 use crate::problem::problem;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -40,8 +41,9 @@ fn unauthorized(detail: &str) -> Response {
     response
 }
 
-/// Checks `Authorization: Bearer <token>`. Without a configured token, admin routes are closed.
-pub fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
+/// Checks `Authorization: Bearer <token>`: 403 without a configured token (the admin routes are
+/// closed), 401 with `WWW-Authenticate: Bearer` unless the request carries it.
+fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
     let Some(expected) = token.filter(|t| !t.is_empty()) else {
         return Err(problem(ProblemKind::AdminDisabled, "no admin token is configured for this service"));
     };
@@ -49,6 +51,26 @@ pub fn require_bearer(headers: &HeaderMap, token: Option<&str>) -> Result<(), Re
         Ok(())
     } else {
         Err(unauthorized("a valid bearer token is required"))
+    }
+}
+
+/// Router states that hold a service's admin token (`None`: its admin routes are off).
+pub trait HasAdminToken {
+    fn admin_token(&self) -> Option<&str>;
+}
+
+/// The guard of an admin route: a handler that takes it as an argument runs only for a request
+/// with `Authorization: Bearer <admin token>`; any other gets 401 (403 while no admin token is
+/// configured) before the handler runs and before the body is read. Its answers are documented by
+/// [`crate::openapi::AdminRefusals`].
+#[derive(Debug, Clone, Copy)]
+pub struct AdminAuth;
+
+impl<S: HasAdminToken + Sync> FromRequestParts<S> for AdminAuth {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        require_bearer(&parts.headers, state.admin_token()).map(|()| AdminAuth)
     }
 }
 
@@ -278,5 +300,44 @@ mod tests {
         assert_eq!(call("GET", "/no/such/route", None).await.unwrap().status(), StatusCode::UNAUTHORIZED);
         assert_eq!(call("GET", "/readyz", None).await.unwrap().status(), StatusCode::OK);
         assert_eq!(call("GET", "/no/such/route", Some("Bearer secret")).await.unwrap().status(), StatusCode::NOT_FOUND);
+    }
+
+    /// A state with an admin token, or none.
+    #[derive(Clone)]
+    struct Admin(Option<&'static str>);
+
+    impl HasAdminToken for Admin {
+        fn admin_token(&self) -> Option<&str> {
+            self.0
+        }
+    }
+
+    #[tokio::test]
+    async fn an_admin_route_runs_only_with_the_admin_token_and_refuses_before_reading_the_body() {
+        async fn admin_only(_: AdminAuth, body: String) -> String {
+            body
+        }
+        let call = |token: Option<&'static str>, authorization: Option<&str>| {
+            let app = Router::new().route("/admin", post(admin_only)).with_state(Admin(token));
+            let mut request = axum::http::Request::builder().method("POST").uri("/admin");
+            if let Some(value) = authorization {
+                request = request.header(header::AUTHORIZATION, value);
+            }
+            app.oneshot(request.body(Body::from("done")).unwrap())
+        };
+        let allowed = call(Some("secret"), Some("Bearer secret")).await.unwrap();
+        assert_eq!(allowed.status(), StatusCode::OK);
+        for authorization in [None, Some("Bearer wrong"), Some("secret")] {
+            let refused = call(Some("secret"), authorization).await.unwrap();
+            assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "{authorization:?}");
+            assert_eq!(refused.headers()[header::WWW_AUTHENTICATE], "Bearer");
+            assert_eq!(refused.headers()[header::CONTENT_TYPE], domain::PROBLEM_CONTENT_TYPE);
+        }
+        // No admin token configured: the admin API is off, whatever the request carries.
+        for token in [None, Some("")] {
+            let off = call(token, Some("Bearer ")).await.unwrap();
+            assert_eq!(off.status(), StatusCode::FORBIDDEN, "{token:?}");
+            assert!(off.headers().get(header::WWW_AUTHENTICATE).is_none());
+        }
     }
 }

@@ -9,16 +9,21 @@
 //!   timeout, instead of `axum::serve`.
 //! - [`refusals`]: refused requests and connections, counted in Prometheus and summarised in at
 //!   most one WARN line a second.
+//! - [`cli`]: the flags every service binary takes (`--config`, `--listen`, `--insecure-open`).
 //! - [`telemetry`]: tracing subscriber and the Prometheus recorder behind `/metrics`.
 //! - [`timing`]: per-stage timing of a request in its answer's `Server-Timing` header.
-//! - [`auth`]: bearer-token check for admin routes, and the service credential that every data
-//!   route of the allocator and the inference server requires (`auth::protect`).
+//! - [`auth`]: the admin routes' guard (`auth::AdminAuth`), and the service credential that every
+//!   data route of the allocator and the inference server requires (`auth::protect`).
+//! - [`openapi`]: the OpenAPI responses the services' documents share, each written once, and the
+//!   liveness probe.
 
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
 pub mod auth;
+pub mod cli;
 pub mod layers;
+pub mod openapi;
 pub mod problem;
 pub mod refusals;
 pub mod server;

@@ -1,7 +1,9 @@
-//! Problem responses and the validating JSON body extractor.
+//! Problem responses, the validating JSON body extractor, and the problems of a path or query that
+//! does not parse.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{FromRequest, Path, Query, Request};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use domain::{decode_json, Problem, ProblemKind, Validate, ValidationLimits, PROBLEM_CONTENT_TYPE};
@@ -24,6 +26,19 @@ pub fn problem(kind: ProblemKind, detail: impl Into<String>) -> Response {
 /// A problem of `kind` naming the offending field in `errors`.
 pub fn field_problem(kind: ProblemKind, field: impl Into<String>, message: impl Into<String>) -> Response {
     problem_response(Problem::field(kind, field, message))
+}
+
+/// A path's parameters, or the problem (400 `malformed-path`) of a path they do not parse from.
+/// Handlers take the path as a `Result` and call this where its turn comes (after the caller's
+/// credentials, for instance), rather than let axum answer a rejection first.
+pub fn path_param<T>(path: Result<Path<T>, PathRejection>) -> Result<T, Response> {
+    path.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
+}
+
+/// A query's parameters, or the problem (400 `malformed-query`) of a query they do not parse from;
+/// as [`path_param`].
+pub fn query_param<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
+    query.map(|Query(value)| value).map_err(|rejection| problem(ProblemKind::MalformedQuery, rejection.body_text()))
 }
 
 /// A JSON body parsed and validated by `domain::decode_json` with the limits found in the router

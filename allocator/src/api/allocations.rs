@@ -3,7 +3,7 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{call, call_timed, command_error, field_problem, finite_time, path_param, problem, AppState};
+use super::{call, call_timed, command_error, field_problem, finite_time, path_param, query_param, AppState};
 use crate::durable::{Allocate, CommandError, Explain, GetAllocation, Release, VmInfo};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -16,6 +16,7 @@ use domain::{
     ZoneId,
 };
 use serde::Deserialize;
+use service_common::openapi::{BadJson, BadPathOrQuery, BrokenRule, NotJson};
 use service_common::timing::{server_timing, Timed, SERVER_TIMING};
 use service_common::ValidJson;
 use utoipa_axum::router::OpenApiRouter;
@@ -34,11 +35,9 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(post, path = "/v1/allocations", request_body = domain::AllocationRequest,
     responses((status = 201, description = "Placed now (`status: placed`).", body = domain::AllocationDecision),
               (status = 200, description = "Replayed (`replayed: true`), or rejected (`status: rejected`).", body = domain::AllocationDecision),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
               (status = 409, description = "A VM id is placed already with other details (`vm-id-reused`), or part of the gang is (`partial-gang`).", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
-              (status = 422, description = "A field breaks a rule (named in `errors`).", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable and was undone, the store is unavailable, or overloaded or timed out; retry.", body = domain::Problem)))]
+              (status = 503, description = "The change could not be made durable and was undone, the store is unavailable, or overloaded or timed out; retry.", body = domain::Problem),
+              BadJson, NotJson, BrokenRule))]
 async fn allocate(State(state): State<AppState>, body: Timed<ValidJson<AllocationRequest>>) -> Response {
     let Timed { value: ValidJson(request), started, took: parse } = body;
     if let Some(zone) = request.zone().filter(|zone| !state.zones.contains(zone)) {
@@ -89,7 +88,7 @@ struct OwnerQuery {
 
 /// The owner a call is restricted to, checked like every id a client sends.
 fn owner(query: Result<Query<OwnerQuery>, QueryRejection>) -> Result<Option<TenantId>, Response> {
-    let Query(query) = query.map_err(|rejection| problem(ProblemKind::MalformedQuery, rejection.body_text()))?;
+    let query = query_param(query)?;
     match query.tenant {
         Some(tenant) => match domain::validate::check_id(&tenant, "tenant") {
             Ok(()) => Ok(Some(TenantId(tenant))),
@@ -123,10 +122,10 @@ fn vm_and_owner(
            ("tenant" = Option<String>, Query, description = "Release only a VM of this tenant (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"),
            ("ended_at_s" = Option<f64>, Query, description = "When the VM ended on the model's clock (that of `requested_at_s`), for its realized outcome; the latest request time seen when absent.")),
     responses((status = 204, description = "Released."),
-              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
               (status = 404, description = "Not placed (or another tenant's VM, with `tenant`).", body = domain::Problem),
               (status = 422, description = "`tenant` is not a valid id.", body = domain::Problem),
-              (status = 503, description = "The release could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)))]
+              (status = 503, description = "The release could not be made durable, or overloaded or timed out; retry.", body = domain::Problem),
+              BadPathOrQuery))]
 async fn release(
     State(state): State<AppState>,
     vm_id: Result<Path<String>, PathRejection>,
@@ -155,9 +154,9 @@ async fn release(
     params(("vm_id" = String, Path, description = "The VM's id."),
            ("tenant" = Option<String>, Query, description = "Show only a VM of this tenant (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")),
     responses((status = 200, description = "Where the VM is placed.", body = VmInfo),
-              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
               (status = 404, description = "Not placed (or another tenant's VM, with `tenant`).", body = domain::Problem),
-              (status = 422, description = "`tenant` is not a valid id.", body = domain::Problem)))]
+              (status = 422, description = "`tenant` is not a valid id.", body = domain::Problem),
+              BadPathOrQuery))]
 async fn get_allocation(
     State(state): State<AppState>,
     vm_id: Result<Path<String>, PathRejection>,
@@ -179,9 +178,8 @@ async fn get_allocation(
 /// why that host would not be picked. Changes nothing.
 #[utoipa::path(post, path = "/v1/explain", request_body = ExplainRequest,
     responses((status = 200, description = "The dry run.", body = placement::Explanation),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
-              (status = 422, description = "A field breaks a rule, or `why_not` is not a host of the inventory.", body = domain::Problem)))]
+              (status = 422, description = "A field breaks a rule, or `why_not` is not a host of the inventory.", body = domain::Problem),
+              BadJson, NotJson))]
 async fn explain(State(state): State<AppState>, ValidJson(request): ValidJson<ExplainRequest>) -> Response {
     let command = Explain { vm: request.vm, why_not: request.why_not, top: request.top.unwrap_or(5) };
     match call(&state, "explain", command).await {

@@ -2,17 +2,18 @@
 //! the plan a round would carry out (a dry run), rounds, pause and resume. Its migrations are
 //! confirmed as a drain's are, with `POST /v1/migrations/{vm_id}/complete`.
 
-use super::{call, command_error, AppState};
+use super::{call, command_error, AppState, NotDurable};
 use crate::durable::{
     ConsolidationPlan, ConsolidationRound, ConsolidationStatus, PauseConsolidation, SetConsolidation,
 };
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use placement::consolidation::{ConsolidationConfig, ConsolidationReport, PlannedHost};
 use serde::{Deserialize, Serialize};
-use service_common::auth::require_bearer;
+use service_common::auth::AdminAuth;
+use service_common::openapi::{AdminRefusals, NotJson};
 use service_common::ValidJson;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -24,6 +25,11 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(round))
         .routes(routes!(pause))
         .routes(routes!(resume))
+}
+
+service_common::problem_responses! {
+    /// A consolidation route while consolidation is off.
+    struct ConsolidationOff { 404: "Consolidation is off." }
 }
 
 /// The hosts a round would empty now, and where consolidation stands.
@@ -44,7 +50,7 @@ pub struct RoundAnswer {
 /// migrations in flight and its counters.
 #[utoipa::path(get, path = "/v1/consolidation",
     responses((status = 200, description = "Consolidation's settings and progress.", body = ConsolidationReport),
-              (status = 404, description = "Consolidation is off.", body = domain::Problem)))]
+              ConsolidationOff))]
 async fn status(State(state): State<AppState>) -> Response {
     match call(&state, "consolidation-status", ConsolidationStatus).await {
         Ok(report) => Json(report).into_response(),
@@ -58,20 +64,14 @@ async fn status(State(state): State<AppState>) -> Response {
 #[utoipa::path(put, path = "/v1/consolidation", request_body = ConsolidationConfig,
     responses((status = 200, description = "The settings in force.", body = ConsolidationReport),
               (status = 400, description = "Malformed JSON, a wrong type, an unknown field.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
               (status = 422, description = "A setting breaks a rule (named in `errors`).", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              NotJson, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
 async fn configure(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     ValidJson(config): ValidJson<ConsolidationConfig>,
 ) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
     match call(&state, "consolidation-set", SetConsolidation { config: Some(config), only_if_off: false }).await {
         Ok(Some(report)) => {
             tracing::info!(settings = %report.config, "consolidation on");
@@ -86,15 +86,10 @@ async fn configure(
 /// migrations are in flight: pause it, confirm them, then turn it off.
 #[utoipa::path(delete, path = "/v1/consolidation",
     responses((status = 204, description = "Consolidation is off."),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 409, description = "Its migrations are in flight.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              AdminRefusals, NotDurable),
     security(("bearer" = [])))]
-async fn turn_off(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
+async fn turn_off(State(state): State<AppState>, _: AdminAuth) -> Response {
     match call(&state, "consolidation-set", SetConsolidation { config: None, only_if_off: false }).await {
         Ok(_) => {
             tracing::info!("consolidation off");
@@ -108,7 +103,7 @@ async fn turn_off(State(state): State<AppState>, headers: HeaderMap) -> Response
 /// for and what the chooser expects; a dry run that changes nothing.
 #[utoipa::path(get, path = "/v1/consolidation/plan",
     responses((status = 200, description = "What a round would do now.", body = ConsolidationPlanAnswer),
-              (status = 404, description = "Consolidation is off.", body = domain::Problem)))]
+              ConsolidationOff))]
 async fn plan(State(state): State<AppState>) -> Response {
     match call(&state, "consolidation-plan", ConsolidationPlan).await {
         Ok((plan, consolidation)) => Json(ConsolidationPlanAnswer { plan, consolidation }).into_response(),
@@ -121,15 +116,9 @@ async fn plan(State(state): State<AppState>) -> Response {
 /// is due a period later.
 #[utoipa::path(post, path = "/v1/consolidation/rounds",
     responses((status = 200, description = "The hosts the round started.", body = RoundAnswer),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 404, description = "Consolidation is off.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              ConsolidationOff, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
-async fn round(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
+async fn round(State(state): State<AppState>, _: AdminAuth) -> Response {
     match call(&state, "consolidation-round", ConsolidationRound { due_only: false }).await {
         Ok(started) => {
             tracing::info!(hosts = started.len(), "consolidation round");
@@ -142,31 +131,22 @@ async fn round(State(state): State<AppState>, headers: HeaderMap) -> Response {
 /// Pauses consolidation (admin): no new host and no new migration; those in flight complete.
 #[utoipa::path(post, path = "/v1/consolidation/pause",
     responses((status = 200, description = "Paused.", body = ConsolidationReport),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 404, description = "Consolidation is off.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              ConsolidationOff, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
-async fn pause(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    paused(state, headers, true).await
+async fn pause(State(state): State<AppState>, _: AdminAuth) -> Response {
+    paused(state, true).await
 }
 
 /// Resumes consolidation (admin).
 #[utoipa::path(post, path = "/v1/consolidation/resume",
     responses((status = 200, description = "Running.", body = ConsolidationReport),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 404, description = "Consolidation is off.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              ConsolidationOff, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
-async fn resume(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    paused(state, headers, false).await
+async fn resume(State(state): State<AppState>, _: AdminAuth) -> Response {
+    paused(state, false).await
 }
 
-async fn paused(state: AppState, headers: HeaderMap, paused: bool) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
+async fn paused(state: AppState, paused: bool) -> Response {
     match call(&state, "consolidation-pause", PauseConsolidation(paused)).await {
         Ok(report) => {
             tracing::info!(paused, "consolidation");

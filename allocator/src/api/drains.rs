@@ -1,16 +1,17 @@
 //! `/v1/drains` and `/v1/migrations`: emptying hosts by live migration (LARS, admin).
 
-use super::{call, command_error, finite_time, path_param, problem, AppState};
+use super::{call, command_error, finite_time, path_param, query_param, AppState, NotDurable};
 use crate::durable::{CompleteMigration, DrainStatus, StartDrain};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use domain::{ProblemKind, VmId};
+use domain::VmId;
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use serde::Deserialize;
-use service_common::auth::require_bearer;
+use service_common::auth::AdminAuth;
+use service_common::openapi::{AdminRefusals, BadJson, BadPathOrQuery, NotJson};
 use service_common::ValidJson;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -26,23 +27,16 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 /// `POST /v1/migrations/{vm_id}/complete` once the live migration finished.
 #[utoipa::path(post, path = "/v1/drains", request_body = DrainRequest,
     responses((status = 201, description = "The drain started.", body = DrainReport),
-              (status = 400, description = "Malformed JSON, a wrong type, a missing or unknown field.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 404, description = "A listed host is not in the inventory.", body = domain::Problem),
               (status = 409, description = "A drain is in progress.", body = domain::Problem),
-              (status = 415, description = "The body is not declared `application/json`.", body = domain::Problem),
               (status = 422, description = "A field breaks a rule, or there is no host to drain.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              BadJson, NotJson, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
 async fn start_drain(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     ValidJson(request): ValidJson<DrainRequest>,
 ) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
     match call(&state, "start-drain", StartDrain(request)).await {
         Ok(report) => {
             tracing::info!(hosts = ?report.hosts, in_flight = report.in_flight.len(), "drain started");
@@ -77,30 +71,24 @@ struct CompletedQuery {
     params(("vm_id" = String, Path, description = "The migrating VM's id."),
            ("completed_at_s" = Option<f64>, Query, description = "When it finished on the model's clock (that of `requested_at_s`): a service on the request clock (`clock = \"request\"`) runs at it; the latest request time seen when absent.")),
     responses((status = 200, description = "The completed migration.", body = Migration),
-              (status = 400, description = "An unknown query parameter, or a malformed path.", body = domain::Problem),
               (status = 422, description = "`completed_at_s` is not a finite number.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 404, description = "The VM is not migrating (or no drain is running).", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              BadPathOrQuery, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
 async fn complete_migration(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     vm_id: Result<Path<String>, PathRejection>,
     query: Result<Query<CompletedQuery>, QueryRejection>,
 ) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
     let vm_id = match path_param(vm_id) {
         Ok(id) => id,
         Err(response) => return response,
     };
-    let completed_at_s = match query.map(|Query(query)| finite_time("completed_at_s", query.completed_at_s)) {
-        Ok(Ok(at)) => at,
-        Ok(Err(response)) => return response,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
+    let completed_at_s = match query_param(query).and_then(|query| finite_time("completed_at_s", query.completed_at_s))
+    {
+        Ok(at) => at,
+        Err(response) => return response,
     };
     let complete = CompleteMigration { vm: VmId(vm_id), completed_at_s };
     match call(&state, "complete-migration", complete).await {

@@ -3,14 +3,15 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{field_problem, problem, retry_later, AppState};
+use super::{field_problem, problem, query_param, retry_later, AppState};
 use crate::store::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm, TraceExport};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use domain::ProblemKind;
-use service_common::auth::require_bearer;
+use service_common::auth::AdminAuth;
+use service_common::openapi::AdminRefusals;
 use std::sync::Arc;
 use std::time::Instant;
 use utoipa_axum::router::OpenApiRouter;
@@ -99,24 +100,16 @@ fn export_window(pairs: &[(String, String)]) -> Result<ExportWindow, Response> {
                    headers(("x-export-rows" = u64, description = "Rows in the body."),
                            ("x-export-truncated" = bool, description = "Whether `max_rows` left VMs of the window out."))),
               (status = 400, description = "An unknown parameter, or a value of the wrong kind (named in `errors`).", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
               (status = 422, description = "A value out of range (named in `errors`), or more distinct feature names than an export has columns for.", body = domain::Problem),
-              (status = 503, description = "Another export is running, the store cannot be read, or overloaded or timed out; retry.", body = domain::Problem)),
+              (status = 503, description = "Another export is running, the store cannot be read, or overloaded or timed out; retry.", body = domain::Problem),
+              AdminRefusals),
     security(("bearer" = [])))]
 async fn export(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
-    if let Err(response) = require_bearer(&headers, state.admin_token.as_deref()) {
-        return response;
-    }
-    let pairs = match query {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
-    };
-    let window = match export_window(&pairs) {
+    let window = match query_param(query).and_then(|pairs| export_window(&pairs)) {
         Ok(window) => window,
         Err(response) => return response,
     };

@@ -3,16 +3,18 @@
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
 
-use super::{call, command_error, field_problem, path_param, problem, AppState, DEFAULT_HOST_PAGE, MAX_HOST_PAGE};
+use super::{
+    call, command_error, field_problem, path_param, query_param, AppState, NotDurable, DEFAULT_HOST_PAGE, MAX_HOST_PAGE,
+};
 use crate::durable::{GetHost, HostDetail, HostFilter, HostPage, HostStateChange, ListHosts, SetHostState};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use domain::ProblemKind;
 use domain::{ClusterId, HostId, HostState, RackId};
-use service_common::auth::require_bearer;
+use service_common::auth::AdminAuth;
+use service_common::openapi::AdminRefusals;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -23,6 +25,14 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(drain_host))
         .routes(routes!(fail_host))
         .routes(routes!(restore_host))
+}
+
+service_common::problem_responses! {
+    /// A route on one host whose path does not parse, or names no host of the inventory.
+    struct HostRefusals {
+        400: "A malformed path.",
+        404: "No such host.",
+    }
 }
 
 /// Parses the query of `GET /v1/hosts`, naming the field at fault.
@@ -104,11 +114,7 @@ async fn list_hosts(
     State(state): State<AppState>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
-    let pairs = match query {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return problem(ProblemKind::MalformedQuery, rejection.body_text()),
-    };
-    let filter = match host_filter(&pairs) {
+    let filter = match query_param(query).and_then(|pairs| host_filter(&pairs)) {
         Ok(filter) => filter,
         Err(response) => return response,
     };
@@ -120,8 +126,7 @@ async fn list_hosts(
 
 /// One host: capacity, used, free, state, lifetime class and its VMs in full.
 #[utoipa::path(get, path = "/v1/hosts/{host_id}", params(("host_id" = String, Path, description = "The host's id.")),
-    responses((status = 200, description = "The host and its VMs.", body = HostDetail),
-              (status = 400, description = "A malformed path.", body = domain::Problem), (status = 404, description = "No such host.", body = domain::Problem)))]
+    responses((status = 200, description = "The host and its VMs.", body = HostDetail), HostRefusals))]
 async fn get_host(State(state): State<AppState>, host_id: Result<Path<String>, PathRejection>) -> Response {
     let host_id = match path_param(host_id) {
         Ok(id) => id,
@@ -133,15 +138,12 @@ async fn get_host(State(state): State<AppState>, host_id: Result<Path<String>, P
     }
 }
 
+/// The admin routes that set a host's state: each is this with its state.
 async fn set_host_state(
     state: &AppState,
-    headers: &HeaderMap,
     host_id: Result<Path<String>, PathRejection>,
     new_state: HostState,
 ) -> Response {
-    if let Err(response) = require_bearer(headers, state.admin_token.as_deref()) {
-        return response;
-    }
     let host_id = match path_param(host_id) {
         Ok(id) => id,
         Err(response) => return response,
@@ -158,52 +160,40 @@ async fn set_host_state(
 /// Drains a host (admin): it takes no new VM; its VMs stay.
 #[utoipa::path(post, path = "/v1/hosts/{host_id}/drain", params(("host_id" = String, Path, description = "The host's id.")),
     responses((status = 200, description = "The host's previous and new state.", body = HostStateChange),
-              (status = 400, description = "A malformed path.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 404, description = "No such host.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              HostRefusals, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
 async fn drain_host(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     host_id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    set_host_state(&state, &headers, host_id, HostState::Unavailable).await
+    set_host_state(&state, host_id, HostState::Unavailable).await
 }
 
 /// Marks a host failed (admin): it takes no new VM.
 #[utoipa::path(post, path = "/v1/hosts/{host_id}/fail", params(("host_id" = String, Path, description = "The host's id.")),
     responses((status = 200, description = "The host's previous and new state.", body = HostStateChange),
-              (status = 400, description = "A malformed path.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 404, description = "No such host.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              HostRefusals, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
 async fn fail_host(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     host_id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    set_host_state(&state, &headers, host_id, HostState::Failed).await
+    set_host_state(&state, host_id, HostState::Failed).await
 }
 
 /// Makes a host available again (admin).
 #[utoipa::path(post, path = "/v1/hosts/{host_id}/restore", params(("host_id" = String, Path, description = "The host's id.")),
     responses((status = 200, description = "The host's previous and new state.", body = HostStateChange),
-              (status = 400, description = "A malformed path.", body = domain::Problem),
-              (status = 401, description = "No valid admin token.", body = domain::Problem),
-              (status = 403, description = "No admin token is configured: the admin API is off.", body = domain::Problem),
-              (status = 404, description = "No such host.", body = domain::Problem),
-              (status = 503, description = "The change could not be made durable, or overloaded or timed out; retry.", body = domain::Problem)),
+              HostRefusals, AdminRefusals, NotDurable),
     security(("bearer" = [])))]
 async fn restore_host(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _: AdminAuth,
     host_id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    set_host_state(&state, &headers, host_id, HostState::Available).await
+    set_host_state(&state, host_id, HostState::Available).await
 }
 
 #[cfg(test)]

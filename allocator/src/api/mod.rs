@@ -23,8 +23,6 @@ use crate::durable::{
 };
 use crate::store::StoreLocation;
 use crate::worker::{Stages, Worker};
-use axum::extract::rejection::PathRejection;
-use axum::extract::Path;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use axum::{routing::get, Json, Router};
@@ -33,8 +31,8 @@ use domain::ProblemKind;
 use domain::{ValidationLimits, ZoneId};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::{AllocateError, ConsolidationError, DrainError};
-use service_common::auth::{ServiceTokens, OPEN_PATHS};
-use service_common::problem::{field_problem, problem, HasLimits};
+use service_common::auth::{HasAdminToken, ServiceTokens, OPEN_PATHS};
+use service_common::problem::{field_problem, path_param, problem, query_param, HasLimits};
 use service_common::telemetry::PrometheusHandle;
 use std::sync::Arc;
 use std::time::Instant;
@@ -67,6 +65,17 @@ impl HasLimits for AppState {
     fn limits(&self) -> &ValidationLimits {
         &self.limits
     }
+}
+
+impl HasAdminToken for AppState {
+    fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
+    }
+}
+
+service_common::problem_responses! {
+    /// A change the worker could not commit (or the standard stack's overload and timeout).
+    struct NotDurable { 503: "The change could not be made durable, or overloaded or timed out; retry." }
 }
 
 #[derive(OpenApi)]
@@ -334,10 +343,6 @@ fn command_error(error: CommandError) -> Response {
             field_problem(ProblemKind::InvalidRequest, "chooser", detail)
         }
     }
-}
-
-fn path_param(param: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    param.map(|Path(value)| value).map_err(|rejection| problem(ProblemKind::MalformedPath, rejection.body_text()))
 }
 
 /// A time on the model's clock from the query (`field`), refused (422) unless finite.

@@ -13,7 +13,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(stats))
         .routes(routes!(quality))
-        .routes(routes!(healthz))
+        .routes(routes!(service_common::openapi::healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics_endpoint))
 }
@@ -38,12 +38,6 @@ async fn quality(State(state): State<AppState>) -> Response {
     }
 }
 
-/// The process is up.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "Alive: `ok`.", body = String, content_type = "text/plain")))]
-async fn healthz() -> &'static str {
-    "ok"
-}
-
 /// The store is open and the allocator answers.
 #[utoipa::path(get, path = "/readyz",
     responses((status = 200, description = "Ready: the store and its figures.", body = StoreStatus),
@@ -56,9 +50,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus metrics (text exposition format 0.0.4).
-#[utoipa::path(get, path = "/metrics",
-    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
-              (status = 404, description = "This server records no metrics.", body = domain::Problem)))]
+#[utoipa::path(get, path = "/metrics", responses(service_common::openapi::MetricsResponses))]
 async fn metrics_endpoint(State(state): State<AppState>) -> Response {
     match &state.metrics {
         Some(handle) => {

@@ -17,8 +17,7 @@ use control_service::timeline::Timeline;
 use control_service::upstream::Allocators;
 use domain::ZoneId;
 use service_common::auth::{refuse_open_beyond_loopback, token_from_env};
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use service_common::cli::ServeArgs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,12 +28,8 @@ use std::time::{Duration, Instant};
     about = "Serve POST /allocate: predict lifetimes, then place through the zone's allocator"
 )]
 struct Cli {
-    /// TOML configuration file (docs/control-service.md); flags override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Address to listen on, e.g. 127.0.0.1:8080.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    #[command(flatten)]
+    serve: ServeArgs,
     /// An inference server's base URL; repeat for round robin. Replaces the configured list.
     #[arg(long = "inference-server", value_name = "URL")]
     inference_servers: Vec<String>,
@@ -42,22 +37,13 @@ struct Cli {
     /// repeat for more zones. Sets or replaces that zone.
     #[arg(long = "zone", value_name = "NAME=URL[,URL...]")]
     zones: Vec<String>,
-    /// Serve open routes on a non-loopback address anyway (the config's `insecure_open`); without
-    /// it, a service with no API keys refuses to listen beyond loopback.
-    #[arg(long)]
-    insecure_open: bool,
 }
 
 fn main() -> Result<()> {
     service_common::telemetry::init_tracing();
     let cli = Cli::parse();
-    let mut config = match &cli.config {
-        Some(path) => ControlConfig::load(path)?,
-        None => ControlConfig::default(),
-    };
-    if let Some(listen) = cli.listen {
-        config.listen = listen;
-    }
+    let mut config = cli.serve.config_or_default(ControlConfig::load)?;
+    cli.serve.apply(&mut config.listen, &mut config.insecure_open);
     if !cli.inference_servers.is_empty() {
         config.inference.servers = cli.inference_servers;
     }
@@ -69,7 +55,6 @@ fn main() -> Result<()> {
         config.zones.insert(name.to_owned(), ZoneConfig { allocator: None, allocators: urls });
     }
     config.check().context("invalid configuration")?;
-    config.insecure_open |= cli.insecure_open;
     let keys = ApiKeys::from_config(&config.auth).context("loading the API keys")?;
     refuse_open_beyond_loopback(
         config.listen,

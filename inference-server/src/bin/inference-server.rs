@@ -7,7 +7,7 @@ use inference_server::config::ServerConfig;
 use inference_server::history::ServerHistory;
 use inference_server::registry::Registry;
 use service_common::auth::{refuse_open_beyond_loopback, token_from_env, ServiceTokens};
-use std::net::SocketAddr;
+use service_common::cli::ServeArgs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,31 +15,18 @@ use std::time::Duration;
 #[derive(Parser)]
 #[command(name = "inference-server", version, about = "Serve lifetime-model bundles over HTTP")]
 struct Cli {
-    /// TOML configuration file; flags override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Address to listen on, e.g. 127.0.0.1:8081.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    #[command(flatten)]
+    serve: ServeArgs,
     /// Directory of model bundles.
     #[arg(long)]
     models_dir: Option<PathBuf>,
-    /// Serve open routes on a non-loopback address anyway (the config's `insecure_open`); without
-    /// it, a service with no service token refuses to listen beyond loopback.
-    #[arg(long)]
-    insecure_open: bool,
 }
 
 fn main() -> Result<()> {
     service_common::telemetry::init_tracing();
     let cli = Cli::parse();
-    let mut config = match &cli.config {
-        Some(path) => ServerConfig::load(path)?,
-        None => ServerConfig::default(),
-    };
-    if let Some(listen) = cli.listen {
-        config.listen = listen;
-    }
+    let mut config = cli.serve.config_or_default(ServerConfig::load)?;
+    cli.serve.apply(&mut config.listen, &mut config.insecure_open);
     if let Some(dir) = cli.models_dir {
         config.models_dir = dir;
     }
@@ -49,7 +36,6 @@ fn main() -> Result<()> {
     config.service_token = token_from_env("INFERENCE_SERVICE_TOKEN", config.service_token.take())?;
     config.previous_service_token =
         token_from_env("INFERENCE_PREVIOUS_SERVICE_TOKEN", config.previous_service_token.take())?;
-    config.insecure_open |= cli.insecure_open;
     refuse_open_beyond_loopback(
         config.listen,
         ServiceTokens::new(config.service_token.as_deref(), None, None).is_open(),
