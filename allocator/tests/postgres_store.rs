@@ -61,10 +61,9 @@ fn facts(step: u32) -> (Option<f64>, RequestDetails) {
         ("batch_size".to_owned(), FeatureValue::Number(f64::from(step % 7))),
         ("region".to_owned(), FeatureValue::Text(format!("r{}", step % 2))),
     ];
-    (
-        requested_at_s,
-        RequestDetails { priority: Priority::Low, os: Some("linux".to_owned()), features: features.into() },
-    )
+    let mut details = RequestDetails::default();
+    (details.priority, details.os, details.features) = (Priority::Low, Some("linux".to_owned()), features.into());
+    (requested_at_s, details)
 }
 
 /// `request` with the facts of the workload's `step`.

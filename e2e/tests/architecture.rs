@@ -518,3 +518,44 @@ fn the_composition_root_check_finds_a_library_that_builds_its_own() {
     }
     assert_eq!(self_built(&src, &[]), ["engine.rs: Allocator::new("]);
 }
+
+/// The files a patch touches, in order (`diff --git a/PATH b/PATH` lines).
+fn patched_files(patch: &str) -> Vec<String> {
+    patch
+        .lines()
+        .filter_map(|line| line.strip_prefix("diff --git a/"))
+        .filter_map(|rest| rest.split(" b/").next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `tests/fixtures/typed-request-field.patch` adds a typed request fact (`accelerator`) and a rule
+/// that reads it, with its test (`placement/tests/typed_request_field.rs`): made on this tree,
+/// built and tested, then kept as a patch. It must touch three source files beside the rule's own
+/// test file, and still apply to the tree as it is (regenerate it when a change moves its context:
+/// apply it with `git apply --3way`, run `cargo test --release -p placement --test
+/// typed_request_field`, and `git diff` the four files into the fixture).
+#[test]
+fn a_typed_request_fact_is_three_files_and_the_rule() {
+    let root = workspace_root();
+    let patch = root.join("e2e/tests/fixtures/typed-request-field.patch");
+    let text = std::fs::read_to_string(&patch).expect("the fixture patch");
+    let files = patched_files(&text);
+    let (tests, sources): (Vec<&String>, Vec<&String>) = files.iter().partition(|file| file.contains("/tests/"));
+    assert_eq!(sources, ["domain/src/request.rs", "domain/src/validate.rs", "placement/src/rules/mod.rs"]);
+    assert_eq!(tests, ["placement/tests/typed_request_field.rs"], "the rule and its test");
+    let check = Command::new("git")
+        .args(["apply", "--check", "--verbose"])
+        .arg(&patch)
+        .current_dir(&root)
+        .output()
+        .expect("git runs");
+    assert!(check.status.success(), "the patch no longer applies:\n{}", String::from_utf8_lossy(&check.stderr));
+}
+
+#[test]
+fn the_patch_count_reads_the_files_of_a_diff() {
+    let patch = "diff --git a/x/src/a.rs b/x/src/a.rs\n--- a/x/src/a.rs\n+++ b/x/src/a.rs\n@@ -1 +1 @@\n-a\n+b\n\
+                 diff --git a/x/tests/t.rs b/x/tests/t.rs\nnew file mode 100644\n";
+    assert_eq!(patched_files(patch), ["x/src/a.rs", "x/tests/t.rs"]);
+}

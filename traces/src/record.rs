@@ -1,7 +1,7 @@
 //! The one record type every trace source yields.
 
 use crate::error::TraceError;
-use domain::{FeatureValue, Features, Priority, RequestDetails, RequestFacts, Resources, TenantId, VmId, VmRequest};
+use domain::{FeatureValue, Features, Priority, RequestFacts, Resources, VmId, VmRequest};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -144,13 +144,11 @@ impl VmRecord {
                 features.insert(name.to_owned(), feature);
             }
         }
-        let facts = RequestFacts {
-            tenant_id: TenantId(tenant_id),
-            vm_type: self.vm_type.clone(),
-            demand,
-            requested_at_s: Some(self.start_s),
-            details: RequestDetails { priority: self.priority, os, features: Features::from(features) },
-        };
+        let mut facts = RequestFacts::new(&tenant_id, &self.vm_type, demand);
+        facts.requested_at_s = Some(self.start_s);
+        facts.details.priority = self.priority;
+        facts.details.os = os;
+        facts.details.features = Features::from(features);
         Ok(VmRequest::of(VmId(vm_id), facts))
     }
 }

@@ -34,15 +34,14 @@ fn vm(id: &str, cores: f64) -> NewVm {
 fn vm_with_facts(id: &str, cores: f64) -> NewVm {
     let mut vm = vm(id, cores);
     vm.facts.requested_at_s = Some(1_600_000_123.25);
-    vm.facts.details = RequestDetails {
-        priority: Priority::Low,
-        os: Some("linux".to_owned()),
-        features: [
-            ("batch_size".to_owned(), FeatureValue::Number(3.0)),
-            ("region".to_owned(), FeatureValue::Text("eu-west".to_owned())),
-        ]
-        .into(),
-    };
+    let details = &mut vm.facts.details;
+    details.priority = Priority::Low;
+    details.os = Some("linux".to_owned());
+    details.features = [
+        ("batch_size".to_owned(), FeatureValue::Number(3.0)),
+        ("region".to_owned(), FeatureValue::Text("eu-west".to_owned())),
+    ]
+    .into();
     vm
 }
 
