@@ -2,8 +2,7 @@
 
 use super::*;
 use domain::{
-    FeatureValue, HostState, LifetimeClass, LifetimePrediction, PredictionSource, Priority, RequestDetails,
-    RequestFacts, Resources,
+    FeatureValue, HostState, LifetimeClass, LifetimePrediction, PredictionSource, Priority, RequestFacts, Resources,
 };
 use placement::state::NewVm;
 use std::sync::Arc;
