@@ -26,18 +26,17 @@
 //! build: before and after in one run), each on a database of its own; `SCALEOUT_AGENT_LOG` is the
 //! agents' `RUST_LOG` (default `warn`; their log goes to the bench's standard error).
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres;
 mod support;
 
 use netlab::{DelayProxy, Lab, ProxyConfig};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::load::drive;
 use support::{cpu, metric};
+use test_support::postgres;
+use test_support::process::{with_config, Process};
 
 const CLIENTS_PER_AGENT: usize = 8;
 const MAX_AGENTS: usize = 8;
@@ -73,20 +72,8 @@ fn rows() -> Vec<Row> {
         .collect()
 }
 
-/// A running agent in its host's namespace; killed when dropped.
-struct Agent {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_agent(lab: &Lab, binary: &Path, i: usize, dir: &Path, store: &str) -> Agent {
+/// Agent `i` in its host's namespace (killed when dropped).
+fn start_agent(lab: &Lab, binary: &Path, i: usize, dir: &Path, store: &str) -> Process {
     let host = lab.host(&format!("agent{i}")).expect("agent host");
     let config = dir.join(format!("agent{i}.toml"));
     std::fs::write(
@@ -97,18 +84,13 @@ fn start_agent(lab: &Lab, binary: &Path, i: usize, dir: &Path, store: &str) -> A
         ),
     )
     .expect("config written");
-    let child = host
-        .command(binary)
-        .arg("--config")
-        .arg(&config)
+    let child = with_config(&mut host.command(binary), &config)
         .env("RUST_LOG", std::env::var("SCALEOUT_AGENT_LOG").unwrap_or_else(|_| "warn".to_owned()))
         .env("ALLOCATOR_SERVICE_TOKEN", support::SERVICE_TOKEN)
         .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .spawn()
         .expect("allocator started");
-    Agent { child, base: format!("http://{}", host.socket_addr(AGENT_PORT)) }
+    Process::new(child, format!("http://{}", host.socket_addr(AGENT_PORT)), format!("agent{i}"))
 }
 
 async fn wait_ready(base: &str) {
@@ -152,7 +134,7 @@ async fn run_row(
     postmaster: Option<u32>,
     row: usize,
 ) -> Measured {
-    let agents: Vec<Agent> = (0..agents).map(|i| start_agent(&lab, &binary, i, &dir, &store)).collect();
+    let agents: Vec<Process> = (0..agents).map(|i| start_agent(&lab, &binary, i, &dir, &store)).collect();
     let bases: Vec<String> = agents.iter().map(|agent| agent.base.clone()).collect();
     for base in &bases {
         wait_ready(base).await;
@@ -164,7 +146,7 @@ async fn run_row(
     drive(&bases, WARMUP, &format!("warm{row}"), &mut held, keep).await;
     let (commits0, conflicts0) =
         (counter(&bases, "allocator_commits_total").await, counter(&bases, "allocator_commit_conflicts_total").await);
-    let pids: Vec<u32> = agents.iter().map(|agent| agent.child.id()).collect();
+    let pids: Vec<u32> = agents.iter().map(|agent| agent.id().expect("a running agent")).collect();
     let agent = || pids.iter().map(|pid| cpu::process(*pid)).sum::<u64>();
     let database = || postmaster.map_or(0, cpu::tree);
     let everything = || agent() + database() + cpu::process(std::process::id());

@@ -29,8 +29,6 @@
 //! postgres:2, postgres:4); `AGENTS_BENCH_PIN=1` pins agent i to CPU i mod the CPU count
 //! (`taskset -c`), everything else unpinned.
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres;
 mod support;
 
 use std::collections::VecDeque;
@@ -38,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use support::load::drive;
 use support::{cpu, metric, Server};
+use test_support::postgres;
 
 const CLIENTS: usize = 16;
 const WARMUP: usize = 200;
@@ -65,9 +64,10 @@ struct CpuSample {
 }
 
 fn sample(agents: &[Server], postmaster: Option<u32>) -> CpuSample {
+    let pid = |agent: &Server| agent.id().expect("a running agent");
     CpuSample {
-        agents: agents.iter().map(|agent| cpu::process(agent.pid())).sum(),
-        workers: agents.iter().map(|agent| cpu::thread(agent.pid(), "allocator-worker")).sum(),
+        agents: agents.iter().map(|agent| cpu::process(pid(agent))).sum(),
+        workers: agents.iter().map(|agent| cpu::thread(pid(agent), "allocator-worker")).sum(),
         postgres: postmaster.map_or(0, cpu::tree),
         bench: cpu::process(std::process::id()),
     }

@@ -25,7 +25,7 @@ use placement::Registry;
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
-use support::postgres::Postgres;
+use test_support::postgres::Postgres;
 use traces::csv_format::{CsvTraceReader, REQUIRED_COLUMNS};
 use traces::VmRecord;
 

@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::postgres::Postgres;
+use test_support::postgres::Postgres;
 
 #[test]
 fn a_throwaway_cluster_starts_answers_survives_an_outage_and_is_removed() {

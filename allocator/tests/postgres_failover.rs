@@ -34,8 +34,8 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::faults::{check_store, spread, until_serving_since, Ledger, Load, Losses, AGENTS, CLIENTS, HOSTS};
-use support::postgres::Postgres;
 use support::{start_at, Server};
+use test_support::postgres::Postgres;
 
 /// How the standby replicates, and how far behind it is when the primary dies.
 #[derive(Clone, Copy, PartialEq)]

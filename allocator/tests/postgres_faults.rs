@@ -35,9 +35,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::faults::{check_store, spread, until_serving, Ledger, Load, AGENTS, CLIENTS, HOSTS};
-use support::postgres::Postgres;
 use support::proxy::Proxy;
 use support::{start_at, Server};
+use test_support::postgres::Postgres;
 
 /// Runs `cycles` crash-and-restart cycles of the database under load; returns the ledger and each
 /// agent's time to serve again after every restart.

@@ -23,7 +23,7 @@ use placement::Registry;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeSet;
-use support::postgres::Postgres;
+use test_support::postgres::Postgres;
 
 /// 8 hosts of 16 cores: small enough that the clients' VMs fill it and rejections are common.
 fn spec() -> InventorySpec {

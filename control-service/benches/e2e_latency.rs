@@ -32,12 +32,12 @@
 //!
 //! `cargo bench -p control-service --bench e2e_latency -- [requests per scenario] [rate per s]`
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use test_support::binaries::BINARIES_DIR_VARIABLE;
+use test_support::process::Process;
+use test_support::stack;
 
 #[derive(Default)]
 struct Sample {
@@ -168,22 +168,22 @@ fn report(name: &str, sample: &mut Sample, floor_p50: u64) {
 /// One stack: an inference server, an allocator and a control service in front of them.
 struct Stack {
     name: &'static str,
-    inference: support::Process,
-    allocator: support::Process,
-    control: support::Process,
+    inference: Process,
+    allocator: Process,
+    control: Process,
 }
 
 /// Starts a stack whose allocator keeps its store in `store_dir`; `binaries` is another build's
 /// directory (the `before` stack), none for this build.
 async fn start_stack(name: &'static str, dir: &Path, models: &Path, store_dir: &Path, binaries: Option<&str>) -> Stack {
     match binaries {
-        Some(binaries) => std::env::set_var(support::BINARIES_DIR_VARIABLE, binaries),
-        None => std::env::remove_var(support::BINARIES_DIR_VARIABLE),
+        Some(binaries) => std::env::set_var(BINARIES_DIR_VARIABLE, binaries),
+        None => std::env::remove_var(BINARIES_DIR_VARIABLE),
     }
-    let inference = support::start_inference(dir, models).await;
+    let inference = stack::start_inference(dir, models).await;
     let store = store_dir.join(format!("allocator-{name}.db")).display().to_string();
-    let allocator = support::start_allocator_on(dir, 1_000, &store, "").await;
-    let control = support::start_control(
+    let allocator = stack::start_allocator_on(dir, 1_000, &store, "").await;
+    let control = stack::start_control(
         dir,
         &[&inference.base],
         &allocator.base,
@@ -192,12 +192,12 @@ async fn start_stack(name: &'static str, dir: &Path, models: &Path, store_dir: &
         "[safeguard]\nenabled = false\n",
     )
     .await;
-    std::env::remove_var(support::BINARIES_DIR_VARIABLE);
+    std::env::remove_var(BINARIES_DIR_VARIABLE);
     Stack { name, inference, allocator, control }
 }
 
 /// Warms the connection pools of the client and of the control service `front`.
-async fn warm(client: &reqwest::Client, front: &support::Process, first_id: usize) {
+async fn warm(client: &reqwest::Client, front: &Process, first_id: usize) {
     for i in 0..50 {
         let id = first_id + i;
         let _ = client.get(front.url("/healthz")).send().await;
@@ -211,14 +211,14 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let count: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_000);
     let rate: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(200.0);
-    let before = std::env::var(support::BINARIES_DIR_VARIABLE).ok().filter(|d| !d.is_empty());
+    let before = std::env::var(BINARIES_DIR_VARIABLE).ok().filter(|d| !d.is_empty());
     let dir = tempfile::tempdir().unwrap();
     // tmpfs where there is one: the fsync-free comparison; else the disk again (and said so).
     let shm = tempfile::tempdir_in("/dev/shm").ok();
     let tmpfs_dir = shm.as_ref().map_or(dir.path(), |d| d.path());
     // Copied once: a copy made while an inference server watches the directory is a bundle
     // changed after it was sealed, which that server refuses.
-    let models = support::default_models(dir.path());
+    let models = stack::default_models(dir.path());
     let mut stacks = Vec::new();
     if let Some(binaries) = before.as_deref() {
         stacks.push(start_stack("before", dir.path(), &models, dir.path(), Some(binaries)).await);
@@ -228,8 +228,8 @@ async fn main() {
     stacks.push(start_stack(tmpfs, dir.path(), &models, tmpfs_dir, None).await);
     let durable = stacks.iter().find(|s| s.name == "durable").expect("the durable stack");
     // The durable stack with the live tenant history off, for the loop's cost on the hot path.
-    let frozen_inference = support::start_inference_with(dir.path(), &models, "[history]\nlive = false").await;
-    let frozen = support::start_control_full(
+    let frozen_inference = stack::start_inference_with(dir.path(), &models, "[history]\nlive = false").await;
+    let frozen = stack::start_control_full(
         dir.path(),
         &[&frozen_inference.base],
         &[&durable.allocator.base],
@@ -241,7 +241,7 @@ async fn main() {
     // The service credential goes with every call: the direct calls to the allocator and the
     // inference server need it, and the control service (open mode) ignores it.
     let client =
-        reqwest::Client::builder().tcp_nodelay(true).default_headers(support::service_credential()).build().unwrap();
+        reqwest::Client::builder().tcp_nodelay(true).default_headers(stack::service_credential()).build().unwrap();
     for (k, front) in stacks.iter().map(|s| &s.control).chain([&frozen]).enumerate() {
         warm(&client, front, 1_000_000 + 100 * k).await;
     }

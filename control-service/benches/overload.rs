@@ -21,12 +21,11 @@
 //! [max_concurrency]` (defaults 20, 5, 5 and the control service's default admission limit); the
 //! same build as the tests: `cargo test --release -p control-service --bench overload -- 20 5 5`.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use test_support::process::rss_kib;
+use test_support::stack;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -152,7 +151,7 @@ impl Bench {
         let i = self.next_vm.fetch_add(1, Ordering::Relaxed);
         let vm_id = format!("overload-{}-{i}", std::process::id());
         let tenant = format!("tenant-{}", i % self.tenants);
-        let body = support::vm(&vm_id, &tenant, "D2", 1.0).to_string();
+        let body = stack::vm(&vm_id, &tenant, "D2", 1.0).to_string();
         let request = format!(
             "POST /allocate HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -322,11 +321,11 @@ async fn main() {
     let max_concurrency: Option<usize> = args.get(3).and_then(|a| a.parse().ok());
 
     let dir = tempfile::tempdir().unwrap();
-    let inference = support::start_inference(dir.path(), &support::default_models(dir.path())).await;
+    let inference = stack::start_inference(dir.path(), &stack::default_models(dir.path())).await;
     // The allocator's admission limit as in configs/allocator.toml: its group commit batches what
     // is in flight, and the control service in front bounds its own share.
-    let allocator = support::start_allocator_with(dir.path(), 20_000, "[http]\nmax_concurrency = 256\n").await;
-    let control = support::start_control(
+    let allocator = stack::start_allocator_with(dir.path(), 20_000, "[http]\nmax_concurrency = 256\n").await;
+    let control = stack::start_control(
         dir.path(),
         &[&inference.base],
         &allocator.base,
@@ -338,12 +337,12 @@ async fn main() {
         ),
     )
     .await;
-    let control_pid = support::process_id(&control).expect("control service running");
+    let control_pid = control.id().expect("control service running");
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(usize::MAX)
         // For the releases sent to the allocator directly; the control service (open mode) ignores it.
-        .default_headers(support::service_credential())
+        .default_headers(stack::service_credential())
         .build()
         .expect("HTTP client");
     let bench = Arc::new(Bench {
@@ -369,7 +368,7 @@ async fn main() {
         unloaded.len(),
         ms(unloaded_p50),
         ms(unloaded_p99),
-        support::rss_kib(control_pid).unwrap_or(0)
+        rss_kib(control_pid).unwrap_or(0)
     );
 
     let (saturation, placed) = bench.sustainable_rate(16, Duration::from_secs(5)).await;
@@ -416,7 +415,7 @@ async fn main() {
         bench.close_idle();
         // The service gives memory back within a second or two of the connections closing.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let rss = support::rss_kib(control_pid).unwrap_or(0);
+        let rss = rss_kib(control_pid).unwrap_or(0);
         rss_after.push(rss);
 
         let admitted = latencies(&records, |o| matches!(o, Outcome::Admitted { .. }));

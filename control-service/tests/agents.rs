@@ -3,13 +3,9 @@
 //! over to the others, with no failed allocation; every agent answers from the same state. The
 //! storm test checks every acknowledged allocation and release against the store afterwards.
 
-mod support;
-
-#[path = "../../allocator/tests/support/postgres.rs"]
-mod postgres;
-
 use serde_json::Value;
-use support::{default_models, start_allocator_on, start_control_agents, start_inference, vm};
+use test_support::postgres;
+use test_support::stack::{self, default_models, start_allocator_on, start_control_agents, start_inference, vm};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
@@ -30,7 +26,7 @@ async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
     for agent in [&a, &b] {
         let metrics = client.get(agent.url("/metrics")).send().await.unwrap().text().await.unwrap();
         placed_by.push(metrics.lines().any(|l| l.starts_with("allocator_decisions_total") && l.contains("placed")));
-        let stats: Value = support::service_json(&client, agent.url("/v1/stats")).await;
+        let stats: Value = stack::service_json(&client, agent.url("/v1/stats")).await;
         assert_eq!(stats["vms"], 40, "{}: {stats}", agent.base);
     }
     assert_eq!(placed_by, [true, true], "requests are spread over the agents");
@@ -44,7 +40,7 @@ async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
     let first: Value =
         client.post(&allocate).json(&vm("v0", "t1", "D2", 2.0)).send().await.unwrap().json().await.unwrap();
     assert_eq!(first["replayed"], true, "{first}");
-    let stats: Value = support::service_json(&client, b.url("/v1/stats")).await;
+    let stats: Value = stack::service_json(&client, b.url("/v1/stats")).await;
     assert_eq!(stats["vms"], 80);
     assert_eq!(client.delete(control.url("/allocate/v3")).send().await.unwrap().status(), 204);
     assert_eq!(client.delete(control.url("/allocate/v3")).send().await.unwrap().status(), 404);
@@ -189,7 +185,7 @@ async fn a_storm_over_four_agents_with_one_killed_loses_nothing_and_the_agents_a
     );
 
     // The killed agent starts again on the same port and catches up from the store.
-    agents[0].restart().await;
+    agents[0].restart(stack::READY_WITHIN).await;
 
     // Against the store: nothing acknowledged lost, no VM on two hosts, no released VM back.
     let rows = pg.psql("SELECT vm_id || ' ' || host_id FROM vms ORDER BY vm_id");
@@ -223,8 +219,8 @@ async fn a_storm_over_four_agents_with_one_killed_loses_nothing_and_the_agents_a
     let client = reqwest::Client::new();
     let mut views = Vec::new();
     for agent in &agents {
-        let stats: Value = support::service_json(&client, agent.url("/v1/stats")).await;
-        let hosts: Value = support::service_json(&client, agent.url("/v1/hosts?limit=1000")).await;
+        let stats: Value = stack::service_json(&client, agent.url("/v1/stats")).await;
+        let hosts: Value = stack::service_json(&client, agent.url("/v1/hosts?limit=1000")).await;
         let hosts: Vec<_> = hosts["hosts"]
             .as_array()
             .unwrap()

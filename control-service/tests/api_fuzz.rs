@@ -11,12 +11,11 @@
 //! two cores). `SCHEMATHESIS=/path/to/schemathesis` picks the CLI; the default is `schemathesis` on
 //! `PATH`.
 
-mod support;
-
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use test_support::stack;
 
 /// The version `scripts/setup.sh` installs; the CLI changed a lot between 3.x and 4.x.
 const SCHEMATHESIS_MAJOR: &str = "4.";
@@ -197,15 +196,15 @@ async fn the_fuzzer_finds_no_server_error_and_no_schema_violation() {
     let program = schemathesis();
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    let models = support::default_models(dir.path());
+    let models = stack::default_models(dir.path());
     let admin = format!("admin_token = \"{ADMIN_TOKEN}\"");
-    let inference = support::start_inference_with(dir.path(), &models, &admin).await;
-    let allocator = support::start_allocator_with(dir.path(), 64, &admin).await;
+    let inference = stack::start_inference_with(dir.path(), &models, &admin).await;
+    let allocator = stack::start_allocator_with(dir.path(), 64, &admin).await;
     let operator_hash = control_service::auth::to_hex(&control_service::auth::hash_key(OPERATOR_KEY));
     let auth = format!(
         "[auth]\nmode = \"keys\"\n[[auth.keys]]\nsha256 = \"{operator_hash}\"\nadmin = true\nname = \"fuzz\"\n"
     );
-    let control = support::start_control(dir.path(), &[&inference.base], &allocator.base, 200, &auth).await;
+    let control = stack::start_control(dir.path(), &[&inference.base], &allocator.base, 200, &auth).await;
     let operator = format!("Bearer {OPERATOR_KEY}");
     let admin = format!("Bearer {ADMIN_TOKEN}");
 
@@ -230,7 +229,7 @@ async fn the_fuzzer_finds_no_server_error_and_no_schema_violation() {
     println!("control-service: {placed} allocations placed of {} requests", stats["requests"]);
     assert!(placed > 0, "the fuzzer placed no VM through the control service: {stats}");
 
-    // The allocator and the inference server run with a service token (support::SERVICE_TOKEN); the
+    // The allocator and the inference server run with a service token (stack::SERVICE_TOKEN); the
     // admin token passes that check too, so one header reaches their data and admin routes alike,
     // and the fuzzer's auth checks see the data routes refuse requests without it.
     let allocator_run = fuzz(&program, dir.path(), "allocator", &allocator.base, &admin);

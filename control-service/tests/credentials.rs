@@ -3,12 +3,10 @@
 //! nothing; the control service presents the token and the stack works; a control service with a
 //! wrong token gets a 502 that names the cause, and places nothing.
 
-mod support;
-
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use support::SERVICE_TOKEN;
+use test_support::stack::{self, SERVICE_TOKEN};
 
 const ADMIN_TOKEN: &str = "credentials-admin-token";
 
@@ -37,16 +35,16 @@ async fn json_with_token(client: &reqwest::Client, url: String) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_routes_refuse_callers_without_the_service_token_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let models = support::default_models(dir.path());
+    let models = stack::default_models(dir.path());
     let admin = format!("admin_token = \"{ADMIN_TOKEN}\"");
-    let inference = support::start_inference_with(dir.path(), &models, &admin).await;
-    let allocator = support::start_allocator_with(dir.path(), 4, &admin).await;
-    let control = support::start_control(dir.path(), &[&inference.base], &allocator.base, 1_000, "").await;
+    let inference = stack::start_inference_with(dir.path(), &models, &admin).await;
+    let allocator = stack::start_allocator_with(dir.path(), 4, &admin).await;
+    let control = stack::start_control(dir.path(), &[&inference.base], &allocator.base, 1_000, "").await;
     let client = reqwest::Client::new();
 
     // Through the control service, which presents the token: placed.
     let (status, _, placed) =
-        send(client.post(control.url("/allocate")).json(&support::vm("kept", "t", "D2", 2.0))).await;
+        send(client.post(control.url("/allocate")).json(&stack::vm("kept", "t", "D2", 2.0))).await;
     assert_eq!(status, 201, "{placed}");
     let stats_before = json_with_token(&client, allocator.url("/v1/stats")).await;
     assert_eq!(stats_before["vms"], 1, "{stats_before}");
@@ -62,14 +60,12 @@ async fn data_routes_refuse_callers_without_the_service_token_and_change_nothing
         };
         let what = format!("credential {credential:?}");
         let calls = [
-            with(client.post(allocator.url("/v1/allocations")).json(&support::vm("sneaked", "t", "D2", 2.0))),
+            with(client.post(allocator.url("/v1/allocations")).json(&stack::vm("sneaked", "t", "D2", 2.0))),
             with(client.delete(allocator.url("/v1/allocations/kept"))),
             with(client.get(allocator.url("/v1/allocations/kept"))),
             with(client.get(allocator.url("/v1/hosts"))),
             with(client.get(allocator.url("/v1/stats"))),
-            with(
-                client.post(allocator.url("/v1/explain")).json(&json!({"vm": support::vm("x", "t", "D2", 2.0)["vm"]})),
-            ),
+            with(client.post(allocator.url("/v1/explain")).json(&json!({"vm": stack::vm("x", "t", "D2", 2.0)["vm"]}))),
             with(client.get(allocator.url("/v1/no-such-route"))),
             with(client.post(inference.url("/v1/predict")).json(&json!({
                 "instances": [{"tenant_id": "t", "vm_type": "D2", "cores": 2.0, "memory_gib": 8.0}],
@@ -120,7 +116,7 @@ async fn data_routes_refuse_callers_without_the_service_token_and_change_nothing
         client
             .post(allocator.url("/v1/allocations"))
             .bearer_auth(SERVICE_TOKEN)
-            .json(&support::vm("direct", "t", "D2", 2.0)),
+            .json(&stack::vm("direct", "t", "D2", 2.0)),
     )
     .await;
     assert_eq!(status, 201, "{body}");
@@ -150,10 +146,10 @@ impl Drop for Misconfigured {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_service_with_a_wrong_token_places_nothing_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let models = support::default_models(dir.path());
-    let inference = support::start_inference(dir.path(), &models).await;
-    let allocator = support::start_allocator(dir.path(), 4).await;
-    let port = support::free_port();
+    let models = stack::default_models(dir.path());
+    let inference = stack::start_inference(dir.path(), &models).await;
+    let allocator = stack::start_allocator(dir.path(), 4).await;
+    let port = test_support::listening::free_port();
     let config = dir.path().join("control.toml");
     std::fs::write(
         &config,
@@ -165,7 +161,7 @@ async fn a_control_service_with_a_wrong_token_places_nothing_and_says_why() {
     )
     .unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_control-service"));
-    support::with_service_token(&mut command)
+    test_support::process::with_service_token(&mut command, SERVICE_TOKEN)
         .env("CONTROL_ALLOCATOR_SERVICE_TOKEN", "not-the-token")
         .env("CONTROL_INFERENCE_SERVICE_TOKEN", "not-the-token")
         .env("RUST_LOG", "error")
@@ -182,7 +178,7 @@ async fn a_control_service_with_a_wrong_token_places_nothing_and_says_why() {
         assert!(Instant::now() < deadline, "the control service did not become ready");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let (status, _, body) = send(client.post(format!("{base}/allocate")).json(&support::vm("v", "t", "D2", 2.0))).await;
+    let (status, _, body) = send(client.post(format!("{base}/allocate")).json(&stack::vm("v", "t", "D2", 2.0))).await;
     assert_eq!((status, &body["type"]), (502, &json!("urn:problem:allocator-credential-refused")), "{body}");
     assert_eq!(json_with_token(&client, allocator.url("/v1/stats")).await["vms"], 0);
 }

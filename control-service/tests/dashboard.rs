@@ -10,8 +10,6 @@
 //! Chromium and ChromeDriver are Debian's `chromium` and `chromium-driver`, installed by
 //! `scripts/setup.sh` (found on PATH, or at `$CHROMIUM` and `$CHROMEDRIVER`).
 
-mod support;
-
 use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
 use fantoccini::wd::{Capabilities, TimeoutConfiguration};
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -20,8 +18,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{
-    default_models, free_port, start_allocator, start_allocator_with, start_control, start_inference, vm, Process,
+use test_support::listening::free_port;
+use test_support::process::Process;
+use test_support::stack::{
+    self, default_models, start_allocator, start_allocator_with, start_control, start_inference, vm,
 };
 
 /// The allocator's admin token in these tests (its consolidation rounds).
@@ -206,7 +206,7 @@ async fn allocate(http: &reqwest::Client, control: &Process, body: &Value) -> Va
 /// The allocator's `GET /v1/hosts?{query}` page.
 async fn allocator_hosts(http: &reqwest::Client, allocator: &Process, query: &str) -> Value {
     let url = allocator.url(&format!("/v1/hosts?{query}"));
-    http.get(url).bearer_auth(support::SERVICE_TOKEN).send().await.unwrap().json().await.unwrap()
+    http.get(url).bearer_auth(stack::SERVICE_TOKEN).send().await.unwrap().json().await.unwrap()
 }
 
 /// The number of hosts the allocator reports in its zone.

@@ -4,14 +4,14 @@
 //! for everyone; request times come from the server's clock; one slow readiness probe does not take
 //! a healthy inference server out of rotation.
 
-mod support;
-
 use control_service::auth::{hash_key, to_hex};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{default_models, start_allocator, start_control, start_inference, vm, workspace_binary};
+use test_support::binaries::workspace_binary;
+use test_support::process::Process;
+use test_support::stack::{self, default_models, start_allocator, start_control, start_inference, vm};
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
@@ -54,8 +54,8 @@ fn source(decision: &Value) -> &str {
 }
 
 /// VMs placed, asked of the allocator itself (with the service credential, not a tenant's key).
-async fn placed_vms(client: &reqwest::Client, allocator: &support::Process) -> u64 {
-    let stats: Value = support::service_json(client, allocator.url("/v1/stats")).await;
+async fn placed_vms(client: &reqwest::Client, allocator: &Process) -> u64 {
+    let stats: Value = stack::service_json(client, allocator.url("/v1/stats")).await;
     stats["vms"].as_u64().unwrap()
 }
 
@@ -182,7 +182,7 @@ async fn the_zone_views_are_the_operators_and_pass_the_allocator_on() {
     );
     let (status, page) =
         send(client.get(control.url("/v1/zones/zone-1/hosts?limit=10000")).bearer_auth(OPERATOR)).await;
-    let own: Value = support::service_json(&client, allocator.url("/v1/hosts?limit=10000")).await;
+    let own: Value = stack::service_json(&client, allocator.url("/v1/hosts?limit=10000")).await;
     assert_eq!((status, &page), (200, &own));
     assert_eq!(page["total"], 4);
     let (status, detail) =

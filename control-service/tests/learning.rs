@@ -2,13 +2,12 @@
 //! every placement and release to the inference server, whose tenants' history then gives the
 //! features the trainer computes for the same VMs.
 
-mod support;
-
 use lifetime_model::dataset::replay;
 use lifetime_model::history::{Histories, HistoryKey};
 use lifetime_model::LifetimeModel;
 use serde_json::Value;
-use support::*;
+use test_support::stack;
+use test_support::stack::*;
 use traces::{ExtraColumns, VmRecord};
 
 /// Tenants the bundle never saw, arriving and leaving after its training cut-off: `count` VMs of
@@ -113,7 +112,7 @@ async fn tenants_after_the_cut_off_get_the_features_the_trainer_computes() {
     assert!(with_history >= records.len() - 5, "{with_history} of {} VMs had a history", records.len());
 
     // The server's history says what it did with the events.
-    let status: Value = support::service_json(&client, inference.url("/v1/history")).await;
+    let status: Value = stack::service_json(&client, inference.url("/v1/history")).await;
     assert_eq!(status["live"], true);
     assert_eq!(status["base_version"], "default-1");
     let applied = status["counters"]["applied"].as_u64().unwrap();

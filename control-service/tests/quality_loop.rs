@@ -6,14 +6,13 @@
 //!   resolved VMs, allocations keep succeeding, and the gate opens when a good bundle is rolled out.
 //! - A better canary with `auto = true` is promoted, a worse one rolled back.
 
-mod support;
-
 use lifetime_model::dataset::shuffle_lifetimes;
 use lifetime_train::train::{train_bundle, TrainConfig, TrainData};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::*;
+use test_support::process::Process;
+use test_support::stack::*;
 use traces::synthetic::{generate, SyntheticConfig};
 use traces::VmRecord;
 

@@ -3,11 +3,9 @@
 //! cache hits, placement, rejection, release, replays, bad input), the inference server killed
 //! mid-run, an injected slow inference server, and a model that calls everything long-lived.
 
-mod support;
-
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{default_models, start_allocator, start_control, start_inference, vm};
+use test_support::stack::{default_models, start_allocator, start_control, start_inference, vm};
 
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
     let response = client.post(url).json(body).send().await.unwrap();

@@ -14,13 +14,12 @@
 //! - `an_oversized_body_gets_a_413_problem`: a body over `max_body_bytes` is refused with a problem
 //!   body, like every other refusal.
 
-mod support;
-
 use axum::routing::{get, post};
 use axum::Router;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use test_support::stack;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -100,7 +99,7 @@ async fn wait_closed(mut stream: TcpStream, patience: Duration) -> Vec<u8> {
 async fn half_open_connections_are_dropped_and_do_not_block_service() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = FakeUpstream::start().await;
-    let control = support::start_control_logged(
+    let control = stack::start_control_logged(
         dir.path(),
         &upstream.control_config("header_read_timeout_ms = 1000\nidle_timeout_ms = 2000\nmax_connections = 8192"),
     )
@@ -152,7 +151,7 @@ async fn healthz_on(stream: &mut TcpStream) -> String {
 async fn connections_beyond_the_cap_are_closed_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = FakeUpstream::start().await;
-    let control = support::start_control_logged(
+    let control = stack::start_control_logged(
         dir.path(),
         &upstream.control_config("max_connections = 20\nidle_timeout_ms = 600000"),
     )
@@ -194,14 +193,14 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
 async fn requests_beyond_the_admission_limit_get_503_with_retry_after() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = FakeUpstream::start().await;
-    let control = support::start_control_logged(dir.path(), &upstream.control_config("max_concurrency = 4")).await;
+    let control = stack::start_control_logged(dir.path(), &upstream.control_config("max_concurrency = 4")).await;
     let client = reqwest::Client::new();
     let url = control.process.url("/allocate");
 
     // Four requests reach the stand-in allocator and stay there: the admission limit is full.
     let admitted: Vec<_> = (0..4)
         .map(|i| {
-            let request = client.post(&url).json(&support::vm(&format!("held-{i}"), "t", "D2", 2.0));
+            let request = client.post(&url).json(&stack::vm(&format!("held-{i}"), "t", "D2", 2.0));
             tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
         })
         .collect();
@@ -214,7 +213,7 @@ async fn requests_beyond_the_admission_limit_get_503_with_retry_after() {
     const EXCESS: usize = 50;
     let refused_requests: Vec<_> = (0..EXCESS)
         .map(|i| {
-            let request = client.post(&url).json(&support::vm(&format!("excess-{i}"), "t", "D2", 2.0));
+            let request = client.post(&url).json(&stack::vm(&format!("excess-{i}"), "t", "D2", 2.0));
             tokio::spawn(async move {
                 let response = request.send().await.expect("an excess request got no answer");
                 let status = response.status().as_u16();
@@ -272,7 +271,7 @@ async fn requests_beyond_the_admission_limit_get_503_with_retry_after() {
 async fn an_oversized_body_gets_a_413_problem() {
     let dir = tempfile::tempdir().unwrap();
     let upstream = FakeUpstream::start().await;
-    let control = support::start_control_logged(dir.path(), &upstream.control_config("max_body_bytes = 1024")).await;
+    let control = stack::start_control_logged(dir.path(), &upstream.control_config("max_body_bytes = 1024")).await;
     let client = reqwest::Client::new();
     // Declared by its length: refused before the body is read.
     let response = client

@@ -335,6 +335,55 @@ fn the_circle_check_finds_a_circle() {
     assert_eq!(find_cycle(&acyclic), None);
 }
 
+/// The `.rs` files under `dir` (build output left out), recursively.
+fn rust_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a readable directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() && !path.ends_with("target") {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The `#[path = ...]` attributes in `code`, as `line: attribute`.
+fn path_includes(code: &str) -> Vec<String> {
+    // Spelled apart so that this file does not hold the attribute it looks for.
+    let attribute = concat!("#", "[path");
+    code.lines()
+        .enumerate()
+        .filter(|(_, line)| line.trim_start().starts_with(attribute))
+        .map(|(at, line)| format!("{}: {}", at + 1, line.trim()))
+        .collect()
+}
+
+/// Tests and benches share helpers through the `test-support` crate (or a crate's own
+/// `tests/support` module), never by including another file by path: an included file compiles
+/// in every crate that includes it, with whatever dependencies each one happens to have.
+#[test]
+fn no_source_file_is_included_by_path() {
+    let mut found = Vec::new();
+    for crate_dir in std::fs::read_dir(workspace_root()).expect("the workspace").map(|e| e.expect("an entry").path()) {
+        if !crate_dir.join("Cargo.toml").is_file() {
+            continue;
+        }
+        for file in rust_files(&crate_dir) {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            let relative = file.strip_prefix(workspace_root()).unwrap_or(&file).display().to_string();
+            found.extend(path_includes(&text).into_iter().map(|include| format!("{relative}:{include}")));
+        }
+    }
+    assert_eq!(found, Vec::<String>::new(), "files included by path; use the test-support crate");
+    let attribute = concat!("#", "[path = \"../../allocator/tests/support/listening.rs\"]");
+    assert_eq!(path_includes(&format!("//! doc\n\n{attribute}\nmod listening;\n")), [format!("3: {attribute}")]);
+}
+
 /// A source file's code: what comes before its test module, comment lines dropped.
 fn code_of(text: &str) -> String {
     let code = text.split("#[cfg(test)]\nmod ").next().unwrap_or_default();

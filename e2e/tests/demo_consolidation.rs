@@ -11,6 +11,7 @@ mod support;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use test_support::binaries::workspace_binary;
 
 const ADMIN_TOKEN: &str = "e2e-admin-token";
 
@@ -82,7 +83,7 @@ async fn the_demo_consolidates_from_the_config_and_vmreplay_confirms_its_migrati
     assert_eq!(put.status(), 200, "PUT /v1/consolidation: {}", put.text().await.unwrap());
 
     let summary_path = dir.path().join("replay.json");
-    let mut replay = Command::new(support::workspace_binary("vmreplay"));
+    let mut replay = Command::new(workspace_binary("vmreplay"));
     replay
         .args(["--synthetic-days", "2", "--speed", "14400", "--concurrency", "8", "--quiet"])
         .args(["--control", &control.base, "--confirm-migrations", &allocator.base, "--migration-s", "1200"])
@@ -119,7 +120,7 @@ async fn the_demo_consolidates_from_the_config_and_vmreplay_confirms_its_migrati
     assert_eq!(&console["counters"], counters, "the console shows the allocator's consolidation");
 
     // A wrong admin token is refused before the replay sends anything.
-    let bad = Command::new(support::workspace_binary("vmreplay"))
+    let bad = Command::new(workspace_binary("vmreplay"))
         .args(["--synthetic-days", "0.01", "--quiet", "--control", &control.base])
         .args(["--confirm-migrations", &allocator.base])
         .env("VMREPLAY_ADMIN_TOKEN", "wrong")

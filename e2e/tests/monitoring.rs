@@ -485,7 +485,7 @@ fn vm(vm_id: &str, tenant: &str, cores: f64) -> Json {
     }})
 }
 
-async fn scrape(client: &reqwest::Client, process: &support::Process) -> String {
+async fn scrape(client: &reqwest::Client, process: &test_support::process::Process) -> String {
     let response =
         client.get(process.url("/metrics")).send().await.unwrap_or_else(|e| panic!("scraping {}: {e}", process.what));
     assert!(response.status().is_success(), "{} /metrics answered {}", process.what, response.status());

@@ -11,8 +11,10 @@ mod support;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+use test_support::binaries::{binaries_dir, workspace_binary};
+use test_support::process::{with_config, with_service_token, Process};
 use traces::csv_format::CsvTraceReader;
 use traces::synthetic::{generate, SyntheticConfig};
 use traces::VmRecord;
@@ -22,59 +24,20 @@ const DAY: f64 = 86_400.0;
 const ALLOCATOR_TOKEN: &str = "allocator-admin-token";
 const INFERENCE_TOKEN: &str = "inference-admin-token";
 
-/// A service binary on loopback; killed when dropped.
-struct Process {
-    child: Child,
-    base: String,
-}
-
-impl Process {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts the workspace binary `name` with the configuration `config(port)` on a free port, and
-/// waits for its `/readyz` (another port if it exits meanwhile: taken in between).
+/// waits until it is ready ([`Process::start`]: another port if it exits meanwhile).
 async fn start(dir: &Path, name: &str, config: impl Fn(u16) -> String) -> Process {
-    let client = reqwest::Client::new();
-    for attempt in 0..5 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let path = dir.join(format!("{name}-{attempt}.toml"));
+    let spawn = |port: u16| {
+        let path = dir.join(format!("{name}-{port}.toml"));
         std::fs::write(&path, config(port)).unwrap();
-        let child = support::with_service_token(&mut Command::new(support::workspace_binary(name)))
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "warn")
+        let mut command = Command::new(workspace_binary(name));
+        with_service_token(with_config(&mut command, &path), support::SERVICE_TOKEN)
             .env_remove("ALLOCATOR_ADMIN_TOKEN")
             .env_remove("INFERENCE_ADMIN_TOKEN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        let mut process = Process { child, base: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(response) = client.get(process.url("/readyz")).send().await {
-                if response.status().is_success() {
-                    return process;
-                }
-            }
-            if process.child.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{name} did not become ready");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-    panic!("{name} did not start");
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"))
+    };
+    Process::start(name, Duration::from_secs(60), spawn).await
 }
 
 /// Two days of a synthetic trace of 60 tenants, in start order.
@@ -130,14 +93,6 @@ async fn replay(control: &Process, records: &[VmRecord], (from_s, to_s): (f64, f
     versions
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -146,11 +101,11 @@ fn repository() -> PathBuf {
 async fn a_bundle_retrained_on_the_allocators_export_is_offered_as_a_canary_and_serves() {
     // The binaries the script runs, found (or the missing one named) before anything starts.
     for binary in ["vmtrace", "lifetime-train"] {
-        support::workspace_binary(binary);
+        workspace_binary(binary);
     }
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
-    copy_dir(&repository().join("models/default"), &models.join("default"));
+    support::copy_dir(&repository().join("models/default"), &models.join("default"));
     // The default bundle stays stable: the retrained one is to be a canary, not the newest valid.
     std::fs::write(models.join("rollout.toml"), "stable = \"default\"\n").unwrap();
     let inference = start(dir.path(), "inference-server", |port| {
@@ -221,7 +176,7 @@ async fn a_bundle_retrained_on_the_allocators_export_is_offered_as_a_canary_and_
     }
     assert!(exited > 100 && running > 20, "{exited} exited, {running} running");
     // The round trip through the project's own tool.
-    let stats = Command::new(support::workspace_binary("vmtrace")).arg("stats").arg(&export).output().unwrap();
+    let stats = Command::new(workspace_binary("vmtrace")).arg("stats").arg(&export).output().unwrap();
     let text = String::from_utf8_lossy(&stats.stdout);
     assert!(stats.status.success(), "vmtrace stats: {}", String::from_utf8_lossy(&stats.stderr));
     let vms = text.lines().find_map(|line| line.strip_prefix("VMs")).map(str::trim);
@@ -236,7 +191,7 @@ async fn a_bundle_retrained_on_the_allocators_export_is_offered_as_a_canary_and_
         .args(["--bundle", "retrained", "--from-s", &history.0.to_string(), "--to-s", &history.1.to_string()])
         .args(["--share", "0.5", "--min-resolved", "100000"])
         .arg("--bin-dir")
-        .arg(support::binaries_dir())
+        .arg(binaries_dir())
         .arg("--work-dir")
         .arg(&work)
         .args(["--", "--iterations", "30", "--num-leaves", "15", "--max-remaining-vms", "3000"])

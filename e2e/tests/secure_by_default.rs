@@ -8,11 +8,12 @@ mod support;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use test_support::binaries::workspace_binary;
 
 /// One of the three binaries listening on `listen`, with what else it needs to start (state in
 /// `dir`); `token`: its routes closed by a service token (the control service: an API key).
 fn command(what: &str, dir: &Path, listen: &str, token: bool, insecure_open: bool) -> Command {
-    let mut command = Command::new(support::workspace_binary(what));
+    let mut command = Command::new(workspace_binary(what));
     command.arg("--listen").arg(listen).env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::piped());
     command.env_remove("ALLOCATOR_ADMIN_TOKEN").env_remove("ALLOCATOR_ADMIN_TOKEN_FILE");
     for variable in ["ALLOCATOR_SERVICE_TOKEN", "INFERENCE_SERVICE_TOKEN"] {

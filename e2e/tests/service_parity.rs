@@ -41,8 +41,10 @@ use simulator::workload::{Inventory, TraceSpec, Workload, WorkloadConfig, SIM_ZO
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+use test_support::binaries::workspace_binary;
+use test_support::process::{with_config, Process};
 use traces::{ExtraColumns, VmRecord};
 
 const HOSTS: usize = 20;
@@ -106,25 +108,11 @@ fn consolidation(chooser: ChooserKind) -> ConsolidationConfig {
 
 const ADMIN_TOKEN: &str = "parity-test-admin-token-0123456789";
 
-/// A running allocator, killed when dropped.
-struct Service {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_service(dir: &Path, kind: &str, extra: &str) -> Service {
-    let client = reqwest::Client::new();
-    for attempt in 0..5 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = dir.join(format!("allocator-{kind}-{attempt}.toml"));
-        let store = dir.join(format!("allocator-{kind}-{attempt}.db"));
+/// The allocator with policy `kind` and `extra` top-level TOML, ready ([`Process::start`]).
+async fn start_service(dir: &Path, kind: &str, extra: &str) -> Process {
+    let spawn = |port: u16| {
+        let config = dir.join(format!("allocator-{kind}-{port}.toml"));
+        let store = dir.join(format!("allocator-{kind}-{port}.db"));
         let text = format!(
             "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\nclock = \"request\"\nadmin_token = \"{ADMIN_TOKEN}\"\n{extra}\n[generate]\nzone = \"{SIM_ZONE}\"\nhosts = {HOSTS}\n\
              hosts_per_rack = {HOSTS_PER_RACK}\ncores = 16\nmemory_gib = 64\n\n[allocator]\ntie_break = \"random\"\n\
@@ -132,30 +120,9 @@ async fn start_service(dir: &Path, kind: &str, extra: &str) -> Service {
             store.display()
         );
         std::fs::write(&config, text).unwrap();
-        let child = Command::new(support::workspace_binary("allocator"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut service = Service { child, base: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(format!("{}/readyz", service.base)).send().await {
-                if r.status().is_success() {
-                    return service;
-                }
-            }
-            if service.child.try_wait().unwrap().is_some() {
-                break; // most likely the port was taken meanwhile: another one
-            }
-            assert!(Instant::now() < deadline, "the allocator did not become ready");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    panic!("the allocator did not start");
+        with_config(&mut Command::new(workspace_binary("allocator")), &config).spawn().unwrap()
+    };
+    Process::start("the allocator", Duration::from_secs(30), spawn).await
 }
 
 /// What a replay through the service did: VM -> host (`None`: rejected), the migrations it
@@ -170,7 +137,7 @@ struct Replayed {
 /// then migrations' completions, then arrivals; nothing after the window's end. With
 /// `consolidation`, the migrations the service starts (read after each request) are confirmed
 /// `migration_s` after they started, at that time.
-async fn replay_over_http(service: &Service, workload: &Workload, config: &SimConfig) -> Replayed {
+async fn replay_over_http(service: &Process, workload: &Workload, config: &SimConfig) -> Replayed {
     let policy = Policy::from_config(&config.policy, &Default::default(), &Registry::standard()).unwrap();
     let predictions = predict(workload, &config.prediction, &config.policy, &policy, config.seed).unwrap();
     let client = reqwest::Client::new();

@@ -7,8 +7,9 @@
 use lifetime_model::bundle::{FEATURE_STORE_FILE, MULTICLASS_MODEL_FILE, REMAINING_MODEL_FILE};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use test_support::process::{rss_kib, with_config, Process};
 
 /// How long any route may take while a bad bundle sits in the models directory.
 const PROMPT: Duration = Duration::from_secs(10);
@@ -32,21 +33,11 @@ fn drop_in(root: &Path, name: &str, change: impl FnOnce(&Path)) {
     std::fs::rename(&staging, root.join("models").join(name)).unwrap();
 }
 
+/// The server, killed when dropped, and a client that gives up after [`PROMPT`].
 struct Server {
-    child: Child,
-    base: String,
+    process: Process,
     client: reqwest::Client,
 }
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[path = "../../allocator/tests/support/listening.rs"]
-mod listening;
 
 /// A temporary root holding `models/good` (the default bundle, stable by the rollout file, since
 /// the bundles the tests add are copies of it too) and a server on it, ready.
@@ -65,24 +56,17 @@ async fn start() -> (tempfile::TempDir, Server) {
             ),
         )
         .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_inference-server"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap()
+        with_config(&mut Command::new(env!("CARGO_BIN_EXE_inference-server")), &config).spawn().unwrap()
     };
     let client = reqwest::Client::builder().timeout(PROMPT).build().unwrap();
-    let (child, port) = listening::start_ours(&client, "the server", Duration::from_secs(30), spawn).await;
-    (root, Server { child, base: format!("http://127.0.0.1:{port}"), client })
+    let process = Process::start("the server", Duration::from_secs(30), spawn).await;
+    (root, Server { process, client })
 }
 
 impl Server {
     async fn models(&self) -> Vec<Value> {
         // The client gives up after PROMPT: an answer at all means no handler waited on a bundle.
-        let list = self.client.get(format!("{}/v1/models", self.base)).send().await;
+        let list = self.client.get(format!("{}/v1/models", self.process.base)).send().await;
         let list: Value = list.expect("GET /v1/models answers promptly").json().await.unwrap();
         list.as_array().expect("a list").clone()
     }
@@ -110,7 +94,7 @@ impl Server {
     /// predictions come from the good bundle.
     async fn answers_promptly(&self) {
         for route in ["/healthz", "/readyz"] {
-            let response = self.client.get(format!("{}{route}", self.base)).send().await;
+            let response = self.client.get(format!("{}{route}", self.process.base)).send().await;
             assert_eq!(response.unwrap_or_else(|e| panic!("{route}: {e}")).status(), 200, "{route}");
         }
         let states: Vec<(String, String)> = self
@@ -123,7 +107,7 @@ impl Server {
         let instance = json!({"key": "vm-1", "tenant_id": "t3", "vm_type": "D2", "cores": 2, "memory_gib": 8});
         let response = self
             .client
-            .post(format!("{}/v1/predict", self.base))
+            .post(format!("{}/v1/predict", self.process.base))
             .json(&json!({"instances": [instance]}))
             .send()
             .await
@@ -135,10 +119,7 @@ impl Server {
 
     /// Resident memory of the server, from `/proc/<pid>/status`.
     fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("a VmRSS line");
-        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        kib * 1024
+        rss_kib(self.process.id().expect("the server runs")).expect("a VmRSS line") * 1024
     }
 }
 

@@ -5,10 +5,11 @@ use lifetime_model::bundle::{BINARY_MODEL_FILE, MANIFEST_FILE};
 use lifetime_train::train::{train_bundle, TrainConfig, TrainData};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use test_support::process::{with_config, Process};
 use traces::synthetic::{generate, SyntheticConfig};
 
 const TOKEN: &str = "test-admin-token";
@@ -61,23 +62,8 @@ fn models_with(bundles: &[(&str, &Path)]) -> (tempfile::TempDir, PathBuf) {
     (dir, models)
 }
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[path = "../../allocator/tests/support/listening.rs"]
-mod listening;
-
-/// Starts the server on `models` and waits until it is ready ([`listening::start_ours`]).
-async fn start(models: &Path) -> Server {
+/// Starts the server on `models` and waits until it is ready ([`Process::start`]).
+async fn start(models: &Path) -> Process {
     let spawn = |port: u16| {
         let config = models.parent().unwrap().join(format!("server-{port}.toml"));
         std::fs::write(
@@ -88,18 +74,9 @@ async fn start(models: &Path) -> Server {
             ),
         )
         .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_inference-server"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap()
+        with_config(&mut Command::new(env!("CARGO_BIN_EXE_inference-server")), &config).spawn().unwrap()
     };
-    let client = reqwest::Client::new();
-    let (child, port) = listening::start_ours(&client, "the server", Duration::from_secs(30), spawn).await;
-    Server { child, base: format!("http://127.0.0.1:{port}") }
+    Process::start("the server", Duration::from_secs(30), spawn).await
 }
 
 fn instance(key: &str) -> Value {

@@ -9,39 +9,10 @@ use lifetime_model::gbdt::TreeEnsemble;
 use lifetime_model::RequestFeatures;
 use lightgbm3::Booster;
 use serde_json::json;
-use std::hint::black_box;
 use std::path::PathBuf;
-use std::time::Instant;
+use test_support::timing::per_call;
 
 const CALLS: usize = 100_000;
-
-struct Stats {
-    median_ns: f64,
-    p99_ns: f64,
-    mean_ns: f64,
-}
-
-fn measure<T>(inputs: &[T], mut call: impl FnMut(&T) -> f64) -> Stats {
-    for input in inputs.iter().cycle().take(2_000) {
-        black_box(call(black_box(input)));
-    }
-    let mut samples: Vec<f64> = inputs
-        .iter()
-        .cycle()
-        .take(CALLS)
-        .map(|input| {
-            let start = Instant::now();
-            black_box(call(black_box(input)));
-            start.elapsed().as_nanos() as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    Stats {
-        median_ns: samples[CALLS / 2],
-        p99_ns: samples[CALLS * 99 / 100],
-        mean_ns: samples.iter().sum::<f64>() / CALLS as f64,
-    }
-}
 
 fn main() {
     let dir = std::env::args()
@@ -73,25 +44,28 @@ fn main() {
     let mut results = vec![
         (
             "LightGBM fast single-row C API, long-lived model",
-            measure(&rows, |r| booster.predict_single_row_fast(r).expect("predicts")[0]),
+            per_call(&rows, CALLS, |r| booster.predict_single_row_fast(r).expect("predicts")[0]),
         ),
-        ("native TreeEnsemble, long-lived model", measure(&rows, |r| native.predict(r))),
+        ("native TreeEnsemble, long-lived model", per_call(&rows, CALLS, |r| native.predict(r))),
         (
             "LifetimeModel::predict_row (long-lived + expected lifetime)",
-            measure(&rows, |r| model.predict_row(r, false).p_long),
+            per_call(&rows, CALLS, |r| model.predict_row(r, false).p_long),
         ),
-        ("LifetimeModel::predict_row (all three models)", measure(&rows, |r| model.predict_row(r, true).p_long)),
+        (
+            "LifetimeModel::predict_row (all three models)",
+            per_call(&rows, CALLS, |r| model.predict_row(r, true).p_long),
+        ),
         (
             "LifetimeModel::predict (encode + tenant history + long-lived + expected lifetime)",
-            measure(&requests, |q| model.predict(q, false).p_long),
+            per_call(&requests, CALLS, |q| model.predict(q, false).p_long),
         ),
         (
             "reprediction: LifetimeModel::predict_remaining_row",
-            measure(&rows, |r| model.predict_remaining_row(r, 3_600.0)),
+            per_call(&rows, CALLS, |r| model.predict_remaining_row(r, 3_600.0)),
         ),
         (
             "regression path (bundles without a survival model): long-lived + remaining at uptime 0",
-            measure(&rows, |r| {
+            per_call(&rows, CALLS, |r| {
                 let mut with_uptime = r.clone();
                 with_uptime.push(0.0);
                 native.predict(r) + remaining.predict(&with_uptime)
@@ -99,7 +73,7 @@ fn main() {
         ),
         (
             "regression path: reprediction (remaining-lifetime model at an uptime)",
-            measure(&rows, |r| {
+            per_call(&rows, CALLS, |r| {
                 let mut with_uptime = r.clone();
                 with_uptime.push(3_600f64.log10());
                 remaining.predict(&with_uptime)
@@ -111,11 +85,11 @@ fn main() {
         let curves: Vec<Vec<f64>> = rows.iter().map(|r| model.survival_curve(r).expect("a curve")).collect();
         results.push((
             "survival path: LifetimeModel::survival_curve (every interval's hazard, one walk per tree)",
-            measure(&rows, |r| model.survival_curve(r).map_or(0.0, |c| c[0])),
+            per_call(&rows, CALLS, |r| model.survival_curve(r).map_or(0.0, |c| c[0])),
         ));
         results.push((
             "survival path: reprediction read off a VM's cached curve (remaining_from_curve)",
-            measure(&curves, |c| model.remaining_from_curve(c, 3_600.0)),
+            per_call(&curves, CALLS, |c| model.remaining_from_curve(c, 3_600.0)),
         ));
     }
     println!("| what | median | p99 | mean |");

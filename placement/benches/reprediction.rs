@@ -26,10 +26,10 @@ use lifetime_model::{LifetimeModel, RequestFeatures};
 use placement::reprediction::{BundleRepredictor, RepredictionConfig};
 use placement::{Allocator, AllocatorConfig, PolicyConfig};
 use rand::Rng;
-use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use test_support::timing::{per_call, Latency};
 use workload::{Workload, FILL, HOST_CORES, HOST_MEMORY_GIB, START_S};
 
 mod workload;
@@ -39,36 +39,6 @@ const CALLS: usize = 100_000;
 const REFRESHES: usize = 20;
 /// The median paper 000 reports for one reprediction in process.
 const PAPER_MEDIAN_US: f64 = 9.0;
-
-struct Stats {
-    median_ns: f64,
-    p99_ns: f64,
-    mean_ns: f64,
-}
-
-fn stats(mut samples: Vec<f64>) -> Stats {
-    samples.sort_by(f64::total_cmp);
-    let n = samples.len();
-    Stats { median_ns: samples[n / 2], p99_ns: samples[n * 99 / 100], mean_ns: samples.iter().sum::<f64>() / n as f64 }
-}
-
-/// A timer around each call, after 2,000 calls of warm-up.
-fn per_call<T>(inputs: &[T], mut call: impl FnMut(&T) -> f64) -> Stats {
-    for input in inputs.iter().cycle().take(2_000) {
-        black_box(call(black_box(input)));
-    }
-    let samples = inputs
-        .iter()
-        .cycle()
-        .take(CALLS)
-        .map(|input| {
-            let start = Instant::now();
-            black_box(call(black_box(input)));
-            start.elapsed().as_nanos() as f64
-        })
-        .collect();
-    stats(samples)
-}
 
 /// An allocator of `hosts` hosts (NILAS, no periodic refresh) filled to 75% of its cores, the model
 /// (if any) set before the fill.
@@ -102,7 +72,7 @@ fn filled(hosts: usize, model: Option<&Arc<LifetimeModel>>) -> (Allocator, f64) 
 
 /// Times `REFRESHES` whole refreshes, the clock a minute later each time; the cost per VM of each
 /// is its time over the VMs it refreshed. Also returns the model evaluations per refresh.
-fn refresh_per_vm(allocator: &mut Allocator, mut now: f64) -> (Stats, Duration, u64) {
+fn refresh_per_vm(allocator: &mut Allocator, mut now: f64) -> (Latency, Duration, u64) {
     let vms = allocator.state().vm_count() as u64;
     let mut samples = Vec::with_capacity(REFRESHES);
     let mut total = Duration::ZERO;
@@ -118,7 +88,7 @@ fn refresh_per_vm(allocator: &mut Allocator, mut now: f64) -> (Stats, Duration, 
         total += elapsed;
         samples.push(elapsed.as_nanos() as f64 / vms.max(1) as f64);
     }
-    (stats(samples), total / REFRESHES as u32, repredicted / REFRESHES as u64)
+    (Latency::of(samples), total / REFRESHES as u32, repredicted / REFRESHES as u64)
 }
 
 fn main() {
@@ -137,7 +107,7 @@ fn main() {
         }
     }
     let model = workload::load_bundle(&bundle, "only the no-model reference runs");
-    let mut rows: Vec<(String, Stats, String)> = Vec::new();
+    let mut rows: Vec<(String, Latency, String)> = Vec::new();
     let mut notes = Vec::new();
     if let Some(model) = &model {
         println!("bundle {} from {}", model.version(), bundle.display());
@@ -151,12 +121,12 @@ fn main() {
             .collect();
         rows.push((
             "(a) `LifetimeModel::predict_remaining_row`, per call".to_owned(),
-            per_call(&inputs, |(row, uptime)| model.predict_remaining_row(row, *uptime)),
+            per_call(&inputs, CALLS, |(row, uptime)| model.predict_remaining_row(row, *uptime)),
             format!("{PAPER_MEDIAN_US:.0} us"),
         ));
         rows.push((
             "`LifetimeModel::encode` (once per VM, on its first reprediction)".to_owned(),
-            per_call(&features, |f| model.encode(f)[0]),
+            per_call(&features, CALLS, |f| model.encode(f)[0]),
             String::new(),
         ));
         let started = Instant::now();

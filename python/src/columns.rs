@@ -10,12 +10,11 @@ use crate::errors::Raised;
 use domain::Priority;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use std::fmt::Write as _;
 use std::sync::Arc;
 use traces::csv_chunks::RowSink;
 use traces::csv_format::{CsvRow, REQUIRED_COLUMNS};
-use traces::record::check_values;
-use traces::{ExtraColumns, VmRecord};
+use traces::record::BorrowedRecord;
+use traces::VmRecord;
 
 /// A column built in Rust, on its way to Python.
 pub enum OutColumn {
@@ -150,7 +149,6 @@ pub struct RecordColumns {
     extra: Vec<OutColumn>,
     numbers: [Vec<f64>; 4],
     end_valid: Vec<bool>,
-    scratch: String,
 }
 
 impl RecordColumns {
@@ -161,34 +159,36 @@ impl RecordColumns {
             extra: Vec::new(),
             numbers: Default::default(),
             end_valid: Vec::new(),
-            scratch: String::new(),
         }
     }
 
     pub fn push(&mut self, record: &VmRecord) {
+        self.push_required(&record.borrowed());
         // The first record names the extra columns (a trace's records all share them).
         let names = self.extra_names.get_or_insert_with(|| {
             self.extra = record.extra.names().iter().map(|name| OutColumn::text(name)).collect();
             record.extra.names().to_vec()
         });
-        let [vm_id, tenant_id, vm_type, priority] = &mut self.text;
-        vm_id.push_str(&record.vm_id);
-        tenant_id.push_str(&record.tenant_id);
-        vm_type.push_str(&record.vm_type);
-        self.scratch.clear();
-        let _ = write!(self.scratch, "{}", record.priority);
-        priority.push_str(&self.scratch);
-        let [cores, memory, start, end] = &mut self.numbers;
-        cores.push(record.cores);
-        memory.push(record.memory_gib);
-        start.push(record.start_s);
-        end.push(record.end_s.unwrap_or(f64::NAN));
-        self.end_valid.push(record.end_s.is_some());
         let same = record.extra.names() == names.as_slice();
         for (i, column) in self.extra.iter_mut().enumerate() {
             let value = if same { Some(record.extra.values()[i].as_str()) } else { record.extra.get(&names[i]) };
             column.push_str(value.unwrap_or_default());
         }
+    }
+
+    /// The required columns' values of one row (a record's or a CSV row's).
+    fn push_required(&mut self, row: &BorrowedRecord<'_>) {
+        let [vm_id, tenant_id, vm_type, priority] = &mut self.text;
+        vm_id.push_str(row.vm_id);
+        tenant_id.push_str(row.tenant_id);
+        vm_type.push_str(row.vm_type);
+        priority.push_str(row.priority.as_str());
+        let [cores, memory, start, end] = &mut self.numbers;
+        cores.push(row.cores);
+        memory.push(row.memory_gib);
+        start.push(row.start_s);
+        end.push(row.end_s.unwrap_or(f64::NAN));
+        self.end_valid.push(row.end_s.is_some());
     }
 
     /// Columns for the rows of a CSV trace whose extra columns are `names` (in file order).
@@ -237,17 +237,7 @@ impl RowSink for RecordColumns {
 
     /// A checked row of a CSV trace, straight into the columns: no record, no string of its own.
     fn push(&mut self, row: &CsvRow<'_>) {
-        let [vm_id, tenant_id, vm_type, priority] = &mut self.text;
-        vm_id.push_str(row.vm_id);
-        tenant_id.push_str(row.tenant_id);
-        vm_type.push_str(row.vm_type);
-        priority.push_str(row.priority.as_str());
-        let [cores, memory, start, end] = &mut self.numbers;
-        cores.push(row.cores);
-        memory.push(row.memory_gib);
-        start.push(row.start_s);
-        end.push(row.end_s.unwrap_or(f64::NAN));
-        self.end_valid.push(row.end_s.is_some());
+        self.push_required(&row.record);
         for (column, value) in self.extra.iter_mut().zip(row.extra()) {
             column.push_str(&value);
         }
@@ -392,7 +382,7 @@ impl Table {
         let mut extra = Vec::new();
         let mut records = Vec::with_capacity(range.len());
         for row in range.filter(|&row| row < self.rows) {
-            records.push(columns.row(row, &mut extra)?.to_record(&columns.names, &extra));
+            records.push(columns.row(row, &mut extra)?.to_record(&columns.names, extra.iter().copied()));
         }
         Ok(records)
     }
@@ -454,23 +444,11 @@ pub struct TraceColumns<'t> {
     pub names: Arc<[String]>,
 }
 
-/// One row of a frame, checked, its text borrowed from the frame's columns.
-pub struct RowText<'t> {
-    pub vm_id: &'t str,
-    pub tenant_id: &'t str,
-    pub vm_type: &'t str,
-    pub priority: Priority,
-    pub cores: f64,
-    pub memory_gib: f64,
-    pub start_s: f64,
-    pub end_s: Option<f64>,
-}
-
 impl<'t> TraceColumns<'t> {
     /// Row `row` (< the frame's rows), checked as the CSV reader checks a row
-    /// ([`traces::record::check_values`]); its extra values into `extra`, in [`TraceColumns::names`]'
+    /// ([`BorrowedRecord::check`]); its extra values into `extra`, in [`TraceColumns::names`]'
     /// order. `end_s` NaN means still running, empty `priority` is regular. Errors name the row.
-    pub fn row(&self, row: usize, extra: &mut Vec<&'t str>) -> Result<RowText<'t>, Raised> {
+    pub fn row(&self, row: usize, extra: &mut Vec<&'t str>) -> Result<BorrowedRecord<'t>, Raised> {
         let get = |column: &'t InColumn, name: &str| -> Result<&'t str, Raised> {
             let text = column.text(row).ok_or_else(|| bad_column(name, "has offsets outside its data"))?;
             text.map_err(|_| bad_column(name, &format!("row {row} is not UTF-8")))
@@ -485,7 +463,7 @@ impl<'t> TraceColumns<'t> {
         for (name, column) in &self.extra {
             extra.push(get(column, name)?);
         }
-        let text = RowText {
+        let text = BorrowedRecord {
             vm_id: get(self.vm_id, "vm_id")?,
             tenant_id: get(self.tenant_id, "tenant_id")?,
             vm_type: get(self.vm_type, "vm_type")?,
@@ -495,31 +473,10 @@ impl<'t> TraceColumns<'t> {
             start_s: self.start[row],
             end_s: Some(self.end[row]).filter(|end| !end.is_nan()),
         };
-        check_values(text.vm_id, text.cores, text.memory_gib, text.start_s, text.end_s).map_err(|error| {
+        text.check().map_err(|error| {
             let raised = Raised::from(&error);
             Raised { message: format!("row {row}: {}", raised.message), ..raised }
         })?;
         Ok(text)
-    }
-}
-
-impl RowText<'_> {
-    /// The row as an owned record, its extra values `extra` (named `names`).
-    pub fn to_record(&self, names: &Arc<[String]>, extra: &[&str]) -> VmRecord {
-        VmRecord {
-            vm_id: self.vm_id.to_owned(),
-            tenant_id: self.tenant_id.to_owned(),
-            vm_type: self.vm_type.to_owned(),
-            cores: self.cores,
-            memory_gib: self.memory_gib,
-            priority: self.priority,
-            start_s: self.start_s,
-            end_s: self.end_s,
-            extra: if names.is_empty() {
-                ExtraColumns::default()
-            } else {
-                ExtraColumns::new(Arc::clone(names), extra.iter().map(|value| (*value).to_owned()).collect())
-            },
-        }
     }
 }

@@ -304,7 +304,7 @@ impl Model {
             let (features, histories) = match alike.get_mut(&key) {
                 Some(entry) => entry,
                 None => {
-                    let features = features(&text.to_record(&columns.names, &extra))?;
+                    let features = features(&text.to_record(&columns.names, extra.iter().copied()))?;
                     let histories = store.histories(&features.tenant_id, &features.vm_type);
                     alike.entry(key.clone()).or_insert((features, histories))
                 }

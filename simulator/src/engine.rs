@@ -420,18 +420,7 @@ pub fn run(
     }
     Ok(SimResult {
         config: config.clone(),
-        workload: WorkloadSummary {
-            vms: workload.vms.len(),
-            warmup_vms: workload.warmup_vms,
-            from_s: workload.from_s,
-            to_s: workload.to_s,
-            records_read: workload.records_read,
-            records_skipped: workload.records_skipped,
-            hosts: inventory.hosts,
-            host_cores: inventory.host_capacity.cores(),
-            host_memory_gib: inventory.host_capacity.memory_gib(),
-            peak: inventory.peak,
-        },
+        workload: WorkloadSummary::of(workload, &inventory),
         prediction: predictions.report,
         counters,
         filtering,

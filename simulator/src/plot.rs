@@ -18,6 +18,18 @@ use plotters::style::text_anchor;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+/// A chart's frame, the same in every plot here: its caption (`font_size` px), margins and axis
+/// label areas.
+fn frame<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    caption: &str,
+    font_size: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(caption, ("sans-serif", font_size)).margin(12).x_label_area_size(40).y_label_area_size(60);
+    builder
+}
+
 /// One named line of a plot.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
@@ -148,12 +160,7 @@ fn draw_lines(
     let y_range = padded(series.iter().flat_map(|s| finite(&s.points).map(|(_, y)| y)));
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_range, y_range)?;
+    let mut chart = frame(&root, title, 20).build_cartesian_2d(x_range, y_range)?;
     chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = color(i);
@@ -191,12 +198,7 @@ fn draw_panels(path: &Path, title: &str, x_label: &str, panels: &[Panel]) -> Res
                 .filter(|v| v.is_finite())
                 .chain([0.0]),
         );
-        let mut chart = ChartBuilder::on(area)
-            .caption(panel.caption.as_str(), ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(x_range.clone(), y_range)?;
+        let mut chart = frame(area, panel.caption.as_str(), 16).build_cartesian_2d(x_range.clone(), y_range)?;
         // Ticks at the whole powers of two only.
         let ticks = (x_range.end.floor() - x_range.start.ceil()).max(0.0) as usize + 1;
         chart
@@ -260,12 +262,7 @@ fn draw_bars(path: &Path, title: &str, y_label: &str, bars: &[Bar]) -> Result<()
     let count = i32::try_from(bars.len()).unwrap_or(i32::MAX).max(1);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d((0..count).into_segmented(), y_range)?;
+    let mut chart = frame(&root, title, 20).build_cartesian_2d((0..count).into_segmented(), y_range)?;
     let label = |v: &SegmentValue<i32>| match v {
         SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
             usize::try_from(*i).ok().and_then(|i| bars.get(i)).map(|b| b.label.clone()).unwrap_or_default()

@@ -4,7 +4,7 @@
 use crate::config::SimConfig;
 use crate::metrics::{InstantMetrics, MetricsSummary};
 use crate::predict::PredictionReport;
-use crate::workload::PeakDemand;
+use crate::workload::{PeakDemand, SizedInventory, Workload};
 use domain::quality::QualityFigures;
 use placement::consolidation::ConsolidationCounters;
 use placement::AllocatorStats;
@@ -24,6 +24,24 @@ pub struct WorkloadSummary {
     pub host_cores: f64,
     pub host_memory_gib: f64,
     pub peak: PeakDemand,
+}
+
+impl WorkloadSummary {
+    /// The summary of `workload` placed on `inventory` (the simulation's and the agents' alike).
+    pub fn of(workload: &Workload, inventory: &SizedInventory) -> WorkloadSummary {
+        WorkloadSummary {
+            vms: workload.vms.len(),
+            warmup_vms: workload.warmup_vms,
+            from_s: workload.from_s,
+            to_s: workload.to_s,
+            records_read: workload.records_read,
+            records_skipped: workload.records_skipped,
+            hosts: inventory.hosts,
+            host_cores: inventory.host_capacity.cores(),
+            host_memory_gib: inventory.host_capacity.memory_gib(),
+            peak: inventory.peak,
+        }
+    }
 }
 
 /// LARS drains and their migrations, summed over drains.

@@ -6,7 +6,7 @@
 //! gzip-compressed.
 
 use crate::error::TraceError;
-use crate::record::{ExtraColumns, VmRecord};
+use crate::record::{BorrowedRecord, VmRecord};
 use domain::Priority;
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
@@ -153,14 +153,16 @@ impl CsvLayout {
             Some(end)
         };
         Ok(CsvRow {
-            vm_id,
-            tenant_id: field(TENANT_ID)?,
-            vm_type: field(VM_TYPE)?,
-            cores,
-            memory_gib,
-            priority,
-            start_s,
-            end_s,
+            record: BorrowedRecord {
+                vm_id,
+                tenant_id: field(TENANT_ID)?,
+                vm_type: field(VM_TYPE)?,
+                cores,
+                memory_gib,
+                priority,
+                start_s,
+                end_s,
+            },
             fields,
             extra_positions: &self.extra_positions,
         })
@@ -275,14 +277,8 @@ impl<'a> Fields<'a> {
 /// One data row of a CSV trace, checked, its text borrowed from the row read.
 #[derive(Clone, Copy, Debug)]
 pub struct CsvRow<'a> {
-    pub vm_id: &'a str,
-    pub tenant_id: &'a str,
-    pub vm_type: &'a str,
-    pub cores: f64,
-    pub memory_gib: f64,
-    pub priority: Priority,
-    pub start_s: f64,
-    pub end_s: Option<f64>,
+    /// The required columns' values.
+    pub record: BorrowedRecord<'a>,
     fields: Fields<'a>,
     extra_positions: &'a [usize],
 }
@@ -297,22 +293,7 @@ impl<'a> CsvRow<'a> {
 
     /// The row as an owned record.
     pub fn to_record(&self, extra_names: &Arc<[String]>) -> VmRecord {
-        let extra = if self.extra_positions.is_empty() {
-            ExtraColumns::default()
-        } else {
-            ExtraColumns::new(Arc::clone(extra_names), self.extra().map(Cow::into_owned).collect())
-        };
-        VmRecord {
-            vm_id: self.vm_id.to_owned(),
-            tenant_id: self.tenant_id.to_owned(),
-            vm_type: self.vm_type.to_owned(),
-            cores: self.cores,
-            memory_gib: self.memory_gib,
-            priority: self.priority,
-            start_s: self.start_s,
-            end_s: self.end_s,
-            extra,
-        }
+        self.record.to_record(extra_names, self.extra())
     }
 }
 

@@ -94,6 +94,48 @@ pub fn check_values(
     }
 }
 
+/// A record's values with their text borrowed from where they were read (a CSV row, a data frame's
+/// columns), its extra columns' values kept apart: a row is checked and looked at without being
+/// copied, and made a [`VmRecord`] only when one is wanted.
+#[derive(Clone, Copy, Debug)]
+pub struct BorrowedRecord<'a> {
+    pub vm_id: &'a str,
+    pub tenant_id: &'a str,
+    pub vm_type: &'a str,
+    pub cores: f64,
+    pub memory_gib: f64,
+    pub priority: Priority,
+    pub start_s: f64,
+    pub end_s: Option<f64>,
+}
+
+impl BorrowedRecord<'_> {
+    /// [`VmRecord::check`] of these values.
+    pub fn check(&self) -> Result<(), TraceError> {
+        check_values(self.vm_id, self.cores, self.memory_gib, self.start_s, self.end_s)
+    }
+
+    /// The owned record, `extra` the values of the extra columns `names` (none read when there are
+    /// no such columns).
+    pub fn to_record<S: Into<String>>(&self, names: &Arc<[String]>, extra: impl IntoIterator<Item = S>) -> VmRecord {
+        VmRecord {
+            vm_id: self.vm_id.to_owned(),
+            tenant_id: self.tenant_id.to_owned(),
+            vm_type: self.vm_type.to_owned(),
+            cores: self.cores,
+            memory_gib: self.memory_gib,
+            priority: self.priority,
+            start_s: self.start_s,
+            end_s: self.end_s,
+            extra: if names.is_empty() {
+                ExtraColumns::default()
+            } else {
+                ExtraColumns::new(Arc::clone(names), extra.into_iter().map(Into::into).collect())
+            },
+        }
+    }
+}
+
 impl VmRecord {
     pub fn is_censored(&self) -> bool {
         self.end_s.is_none()
@@ -107,6 +149,20 @@ impl VmRecord {
     /// Lifetime seen by `trace_end_s`: the true one, or a lower bound for a censored VM.
     pub fn observed_lifetime_s(&self, trace_end_s: f64) -> f64 {
         self.end_s.unwrap_or(trace_end_s).max(self.start_s) - self.start_s
+    }
+
+    /// This record's values, borrowed (its extra columns left out).
+    pub fn borrowed(&self) -> BorrowedRecord<'_> {
+        BorrowedRecord {
+            vm_id: &self.vm_id,
+            tenant_id: &self.tenant_id,
+            vm_type: &self.vm_type,
+            cores: self.cores,
+            memory_gib: self.memory_gib,
+            priority: self.priority,
+            start_s: self.start_s,
+            end_s: self.end_s,
+        }
     }
 
     /// Checks the values the CSV reader checks as it parses a row, for records built some other way

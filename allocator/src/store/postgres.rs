@@ -319,13 +319,7 @@ impl PostgresStore {
     }
 
     fn sql(&self, context: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
-        move |source| {
-            refusal(&self.name, &source).unwrap_or_else(|| StoreError::Sql {
-                store: self.name.clone(),
-                context,
-                source: source.into(),
-            })
-        }
+        refusal_or_sql(&self.name, context)
     }
 
     /// See [`super::PlacementStore::load`].
@@ -613,15 +607,7 @@ impl PostgresStore {
             let (seq, earlier) = commit_sets(&mut self.client, &self.statements, changes, &log, policy_state, name)?;
             (seq, earlier.iter().all(|seq| self.view.holds(*seq)))
         } else {
-            let sql = |context: &'static str| {
-                move |source: postgres::Error| {
-                    refusal(name, &source).unwrap_or(StoreError::Sql {
-                        store: name.to_owned(),
-                        context,
-                        source: source.into(),
-                    })
-                }
-            };
+            let sql = |context: &'static str| refusal_or_sql(name, context);
             let mut tx = self.client.transaction().map_err(sql("starting a transaction"))?;
             let hosts = write_each(&mut tx, changes, policy_state, name)?;
             let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
@@ -740,6 +726,18 @@ fn refusal(name: &str, error: &postgres::Error) -> Option<StoreError> {
         _ => return decided_elsewhere(name, db),
     };
     Some(StoreError::Refused { store: name.to_owned(), detail })
+}
+
+/// What a failed statement of a write means: the store's refusal ([`refusal`]), else an SQL error
+/// in `context`.
+fn refusal_or_sql<'a>(name: &'a str, context: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + 'a {
+    move |source| {
+        refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
+            store: name.to_owned(),
+            context,
+            source: source.into(),
+        })
+    }
 }
 
 /// A VM's columns, in `vms` order (`seq` .. `request`), from column `at` of `row` on.

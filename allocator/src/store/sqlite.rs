@@ -77,7 +77,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SqliteOptions {
     /// The SQLite VFS the store's files are reached through (`None`: SQLite's default, `unix`).
-    /// The power-loss test registers a fault-injecting one (`allocator/tests/support/faulty_vfs.rs`).
+    /// The power-loss test registers a fault-injecting one (`allocator/tests/power_loss/faulty_vfs.rs`).
     pub vfs: Option<String>,
     /// When a commit reaches the disk.
     pub synchronous: Synchronous,

@@ -13,7 +13,6 @@
 
 #![allow(dead_code)]
 
-use super::postgres::Postgres;
 use super::vm;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,6 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use test_support::postgres::Postgres;
 
 pub const AGENTS: usize = 3;
 pub const CLIENTS: usize = 6;

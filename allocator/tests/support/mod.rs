@@ -1,51 +1,23 @@
-//! Starting the real `allocator` binary on loopback for the service and crash tests.
+//! Starting the real `allocator` binary on loopback for the service and crash tests, and the
+//! harnesses of the PostgreSQL fault tests.
 
 #![allow(dead_code)]
 
 pub mod faults;
-mod listening;
 pub mod patroni;
-pub mod postgres;
 pub mod proxy;
 
-use listening::listens_on;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use test_support::process::{with_config, Process};
 
 pub const TOKEN: &str = "test-admin-token";
 
-/// A running `allocator` process; killed (SIGKILL) when dropped.
-pub struct Server {
-    pub child: Option<Child>,
-    pub base: String,
-    pub config: PathBuf,
-}
-
-impl Server {
-    /// SIGKILL: no graceful shutdown, no last checkpoint.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+/// A running `allocator` process; killed (SIGKILL: no graceful shutdown, no last checkpoint) when
+/// dropped.
+pub type Server = Process;
 
 /// The configuration of a test server: `hosts` hosts of 16 cores and 64 GiB, two to a rack, plus
 /// `extra` TOML (top-level keys first, then sections).
@@ -63,50 +35,24 @@ pub async fn start(store: &Path, hosts: usize, extra: &str) -> Server {
 }
 
 /// Starts the binary on a free port with its config in `dir` and the store `store` (a path or a
-/// `postgres://` URL), waiting until `/readyz` answers.
+/// `postgres://` URL), waiting until `/readyz` answers from this binary (another test's server may
+/// take the port in between: this one then fails to bind, after opening its store, and starts
+/// again on another port).
 pub async fn start_at(dir: &Path, store: &str, hosts: usize, extra: &str) -> Server {
-    for _attempt in 0..5 {
-        let port = free_port();
+    let spawn = |port: u16| {
         let config = dir.join(format!("allocator-{port}.toml"));
         std::fs::write(&config, config_text(port, Path::new(store), hosts, extra)).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_allocator"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "warn")
+        with_config(&mut Command::new(env!("CARGO_BIN_EXE_allocator")), &config)
             .env_remove("ALLOCATOR_ADMIN_TOKEN")
             // These tests run the allocator in open mode unless their config sets a service token
             // (the credential itself is tested with the whole stack, control-service/tests/credentials.rs).
             .env_remove("ALLOCATOR_SERVICE_TOKEN")
             .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
             .env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
-            .unwrap();
-        let mut server = Server { child: Some(child), base: format!("http://127.0.0.1:{port}"), config };
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(server.url("/readyz")).send().await {
-                // Another test's server may have taken the port in between (this one then fails to
-                // bind, after opening its store): only an answer from this child counts.
-                let ours = server.child.as_ref().is_some_and(|child| listens_on(child.id(), port));
-                if r.status().is_success() && ours {
-                    return server;
-                }
-            }
-            // Exited: most likely the port was taken in between; try another one.
-            if let Some(child) = server.child.as_mut() {
-                if child.try_wait().unwrap().is_some() {
-                    server.child = None;
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "the allocator did not become ready");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    panic!("the allocator did not start");
+            .unwrap()
+    };
+    Process::start("the allocator", Duration::from_secs(30), spawn).await
 }
 
 pub fn vm(id: &str, tenant: &str, cores: f64, memory_gib: f64) -> Value {

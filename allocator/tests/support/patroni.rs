@@ -187,7 +187,7 @@ impl Zone {
         let zone = Zone {
             lab,
             dir,
-            bin_dir: super::postgres::bin_dir(),
+            bin_dir: test_support::postgres::bin_dir(),
             etcd: Mutex::new(None),
             patroni: [Mutex::new(None), Mutex::new(None)],
             agents: (0..agents).map(|_| Mutex::new(None)).collect(),

@@ -1,85 +1,21 @@
-//! What the e2e tests share: finding the workspace's binaries they start, and starting them.
+//! What the e2e tests share: the service credential of their stacks, starting the workspace's
+//! binaries with it ([`test_support`] holds the process and readiness plumbing), and copying a
+//! bundle.
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
-
-#[path = "../../../allocator/tests/support/listening.rs"]
-pub mod listening;
+use test_support::binaries::workspace_binary;
+use test_support::process::{with_config, with_service_token, Process};
 
 /// The service credential of the stacks these tests start: the allocator and the inference server
 /// require it and the control service presents it, as `scripts/stack.sh` and compose run them.
 pub const SERVICE_TOKEN: &str = "e2e-service-token";
 
-/// Hands [`SERVICE_TOKEN`] to whichever binary `command` starts (each reads only its own
-/// variables), and keeps any token of the caller's environment out.
-pub fn with_service_token(command: &mut Command) -> &mut Command {
-    for variable in [
-        "ALLOCATOR_SERVICE_TOKEN",
-        "INFERENCE_SERVICE_TOKEN",
-        "CONTROL_ALLOCATOR_SERVICE_TOKEN",
-        "CONTROL_INFERENCE_SERVICE_TOKEN",
-    ] {
-        command.env(variable, SERVICE_TOKEN).env_remove(format!("{variable}_FILE"));
-    }
-    command.env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN").env_remove("INFERENCE_PREVIOUS_SERVICE_TOKEN")
-}
-
-/// The directory of the workspace's binaries: the target profile directory (`target/release`),
-/// the grandparent of this test's executable (`target/release/deps/<test>-<hash>`).
-pub fn binaries_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test's own executable: {e}"));
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", exe.display()))
-        .to_path_buf()
-}
-
-/// The binary `name` of another workspace package, built beside this test. `cargo test --release
-/// --workspace` builds every member's binaries before it runs any test; with `-p e2e` alone they
-/// must have been built before, and a missing one fails here, naming the command.
-pub fn workspace_binary(name: &str) -> PathBuf {
-    let path = binaries_dir().join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: this test starts the real `{name}` binary of the workspace; build the binaries with \
-         `cargo build --release --workspace` (or run the tests with `cargo test --release --workspace`, which \
-         builds them first)",
-        path.display()
-    );
-    path
-}
-
-/// A child process killed when dropped.
-pub struct Process {
-    child: Option<Child>,
-    pub base: String,
-    pub what: &'static str,
-}
-
-impl Process {
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Starts the workspace binary `what` with `config` (TOML without `listen`) and waits until it is
-/// ready ([`listening::start_ours`]); its admin routes closed.
+/// ready ([`Process::start`]); its admin routes closed.
 pub async fn start(what: &'static str, dir: &Path, config: &str) -> Process {
     start_with(what, dir, config, &[], None).await
 }
@@ -96,11 +32,8 @@ pub async fn start_with(
     let spawn = |port: u16| {
         std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
         let mut command = Command::new(workspace_binary(what));
-        with_service_token(&mut command)
-            .arg("--config")
-            .arg(&path)
+        with_service_token(with_config(&mut command, &path), SERVICE_TOKEN)
             .args(args)
-            .env("RUST_LOG", "warn")
             .env_remove("ALLOCATOR_ADMIN_TOKEN_FILE")
             .env_remove("INFERENCE_ADMIN_TOKEN")
             .env_remove("CONTROL_INFERENCE_ADMIN_TOKEN");
@@ -108,15 +41,9 @@ pub async fn start_with(
             Some(token) => command.env("ALLOCATOR_ADMIN_TOKEN", token),
             None => command.env_remove("ALLOCATOR_ADMIN_TOKEN"),
         };
-        command
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {what}: {e}"))
+        command.spawn().unwrap_or_else(|e| panic!("starting {what}: {e}"))
     };
-    let client = reqwest::Client::new();
-    let (child, port) = listening::start_ours(&client, what, Duration::from_secs(60), spawn).await;
-    Process { child: Some(child), base: format!("http://127.0.0.1:{port}"), what }
+    Process::start(what, Duration::from_secs(60), spawn).await
 }
 
 /// Copies the files of `from` (a model bundle) into `to`.

@@ -12,13 +12,7 @@ fn lock_hosts(tx: &mut Transaction<'_>, hosts: &[&str], name: &str) -> Result<()
     if hosts.is_empty() {
         return Ok(());
     }
-    let rows = tx.query(LOCK_HOSTS, &[&hosts]).map_err(|source| {
-        refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
-            store: name.to_owned(),
-            context: "locking hosts",
-            source: source.into(),
-        })
-    })?;
+    let rows = tx.query(LOCK_HOSTS, &[&hosts]).map_err(refusal_or_sql(name, "locking hosts"))?;
     if rows.len() < hosts.len() {
         let found: std::collections::HashSet<String> = rows.iter().map(|row| row.get(0)).collect();
         let missing = hosts.iter().find(|host| !found.contains(**host)).copied().unwrap_or_default();
@@ -176,13 +170,7 @@ pub(super) fn commit_sets(
                 &log.rejected,
             ],
         )
-        .map_err(|source| {
-            refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
-                store: name.to_owned(),
-                context: "committing a batch",
-                source: source.into(),
-            })
-        })?;
+        .map_err(refusal_or_sql(name, "committing a batch"))?;
     let mut positions: Vec<i64> = row.get(0);
     if positions.is_empty() {
         return Err(StoreError::Sql {
@@ -221,13 +209,7 @@ pub(super) fn log_batch(
                 &hosts,
             ],
         )
-        .map_err(|source| {
-            refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
-                store: name.to_owned(),
-                context: "appending to the change log",
-                source: source.into(),
-            })
-        })?;
+        .map_err(refusal_or_sql(name, "appending to the change log"))?;
     Ok(row.get(0))
 }
 
@@ -266,11 +248,7 @@ pub(super) fn write_each(
     policy_state: &dyn Fn(&HostId) -> Option<String>,
     name: &str,
 ) -> Result<Vec<String>, StoreError> {
-    let sql = |context: &'static str| {
-        move |source: postgres::Error| {
-            refusal(name, &source).unwrap_or(StoreError::Sql { store: name.to_owned(), context, source: source.into() })
-        }
-    };
+    let sql = |context: &'static str| refusal_or_sql(name, context);
     // What each host's use changes by, written once per host at the end, in host order: two
     // agents' batches then lock hosts in the same order and cannot deadlock, and the check
     // judges each host's net use.
@@ -425,13 +403,7 @@ fn add_use(tx: &mut Transaction<'_>, host: &str, delta: [i64; RESOURCE_DIMS], na
              WHERE host_id = $1",
             &[&host, &delta[0], &delta[1], &delta[2]],
         )
-        .map_err(|source| {
-            refusal(name, &source).unwrap_or_else(|| StoreError::Sql {
-                store: name.to_owned(),
-                context: "recording what a host uses",
-                source: source.into(),
-            })
-        })?;
+        .map_err(refusal_or_sql(name, "recording what a host uses"))?;
     if updated == 0 {
         return Err(StoreError::Refused {
             store: name.to_owned(),

@@ -1,41 +1,25 @@
-//! Starting the real three binaries on loopback for the end-to-end tests: an inference server on a
-//! models directory, an allocator on a fresh store, and the control service in front of them.
+//! The three services started on loopback as a stack, for the tests and benches that drive them
+//! together (the control service's): an inference server on a models directory, an allocator on a
+//! fresh store, and the control service in front of them, all holding [`SERVICE_TOKEN`].
 
-#![allow(dead_code)]
-
-// The allocator's test support has the same check (where CI met the race): one copy for both.
-#[path = "../../../allocator/tests/support/listening.rs"]
-mod listening;
-
-use listening::listens_on;
+use crate::binaries::workspace_binary;
+use crate::listening::free_port;
+use crate::process::{self, Process};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The service credential of every stack these tests start: the allocators and inference servers
+/// The service credential of every stack started here: the allocators and inference servers
 /// require it and the control service presents it, as `scripts/stack.sh` runs them.
 pub const SERVICE_TOKEN: &str = "test-service-token";
 
-/// Hands [`SERVICE_TOKEN`] to whichever binary `command` starts (each reads only its own
-/// variables), and keeps any token of the caller's environment out.
-pub fn with_service_token(command: &mut Command) -> &mut Command {
-    for variable in [
-        "ALLOCATOR_SERVICE_TOKEN",
-        "INFERENCE_SERVICE_TOKEN",
-        "CONTROL_ALLOCATOR_SERVICE_TOKEN",
-        "CONTROL_INFERENCE_SERVICE_TOKEN",
-    ] {
-        command.env(variable, SERVICE_TOKEN).env_remove(format!("{variable}_FILE"));
-    }
-    command.env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN").env_remove("INFERENCE_PREVIOUS_SERVICE_TOKEN")
-}
+/// How long a service of the stack may take to become ready.
+pub const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// `Authorization: Bearer` [`SERVICE_TOKEN`], for a client that calls the allocators or the
 /// inference servers directly.
 pub fn service_credential() -> reqwest::header::HeaderMap {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {SERVICE_TOKEN}").parse().unwrap());
-    headers
+    process::bearer(SERVICE_TOKEN)
 }
 
 /// `GET url` of an allocator or an inference server, with [`SERVICE_TOKEN`], as JSON.
@@ -43,108 +27,20 @@ pub async fn service_json(client: &reqwest::Client, url: String) -> serde_json::
     client.get(url).bearer_auth(SERVICE_TOKEN).send().await.unwrap().json().await.unwrap()
 }
 
-/// A child process killed (SIGKILL) when dropped.
-pub struct Process {
-    child: Option<Child>,
-    pub base: String,
-    /// The binary, its configuration and what it is, to start it again.
-    command: (PathBuf, PathBuf, String),
-}
-
-impl Process {
-    /// Starts the process again as it was started (same configuration, same port) and waits until
-    /// it is ready.
-    pub async fn restart(&mut self) {
-        self.kill();
-        let (binary, config, what) = self.command.clone();
-        self.child = Some(spawn(&binary, &config));
-        wait_ready(self, &what).await;
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Set to a directory, the stacks started from then on run the three binaries found there instead
-/// of this build's (a bench's before/after in one run: the directory holds an older commit's).
-pub const BINARIES_DIR_VARIABLE: &str = "STACK_BINARIES_DIR";
-
-/// A workspace binary built beside this test's package (`cargo test --workspace` builds them all),
-/// or the one in [`BINARIES_DIR_VARIABLE`] when it is set.
-pub fn workspace_binary(name: &str) -> PathBuf {
-    let built = Path::new(env!("CARGO_BIN_EXE_control-service")).parent().unwrap().to_owned();
-    let dir = std::env::var_os(BINARIES_DIR_VARIABLE).map_or(built, PathBuf::from);
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: these tests start the real binaries; build them with \
-         `cargo build --release --workspace --bins` (or run `cargo test --release --workspace`)",
-        path.display()
-    );
-    path
-}
-
-/// Starts `binary` with `--config config`, serving on `port`, and waits until it is ready.
+/// Starts `binary` with `--config config`, serving on `port`, and waits until it is ready; a
+/// restart starts it again alike.
 async fn start_binary(binary: &Path, config: &Path, port: u16, what: &str) -> Process {
-    let mut process = Process {
-        child: Some(spawn(binary, config)),
-        base: format!("http://127.0.0.1:{port}"),
-        command: (binary.to_owned(), config.to_owned(), what.to_owned()),
-    };
-    wait_ready(&mut process, what).await;
+    let (binary, config) = (binary.to_owned(), config.to_owned());
+    let mut process =
+        Process::on_port(spawn(&binary, &config), port, what).restartable(move || spawn(&binary, &config));
+    process.wait_ready(READY_WITHIN).await;
     process
 }
 
-async fn wait_ready(process: &mut Process, what: &str) {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let port: u16 = process.base.rsplit(':').next().and_then(|port| port.parse().ok()).unwrap_or_default();
-    loop {
-        if let Ok(response) = client.get(process.url("/readyz")).send().await {
-            // Another test's server may have taken the port in between (this one then fails to
-            // bind): only an answer from this child counts.
-            let ours = process.child.as_ref().is_some_and(|child| listens_on(child.id(), port));
-            if response.status().is_success() && ours {
-                return;
-            }
-        }
-        if let Some(child) = process.child.as_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("{what} exited during start-up: {status}");
-            }
-        }
-        assert!(Instant::now() < deadline, "{what} did not become ready at {}", process.base);
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 fn spawn(binary: &Path, config: &Path) -> Child {
-    with_service_token(&mut Command::new(binary))
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", "warn")
+    process::with_service_token(process::with_config(&mut Command::new(binary), config), SERVICE_TOKEN)
         .env_remove("ALLOCATOR_ADMIN_TOKEN")
         .env_remove("INFERENCE_ADMIN_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
         .spawn()
         .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
 }
@@ -250,13 +146,11 @@ pub async fn start_control_logged(dir: &Path, config: &str) -> LoggedProcess {
     std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}\n")).unwrap();
     // CONTROL_SERVICE_BIN runs the same test against another build (e.g. an older commit's).
     let binary = std::env::var_os("CONTROL_SERVICE_BIN")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_control-service")), PathBuf::from);
-    let mut child = with_service_token(&mut Command::new(&binary))
-        .arg("--config")
-        .arg(&path)
+        .map_or_else(|| crate::binaries::binaries_dir().join("control-service"), PathBuf::from);
+    let mut command = Command::new(&binary);
+    let mut child = process::with_service_token(process::with_config(&mut command, &path), SERVICE_TOKEN)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("starting the control service: {e}"));
@@ -272,21 +166,9 @@ pub async fn start_control_logged(dir: &Path, config: &str) -> LoggedProcess {
         }
     });
     // A restart starts it again without capturing its log.
-    let command = (binary, path, "control-service".to_owned());
-    let mut process = Process { child: Some(child), base: format!("http://127.0.0.1:{port}"), command };
-    wait_ready(&mut process, "control-service").await;
+    let mut process = Process::on_port(child, port, "control-service").restartable(move || spawn(&binary, &path));
+    process.wait_ready(READY_WITHIN).await;
     LoggedProcess { process, log }
-}
-
-/// The operating-system id of a running process (for benches that read its memory).
-pub fn process_id(process: &Process) -> Option<u32> {
-    process.child.as_ref().map(Child::id)
-}
-
-/// The resident set size of process `pid` in KiB, from `/proc` (Linux).
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
 }
 
 /// An inference server like [`start_inference`], with `extra` top-level TOML (an `admin_token`, ...).

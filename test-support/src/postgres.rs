@@ -6,8 +6,7 @@
 //! The binaries are looked up on `PATH`, then in `/usr/lib/postgresql/*/bin` (Debian keeps them
 //! there). A missing PostgreSQL fails the test with the fix: the tests never skip for want of it.
 
-#![allow(dead_code)]
-
+use crate::listening::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -65,10 +64,6 @@ fn run(bin: &Path, args: &[&str]) -> Output {
         Command::new(bin)
     };
     command.args(args).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Postgres {

@@ -1,6 +1,6 @@
 //! Power loss under the embedded store: a SIGKILL (`crash.rs`) leaves the operating system's page
 //! cache intact, a power loss drops every write not yet synced. The store is opened over a
-//! fault-injecting SQLite VFS (`support/faulty_vfs.rs`: it remembers what each file was written
+//! fault-injecting SQLite VFS (`power_loss/faulty_vfs.rs`: it remembers what each file was written
 //! since its last sync and, at a simulated power loss, drops or tears it) and driven through the
 //! real decision path: the worker thread (`allocator::worker::Worker`) owning a `DurableAllocator`
 //! and group-committing what several concurrent clients send it (allocations, gangs, releases,
@@ -25,7 +25,6 @@
 //!   checkpoints) must find acknowledged operations lost: the harness can fail;
 //! - `the_vfs_keeps_synced_writes_and_drops_unsynced_ones`: the VFS on its own, over plain rusqlite.
 
-#[path = "support/faulty_vfs.rs"]
 mod faulty_vfs;
 
 use allocator::config::Clock;
