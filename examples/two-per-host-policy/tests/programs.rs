@@ -2,9 +2,11 @@
 //! shipped `main` with one registration line, decide by it; the policy's state is kept by both and
 //! made durable by the service.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
+use std::time::Duration;
+use test_support::process::{with_config, Process};
 
 fn workspace_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
@@ -97,4 +99,54 @@ fn simulate_lists_the_registered_policy_among_its_choices() {
     assert!(!output.status.success());
     let message = String::from_utf8_lossy(&output.stderr);
     assert!(message.contains("--policy") && message.contains("two-per-host") && message.contains("nilas"), "{message}");
+}
+
+/// The example's allocator on `port` over `store`: three hosts of 16 cores in one rack, the
+/// policy `two-per-host`, ties to the lowest index.
+fn allocator(dir: &Path, store: &Path, port: u16) -> Child {
+    let config = dir.join(format!("allocator-{port}.toml"));
+    let text = format!(
+        "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n[generate]\nzone = \"z\"\nhosts = 3\nhosts_per_rack = 3\n\
+         cores = 16\nmemory_gib = 64\n[allocator]\ntie_break = \"lowest-index\"\n[allocator.policy]\nkind = \"two-per-host\"\n",
+        store.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_two-per-host-allocator"));
+    with_config(&mut command, &config);
+    for variable in ["ALLOCATOR_ADMIN_TOKEN", "ALLOCATOR_SERVICE_TOKEN", "ALLOCATOR_SERVICE_TOKEN_FILE"] {
+        command.env_remove(variable);
+    }
+    command.spawn().unwrap()
+}
+
+async fn place(client: &reqwest::Client, server: &Process, id: &str) -> String {
+    let vm =
+        json!({"vm": {"vm_id": id, "tenant_id": "t", "vm_type": "small", "demand": {"cores": 2, "memory_gib": 4}}});
+    let response = client.post(server.url("/v1/allocations")).json(&vm).send().await.unwrap();
+    let body: Value = response.json().await.unwrap();
+    body["placements"][0]["host_id"].as_str().unwrap_or_else(|| panic!("not placed: {body}")).to_owned()
+}
+
+#[tokio::test]
+async fn the_allocator_service_runs_the_registered_policy_and_its_store_keeps_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("allocator.db");
+    let ready = Duration::from_secs(30);
+    let mut server = Process::start("the example's allocator", ready, |port| allocator(dir.path(), &store, port)).await;
+    let port = server.port();
+    let (respawn_dir, respawn_store) = (dir.path().to_owned(), store.clone());
+    server = server.restartable(move || allocator(&respawn_dir, &respawn_store, port));
+    let client = reqwest::Client::new();
+    let mut hosts = Vec::new();
+    for id in ["a", "b", "c", "d"] {
+        hosts.push(place(&client, &server, id).await);
+    }
+    assert_eq!(hosts, ["z-h0", "z-h0", "z-h1", "z-h1"], "best fit alone would stack them on z-h0");
+    let stats: Value = client.get(server.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(stats["host_states"]["policy"], "two-per-host", "{stats}");
+    assert_eq!(stats["host_states"]["by_state"]["full"], 2, "{stats}");
+    // After a restart the counts come back from the store: the next VM opens z-h2, as it would
+    // have before (a policy that forgot them would take z-h0 again).
+    server.restart(ready).await;
+    assert_eq!(place(&client, &server, "e").await, "z-h2");
 }
