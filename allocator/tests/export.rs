@@ -176,18 +176,17 @@ fn check_workload_export(location: &StoreLocation, dir: &Path) {
     assert!(records.is_empty() && extra.is_empty() && header.rows == 0);
 }
 
+/// The default allocator over the store at `location`, opened when the workload is placed.
+fn open(location: &StoreLocation) -> DurableAllocator {
+    DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), location.clone(), PLACED_AT)
+        .unwrap()
+}
+
 #[test]
 fn placements_and_exits_export_as_a_trace_from_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let location = StoreLocation::Sqlite(dir.path().join("s.db"));
-    let mut durable = DurableAllocator::open(
-        &spec(),
-        &AllocatorConfig::default(),
-        &Registry::standard(),
-        location.clone(),
-        PLACED_AT,
-    )
-    .unwrap();
+    let mut durable = open(&location);
     workload(&mut durable);
     // Exported while the allocator holds the store open (a connection of its own).
     check_workload_export(&location, dir.path());
@@ -200,14 +199,7 @@ fn placements_and_exits_export_as_a_trace_from_postgresql() {
     let pg = Postgres::start();
     let dir = tempfile::tempdir().unwrap();
     let location = StoreLocation::from(pg.url.clone());
-    let mut durable = DurableAllocator::open(
-        &spec(),
-        &AllocatorConfig::default(),
-        &Registry::standard(),
-        location.clone(),
-        PLACED_AT,
-    )
-    .unwrap();
+    let mut durable = open(&location);
     workload(&mut durable);
     check_workload_export(&location, dir.path());
     assert_eq!(pg.psql("SELECT count(*) FROM exits"), "5");
