@@ -608,3 +608,52 @@ fn the_patch_count_reads_the_files_of_a_diff() {
                  diff --git a/x/tests/t.rs b/x/tests/t.rs\nnew file mode 100644\n";
     assert_eq!(patched_files(patch), ["x/src/a.rs", "x/tests/t.rs"]);
 }
+
+/// The longest a library or program source file may be: past it a file holds several subjects.
+const MOST_LINES: usize = 900;
+
+/// The files under `src` that are too long or open without a `//!` line saying their subject
+/// (test modules kept in their own `tests.rs` are tests, not sources).
+fn source_file_problems(src: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for file in rust_files(src) {
+        if file.file_name().is_some_and(|name| name == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        let relative = file.strip_prefix(workspace_root()).unwrap_or(&file).display().to_string();
+        let lines = text.lines().count();
+        if lines > MOST_LINES {
+            problems.push(format!("{relative}: {lines} lines (at most {MOST_LINES})"));
+        }
+        if !text.trim_start().starts_with("//!") {
+            problems.push(format!("{relative}: no `//!` line saying its subject"));
+        }
+    }
+    problems.sort();
+    problems
+}
+
+#[test]
+fn every_source_file_is_short_and_says_its_subject() {
+    let mut problems = Vec::new();
+    for crate_dir in crates_with_sources() {
+        problems.extend(source_file_problems(&workspace_root().join(crate_dir).join("src")));
+    }
+    assert_eq!(problems, Vec::<String>::new());
+}
+
+#[test]
+fn the_source_file_check_finds_a_long_file_and_one_without_a_subject() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("big")).expect("src");
+    std::fs::write(src.join("lib.rs"), "//! A library.\nmod big;\n").expect("lib.rs");
+    std::fs::write(src.join("big.rs"), format!("//! Many lines.\n{}", "fn f() {}\n".repeat(MOST_LINES))).expect("big.rs");
+    std::fs::write(src.join("big/quiet.rs"), "fn g() {}\n").expect("quiet.rs");
+    std::fs::write(src.join("big/tests.rs"), "fn t() {}\n".repeat(2 * MOST_LINES)).expect("tests.rs");
+    let problems = source_file_problems(&src);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].ends_with(&format!("big.rs: {} lines (at most {MOST_LINES})", MOST_LINES + 1)), "{problems:?}");
+    assert!(problems[1].ends_with("big/quiet.rs: no `//!` line saying its subject"), "{problems:?}");
+}

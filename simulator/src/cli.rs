@@ -19,7 +19,7 @@
 use crate::agents::sweep::{self, SweepSpec};
 use crate::agents::{Assignment, Avoidance, Lag, OnFailure, RetryMode};
 use crate::compare::{self, Comparison, Experiment};
-use crate::engine::{self, DrainPlan, SimConfig, SimResult};
+use crate::engine::{self, DrainPlan, SimConfig};
 use crate::plot::{self, Series};
 use crate::predict::PredictionSourceConfig;
 use crate::workload::{Inventory, MachineSpec, SyntheticSpec, TraceSpec, Workload};
@@ -32,6 +32,8 @@ use placement::rules::Buckets;
 use placement::{Engine, Registry, TieBreak};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+
+mod summary;
 
 #[derive(Parser)]
 #[command(version, about = "Trace-replay simulator of the lifetime-aware allocation policies")]
@@ -429,7 +431,7 @@ fn run(args: RunArgs, registry: &Registry) -> Result<()> {
     let bar = progress_bar(args.quiet, total);
     let result = engine::run(&workload, &config, registry, |done| bar.set_position(done)).context("simulating")?;
     bar.finish_and_clear();
-    print_summary(&result);
+    summary::print_summary(&result);
     if let Some(path) = &args.out {
         let json = serde_json::to_string_pretty(&result).context("encoding the result")?;
         std::fs::write(path, json).with_context(|| format!("writing --out {}", path.display()))?;
@@ -772,132 +774,4 @@ fn parse_drains(text: &str) -> Result<Option<DrainPlan>> {
         bail!("--drains needs every=SECONDS (e.g. --drains every=86400,hosts=10)");
     }
     Ok(Some(plan))
-}
-
-fn print_summary(r: &SimResult) {
-    let c = &r.counters;
-    let m = &r.metrics;
-    let pct = |x: f64| format!("{:.2}%", 100.0 * x);
-    let mut rows: Vec<(&str, String)> = vec![
-        ("policy", r.final_stats.policy.clone()),
-        ("prediction", r.prediction.source.clone()),
-        (
-            "window",
-            format!(
-                "{:.0} s .. {:.0} s ({:.2} days), {} VMs ({} warm-up)",
-                r.workload.from_s,
-                r.workload.to_s,
-                (r.workload.to_s - r.workload.from_s) / 86_400.0,
-                r.workload.vms,
-                r.workload.warmup_vms
-            ),
-        ),
-        (
-            "hosts",
-            format!(
-                "{} x {} cores / {} GiB (peak demand {:.0} cores, {:.0} GiB)",
-                r.workload.hosts,
-                r.workload.host_cores,
-                r.workload.host_memory_gib,
-                r.workload.peak.cores,
-                r.workload.peak.memory_gib
-            ),
-        ),
-        ("arrivals", c.arrivals.to_string()),
-        ("placed", c.placed.to_string()),
-        (
-            "rejected",
-            if c.rejected == 0 {
-                "0".to_owned()
-            } else {
-                let reasons: Vec<String> = c.rejected_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
-                format!(
-                    "{} ({:.3}%: {})",
-                    c.rejected,
-                    100.0 * c.rejected as f64 / c.arrivals.max(1) as f64,
-                    reasons.join(", ")
-                )
-            },
-        ),
-        ("exits", c.exits.to_string()),
-        ("packing density", format!("{} (offline bound {})", pct(m.packing_density), pct(m.bound_packing_density))),
-        ("empty hosts", format!("{:.2}% (offline bound {:.2}%)", m.empty_hosts_pct, m.bound_empty_hosts_pct)),
-        ("empty-to-free", format!("{:.3}", m.empty_to_free)),
-    ];
-    if let (Some(cpu), Some(mem)) = (m.stranded_cpu_pct, m.stranded_memory_pct) {
-        rows.push(("stranded", format!("{cpu:.2}% CPU, {mem:.2}% memory")));
-    }
-    rows.push(("filtering factor", format!("{:.2}% of hosts", r.filtering.mean_pct)));
-    if r.prediction.source != "none" {
-        rows.push((
-            "long class",
-            format!(
-                "precision {:.3}, recall {:.3}, accuracy {:.3} ({} fallbacks)",
-                r.prediction.precision_long, r.prediction.recall_long, r.prediction.accuracy, r.prediction.fallbacks
-            ),
-        ));
-    }
-    if let Some(q) = &r.quality {
-        let f = &q.figures;
-        let figure = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
-        rows.push((
-            "realized quality",
-            format!(
-                "precision {}, recall {}, ROC AUC {}, AP {}, log10 MAE {} ({} resolved, {} unresolved, `{}`)",
-                figure(f.precision),
-                figure(f.recall),
-                figure(f.roc_auc),
-                figure(f.average_precision),
-                figure(f.lifetime_log10_mae),
-                f.resolved,
-                q.unresolved,
-                q.version
-            ),
-        ));
-    }
-    if r.config.drains.is_some() {
-        let g = &c.migrations;
-        rows.push((
-            "LARS drains",
-            format!(
-                "{} started, {} done; migrations {} performed, {} avoided, {} cancelled, {} without target",
-                g.drains_started, g.drains_completed, g.performed, g.avoided, g.cancelled, g.no_target
-            ),
-        ));
-    }
-    if let Some(g) = &c.consolidation {
-        rows.push((
-            "consolidation",
-            format!(
-                "{} hosts emptied of {} started ({} given back); {} migrations ({} avoided, {} cancelled)",
-                g.hosts_emptied, g.hosts_started, g.hosts_abandoned, g.migrations_completed, g.avoided, g.cancelled
-            ),
-        ));
-    }
-    if m.migrations > 0 {
-        rows.push((
-            "migrations (measured)",
-            format!(
-                "{} ({:.4} per host-day, {:.2} per 100 placements), {} wasted ({:.1}%), {:.0} GiB moved",
-                m.migrations,
-                m.migrations_per_host_day,
-                m.migrations_per_100_placements,
-                m.migrations_wasted,
-                100.0 * m.migrations_wasted as f64 / m.migrations as f64,
-                m.migrated_gib
-            ),
-        ));
-    }
-    let t = &r.timing;
-    rows.push((
-        "speed",
-        format!(
-            "{:.2} s for {} events ({:.0} events/s), {:.0} decisions/s in allocate, predictions {:.2} s",
-            t.wall_s, t.events, t.events_per_s, t.decisions_per_s, t.prediction_s
-        ),
-    ));
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    for (key, value) in rows {
-        println!("{key:<width$}  {value}");
-    }
 }
