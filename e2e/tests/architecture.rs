@@ -649,7 +649,8 @@ fn the_source_file_check_finds_a_long_file_and_one_without_a_subject() {
     let src = dir.path().join("src");
     std::fs::create_dir_all(src.join("big")).expect("src");
     std::fs::write(src.join("lib.rs"), "//! A library.\nmod big;\n").expect("lib.rs");
-    std::fs::write(src.join("big.rs"), format!("//! Many lines.\n{}", "fn f() {}\n".repeat(MOST_LINES))).expect("big.rs");
+    std::fs::write(src.join("big.rs"), format!("//! Many lines.\n{}", "fn f() {}\n".repeat(MOST_LINES)))
+        .expect("big.rs");
     std::fs::write(src.join("big/quiet.rs"), "fn g() {}\n").expect("quiet.rs");
     std::fs::write(src.join("big/tests.rs"), "fn t() {}\n".repeat(2 * MOST_LINES)).expect("tests.rs");
     let problems = source_file_problems(&src);
