@@ -18,6 +18,10 @@
 //! - `failover_by_cutting_the_primarys_link`: the same with the primary's link taken down (packets
 //!   vanish both ways: its Patroni cannot renew the key and demotes it, the agents' connections
 //!   hang until their `tcp_user_timeout`); healed, it rejoins.
+//! - `failover_by_cutting_the_primarys_link_while_agents_wait`: the same, cut while every agent's
+//!   statement waits on a lock held there (sent and acknowledged by the primary's TCP, so nothing
+//!   is unacknowledged and `tcp_user_timeout` never counts): the agents' keepalives must find the
+//!   connections dead. With the kernel's 75 s probe interval no agent served 60 s after the cut.
 //! - `an_agent_cut_from_the_database_answers_503_and_catches_up`: one agent cut from both nodes
 //!   (both ways) for 16 s, longer than every keepalive and idle timeout on either side, while its
 //!   clients still reach it: every write it is sent answers 503 with `Retry-After` within its
@@ -62,9 +66,9 @@ const FAILS_PAST: Duration = Duration::from_secs(30);
 const DEADLINE: Duration = Duration::from_secs(5);
 const DEADLINE_SLACK: Duration = Duration::from_secs(2);
 
-/// How long an agent is cut from the database: past its `tcp_user_timeout` (5 s), its keepalive
-/// idle time (10 s), the server's idle-in-transaction timeout (5 s) and the server's own keepalives
-/// (5 s idle + 5 probes 2 s apart = 15 s).
+/// How long an agent is cut from the database: past its `tcp_user_timeout` (5 s), its keepalives
+/// (5 s idle + 1 s to the probe that fails), the server's idle-in-transaction timeout (5 s) and the
+/// server's own keepalives (5 s idle + 5 probes 2 s apart = 15 s).
 const AGENT_CUT: Duration = Duration::from_secs(16);
 
 /// Patroni's ttl in the shipped config: after it, a member that cannot reach etcd is gone from it.
@@ -165,6 +169,10 @@ enum Fault {
     Kill,
     /// The primary's link taken down.
     Cut,
+    /// The primary's link taken down while every agent's statement waits on a lock there: sent,
+    /// acknowledged by the primary's TCP, unanswered. No data of the agent's is unacknowledged,
+    /// so its `tcp_user_timeout` does not fire; only its keepalives can find the connection dead.
+    CutWhileWaiting,
 }
 
 #[derive(Default)]
@@ -186,19 +194,28 @@ async fn failover_cycles(zone: Arc<Zone>, fault: Fault, cycles: usize, seed: u64
     for cycle in 0..cycles {
         let old = blocking(&zone, |z| z.wait_healthy()).await;
         load.until_acknowledged(rng.random_range(40..160)).await;
+        let holder = match fault {
+            Fault::CutWhileWaiting => Some(blocking(&zone, move |z| z.hold_agents_tables(old, AGENTS)).await),
+            Fault::Kill | Fault::Cut => None,
+        };
         let fault_at = Instant::now();
         match fault {
             Fault::Kill => blocking(&zone, move |z| z.kill_node(old)).await,
-            Fault::Cut => blocking(&zone, move |z| z.link_down(NODES[old])).await,
+            Fault::Cut | Fault::CutWhileWaiting => blocking(&zone, move |z| z.link_down(NODES[old])).await,
         }
         let took = agents_serving(&load, &probe, &format!("after-{cycle}"), fault_at).await;
+        if let Some(mut holder) = holder {
+            // Its session is on the cut node, which has demoted itself: nothing to wait for.
+            let _ = holder.kill();
+            let _ = holder.wait();
+        }
         let new = blocking(&zone, |z| z.leader()).await;
         assert_eq!(new, Some(1 - old), "cycle {cycle}: the agents served again, but not through the standby");
         let first = took.iter().min().copied().unwrap_or_default();
         let healing = Instant::now();
         match fault {
             Fault::Kill => blocking(&zone, move |z| z.start_node(old)).await,
-            Fault::Cut => blocking(&zone, move |z| z.link_up(NODES[old])).await,
+            Fault::Cut | Fault::CutWhileWaiting => blocking(&zone, move |z| z.link_up(NODES[old])).await,
         }
         let leader = blocking(&zone, |z| z.wait_healthy()).await;
         assert_eq!(leader, 1 - old, "cycle {cycle}: the healed node took the lead back");
@@ -238,6 +255,7 @@ fn report_failovers(fault: Fault, cycles: usize, run: &FailoverRun) {
         match fault {
             Fault::Kill => "primary's node SIGKILLed",
             Fault::Cut => "primary's link cut",
+            Fault::CutWhileWaiting => "primary's link cut while the agents' statements wait on a lock there",
         },
         ledger.acknowledged,
         ledger.rejected,
@@ -275,6 +293,18 @@ fn failover_by_cutting_the_primarys_link() {
     let cycles = cycles(3);
     let run = in_client(&zone, move |zone| failover_cycles(zone, Fault::Cut, cycles, 45));
     report_failovers(Fault::Cut, cycles, &run);
+}
+
+/// A commit waiting for the synchronous standby's flush, or a statement waiting on a lock, when
+/// the primary vanishes: CI once saw an agent not serve 60 s after the cut (its request had been
+/// acknowledged, and keepalives then probed every 75 s, the kernel's default interval).
+#[test]
+fn failover_by_cutting_the_primarys_link_while_agents_wait() {
+    let _serial = serial();
+    let Some(zone) = zone("failover_by_cutting_the_primarys_link_while_agents_wait") else { return };
+    let cycles = cycles(2);
+    let run = in_client(&zone, move |zone| failover_cycles(zone, Fault::CutWhileWaiting, cycles, 47));
+    report_failovers(Fault::CutWhileWaiting, cycles, &run);
 }
 
 #[derive(Default)]

@@ -252,7 +252,22 @@ fn connection_config(url: &str) -> Result<postgres::Config, postgres::Error> {
     if config.get_tcp_user_timeout().is_none() {
         config.tcp_user_timeout(TCP_USER_TIMEOUT);
     }
-    config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+    // `tcp_user_timeout` only counts while data of the agent's is unacknowledged. A statement the
+    // server's TCP acknowledged and then vanished with (a commit waiting for the synchronous
+    // standby, a statement waiting on a lock, when the primary's link goes) leaves nothing
+    // unacknowledged: only keepalives find that connection dead, and they probe at the kernel's
+    // interval (75 s) unless told otherwise. Probes are answered by a live server's kernel, so a
+    // slow statement on a live connection is never cut.
+    config.keepalives(true);
+    if config.get_keepalives_idle() == DRIVER_KEEPALIVE_IDLE {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVE_RETRIES);
+    }
     Ok(config)
 }
 
@@ -695,13 +710,22 @@ impl PostgresStore {
 /// How long an agent waits to connect when its URL names no `connect_timeout`.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long data an agent sent may go unacknowledged before its connection fails, when its URL
-/// names no `tcp_user_timeout`: a database whose machine or link vanished in the middle of a query
-/// would otherwise hold the agent until TCP gives up (about 15 minutes; keepalives only probe idle
-/// connections). A slow query on a live connection is not cut: the server acknowledges what it
-/// receives.
+/// names no `tcp_user_timeout`: a database whose machine or link vanished while the agent was
+/// sending would otherwise hold the agent until TCP gives up (about 15 minutes). A slow query on a
+/// live connection is not cut: the server acknowledges what it receives. With keepalives on, it is
+/// also how long probes may go unanswered (Linux: the user timeout overrides the probe count).
 const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Idle time before TCP keepalive probes start on an agent's connection.
-const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Time without anything received before TCP keepalive probes start on an agent's connection,
+/// when its URL names no `keepalives_idle`: a connection waiting for an answer to a statement the
+/// server acknowledged fails about this plus [`KEEPALIVE_INTERVAL`] after the server vanished.
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+/// The driver's own `keepalives_idle` (what a URL that names none gets).
+const DRIVER_KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(2 * 60 * 60);
+/// The pause between keepalive probes, when the URL names no `keepalives_interval`.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Unanswered probes before the connection fails, when the URL names no `keepalives_retries` and
+/// sets `tcp_user_timeout=0` (otherwise the user timeout decides).
+const KEEPALIVE_RETRIES: u32 = 5;
 /// How long the server lets an agent's session sit idle inside a transaction before it ends the
 /// session, releasing its locks (see [`PostgresStore::open`]).
 const IDLE_IN_TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -773,10 +797,19 @@ mod tests {
         assert_eq!(config.get_connect_timeout(), Some(&super::CONNECT_TIMEOUT));
         assert_eq!(config.get_tcp_user_timeout(), Some(&super::TCP_USER_TIMEOUT));
         assert!(config.get_keepalives());
-        let config =
-            super::connection_config("postgres://alloc@db:5432/zone?connect_timeout=1&tcp_user_timeout=9").unwrap();
+        assert_eq!(config.get_keepalives_idle(), super::KEEPALIVE_IDLE);
+        assert_eq!(config.get_keepalives_interval(), Some(super::KEEPALIVE_INTERVAL));
+        assert_eq!(config.get_keepalives_retries(), Some(super::KEEPALIVE_RETRIES));
+        let config = super::connection_config(
+            "postgres://alloc@db:5432/zone?connect_timeout=1&tcp_user_timeout=9&keepalives_idle=30\
+             &keepalives_interval=3&keepalives_retries=2",
+        )
+        .unwrap();
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(1)));
         assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(9)));
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(config.get_keepalives_interval(), Some(Duration::from_secs(3)));
+        assert_eq!(config.get_keepalives_retries(), Some(2));
     }
 
     #[test]

@@ -312,7 +312,8 @@ impl Zone {
     /// The agents' `store`: both nodes, the writable one chosen at each connection. `connect_timeout`
     /// (1 s): a node whose link is down costs that much per reconnection before the next is tried.
     /// `tcp_user_timeout` (5 s): a connection whose packets vanish fails after that long instead of
-    /// when TCP gives up (about 15 minutes: keepalives do not apply while a query is unanswered).
+    /// when TCP gives up (about 15 minutes); one waiting for the answer to a statement the node
+    /// acknowledged fails by the agents' keepalives (5 s idle, then probes 1 s apart).
     pub fn store_url(&self) -> String {
         format!(
             "postgres://allocator:{ALLOCATOR_PASSWORD}@{},{}/allocator?target_session_attrs=read-write&connect_timeout=1&tcp_user_timeout=5",
@@ -467,6 +468,32 @@ impl Zone {
             .output()
             .ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Holds an exclusive lock on the agents' tables on node `index` from a psql session in the
+    /// client host (a transaction left open), and returns once every agent's connection waits on
+    /// it: their statements sent, received by the node's TCP, unanswered. Kill the returned
+    /// process to end the session.
+    pub fn hold_agents_tables(&self, index: usize, agents: usize) -> Child {
+        let url = format!("postgresql://postgres@{}/allocator", self.lab[NODES[index]].socket_addr(PG_PORT));
+        let holder = self.lab[CLIENT]
+            .command(self.bin_dir.join("psql"))
+            .args(["-At", "-v", "ON_ERROR_STOP=1", "-d", &url])
+            .args(["-c", "BEGIN", "-c", "LOCK TABLE vms, hosts, changes IN ACCESS EXCLUSIVE MODE"])
+            .args(["-c", "SELECT pg_sleep(3600)"])
+            .env("PGPASSWORD", SUPERUSER_PASSWORD)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("psql holding the agents' tables");
+        let waiting = "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND relation IN \
+                       ('vms'::regclass, 'hosts'::regclass, 'changes'::regclass)";
+        self.wait_for(Duration::from_secs(30), "every agent waiting on the held lock", |z| {
+            z.try_psql_on(index, "allocator", waiting)
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n >= agents)
+        });
+        holder
     }
 
     /// The agents' database on whichever node is the primary (libpq's multi-host URL, as the
