@@ -21,8 +21,10 @@ pub fn export(url: &str, window: &ExportWindow, sink: &mut dyn ExportSink) -> Re
         let name = name.clone();
         move |source: postgres::Error| StoreError::Sql { store: name, context, source: source.into() }
     };
-    let mut client = Client::connect(url, NoTls)
-        .map_err(|source| StoreError::Open { store: format!("`store` = {name}"), source: source.into() })?;
+    // The agents' connection settings: an export from a primary that vanishes fails, not hangs.
+    let open_error =
+        |source: postgres::Error| StoreError::Open { store: format!("`store` = {name}"), source: source.into() };
+    let mut client = connection_config(url).map_err(open_error)?.connect(NoTls).map_err(open_error)?;
     let mut tx = client
         .build_transaction()
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
