@@ -493,6 +493,9 @@ impl Zone {
                 .and_then(|n| n.parse::<usize>().ok())
                 .is_some_and(|n| n >= agents)
         });
+        // The node's TCP acknowledges a statement it has no answer for within its delayed-ACK
+        // time (at most 200 ms): past it, nothing of the agents' is unacknowledged.
+        std::thread::sleep(Duration::from_millis(300));
         holder
     }
 
