@@ -277,22 +277,24 @@ fn report_failovers(fault: Fault, cycles: usize, run: &FailoverRun) {
     );
 }
 
+/// One failover test: `fault` repeated `default_cycles` times (`PATRONI_CYCLES` overrides) on a
+/// zone of its own, then reported and judged.
+fn failover_test(test: &str, fault: Fault, default_cycles: usize, seed: u64) {
+    let _serial = serial();
+    let Some(zone) = zone(test) else { return };
+    let cycles = cycles(default_cycles);
+    let run = in_client(&zone, move |zone| failover_cycles(zone, fault, cycles, seed));
+    report_failovers(fault, cycles, &run);
+}
+
 #[test]
 fn failover_by_killing_the_primary() {
-    let _serial = serial();
-    let Some(zone) = zone("failover_by_killing_the_primary") else { return };
-    let cycles = cycles(3);
-    let run = in_client(&zone, move |zone| failover_cycles(zone, Fault::Kill, cycles, 44));
-    report_failovers(Fault::Kill, cycles, &run);
+    failover_test("failover_by_killing_the_primary", Fault::Kill, 3, 44);
 }
 
 #[test]
 fn failover_by_cutting_the_primarys_link() {
-    let _serial = serial();
-    let Some(zone) = zone("failover_by_cutting_the_primarys_link") else { return };
-    let cycles = cycles(3);
-    let run = in_client(&zone, move |zone| failover_cycles(zone, Fault::Cut, cycles, 45));
-    report_failovers(Fault::Cut, cycles, &run);
+    failover_test("failover_by_cutting_the_primarys_link", Fault::Cut, 3, 45);
 }
 
 /// A commit waiting for the synchronous standby's flush, or a statement waiting on a lock, when
@@ -300,11 +302,7 @@ fn failover_by_cutting_the_primarys_link() {
 /// acknowledged, and keepalives then probed every 75 s, the kernel's default interval).
 #[test]
 fn failover_by_cutting_the_primarys_link_while_agents_wait() {
-    let _serial = serial();
-    let Some(zone) = zone("failover_by_cutting_the_primarys_link_while_agents_wait") else { return };
-    let cycles = cycles(2);
-    let run = in_client(&zone, move |zone| failover_cycles(zone, Fault::CutWhileWaiting, cycles, 47));
-    report_failovers(Fault::CutWhileWaiting, cycles, &run);
+    failover_test("failover_by_cutting_the_primarys_link_while_agents_wait", Fault::CutWhileWaiting, 2, 47);
 }
 
 #[derive(Default)]
