@@ -271,6 +271,19 @@ fn connection_config(url: &str) -> Result<postgres::Config, postgres::Error> {
     Ok(config)
 }
 
+/// A connection to the database at `url` (named `name`, redacted) with [`connection_config`]'s
+/// settings, and those settings, for the store's other connections.
+fn connect(url: &str, name: &str) -> Result<(postgres::Client, postgres::Config), StoreError> {
+    let config = connection_config(url).map_err(open_error(name))?;
+    let client = config.connect(NoTls).map_err(open_error(name))?;
+    Ok((client, config))
+}
+
+/// The store `name` (redacted) could not be opened.
+fn open_error(name: &str) -> impl Fn(postgres::Error) -> StoreError + '_ {
+    move |source| StoreError::Open { store: format!("`store` = {name}"), source: source.into() }
+}
+
 fn units(resources: &Resources) -> [i64; RESOURCE_DIMS] {
     resources.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX))
 }
@@ -279,10 +292,7 @@ impl PostgresStore {
     /// Connects, creates or checks the schema, and seeds the inventory's hosts.
     pub fn open(url: &str, inventory: &InventorySpec) -> Result<Self, StoreError> {
         let name = redact(url);
-        let open_error =
-            |source: postgres::Error| StoreError::Open { store: format!("`store` = {name}"), source: source.into() };
-        let config = connection_config(url).map_err(open_error)?;
-        let mut client = config.connect(NoTls).map_err(open_error)?;
+        let (mut client, config) = connect(url, &name)?;
         // A transaction of an agent holds its hosts' row locks and the change log's head: the
         // other agents' commits wait for it. One cut off in the middle (partitioned, stopped)
         // would stall the zone until its connection died; the server ends such a session after
@@ -293,7 +303,7 @@ impl PostgresStore {
                 "SET idle_in_transaction_session_timeout = {}",
                 IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
             ))
-            .map_err(open_error)?;
+            .map_err(open_error(&name))?;
         let agent = format!(
             "{}-{}",
             std::process::id(),

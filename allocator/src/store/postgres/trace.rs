@@ -22,9 +22,7 @@ pub fn export(url: &str, window: &ExportWindow, sink: &mut dyn ExportSink) -> Re
         move |source: postgres::Error| StoreError::Sql { store: name, context, source: source.into() }
     };
     // The agents' connection settings: an export from a primary that vanishes fails, not hangs.
-    let open_error =
-        |source: postgres::Error| StoreError::Open { store: format!("`store` = {name}"), source: source.into() };
-    let mut client = connection_config(url).map_err(open_error)?.connect(NoTls).map_err(open_error)?;
+    let (mut client, _) = connect(url, &name)?;
     let mut tx = client
         .build_transaction()
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
