@@ -16,7 +16,7 @@
 //! an error, and the state is rebuilt from the store before the next batch.
 
 use crate::config::Clock;
-use crate::durable::{job, CommandError, ConsolidationRound, DurableAllocator, Follow, Job, Request};
+use crate::durable::{job, CommandError, ConsolidationRound, DurableAllocator, Follow, Job, ReloadReason, Request};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,10 +28,7 @@ pub struct Worker {
     jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
-/// Seconds since the Unix epoch: the allocator's clock in the service.
-pub fn unix_now_s() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
+pub use crate::store::unix_now_s;
 
 impl Worker {
     /// Starts the worker thread. `max_batch` is the most commands per batch (at least 1);
@@ -145,7 +142,7 @@ fn run(mut durable: DurableAllocator, mut receiver: mpsc::Receiver<Box<dyn Job>>
         // A panic drops the batch's jobs unanswered: their callers are told it was not applied.
         if catch_unwind(AssertUnwindSafe(|| durable.execute(batch, now_s))).is_err() {
             tracing::error!(commands, "the allocator panicked on a batch; rebuilding from the store");
-            if let Err(error) = durable.rebuild(now_s) {
+            if let Err(error) = durable.rebuild(now_s, ReloadReason::Panic) {
                 tracing::error!(%error, "rebuilding after a panic failed");
             }
         }

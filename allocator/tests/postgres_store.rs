@@ -10,10 +10,10 @@ use allocator::durable::{
     SetHostState, StartDrain, Stats,
 };
 use allocator::store::postgres::SCHEMA_VERSION;
-use allocator::store::{self, Committed, StoreError, StoreLocation, StoredState};
+use allocator::store::{self, Committed, StoreError, StoreLocation, StoredState, REJECTION_STANDS_S};
 use domain::{
     AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, LifetimeClass, LifetimePrediction,
-    PredictionSource, Priority, RequestDetails, RequestFacts, Resources, VmId, VmRequest,
+    PredictionSource, Priority, Rejection, RejectionCode, RequestDetails, RequestFacts, Resources, VmId, VmRequest,
 };
 use placement::allocator::AllocatorConfig;
 use placement::defrag::{DrainHosts, DrainReport, DrainRequest, MigrationOrder};
@@ -550,6 +550,17 @@ fn concurrent_agents_never_over_commit_and_lose_nothing_acknowledged() {
     assert_eq!(stats.vms, acknowledged.len());
 }
 
+/// `id` answered "rejected" (nothing fits).
+fn rejected(id: &str) -> (VmId, Rejection) {
+    let rejection = Rejection {
+        code: RejectionCode::NoFeasibleHost,
+        detail: "nothing fits".to_owned(),
+        vm_id: Some(VmId::from(id)),
+        eliminated_by: Vec::new(),
+    };
+    (VmId::from(id), rejection)
+}
+
 #[test]
 fn a_rejection_is_refused_when_the_vm_is_placed_and_refuses_a_placement_decided_alongside() {
     let pg = Postgres::start();
@@ -560,11 +571,16 @@ fn a_rejection_is_refused_when_the_vm_is_placed_and_refuses_a_placement_decided_
     // `two` decided "rejected" for `x` on a view that lacks `one`'s placement of it: refused, to be
     // decided again after following (a replay of `one`'s placement).
     one.apply(&[Change::Placed { vm: new_vm("x", 2.0), host: HostId::from("z-h0") }], &none).unwrap();
-    let err = two.apply_decisions(&[], &[VmId::from("x")], &none).unwrap_err();
+    let err = two.apply_decisions(&[], &[rejected("x")], &none).unwrap_err();
     assert!(matches!(err, StoreError::Refused { .. }) && err.to_string().contains("placed by another agent"), "{err}");
     // `two` answers `y` rejected first: `one`'s placement of `y`, decided on a view without that
     // rejection, is refused and nothing of its batch is written.
-    two.apply_decisions(&[], &[VmId::from("y")], &none).unwrap();
+    two.apply_decisions(&[], &[rejected("y")], &none).unwrap();
+    // It stands for every agent that loads the store, by id.
+    let standing = one.load().unwrap().rejections;
+    assert_eq!(standing.len(), 1, "{standing:?}");
+    assert_eq!(standing[0].vm, VmId::from("y"));
+    assert!((0.0..REJECTION_STANDS_S).contains(&standing[0].age_s), "{standing:?}");
     let batch = [
         Change::Placed { vm: new_vm("z", 2.0), host: HostId::from("z-h1") },
         Change::Placed { vm: new_vm("y", 2.0), host: HostId::from("z-h1") },

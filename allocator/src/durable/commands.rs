@@ -5,12 +5,13 @@
 //! [`job`] pairs it with an [`Answer`] of that type, so an HTTP handler cannot be handed another
 //! command's reply (a mismatch does not compile). A new command is one struct and its `run`.
 
+use super::rejections::{self, BatchRejections, StandingRejections};
 use super::CommandError;
 use crate::store::StoreLocation;
 use domain::hosts::{HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, QualityReport, RackId,
-    Rejection, RejectionCode, TenantId, VmId, VmInfo, VmRequest,
+    Rejection, TenantId, VmId, VmInfo, VmRequest,
 };
 use placement::allocator::{Allocator, AllocatorStats, ConsolidationError, DrainError, Explanation};
 use placement::consolidation::{ConsolidationConfig, ConsolidationReport, PlannedHost};
@@ -19,7 +20,6 @@ use placement::outcomes::OutcomeTracker;
 use placement::reprediction::Repredictor;
 use placement::state::{HostIndex, StateError};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -34,13 +34,14 @@ pub struct Context<'a> {
     pub(super) outcomes: &'a mut Vec<&'static str>,
     /// The repredicting model the durable allocator sets again on every rebuild.
     pub(super) repredictor: &'a mut Option<Arc<dyn Repredictor>>,
-    /// With a store that several agents share: the VM ids of the allocations this batch answers
-    /// "rejected", which the store records so that none of them is placed by another agent at the
-    /// same time (a client's retry sent there).
-    pub(super) rejected: Option<&'a mut Vec<VmId>>,
-    /// VM ids an agent answered "rejected" after this batch's view or moments before (found by
-    /// the store at its commit): that first answer stands.
-    pub(super) rejected_elsewhere: &'a HashSet<VmId>,
+    /// The "rejected" answers that stand: this agent's committed ones, and those of other agents
+    /// it learnt of from the store. A request for one of their VM ids gets that answer again.
+    pub(super) standing: &'a StandingRejections,
+    /// The allocations this batch answered "rejected", each VM id with its answer: recorded with
+    /// the batch's commit, and the answer to a request for one of them later in the batch.
+    pub(super) rejected: &'a mut BatchRejections,
+    /// When the batch runs, on the wall clock (what a rejection stands by).
+    pub(super) now: Instant,
     /// The batch runs on a view that was not checked against the store first (another agent's
     /// latest commits may be missing from it; see [`Request::CHECKED_AT_COMMIT`]).
     pub(super) unchecked_view: bool,
@@ -185,23 +186,23 @@ impl Request for Allocate {
 
     fn run(&self, cx: &mut Context<'_>) -> Result<AllocationDecision, CommandError> {
         let started = Instant::now();
-        // The other agent recorded its rejection already: recording it again would only make it
+        // A rejection that stands is recorded already: recording it again would only make it
         // stand longer.
-        let (result, record) = match self.rejected_elsewhere(cx) {
-            Some(decision) => (Ok(decision), false),
+        let (result, record) = match self.standing_rejection(cx) {
+            Some(rejection) => (Ok(rejections::replayed(rejection)), false),
             None => (cx.allocator.allocate(&self.0, cx.now_s), true),
         };
         metrics::histogram!("allocator_decision_duration_seconds").record(started.elapsed().as_secs_f64());
         let decision = result.inspect_err(|_| cx.outcomes.push("conflict"))?;
         cx.outcomes.push(match &decision.outcome {
-            AllocationOutcome::Placed { .. } if decision.replayed => "replayed",
+            _ if decision.replayed => "replayed",
             AllocationOutcome::Placed { .. } => "placed",
             AllocationOutcome::Rejected { .. } => "rejected",
         });
-        if let (AllocationOutcome::Rejected { .. }, Some(rejected), true) =
-            (&decision.outcome, &mut cx.rejected, record)
-        {
-            rejected.extend(self.0.vms().iter().map(|vm| vm.vm_id.clone()));
+        if let (AllocationOutcome::Rejected { rejection }, true) = (&decision.outcome, record) {
+            for vm in self.0.vms() {
+                cx.rejected.push(vm.vm_id.clone(), rejection.clone());
+            }
         }
         Ok(decision)
     }
@@ -212,34 +213,16 @@ impl Request for Allocate {
 }
 
 impl Allocate {
-    /// The rejection an agent answered first for a VM of this request that is not placed (the
-    /// client sent the same request to two agents at once, or again within the time a rejection
-    /// stands): the retry gets the first answer.
-    fn rejected_elsewhere(&self, cx: &Context<'_>) -> Option<AllocationDecision> {
-        if cx.rejected_elsewhere.is_empty() {
-            return None;
-        }
-        let vm = self
-            .0
+    /// The rejection that stands for a VM of this request that is not placed: answered earlier in
+    /// this batch, or in the last [`crate::store::REJECTION_STANDS_S`] by this agent or another
+    /// (the client sent the same request twice at about the same time, to one agent or two). The
+    /// request gets that first answer, whatever capacity freed up since.
+    fn standing_rejection<'c>(&self, cx: &'c Context<'_>) -> Option<&'c Rejection> {
+        self.0
             .vms()
             .iter()
-            .find(|vm| cx.rejected_elsewhere.contains(&vm.vm_id) && cx.allocator.state().vm(&vm.vm_id).is_none())?;
-        let detail = format!(
-            "a request for VM `{}` was answered \"rejected\" by an allocation agent of this zone moments ago \
-             (a retry sent to two agents at once, or again): that first answer stands; no host was tried",
-            vm.vm_id
-        );
-        let rejection = Rejection {
-            code: RejectionCode::NoFeasibleHost,
-            detail,
-            vm_id: Some(vm.vm_id.clone()),
-            eliminated_by: Vec::new(),
-        };
-        Some(AllocationDecision {
-            outcome: AllocationOutcome::Rejected { rejection },
-            rule_stats: Vec::new(),
-            replayed: false,
-        })
+            .filter(|vm| cx.allocator.state().vm(&vm.vm_id).is_none())
+            .find_map(|vm| cx.rejected.get(&vm.vm_id).or_else(|| cx.standing.get(&vm.vm_id, cx.now)))
     }
 }
 

@@ -22,9 +22,11 @@
 //! async runtime; [`crate::worker`] runs it on a thread.
 
 mod commands;
+mod rejections;
 
 use crate::store::{
-    self, Committed, ExitRetention, Followed, PlacementStore, StoreError, StoreLocation, StoredVm, Waker,
+    self, Committed, ExitRetention, Followed, PlacementStore, StandingRejection, StoreError, StoreLocation, StoredVm,
+    Waker,
 };
 pub use commands::{
     job, Allocate, Answer, BatchTiming, CompleteMigration, ConsolidationPlan, ConsolidationRound, ConsolidationStatus,
@@ -45,7 +47,7 @@ use placement::reprediction::Repredictor;
 use placement::state::NewVm;
 use placement::state::StateError;
 use placement::Registry;
-use std::collections::HashSet;
+use rejections::{BatchRejections, StandingRejections};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,6 +86,40 @@ pub enum CommandError {
     Drain(#[from] DrainError),
     #[error(transparent)]
     Consolidation(#[from] ConsolidationError),
+}
+
+/// Why the live state was thrown away and rebuilt from the store: the `reason` of
+/// `allocator_reloads_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadReason {
+    /// A change followed from the store contradicts the view (a flaw: none is expected).
+    FollowContradiction,
+    /// The change log no longer reaches back to the view's position (pruned past it).
+    LogGap,
+    /// Reading the change log failed (the store is unreachable).
+    LogUnreadable,
+    /// A batch's commit failed (the store is unreachable or failed).
+    CommitFailed,
+    /// A batch the store refused, or committed after others, could not be taken back in memory.
+    TakeBackFailed,
+    /// A batch panicked (a bug).
+    Panic,
+    /// The store could not be opened at the last attempt; trying again.
+    StoreUnusable,
+}
+
+impl ReloadReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadReason::FollowContradiction => "follow_contradiction",
+            ReloadReason::LogGap => "log_gap",
+            ReloadReason::LogUnreadable => "log_unreadable",
+            ReloadReason::CommitFailed => "commit_failed",
+            ReloadReason::TakeBackFailed => "take_back_failed",
+            ReloadReason::Panic => "panic",
+            ReloadReason::StoreUnusable => "store_unusable",
+        }
+    }
 }
 
 /// The live allocator and the store it mirrors.
@@ -148,6 +184,10 @@ pub struct DurableAllocator {
     /// Called when another agent committed (a store shared with others), set again on every
     /// rebuild.
     waker: WakerSlot,
+    /// The "rejected" answers that stand (this agent's, and other agents' it learnt of).
+    standing: StandingRejections,
+    /// Why the live state was dropped, while it waits to be rebuilt.
+    dropped: Option<ReloadReason>,
 }
 
 /// A [`Waker`] in a struct that derives `Debug`.
@@ -213,10 +253,11 @@ fn recover(
     now_s: f64,
     repredictor: Option<Arc<dyn Repredictor>>,
     exit_retention: ExitRetention,
-) -> Result<Live, DurableError> {
+) -> Result<(Live, Vec<StandingRejection>), DurableError> {
     let mut store = store::open(location, spec)?;
     store.set_exit_retention(exit_retention);
-    let stored = store.load()?;
+    let mut stored = store.load()?;
+    let rejections = std::mem::take(&mut stored.rejections);
     let name = || location.to_string();
     let mut allocator = match store.agent() {
         // Agents sharing a zone draw their ties independently: with one sequence, agents with the
@@ -265,7 +306,7 @@ fn recover(
     // Rebuilding what the store holds is no change to write (timers that passed meanwhile replay
     // the same way on every restart).
     allocator.take_changes();
-    Ok(Live { allocator, store })
+    Ok((Live { allocator, store }, rejections))
 }
 
 impl DurableAllocator {
@@ -280,9 +321,11 @@ impl DurableAllocator {
         now_s: f64,
     ) -> Result<Self, DurableError> {
         let location = location.into();
-        let live = recover(spec, config, registry, &location, now_s, None, ExitRetention::default())?;
+        let (live, rejections) = recover(spec, config, registry, &location, now_s, None, ExitRetention::default())?;
         let mut outcomes = OutcomeTracker::new(OutcomeConfig::default());
         observe_rebuilt(&mut outcomes, &live.allocator);
+        let mut standing = StandingRejections::default();
+        standing.extend_stored(rejections, Instant::now());
         Ok(DurableAllocator {
             spec: spec.clone(),
             config: config.clone(),
@@ -295,6 +338,8 @@ impl DurableAllocator {
             outcomes,
             exit_retention: ExitRetention::default(),
             waker: WakerSlot::default(),
+            standing,
+            dropped: None,
         })
     }
 
@@ -347,14 +392,16 @@ impl DurableAllocator {
         &self.location
     }
 
-    /// Throws the in-memory state away and rebuilds it from the store.
-    pub fn rebuild(&mut self, now_s: f64) -> Result<(), DurableError> {
+    /// Throws the in-memory state away and rebuilds it from the store, for `reason`.
+    pub fn rebuild(&mut self, now_s: f64, reason: ReloadReason) -> Result<(), DurableError> {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
-        metrics::counter!("allocator_reloads_total").increment(1);
+        self.dropped = None;
+        metrics::counter!("allocator_reloads_total", "reason" => reason.as_str()).increment(1);
         let (spec, config, registry) = (&self.spec, &self.config, &self.registry);
         match recover(spec, config, registry, &self.location, now_s, self.repredictor.clone(), self.exit_retention) {
-            Ok(mut live) => {
+            Ok((mut live, rejections)) => {
+                self.standing.extend_stored(rejections, Instant::now());
                 observe_rebuilt(&mut self.outcomes, &live.allocator);
                 if let Some(wake) = &self.waker.0 {
                     live.store.set_waker(Arc::clone(wake));
@@ -393,8 +440,6 @@ impl DurableAllocator {
         metrics::histogram!("allocator_batch_commands").record(jobs.len() as f64);
         let mut commit = Duration::ZERO;
         let mut attempt = 1;
-        // VM ids another agent answered "rejected" first, found when a commit was refused.
-        let mut rejected_elsewhere: HashSet<VmId> = HashSet::new();
         // Whether the batch follows the store before it runs even when the store knows of no
         // commit this agent lacks: when a command needs it, and when a command's answer said so.
         let mut follow_first = jobs.iter().any(|job| !job.checked_at_commit());
@@ -432,9 +477,7 @@ impl DurableAllocator {
                 }));
             }
             let mut outcomes: Vec<&'static str> = Vec::new();
-            // Only a store that other agents write can see the same VM id decided twice at once.
-            let shared = live.store.agent().is_some();
-            let mut rejected: Vec<VmId> = Vec::new();
+            let mut rejected = BatchRejections::default();
             let mut cx = Context {
                 allocator: &mut live.allocator,
                 now_s,
@@ -442,8 +485,9 @@ impl DurableAllocator {
                 tracker: &self.outcomes,
                 outcomes: &mut outcomes,
                 repredictor: &mut self.repredictor,
-                rejected: shared.then_some(&mut rejected),
-                rejected_elsewhere: &rejected_elsewhere,
+                standing: &self.standing,
+                rejected: &mut rejected,
+                now: Instant::now(),
                 unchecked_view,
                 needs_fresh_view: false,
             };
@@ -469,21 +513,9 @@ impl DurableAllocator {
                 metrics::counter!("allocator_fresh_view_retries_total").increment(1);
                 follow_first = true;
                 if live.take_back(&ops, true).is_err() {
-                    self.live = None;
+                    self.drop_live(ReloadReason::TakeBackFailed);
                 }
                 continue;
-            }
-            if !rejected.is_empty() {
-                // An id rejected and then placed by the same batch (a release in between) ends
-                // placed: that is no rejection to record.
-                let placed: HashSet<&VmId> = ops
-                    .iter()
-                    .filter_map(|op| match op {
-                        Change::Placed { vm, .. } => Some(&vm.id),
-                        _ => None,
-                    })
-                    .collect();
-                rejected.retain(|id| !placed.contains(id));
             }
             if ops.is_empty() && rejected.is_empty() {
                 record_outcomes(&outcomes);
@@ -492,13 +524,15 @@ impl DurableAllocator {
             metrics::histogram!("allocator_batch_writes").record(ops.len() as f64);
             let started = Instant::now();
             let allocator = &live.allocator;
-            let committed = live.store.apply_decisions(&ops, &rejected, &|host| allocator.policy_host_snapshot(host));
+            let committed =
+                live.store.apply_decisions(&ops, rejected.as_slice(), &|host| allocator.policy_host_snapshot(host));
             commit += started.elapsed();
             metrics::histogram!("allocator_commit_duration_seconds").record(started.elapsed().as_secs_f64());
-            let error = match committed {
+            let (error, refused) = match committed {
                 Ok(order) => {
                     metrics::counter!("allocator_commits_total").increment(1);
                     record_outcomes(&outcomes);
+                    rejected.stand(&mut self.standing, Instant::now());
                     if order != Committed::AfterOthers {
                         observe_own(&mut self.outcomes, &ops);
                     } else {
@@ -507,7 +541,7 @@ impl DurableAllocator {
                             tracing::warn!(%error, "a batch committed after others could not be taken back; reloading");
                         });
                         if taken_back.is_err() {
-                            self.live = None;
+                            self.drop_live(ReloadReason::TakeBackFailed);
                         }
                         self.follow_store();
                     }
@@ -518,40 +552,49 @@ impl DurableAllocator {
                 // a batch that cannot be taken back in memory costs a rebuild.
                 // Or another agent answered "rejected" for a VM id this batch places (a client's
                 // duplicate sent there at the same time): decided again, that answer stands.
-                Err(error @ (StoreError::Refused { .. } | StoreError::RejectedElsewhere { .. }))
-                    if attempt < MAX_ATTEMPTS =>
-                {
+                Err(error @ (StoreError::Refused { .. } | StoreError::RejectedElsewhere { .. })) => {
                     metrics::counter!("allocator_commit_conflicts_total").increment(1);
                     tracing::debug!(%error, attempt, "the store refused the batch; deciding it again on fresh state");
                     if let StoreError::RejectedElsewhere { vms, .. } = &error {
-                        rejected_elsewhere.extend(vms.iter().cloned());
+                        let now = Instant::now();
+                        for vm in vms {
+                            self.standing.insert_elsewhere(vm.clone(), now);
+                        }
                     }
-                    attempt += 1;
                     // The store said the view was stale: decided again on the log's state, not on
                     // notifications (the batch that made this one impossible may not be notified yet).
                     follow_first = true;
                     let taken_back = live.take_back(&ops, true).inspect_err(|error| {
                         tracing::warn!(%error, "the refused batch could not be taken back; reloading");
                     });
-                    if taken_back.is_ok() || self.rebuild(now_s).is_ok() {
+                    let kept = taken_back.is_ok() || self.rebuild(now_s, ReloadReason::TakeBackFailed).is_ok();
+                    if kept && attempt < MAX_ATTEMPTS {
+                        attempt += 1;
                         metrics::counter!("allocator_commit_retries_total").increment(1);
                         std::thread::sleep(retry_jitter(attempt));
                         continue;
                     }
-                    error
+                    (error, true)
                 }
-                Err(error) => error,
+                Err(error) => (error, false),
             };
             metrics::counter!("allocator_commit_failures_total").increment(1);
-            tracing::error!(%error, writes = ops.len(), "commit failed; rebuilding from the store");
             record_outcomes(&vec!["not_durable"; outcomes.len()]);
             let reason = error.to_string();
-            let rebuilt = self.rebuild(now_s);
-            if let Err(error) = &rebuilt {
-                tracing::error!(%error, "rebuilding from the store failed; answering 503 until it works");
+            if refused {
+                // Nothing of it was written and it is taken back already: no reload; a follow, so
+                // that the reads see every commit.
+                tracing::warn!(%error, attempts = MAX_ATTEMPTS, "the store refused the batch at every attempt; answering its writes 503");
+                self.follow_store();
+            } else {
+                tracing::error!(%error, writes = ops.len(), "commit failed; rebuilding from the store");
+                if let Err(error) = self.rebuild(now_s, ReloadReason::CommitFailed) {
+                    tracing::error!(%error, "rebuilding from the store failed; answering 503 until it works");
+                }
             }
-            // The writes are answered as not durable; the reads again, from the rebuilt state.
+            // The writes are answered as not durable; the reads again, from the current state.
             let mut outcomes = Vec::new();
+            let mut unrecorded = BatchRejections::default();
             for job in jobs.iter_mut() {
                 match &mut self.live {
                     _ if job.is_write() => job.fail(CommandError::NotDurable(reason.clone())),
@@ -562,8 +605,9 @@ impl DurableAllocator {
                         tracker: &self.outcomes,
                         outcomes: &mut outcomes,
                         repredictor: &mut self.repredictor,
-                        rejected: None,
-                        rejected_elsewhere: &rejected_elsewhere,
+                        standing: &self.standing,
+                        rejected: &mut unrecorded,
+                        now: Instant::now(),
                         unchecked_view: false,
                         needs_fresh_view: false,
                     }),
@@ -592,7 +636,8 @@ impl DurableAllocator {
             self.follow_store();
         }
         if self.live.is_none() {
-            if let Err(error) = self.rebuild(now_s) {
+            let reason = self.dropped.unwrap_or(ReloadReason::StoreUnusable);
+            if let Err(error) = self.rebuild(now_s, reason) {
                 tracing::error!(%error, "the allocator's store is still unusable");
             }
             // A view just loaded is the store's.
@@ -625,10 +670,16 @@ impl DurableAllocator {
         }
     }
 
+    /// Drops the live state, to be rebuilt before the next batch, for `reason`.
+    fn drop_live(&mut self, reason: ReloadReason) {
+        self.live = None;
+        self.dropped = Some(reason);
+    }
+
     /// Applies what a follow found to the live view; drops the view (to be rebuilt) when it cannot.
     fn apply_followed(&mut self, followed: Result<Followed, StoreError>) {
         if let Some(live) = &mut self.live {
-            let in_step = match followed {
+            let out_of_step = match followed {
                 Ok(Followed::Batches(batches)) => {
                     let changes = batches.iter().map(Vec::len).sum::<usize>();
                     metrics::counter!("allocator_followed_changes_total").increment(changes as u64);
@@ -636,27 +687,27 @@ impl DurableAllocator {
                     metrics::histogram!("allocator_follow_lag_batches").record(batches.len() as f64);
                     observe_followed(&mut self.outcomes, &batches);
                     match batches.iter().try_for_each(|batch| live.allocator.follow_batch(batch)) {
-                        Ok(()) => true,
+                        Ok(()) => None,
                         Err(error) => {
                             tracing::warn!(%error, "a followed change contradicts this agent's view; reloading");
-                            false
+                            Some(ReloadReason::FollowContradiction)
                         }
                     }
                 }
                 Ok(Followed::Gap) => {
                     tracing::warn!("the change log has a gap at this agent's position; reloading");
-                    false
+                    Some(ReloadReason::LogGap)
                 }
                 Err(error) => {
                     tracing::error!(%error, "reading the change log failed; rebuilding from the store");
-                    false
+                    Some(ReloadReason::LogUnreadable)
                 }
             };
             // Followed changes are written already: nothing of them is this agent's to write.
             live.allocator.take_changes().for_each(drop);
-            if !in_step {
-                metrics::counter!("allocator_follow_rebuilds_total").increment(1);
-                self.live = None;
+            if let Some(reason) = out_of_step {
+                metrics::counter!("allocator_follow_rebuilds_total", "reason" => reason.as_str()).increment(1);
+                self.drop_live(reason);
             }
         }
     }

@@ -145,11 +145,18 @@ impl Listener {
     /// The commits notified since the last call that the view does not `holds`, in the log's
     /// order, each as its position, agent and changes, if a follow may take them instead of
     /// reading the log: listening, in the generation `followed_generation` (so every commit since
-    /// the last read of the log was notified), and every such commit's changes at hand. `None`
-    /// leaves them for the next call.
+    /// the last read of the log was notified), every such commit's changes at hand, and no
+    /// position missing below them (every one above `through`, the view's settled part, is held
+    /// or notified). `None` leaves them for the next call.
+    ///
+    /// Agents notify after their commits, so notifications arrive in any order: the release of a
+    /// VM (its agent saw the placement committed) can be notified before the placement is. A
+    /// view that applied it first would find the VM not placed; a log read sees both, since a
+    /// commit is visible before any batch that depends on it is decided.
     pub(crate) fn take_notified(
         &self,
         followed_generation: u64,
+        through: i64,
         holds: impl Fn(i64) -> bool,
     ) -> Option<Vec<(i64, String, String)>> {
         if !self.shared.listening.load(Ordering::Acquire)
@@ -162,11 +169,22 @@ impl Listener {
         if notified.iter().any(|batch| batch.body.is_none()) {
             return None;
         }
-        let mut batches: Vec<(i64, String, String)> = std::mem::take(&mut *notified)
+        notified.sort_unstable_by_key(|batch| batch.seq);
+        let mut next = through + 1;
+        for batch in notified.iter() {
+            while next < batch.seq && holds(next) {
+                next += 1;
+            }
+            if next != batch.seq {
+                metrics::counter!("allocator_notified_gaps_total").increment(1);
+                return None;
+            }
+            next += 1;
+        }
+        let batches = std::mem::take(&mut *notified)
             .into_iter()
             .filter_map(|batch| Some((batch.seq, batch.agent, batch.body?)))
             .collect();
-        batches.sort_unstable_by_key(|(seq, _, _)| *seq);
         Some(batches)
     }
 

@@ -33,8 +33,8 @@ pub use postgres::PostgresStore;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 use domain::{
-    HostId, HostState, InventorySpec, LifetimePrediction, RequestDetails, RequestFacts, Resources, TenantId, VmId,
-    RESOURCE_DIMS,
+    HostId, HostState, InventorySpec, LifetimePrediction, Rejection, RequestDetails, RequestFacts, Resources, TenantId,
+    VmId, RESOURCE_DIMS,
 };
 use placement::defrag::Drain;
 use placement::journal::{Change, LoggedChange};
@@ -98,6 +98,31 @@ pub struct StoredState {
     pub drain: Option<Drain>,
     /// Consolidation's record, when it is on.
     pub consolidation: Option<placement::consolidation::Consolidation>,
+    /// The "rejected" answers that still stand ([`REJECTION_STANDS_S`]).
+    pub rejections: Vec<StandingRejection>,
+}
+
+/// Seconds since the Unix epoch: the allocator's clock in the service, and the embedded store's for
+/// its rejections.
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// How long (seconds) a "rejected" answer for a VM id stands: a client that timed out and sent the
+/// same request again, to the same agent or another one, gets that first answer again rather than
+/// a placement, even if capacity freed up meanwhile (`crate::durable::rejections`). Past it, a
+/// request for the id is decided afresh.
+pub const REJECTION_STANDS_S: f64 = 30.0;
+
+/// A VM id answered "rejected" less than [`REJECTION_STANDS_S`] ago, as a store recorded it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StandingRejection {
+    pub vm: VmId,
+    /// How long ago it was answered (seconds, on the store's clock).
+    pub age_s: f64,
+    /// The answer itself, when the store keeps it (the embedded store does; the shared one keeps
+    /// the id alone, which any agent answers alike).
+    pub rejection: Option<Rejection>,
 }
 
 /// Where the durable state lives: the `store` setting of the allocator's configuration, either
@@ -219,23 +244,21 @@ pub trait PlacementStore: Send + fmt::Debug {
     ) -> Result<Committed, StoreError>;
 
     /// [`PlacementStore::apply`] of a batch that also answered the allocation requests of the VM
-    /// ids `rejected` "rejected" (writing nothing of them). A store that several agents share
-    /// makes that answer safe against a duplicate of the same request sent to another agent at
-    /// the same moment (a client's retry): it refuses the batch with [`StoreError::Refused`] when
-    /// one of `rejected` is placed already (decide again: the answer is that placement,
-    /// replayed), and with [`StoreError::RejectedElsewhere`] when another agent answered one of
-    /// the VMs this batch places "rejected" after this agent's view was taken; otherwise it
-    /// records the rejections, so that such a placement by another agent is refused in turn. A
-    /// store only this agent writes has nothing to check: the embedded store writes `changes`.
+    /// ids `rejected` "rejected" (with each answer), which it records in the same transaction, so
+    /// that the answers stand for [`REJECTION_STANDS_S`], across a restart too
+    /// ([`StoredState::rejections`]). A store that several agents share also makes that answer
+    /// safe against a duplicate of the same request sent to another agent at the same moment (a
+    /// client's retry): it refuses the batch with [`StoreError::Refused`] when one of `rejected`
+    /// is placed already (decide again: the answer is that placement, replayed), and with
+    /// [`StoreError::RejectedElsewhere`] when another agent answered one of the VMs this batch
+    /// places "rejected" after this agent's view was taken or less than [`REJECTION_STANDS_S`]
+    /// ago.
     fn apply_decisions(
         &mut self,
         changes: &[Change],
-        rejected: &[VmId],
+        rejected: &[(VmId, Rejection)],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<Committed, StoreError> {
-        let _ = rejected;
-        self.apply(changes, policy_state)
-    }
+    ) -> Result<Committed, StoreError>;
 
     /// Keeps the VMs that left as `retention` says from now on (pruned after a batch, at most once
     /// every [`PRUNE_EVERY`]).
@@ -444,6 +467,15 @@ impl PlacementStore for SqliteStore {
         SqliteStore::apply(self, changes, policy_state).map(|()| Committed::InOrder)
     }
 
+    fn apply_decisions(
+        &mut self,
+        changes: &[Change],
+        rejected: &[(VmId, Rejection)],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<Committed, StoreError> {
+        SqliteStore::apply_decisions(self, changes, rejected, policy_state).map(|()| Committed::InOrder)
+    }
+
     fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
         SqliteStore::policy_states(self, hosts)
     }
@@ -477,10 +509,11 @@ impl PlacementStore for PostgresStore {
     fn apply_decisions(
         &mut self,
         changes: &[Change],
-        rejected: &[VmId],
+        rejected: &[(VmId, Rejection)],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError> {
-        PostgresStore::apply_decisions(self, changes, rejected, policy_state)
+        let rejected: Vec<VmId> = rejected.iter().map(|(vm, _)| vm.clone()).collect();
+        PostgresStore::apply_decisions(self, changes, &rejected, policy_state)
     }
 
     fn agent(&self) -> Option<&str> {

@@ -147,9 +147,10 @@ use write::{commit_sets, log_batch, set_based, write_each, LogEntry, Statements}
 use super::listener::{Listener, Waker};
 use super::log_view::{LogView, CLAIM_AFTER};
 use super::notifier::{self, Notifier};
+pub use super::REJECTION_STANDS_S;
 use super::{
-    parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StoreError,
-    StoredState, VmColumns,
+    parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StandingRejection,
+    StoreError, StoredState, VmColumns,
 };
 use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
@@ -172,11 +173,6 @@ const ACTIVE_BATCHES: i64 = 1000;
 /// How many batches the change log keeps.
 pub const LOG_KEPT: i64 = 100_000;
 
-/// How long (seconds, on the database's clock) an agent's "rejected" answer for a VM id stands
-/// against placements of the same id by other agents: a client that timed out on one agent and
-/// retried on another sends the same request twice at about the same time, and whichever answer
-/// the store records first is the answer to both. Past it, a request for the id is decided afresh.
-pub const REJECTION_STANDS_S: f64 = 30.0;
 
 /// See the module documentation.
 pub struct PostgresStore {
@@ -432,10 +428,21 @@ impl PostgresStore {
             .map(|row| serde_json::from_str(row.get::<_, &str>(0)))
             .transpose()
             .map_err(|e| StoreError::CorruptConsolidation { store: name.clone(), detail: e.to_string() })?;
+        // The rejections that stand, on the database's clock (the agents' may differ).
+        let rejections = tx
+            .query(
+                "SELECT vm_id, EXTRACT(EPOCH FROM now() - at)::float8 FROM rejections
+                 WHERE at > now() - $1 * INTERVAL '1 second'",
+                &[&REJECTION_STANDS_S],
+            )
+            .map_err(sql("reading the rejections"))?
+            .into_iter()
+            .map(|row| StandingRejection { vm: VmId(row.get(0)), age_s: row.get(1), rejection: None })
+            .collect();
         tx.commit().map_err(sql("reading the state"))?;
         self.view = LogView::loaded(floor, &visible, std::time::Instant::now());
         self.followed_generation = generation;
-        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain, consolidation })
+        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain, consolidation, rejections })
     }
 
     /// See [`super::PlacementStore::policy_states`].
@@ -474,7 +481,9 @@ impl PostgresStore {
         if !self.view.overdue(now, CLAIM_AFTER).is_empty() || self.listener.following() != self.followed_generation {
             return Ok(None);
         }
-        let Some(notified) = self.listener.take_notified(self.followed_generation, |seq| self.view.holds(seq)) else {
+        let Some(notified) = self.listener.take_notified(self.followed_generation, self.view.through(), |seq| {
+            self.view.holds(seq)
+        }) else {
             return Ok(None);
         };
         let mut batches = Vec::with_capacity(notified.len());

@@ -9,8 +9,9 @@
 //! [`Store::apply`] writes a whole batch of changes in one transaction, which is what makes group
 //! commit possible (see [`crate::durable`]); [`Store::load`] reads it all back.
 //!
-//! Schema (version 6). A store of an older version is upgraded in place when opened, in one
-//! transaction: versions 1 and 2 gain the tables they lack, version 3's `lava_hosts` rows become
+//! Schema (version 8). A store of an older version is upgraded in place when opened, in one
+//! transaction: versions 1 and 2 gain the tables they lack (and versions 1 to 7 the empty
+//! `rejections`), version 3's `lava_hosts` rows become
 //! `policy_hosts` rows of policy `lava` (the same state as JSON), the `vms` of versions 1 to 4
 //! gain the request's columns (`ALTER TABLE ... ADD COLUMN`), NULL in the rows they hold: no request
 //! time, default request facts, and versions 1 to 5 gain the (empty) `exits` table. A store of a
@@ -22,6 +23,12 @@
 //! the model's clock, so an export reads it in order and pruning reads only old rows: at most once
 //! a minute, the exits that ended more than the retention (`[export] retention_s`) before the
 //! newest exit this process wrote are deleted, in a transaction of their own after a batch's.
+//!
+//! **Rejections** (issue 56). A batch that answers allocations "rejected" records each VM id with
+//! its answer and the wall-clock time in `rejections`, in its transaction; [`SqliteStore::load`]
+//! reads back those of the last [`super::REJECTION_STANDS_S`], so that the first answer stands
+//! across a restart too (`crate::durable::rejections`). Older rows are deleted by the next batch
+//! that records one.
 //!
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);  -- schema_version, next_seq
@@ -44,6 +51,9 @@
 //!     seq INTEGER NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,
 //!     ended_at_s REAL NOT NULL,                          -- model clock
 //!     PRIMARY KEY (start_s, seq)) WITHOUT ROWID;
+//! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, at_s REAL NOT NULL,  -- Unix time
+//!     rejection TEXT NOT NULL);                                          -- the answer, JSON
+//! CREATE INDEX rejections_by_time ON rejections (at_s);
 //! ```
 //!
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
@@ -51,9 +61,10 @@
 
 use super::{
     export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm},
-    parse_state, prediction_json, request_json, state_name, StoreError, StoredState, VmColumns,
+    parse_state, prediction_json, request_json, state_name, unix_now_s, StandingRejection, StoreError, StoredState,
+    VmColumns, REJECTION_STANDS_S,
 };
-use domain::{HostId, RequestDetails, VmId};
+use domain::{HostId, Rejection, RequestDetails, VmId};
 use placement::consolidation::Consolidation;
 use placement::defrag::Drain;
 use placement::journal::Change;
@@ -62,7 +73,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// What to do about a store of a newer schema version than this code.
 const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file away to start from an empty store";
@@ -168,13 +179,13 @@ impl SqliteStore {
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
                  AND name IN ('meta', 'vms', 'host_states', 'policy_hosts', 'migrations', 'drain', 'exits',
-                              'consolidation')",
+                              'consolidation', 'rejections')",
                 [],
                 |row| row.get(0),
             )
             .map_err(self.sql("reading the schema"))?;
         // Creating or upgrading the schema takes the write lock; a current store is only read here.
-        if tables < 8 || self.stored_version()? != Some(SCHEMA_VERSION) {
+        if tables < 9 || self.stored_version()? != Some(SCHEMA_VERSION) {
             self.upgrade()?;
         }
         self.read_meta()
@@ -268,7 +279,13 @@ impl SqliteStore {
                  request TEXT,
                  ended_at_s REAL NOT NULL,
                  PRIMARY KEY (start_s, seq)
-             ) WITHOUT ROWID;",
+             ) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS rejections (
+                 vm_id TEXT PRIMARY KEY,
+                 at_s REAL NOT NULL,
+                 rejection TEXT NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS rejections_by_time ON rejections (at_s);",
         )
         .map_err(sql("creating the schema"))?;
         // Version 5: the request's time and facts. A `vms` table of an older version lacks them; its
@@ -392,7 +409,33 @@ impl SqliteStore {
             migrations: self.load_migrations()?,
             drain: self.load_drain()?,
             consolidation: self.load_consolidation()?,
+            rejections: self.load_rejections()?,
         })
+    }
+
+    /// The rejections of the last [`REJECTION_STANDS_S`] by the wall clock.
+    fn load_rejections(&self) -> Result<Vec<StandingRejection>, StoreError> {
+        let now = unix_now_s();
+        let mut statement = self
+            .conn
+            .prepare("SELECT vm_id, at_s, rejection FROM rejections WHERE at_s > ?1 ORDER BY at_s")
+            .map_err(self.sql("reading the rejections"))?;
+        let rows = statement
+            .query_map([now - REJECTION_STANDS_S], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, f64>(1)?, row.get::<_, String>(2)?))
+            })
+            .map_err(self.sql("reading the rejections"))?;
+        let mut standing = Vec::new();
+        for row in rows {
+            let (vm, at_s, json) = row.map_err(self.sql("reading the rejections"))?;
+            let rejection = serde_json::from_str(&json).map_err(|e| StoreError::CorruptVm {
+                store: self.path.display().to_string(),
+                vm: vm.clone(),
+                detail: format!("unreadable rejection: {e}"),
+            })?;
+            standing.push(StandingRejection { vm: VmId(vm), age_s: (now - at_s).max(0.0), rejection: Some(rejection) });
+        }
+        Ok(standing)
     }
 
     fn load_migrations(&self) -> Result<Vec<(VmId, HostId)>, StoreError> {
@@ -462,14 +505,25 @@ impl SqliteStore {
     }
 
     /// Writes `changes` in order, in one transaction: after `Ok` all of them are durable, after
-    /// `Err` none of them is. `policy_state` gives a host's policy-state snapshot as the changes were
-    /// taken ([`placement::Allocator::policy_host_snapshot`]; `None`: its initial state).
+    /// `Err` none of them is. `policy_state` gives a host's policy-state snapshot as the changes
+    /// were taken ([`placement::Allocator::policy_host_snapshot`]; `None`: its initial state).
     pub fn apply(
         &mut self,
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<(), StoreError> {
-        if changes.is_empty() {
+        self.apply_decisions(changes, &[], policy_state)
+    }
+
+    /// [`SqliteStore::apply`] that also records the `rejected` answers (each VM id with its
+    /// answer) in the same transaction.
+    pub fn apply_decisions(
+        &mut self,
+        changes: &[Change],
+        rejected: &[(VmId, Rejection)],
+        policy_state: &dyn Fn(&HostId) -> Option<String>,
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() && rejected.is_empty() {
             return Ok(());
         }
         let path = &self.path;
@@ -481,6 +535,17 @@ impl SqliteStore {
             }
         };
         let store = path.display().to_string();
+        let rejections = rejected
+            .iter()
+            .map(|(vm, rejection)| {
+                let json = serde_json::to_string(rejection).map_err(|e| StoreError::CorruptVm {
+                    store: store.clone(),
+                    vm: vm.to_string(),
+                    detail: format!("rejection cannot be written: {e}"),
+                })?;
+                Ok((vm, json))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         let tx = self.conn.transaction().map_err(sql("starting a transaction"))?;
         let mut next_seq = self.next_seq;
         let mut newest_exit_s = self.newest_exit_s;
@@ -591,6 +656,9 @@ impl SqliteStore {
                 }
             }
         }
+        if !rejected.is_empty() {
+            record_rejections(&tx, &rejections).map_err(sql("recording the rejections"))?;
+        }
         if next_seq != self.next_seq {
             // Cached: parsing the statement afresh was a tenth of the worker's CPU per batch.
             tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'next_seq'")
@@ -630,6 +698,19 @@ impl SqliteStore {
         }
         Ok(deleted)
     }
+}
+
+/// Records the rejections `rejected` (each VM with its answer as JSON) at the wall clock's time and
+/// forgets those that no longer stand.
+fn record_rejections(tx: &rusqlite::Transaction<'_>, rejected: &[(&VmId, String)]) -> rusqlite::Result<()> {
+    let now = unix_now_s();
+    let mut insert =
+        tx.prepare_cached("INSERT OR REPLACE INTO rejections (vm_id, at_s, rejection) VALUES (?1, ?2, ?3)")?;
+    for (vm, json) in rejected {
+        insert.execute(params![vm.as_str(), now, json])?;
+    }
+    tx.prepare_cached("DELETE FROM rejections WHERE at_s <= ?1")?.execute(params![now - REJECTION_STANDS_S])?;
+    Ok(())
 }
 
 /// The columns an export reads of `vms` and `exits`: the start on the model's clock, then

@@ -42,17 +42,22 @@ pub async fn start_at(dir: &Path, store: &str, hosts: usize, extra: &str) -> Ser
     let spawn = |port: u16| {
         let config = dir.join(format!("allocator-{port}.toml"));
         std::fs::write(&config, config_text(port, Path::new(store), hosts, extra)).unwrap();
-        with_config(&mut Command::new(env!("CARGO_BIN_EXE_allocator")), &config)
-            .env_remove("ALLOCATOR_ADMIN_TOKEN")
-            // These tests run the allocator in open mode unless their config sets a service token
-            // (the credential itself is tested with the whole stack, control-service/tests/credentials.rs).
-            .env_remove("ALLOCATOR_SERVICE_TOKEN")
-            .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
-            .env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN")
-            .spawn()
-            .unwrap()
+        spawn_with(&config)
     };
     Process::start("the allocator", Duration::from_secs(30), spawn).await
+}
+
+/// The binary started with the configuration file `config`.
+fn spawn_with(config: &Path) -> std::process::Child {
+    with_config(&mut Command::new(env!("CARGO_BIN_EXE_allocator")), config)
+        .env_remove("ALLOCATOR_ADMIN_TOKEN")
+        // These tests run the allocator in open mode unless their config sets a service token
+        // (the credential itself is tested with the whole stack, control-service/tests/credentials.rs).
+        .env_remove("ALLOCATOR_SERVICE_TOKEN")
+        .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
+        .env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN")
+        .spawn()
+        .unwrap()
 }
 
 pub fn vm(id: &str, tenant: &str, cores: f64, memory_gib: f64) -> Value {
@@ -81,4 +86,12 @@ pub async fn hosts(client: &reqwest::Client, server: &Server) -> Vec<Value> {
     let (status, body) = send(client.get(server.url("/v1/hosts?limit=10000"))).await;
     assert_eq!(status, 200, "{body}");
     body["hosts"].as_array().unwrap().clone()
+}
+
+/// [`start_at`], restartable: [`Server::restart`] kills it (SIGKILL) and starts it again on the same
+/// port with the same configuration and store.
+pub async fn start_restartable_at(dir: &Path, store: &str, hosts: usize, extra: &str) -> Server {
+    let server = start_at(dir, store, hosts, extra).await;
+    let config = dir.join(format!("allocator-{}.toml", server.port()));
+    server.restartable(move || spawn_with(&config))
 }
