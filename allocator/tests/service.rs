@@ -255,8 +255,13 @@ async fn drained_and_failed_hosts_take_no_new_vm() {
     assert_eq!(stats["available_hosts"], 2);
 
     assert_eq!(send(client.post(server.url(&format!("/v1/hosts/{busy}/restore"))).bearer_auth(TOKEN)).await.0, 200);
+    // The same request again within 30 s is a client's retry: it gets the first answer, replayed.
     let (status, body) =
         send(client.post(server.url("/v1/allocations")).json(&json!({"vm": vm("too-big", "t", 12.0, 4.0)}))).await;
+    assert_eq!((status, &body["status"], &body["replayed"]), (200, &json!("rejected"), &json!(true)), "{body}");
+    // A new request fits on the restored host.
+    let (status, body) =
+        send(client.post(server.url("/v1/allocations")).json(&json!({"vm": vm("too-big-2", "t", 12.0, 4.0)}))).await;
     assert_eq!(status, 201);
     assert_eq!(placements(&body)[0].1, busy);
 }

@@ -57,8 +57,8 @@ const RARE: [(&str, &[&str], &str); 17] = [
     ("allocator_commit_conflicts_total", &[], "agents on one PostgreSQL store commit conflicting batches"),
     ("allocator_commit_retries_total", &[], "a conflicting batch is decided again"),
     ("allocator_commit_failures_total", &[], "a commit fails (the store is unavailable)"),
-    ("allocator_reloads_total", &[], "the allocator rebuilds its state from the store"),
-    ("allocator_follow_rebuilds_total", &[], "an agent rebuilds its view from the change log"),
+    ("allocator_reloads_total", &["reason"], "the allocator rebuilds its state from the store"),
+    ("allocator_follow_rebuilds_total", &["reason"], "an agent rebuilds its view from the change log"),
 ];
 
 /// Series Prometheus adds to every target itself.

@@ -52,13 +52,15 @@ pub async fn start_with(dir: &Path, name: &str, config: &str, binary: &Path, cpu
     Process::start("the allocator", Duration::from_secs(30), spawn).await
 }
 
-/// The value of the metric line `name ...` (a counter, or a histogram's `_count`), 0 if absent.
+/// The value of the metric `name` (a counter, or a histogram's `_count`), summed over its labels
+/// (`name{reason="..."} ...`), 0 if absent.
 pub async fn metric(base: &str, name: &str) -> f64 {
     let text = reqwest::get(format!("{base}/metrics")).await.expect("metrics").text().await.expect("text");
     text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+        .filter_map(|line| line.strip_prefix(name))
+        .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        .filter_map(|rest| rest.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
+        .sum()
 }
 
 /// The body of allocation `i` of client `c` in the service benches: VM `prefix-i` of 1 to 8 cores,
