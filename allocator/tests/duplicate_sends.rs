@@ -174,11 +174,7 @@ async fn client_loop(c: usize, pairs: usize, bases: Arc<Vec<String>>, shared: Ar
                 vm(id, &tenant, cores, cores * 2.0)
             })
             .collect();
-        let body = if gang {
-            json!({"gang": {"tenant_id": tenant, "vms": vms}})
-        } else {
-            json!({"vm": vms[0]})
-        };
+        let body = if gang { json!({"gang": {"tenant_id": tenant, "vms": vms}}) } else { json!({"vm": vms[0]}) };
         let first = rng.random_range(0..bases.len());
         let second = if bases.len() > 1 && rng.random_bool(0.5) {
             (first + rng.random_range(1..bases.len())) % bases.len()
@@ -223,7 +219,13 @@ async fn client_loop(c: usize, pairs: usize, bases: Arc<Vec<String>>, shared: Ar
 
 /// Sends `body` to agent `first` until it is answered (a 503 or no answer: again, to a random
 /// agent); returns the agent that answered, the answer and how many times it was sent again.
-async fn decide(http: &reqwest::Client, bases: &[String], first: usize, body: &Value, seed: u64) -> (usize, Answer, usize) {
+async fn decide(
+    http: &reqwest::Client,
+    bases: &[String],
+    first: usize,
+    body: &Value,
+    seed: u64,
+) -> (usize, Answer, usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let started = Instant::now();
     let mut agent = first;
@@ -253,7 +255,9 @@ async fn allocate(http: &reqwest::Client, base: &str, body: &Value) -> Option<An
                 .map(|p| (p["vm_id"].as_str().unwrap().to_owned(), p["host_id"].as_str().unwrap().to_owned()))
                 .collect(),
         )),
-        (200, Some("rejected")) => Some(Answer::Rejected(decision["rejection"]["code"].as_str().unwrap_or("").to_owned())),
+        (200, Some("rejected")) => {
+            Some(Answer::Rejected(decision["rejection"]["code"].as_str().unwrap_or("").to_owned()))
+        }
         _ => panic!("{base}: {body}: unexpected {status}: {decision}"),
     }
 }
@@ -306,20 +310,26 @@ fn check(name: &str, figures: &Figures) {
         "{name}: {} pairs got two different answers (agent, answer), e.g. {examples:#?}",
         figures.mismatches.len(),
     );
-    assert!(figures.gangs_rejected > 0 && figures.rejected > figures.gangs_rejected, "{name}: too few rejections to tell: {figures:?}");
-    assert!(figures.gangs_placed > 0 && figures.placed > figures.gangs_placed, "{name}: too few placements to tell: {figures:?}");
+    assert!(
+        figures.gangs_rejected > 0 && figures.rejected > figures.gangs_rejected,
+        "{name}: too few rejections to tell: {figures:?}"
+    );
+    assert!(
+        figures.gangs_placed > 0 && figures.placed > figures.gangs_placed,
+        "{name}: too few placements to tell: {figures:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn duplicate_sends_on_sqlite_get_one_answer() {
-    let (figures, reloads) = run(Store::Sqlite, 1, 1200, 4, 56).await;
+    let (figures, reloads) = run(Store::Sqlite, 1, 2500, 4, 56).await;
     report("sqlite", &figures, &reloads);
     check("sqlite", &figures);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn duplicate_sends_on_postgres_get_one_answer() {
-    let (figures, reloads) = run(Store::Postgres(Postgres::start()), 3, 1200, 4, 57).await;
+    let (figures, reloads) = run(Store::Postgres(Postgres::start()), 3, 2500, 4, 57).await;
     report("postgres", &figures, &reloads);
     assert!(figures.to_two_agents > 0);
     check("postgres", &figures);

@@ -139,7 +139,12 @@ mod tests {
     use super::*;
 
     fn rejection(detail: &str) -> Rejection {
-        Rejection { code: RejectionCode::GangDoesNotFit, detail: detail.to_owned(), vm_id: None, eliminated_by: Vec::new() }
+        Rejection {
+            code: RejectionCode::GangDoesNotFit,
+            detail: detail.to_owned(),
+            vm_id: None,
+            eliminated_by: Vec::new(),
+        }
     }
 
     #[test]

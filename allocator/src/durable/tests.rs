@@ -84,8 +84,7 @@ fn a_failed_commit_undoes_the_batch_and_answers_503() {
     assert!(matches!(durable.execute_one(GetAllocation(VmId::from("lost")), 3.0), Err(CommandError::UnknownVm(_))));
     assert!(durable.execute_one(GetAllocation(VmId::from("kept")), 3.0).is_ok());
     assert!(placed(&durable.execute_one(allocate("lost", 1.0), 4.0)), "a retry goes through");
-    let used: u64 =
-        durable.allocator().unwrap().state().hosts().iter().map(|h| h.used.base(ResourceKind::Cores)).sum();
+    let used: u64 = durable.allocator().unwrap().state().hosts().iter().map(|h| h.used.base(ResourceKind::Cores)).sum();
     assert_eq!(used, 2000);
 }
 

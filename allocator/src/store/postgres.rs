@@ -173,7 +173,6 @@ const ACTIVE_BATCHES: i64 = 1000;
 /// How many batches the change log keeps.
 pub const LOG_KEPT: i64 = 100_000;
 
-
 /// See the module documentation.
 pub struct PostgresStore {
     client: Client,
@@ -481,9 +480,9 @@ impl PostgresStore {
         if !self.view.overdue(now, CLAIM_AFTER).is_empty() || self.listener.following() != self.followed_generation {
             return Ok(None);
         }
-        let Some(notified) = self.listener.take_notified(self.followed_generation, self.view.through(), |seq| {
-            self.view.holds(seq)
-        }) else {
+        let Some(notified) =
+            self.listener.take_notified(self.followed_generation, self.view.through(), |seq| self.view.holds(seq))
+        else {
             return Ok(None);
         };
         let mut batches = Vec::with_capacity(notified.len());
