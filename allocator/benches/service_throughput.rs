@@ -9,7 +9,9 @@
 //! kept-alive connection each) share a fixed number of allocations (default 2,000 after 200 of
 //! warm-up); every client allocates a new VM, releases it, and goes on. Reported: allocations per
 //! second (each with its release: two durable writes), p50/p99 latency of the allocation requests,
-//! and how many writes each commit carried on average (from `/metrics`).
+//! and how many writes each commit carried on average (from `/metrics`). Then, with group commit,
+//! requests that fit nowhere (rejected): a rejection stands for 30 s and is recorded with its batch
+//! (issue 56), so rejections are commits too; reported beside the allocations of the same run.
 
 mod support;
 
@@ -39,8 +41,18 @@ struct Figures {
     writes_per_commit: f64,
 }
 
-/// `clients` clients share `allocations` allocate+release pairs; `prefix` keeps VM ids unique.
-async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> Figures {
+/// What the clients send.
+#[derive(Clone, Copy, PartialEq)]
+enum Requests {
+    /// A VM that fits, then its release.
+    PlaceAndRelease,
+    /// A VM larger than any host: rejected.
+    FitsNowhere,
+}
+
+/// `clients` clients share `allocations` requests (with `PlaceAndRelease`, each followed by its
+/// release); `prefix` keeps VM ids unique.
+async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str, requests: Requests) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
     let commits_before = metric(base, "allocator_commit_duration_seconds_count").await;
     let started = Instant::now();
@@ -56,13 +68,20 @@ async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> 
                         break latencies;
                     }
                     let id = format!("{prefix}-{i}");
-                    let body = support::vm_body(&prefix, i, c);
+                    let mut body = support::vm_body(&prefix, i, c);
+                    if requests == Requests::FitsNowhere {
+                        body["vm"]["demand"]["cores"] = serde_json::json!(4 * 48);
+                    }
                     let sent = Instant::now();
                     let response =
                         client.post(format!("{base}/v1/allocations")).json(&body).send().await.expect("allocate");
-                    assert_eq!(response.status().as_u16(), 201, "allocation {id}");
+                    let expected = if requests == Requests::FitsNowhere { 200 } else { 201 };
+                    assert_eq!(response.status().as_u16(), expected, "allocation {id}");
                     response.bytes().await.expect("answer");
                     latencies.push(sent.elapsed());
+                    if requests == Requests::FitsNowhere {
+                        continue;
+                    }
                     let response = client.delete(format!("{base}/v1/allocations/{id}")).send().await.expect("release");
                     assert_eq!(response.status().as_u16(), 204, "release {id}");
                 }
@@ -80,7 +99,8 @@ async fn drive(base: &str, clients: usize, allocations: usize, prefix: &str) -> 
         allocations_per_s: allocations as f64 / elapsed.as_secs_f64(),
         p50: latencies[latencies.len() / 2],
         p99: latencies[latencies.len() * 99 / 100],
-        writes_per_commit: (2 * allocations) as f64 / commits.max(1.0),
+        writes_per_commit: (if requests == Requests::FitsNowhere { allocations } else { 2 * allocations }) as f64
+            / commits.max(1.0),
     }
 }
 
@@ -99,9 +119,10 @@ fn main() {
     for (mode, max_batch) in [("group (max_batch 256)", 256), ("per request (max_batch 1)", 1)] {
         runtime.block_on(async {
             let server = start(dir.path(), max_batch).await;
-            drive(&server.base, 4, WARMUP, &format!("warm-{max_batch}")).await;
+            drive(&server.base, 4, WARMUP, &format!("warm-{max_batch}"), Requests::PlaceAndRelease).await;
             for clients in CLIENTS {
-                let figures = drive(&server.base, clients, allocations, &format!("b{max_batch}-c{clients}")).await;
+                let prefix = format!("b{max_batch}-c{clients}");
+                let figures = drive(&server.base, clients, allocations, &prefix, Requests::PlaceAndRelease).await;
                 println!(
                     "| {mode} | {clients} | {:.0} | {:.2} ms | {:.2} ms | {:.2} |",
                     figures.allocations_per_s,
@@ -117,4 +138,23 @@ fn main() {
         let rate = |batch| results.iter().find(|r| r.0 == batch && r.1 == clients).map_or(0.0, |r| r.2);
         println!("{clients} clients: group commit / per-request commit = {:.2}x", rate(256) / rate(1).max(1e-9));
     }
+    println!("\nrejected requests (fit nowhere), group commit (max_batch 256): each batch's rejections are one commit");
+    println!("| clients | rejections/s | p50 | p99 | rejections/commit | rejections/s / allocations/s |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    runtime.block_on(async {
+        let server = start(dir.path(), 256).await;
+        for clients in CLIENTS {
+            let figures =
+                drive(&server.base, clients, allocations, &format!("r-c{clients}"), Requests::FitsNowhere).await;
+            let allocations_per_s = results.iter().find(|r| r.0 == 256 && r.1 == clients).map_or(0.0, |r| r.2);
+            println!(
+                "| {clients} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2}x |",
+                figures.allocations_per_s,
+                figures.p50.as_secs_f64() * 1e3,
+                figures.p99.as_secs_f64() * 1e3,
+                figures.writes_per_commit,
+                figures.allocations_per_s / allocations_per_s.max(1e-9)
+            );
+        }
+    });
 }

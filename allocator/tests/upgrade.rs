@@ -10,6 +10,7 @@
 //! that release's `DurableAllocator` and dumped; its VMs come back with none of either.
 
 use allocator::durable::{Allocate, CompleteMigration, DrainStatus, DurableAllocator, GetHost, Release, Stats};
+use allocator::store::sqlite::SCHEMA_VERSION;
 use allocator::store::SqliteStore;
 use domain::{
     AllocationRequest, FeatureValue, HostId, HostState, InventorySpec, Priority, RequestDetails, Resources, VmId,
@@ -59,10 +60,11 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, stopped_at).unwrap();
 
     let (version, tables) = schema(&path);
-    assert_eq!(version, 7);
+    assert_eq!(version, SCHEMA_VERSION);
     assert!(tables.contains(&"policy_hosts".to_owned()) && !tables.contains(&"lava_hosts".to_owned()), "{tables:?}");
     assert!(tables.contains(&"exits".to_owned()), "{tables:?}");
     assert!(tables.contains(&"consolidation".to_owned()), "version 7's table: {tables:?}");
+    assert!(tables.contains(&"rejections".to_owned()), "version 8's table: {tables:?}");
 
     for before in answers["hosts"].as_array().unwrap() {
         let id = before["host_id"].as_str().unwrap();
@@ -109,7 +111,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
         (again.vms, again.allocated_cores, again.host_states),
         (stats.vms, stats.allocated_cores, stats.host_states)
     );
-    assert_eq!(schema(&path).0, 7);
+    assert_eq!(schema(&path).0, SCHEMA_VERSION);
 }
 
 fn vm_columns(path: &Path) -> Vec<String> {
@@ -133,7 +135,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     let config = AllocatorConfig::default();
     let now = 1_800_000_010.0;
     let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, now).unwrap();
-    assert_eq!(schema(&path).0, 7);
+    assert_eq!(schema(&path).0, SCHEMA_VERSION);
     let columns = vm_columns(&path);
     assert!(columns.contains(&"requested_at_s".to_owned()) && columns.contains(&"request".to_owned()), "{columns:?}");
 
@@ -171,7 +173,7 @@ fn a_version_4_store_gains_the_request_columns_and_its_vms_have_no_request_facts
     assert_eq!(vm6.facts.details.features.get("batch_size"), Some(&FeatureValue::Number(2.0)));
     assert_eq!(reopened.allocator().unwrap().stats().vms, 6);
     drop(reopened);
-    assert_eq!(schema(&path).0, 7);
+    assert_eq!(schema(&path).0, SCHEMA_VERSION);
 }
 
 #[test]
@@ -185,11 +187,12 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
     let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 10.0).unwrap();
     durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
     drop(durable);
-    // Version 5 is version 7 without the exits and consolidation tables.
+    // Version 5 is version 8 without the exits, consolidation and rejections tables.
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "DROP TABLE exits; DROP TABLE consolidation; UPDATE meta SET value = 5 WHERE key = 'schema_version'",
+            "DROP TABLE exits; DROP TABLE consolidation; DROP TABLE rejections;
+             UPDATE meta SET value = 5 WHERE key = 'schema_version'",
         )
         .unwrap();
     assert_eq!(
@@ -199,8 +202,8 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
 
     let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 20.0).unwrap();
     let (version, tables) = schema(&path);
-    assert_eq!(version, 7);
-    assert!(tables.contains(&"exits".to_owned()), "{tables:?}");
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(tables.contains(&"exits".to_owned()) && tables.contains(&"rejections".to_owned()), "{tables:?}");
     assert_eq!(durable.allocator().unwrap().stats().vms, 1);
     // Its VM's release is kept as an exit, at the end the release names.
     let release = Release { vm: VmId::from("vm-0"), owner: None, ended_at_s: Some(1_600.0) };

@@ -40,7 +40,7 @@ pub struct Context<'a> {
     /// The allocations this batch answered "rejected", each VM id with its answer: recorded with
     /// the batch's commit, and the answer to a request for one of them later in the batch.
     pub(super) rejected: &'a mut BatchRejections,
-    /// When the batch runs, on the wall clock (what a rejection stands by).
+    /// When the batch runs, on the monotonic clock a rejection stands by.
     pub(super) now: Instant,
     /// The batch runs on a view that was not checked against the store first (another agent's
     /// latest commits may be missing from it; see [`Request::CHECKED_AT_COMMIT`]).

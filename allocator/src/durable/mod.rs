@@ -15,7 +15,9 @@
 //! unacknowledged survives and nothing acknowledged is lost. If even the rebuild fails, every
 //! command is answered [`CommandError::Unavailable`] and the next batch tries to rebuild again.
 //!
-//! Rejected allocations, conflicting requests, idempotent replays and reads write nothing.
+//! Conflicting requests, idempotent replays and reads write nothing; a rejected allocation writes
+//! only its rejection, which stands for a while (`rejections`: a request sent twice gets the
+//! first answer).
 //!
 //! Each command is a struct with the type of its answer ([`Request`], in `commands`); a batch is a
 //! list of [`Job`]s, each answered once the batch is over. This module does no HTTP and needs no
