@@ -67,7 +67,11 @@ async fn happy_path_predicts_caches_places_rejects_and_releases() {
     assert_eq!(client.delete(control.url("/allocate/a-3")).send().await.unwrap().status(), 204);
     assert_eq!(client.delete(control.url("/allocate/a-3")).send().await.unwrap().status(), 404);
     assert_eq!(client.get(control.url("/allocate/a-3?zone=zone-1")).send().await.unwrap().status(), 404);
+    // The rejected request again, within 30 s, is a client's retry: the first answer, replayed.
     let (status, decision) = post(&client, &allocate, &vm("a-15", "t1", "D4", 4.0)).await;
+    assert_eq!((status, &decision["status"], &decision["replayed"]), (200, &json!("rejected"), &json!(true)));
+    // A new request takes the freed room.
+    let (status, decision) = post(&client, &allocate, &vm("a-16", "t1", "D4", 4.0)).await;
     assert_eq!(status, 201, "{decision}");
     assert_eq!(decision["placements"][0]["host_id"], placed_on);
     // A retry of a placed VM is answered with the earlier decision, placing nothing twice.
@@ -93,24 +97,25 @@ async fn happy_path_predicts_caches_places_rejects_and_releases() {
     assert_eq!(after["zones"]["zone-1"]["stats"]["vms"], before["zones"]["zone-1"]["stats"]["vms"]);
 
     // Statistics and metrics tell the same story.
-    // Placed answers: the gang, a-0..a-14, a-15 after the release, and the replay of a-4.
+    // Placed answers: the gang, a-0..a-14, a-16 after the release, and the replay of a-4; rejected:
+    // a-15 and its retry.
     assert_eq!(after["placed"], 18);
-    assert_eq!(after["rejected"], 1);
+    assert_eq!(after["rejected"], 2);
     assert_eq!(after["zones"]["zone-1"]["stats"]["vms"], 17);
-    // Hits: a-1..a-14, a-15 twice and the replay of a-4 (the gang's second VM shared its first's
-    // model call within the request).
-    assert_eq!(after["cache"]["hits"], 17, "{after}");
-    assert_eq!(after["predictions_by_source"], json!({"cache": 17, "model": 3}));
+    // Hits: a-1..a-14, a-15 twice, a-16 and the replay of a-4 (the gang's second VM shared its
+    // first's model call within the request).
+    assert_eq!(after["cache"]["hits"], 18, "{after}");
+    assert_eq!(after["predictions_by_source"], json!({"cache": 18, "model": 3}));
     assert!(after["cache"]["hit_rate"].as_f64().unwrap() > 0.8);
     assert_eq!(after["fallbacks"], json!({}));
     let metrics = client.get(control.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for needle in [
         "control_cache_hit_ratio",
-        "control_predictions_total{source=\"cache\"} 17",
+        "control_predictions_total{source=\"cache\"} 18",
         "control_stage_duration_seconds_bucket{stage=\"allocator\"",
         "control_stage_duration_seconds_count{stage=\"inference\"}",
         "control_safeguard_active 0",
-        "control_requests_total{outcome=\"rejected\"} 1",
+        "control_requests_total{outcome=\"rejected\"} 2",
     ] {
         assert!(metrics.contains(needle), "/metrics lacks `{needle}`:\n{metrics}");
     }

@@ -241,7 +241,9 @@ pub trait PlacementStore: Send + fmt::Debug {
         &mut self,
         changes: &[Change],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<Committed, StoreError>;
+    ) -> Result<Committed, StoreError> {
+        self.apply_decisions(changes, &[], policy_state)
+    }
 
     /// [`PlacementStore::apply`] of a batch that also answered the allocation requests of the VM
     /// ids `rejected` "rejected" (with each answer), which it records in the same transaction, so
@@ -458,21 +460,13 @@ impl PlacementStore for SqliteStore {
         SqliteStore::load(self)
     }
 
-    fn apply(
-        &mut self,
-        changes: &[Change],
-        policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<Committed, StoreError> {
-        // No other agent writes an SQLite store.
-        SqliteStore::apply(self, changes, policy_state).map(|()| Committed::InOrder)
-    }
-
     fn apply_decisions(
         &mut self,
         changes: &[Change],
         rejected: &[(VmId, Rejection)],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError> {
+        // No other agent writes an SQLite store.
         SqliteStore::apply_decisions(self, changes, rejected, policy_state).map(|()| Committed::InOrder)
     }
 
@@ -488,14 +482,6 @@ impl PlacementStore for SqliteStore {
 impl PlacementStore for PostgresStore {
     fn load(&mut self) -> Result<StoredState, StoreError> {
         PostgresStore::load(self)
-    }
-
-    fn apply(
-        &mut self,
-        changes: &[Change],
-        policy_state: &dyn Fn(&HostId) -> Option<String>,
-    ) -> Result<Committed, StoreError> {
-        PostgresStore::apply(self, changes, policy_state)
     }
 
     fn policy_states(&mut self, hosts: &[HostId]) -> Result<Vec<(HostId, String, String)>, StoreError> {
