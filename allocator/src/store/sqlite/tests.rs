@@ -208,3 +208,25 @@ fn open_errors_name_the_path() {
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(err.to_string().contains("missing-dir"), "{err}");
 }
+
+#[test]
+fn rejections_stand_for_their_time_with_their_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut store = SqliteStore::open(&path).unwrap();
+    let rejection = domain::Rejection {
+        code: domain::RejectionCode::GangDoesNotFit,
+        detail: "the gang does not fit".to_owned(),
+        vm_id: Some(VmId::from("g1")),
+        eliminated_by: Vec::new(),
+    };
+    let rejected = [(VmId::from("g0"), rejection.clone()), (VmId::from("g1"), rejection.clone())];
+    store.apply_decisions(&[], &rejected, &initial).unwrap();
+    // An old one no longer stands; the others come back with their answer, after a reopen too.
+    store.conn.execute("UPDATE rejections SET at_s = at_s - 31 WHERE vm_id = 'g0'", []).unwrap();
+    drop(store);
+    let standing = SqliteStore::open(&path).unwrap().load().unwrap().rejections;
+    assert_eq!(standing.len(), 1, "{standing:?}");
+    assert_eq!((&standing[0].vm, &standing[0].rejection), (&VmId::from("g1"), &Some(rejection)));
+    assert!((0.0..1.0).contains(&standing[0].age_s), "{standing:?}");
+}
