@@ -9,7 +9,8 @@
 //! A copy left without an answer (a 503, or no answer) is sent again to a random agent until it
 //! is answered; every answer counts. Checked: every pair's answers agree, rejections and gangs
 //! happened (so the check can fail), and at the end every agent's view holds exactly the VMs the
-//! clients were told are placed, on their hosts. Each run prints its reloads by reason
+//! clients were told are placed, on their hosts, and no agent reloaded because a followed change
+//! contradicted its view. Each run prints its reloads by reason
 //! (`allocator_reloads_total`, scraped from each agent before it is killed and at the end).
 //!
 //! - `duplicate_sends_on_sqlite_get_one_answer`: one agent on the embedded store.
@@ -301,8 +302,11 @@ fn report(name: &str, figures: &Figures, reloads: &BTreeMap<String, f64>) {
     eprintln!("{name}: reloads: {reloads:?}");
 }
 
-/// Every pair got one answer, and the run had enough of each kind to tell.
-fn check(name: &str, figures: &Figures) {
+/// Every pair got one answer, no agent found a followed change contradicting its view, and the
+/// run had enough of each kind to tell.
+fn check(name: &str, figures: &Figures, reloads: &BTreeMap<String, f64>) {
+    let contradictions: Vec<_> = reloads.iter().filter(|(series, _)| series.contains("follow_contradiction")).collect();
+    assert!(contradictions.is_empty(), "{name}: followed changes contradicted a view: {contradictions:?}");
     let examples: Vec<String> =
         figures.mismatches.iter().take(5).map(|m| format!("{:?} answered {:?}", m.ids, m.answers)).collect();
     assert!(
@@ -324,7 +328,7 @@ fn check(name: &str, figures: &Figures) {
 async fn duplicate_sends_on_sqlite_get_one_answer() {
     let (figures, reloads) = run(Store::Sqlite, 1, 2500, 4, 56).await;
     report("sqlite", &figures, &reloads);
-    check("sqlite", &figures);
+    check("sqlite", &figures, &reloads);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -332,7 +336,7 @@ async fn duplicate_sends_on_postgres_get_one_answer() {
     let (figures, reloads) = run(Store::Postgres(Postgres::start()), 3, 2500, 4, 57).await;
     report("postgres", &figures, &reloads);
     assert!(figures.to_two_agents > 0);
-    check("postgres", &figures);
+    check("postgres", &figures, &reloads);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -344,6 +348,6 @@ async fn many_duplicate_sends_get_one_answer() {
     let (postgres, postgres_reloads) = run(Store::Postgres(Postgres::start()), 3, pairs, kills, 570).await;
     report("sqlite", &sqlite, &sqlite_reloads);
     report("postgres", &postgres, &postgres_reloads);
-    check("sqlite", &sqlite);
-    check("postgres", &postgres);
+    check("sqlite", &sqlite, &sqlite_reloads);
+    check("postgres", &postgres, &postgres_reloads);
 }

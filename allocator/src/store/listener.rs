@@ -284,6 +284,39 @@ fn parse(payload: &str) -> Option<Notified> {
 mod tests {
     use super::*;
 
+    /// A listener that is listening (generation 1) and was notified of `seqs`, each with a body.
+    fn notified(seqs: &[i64]) -> Listener {
+        let shared = Arc::new(Shared {
+            agent: "me".to_owned(),
+            notified: Mutex::new(
+                seqs.iter().map(|&seq| Notified { seq, agent: "other".into(), body: Some("[]".into()) }).collect(),
+            ),
+            listening: AtomicBool::new(true),
+            generation: AtomicU64::new(1),
+            woken: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            stopped: AtomicBool::new(true),
+        });
+        Listener { shared }
+    }
+
+    #[test]
+    fn notified_batches_are_taken_only_with_no_position_missing_below_them() {
+        // The view holds everything up to 10, and 11 (its own batch); 12 and 14 are notified, 13
+        // not yet (its agent notifies after its commit): nothing is taken, all is kept.
+        let listener = notified(&[14, 12]);
+        let holds = |seq: i64| seq <= 11;
+        assert_eq!(listener.take_notified(1, 10, holds), None);
+        assert_eq!(listener.shared.notified.lock().unwrap().len(), 2);
+        // 13 arrives: all three, in the log's order.
+        listener.shared.committed_elsewhere(Notified { seq: 13, agent: "other".into(), body: Some("[]".into()) });
+        let taken = listener.take_notified(1, 10, holds).expect("no gap");
+        assert_eq!(taken.iter().map(|(seq, _, _)| *seq).collect::<Vec<_>>(), [12, 13, 14]);
+        assert!(listener.shared.notified.lock().unwrap().is_empty());
+        // Another generation of listening: the log must be read.
+        assert_eq!(notified(&[11]).take_notified(2, 10, |seq| seq <= 10), None);
+    }
+
     #[test]
     fn a_notification_carries_its_position_agent_and_changes_when_they_fit() {
         let with = parse(r#"41 agent-a [{"placed":{"vm":"a b"}}]"#).expect("parsed");
