@@ -12,6 +12,11 @@ fn vm(id: &str, cores: f64) -> VmRequest {
     VmRequest::new(id, "t", "D", Resources::from_whole(cores, 4.0, 0.0).unwrap())
 }
 
+/// The durable allocator over the SQLite store at `path`, default policy, opened at `now_s`.
+fn open(path: &std::path::Path, now_s: f64) -> DurableAllocator {
+    DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), path, now_s).unwrap()
+}
+
 fn allocate(id: &str, cores: f64) -> Allocate {
     Allocate(AllocationRequest::Vm(vm(id, cores)))
 }
@@ -24,8 +29,7 @@ fn placed(reply: &Result<AllocationDecision, CommandError>) -> bool {
 fn a_batch_commits_once_and_reads_see_earlier_writes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 100.0).unwrap();
+    let mut durable = open(&path, 100.0);
     let (placed_a, a) = job(allocate("a", 2.0));
     let (get_a, where_a) = job(GetAllocation(VmId::from("a")));
     let (too_big, big) = job(allocate("b", 64.0));
@@ -48,8 +52,7 @@ fn a_batch_commits_once_and_reads_see_earlier_writes() {
 fn a_write_whose_caller_gave_up_is_not_applied() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
+    let mut durable = open(&path, 0.0);
     let (gone, answer) = job(allocate("gone", 1.0));
     drop(answer);
     let (kept, still_waiting) = job(allocate("kept", 1.0));
@@ -64,8 +67,7 @@ fn a_write_whose_caller_gave_up_is_not_applied() {
 fn a_failed_commit_undoes_the_batch_and_answers_503() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
+    let mut durable = open(&path, 0.0);
     assert!(placed(&durable.execute_one(allocate("kept", 1.0), 1.0)));
     // Another connection holds the write lock: the batch's commit times out and fails.
     let blocker = rusqlite::Connection::open(&path).unwrap();
@@ -92,8 +94,7 @@ fn a_failed_commit_undoes_the_batch_and_answers_503() {
 fn a_store_that_contradicts_the_inventory_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
+    let mut durable = open(&path, 0.0);
     let reply = durable.execute_one(allocate("big", 6.0), 1.0);
     let host = match reply {
         Ok(AllocationDecision { outcome: AllocationOutcome::Placed { placements }, .. }) => {
@@ -118,8 +119,7 @@ fn a_store_that_contradicts_the_inventory_is_refused_by_name() {
 fn a_rejection_stands_in_its_batch_after_it_and_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let mut durable =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 0.0).unwrap();
+    let mut durable = open(&path, 0.0);
     for i in 0..4 {
         assert!(placed(&durable.execute_one(allocate(&format!("full-{i}"), 8.0), 1.0)));
     }
@@ -138,8 +138,7 @@ fn a_rejection_stands_in_its_batch_after_it_and_across_a_restart() {
     let later = durable.execute_one(allocate("x", 8.0), 3.0).unwrap();
     assert_eq!((later.outcome.clone(), later.replayed), (rejected.outcome.clone(), true));
     drop(durable);
-    let mut reopened =
-        DurableAllocator::open(&spec(), &AllocatorConfig::default(), &Registry::standard(), &path, 4.0).unwrap();
+    let mut reopened = open(&path, 4.0);
     let restarted = reopened.execute_one(allocate("x", 8.0), 4.0).unwrap();
     assert_eq!((restarted.outcome, restarted.replayed), (rejected.outcome, true));
     assert!(placed(&reopened.execute_one(allocate("y", 8.0), 5.0)), "the room was free all along");

@@ -498,8 +498,7 @@ impl PlacementStore for PostgresStore {
         rejected: &[(VmId, Rejection)],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError> {
-        let rejected: Vec<VmId> = rejected.iter().map(|(vm, _)| vm.clone()).collect();
-        PostgresStore::apply_decisions(self, changes, &rejected, policy_state)
+        PostgresStore::apply_decisions(self, changes, rejected, policy_state)
     }
 
     fn agent(&self) -> Option<&str> {

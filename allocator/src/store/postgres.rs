@@ -152,7 +152,7 @@ use super::{
     parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StandingRejection,
     StoreError, StoredState, VmColumns,
 };
-use domain::{HostId, InventorySpec, Resources, VmId, RESOURCE_DIMS};
+use domain::{HostId, InventorySpec, Rejection, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Statement, Transaction};
@@ -590,14 +590,15 @@ impl PostgresStore {
     pub fn apply_decisions(
         &mut self,
         changes: &[Change],
-        rejected: &[VmId],
+        rejected: &[(VmId, Rejection)],
         policy_state: &dyn Fn(&HostId) -> Option<String>,
     ) -> Result<Committed, StoreError> {
         if changes.is_empty() && rejected.is_empty() {
             return Ok(Committed::InOrder);
         }
-        // One row per id (an upsert may touch a row once per statement).
-        let mut rejected: Vec<&str> = rejected.iter().map(VmId::as_str).collect();
+        // One row per id (an upsert may touch a row once per statement); the answers themselves
+        // are not kept here: any agent answers a standing id alike.
+        let mut rejected: Vec<&str> = rejected.iter().map(|(vm, _)| vm.as_str()).collect();
         rejected.sort_unstable();
         rejected.dedup();
         let placed: Vec<&str> = changes
