@@ -1,0 +1,1 @@
+"""Each module of the plug-in on its own."""
