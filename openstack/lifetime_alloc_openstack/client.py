@@ -93,6 +93,14 @@ class ControlClient(object):
             session.headers.update(self.headers)
             return session
 
+    def close(self):
+        """Closes the idle connections."""
+        while True:
+            try:
+                self._sessions.get_nowait().close()
+            except queue.Empty:
+                return
+
     def _call(self, method, path, body=None, params=None, timeout=None):
         session = self._session()
         url = self.base_url + path

@@ -38,6 +38,11 @@ weigher_opts = [
                       'multiplier x score; the default dominates the stock weighers (their '
                       'multipliers are about 1), so the allocator\'s host wins. 0 turns the '
                       'weigher\'s influence off while it still records (a shadow run).'),
+    cfg.BoolOpt('send_candidates', default=True,
+                help='Send the candidates Nova\'s filters left, so that the allocator chooses among '
+                     'them. False is for control services older than the candidates field: the '
+                     'allocator then chooses among all its hosts, and a choice outside the '
+                     'candidates gives neutral weights.'),
     cfg.IntOpt('max_features', default=64, min=0, max=64,
                help='Most features sent per request (the control service takes at most 64).'),
 ]

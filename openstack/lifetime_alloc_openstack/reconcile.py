@@ -34,14 +34,20 @@ DISABLED_TRAIT = 'COMPUTE_STATUS_DISABLED'
 
 
 def register_placement_opts(conf):
-    """Nova's ``[placement]`` keystoneauth options (session, adapter, auth type), as Nova
-    registers them; the auth plugin's own options are registered when it is loaded."""
-    for register in (ks_loading.register_session_conf_options,
-                     ks_loading.register_auth_conf_options,
-                     ks_loading.register_adapter_conf_options):
+    """Nova's ``[placement]`` keystoneauth options (session, auth type, adapter with the service
+    type ``placement`` and the interfaces internal, public), as Nova registers them; the auth
+    plugin's own options are registered when it is loaded. Options registered already (in Nova's
+    own process) are left as they are."""
+    from oslo_config import cfg
+    adapter_opts = ks_loading.get_adapter_conf_options(include_deprecated=False)
+    cfg.set_defaults(adapter_opts, valid_interfaces=['internal', 'public'],
+                     service_type='placement')
+    for register in (lambda: ks_loading.register_session_conf_options(conf, PLACEMENT_GROUP),
+                     lambda: ks_loading.register_auth_conf_options(conf, PLACEMENT_GROUP),
+                     lambda: conf.register_opts(adapter_opts, group=PLACEMENT_GROUP)):
         try:
-            register(conf, PLACEMENT_GROUP)
-        except Exception:  # registered already (in Nova's own process), with other defaults
+            register()
+        except cfg.DuplicateOptError:
             pass
 
 
@@ -58,8 +64,7 @@ class PlacementReader(object):
         auth = ks_loading.load_auth_from_conf_options(conf, PLACEMENT_GROUP)
         session = ks_loading.load_session_from_conf_options(conf, PLACEMENT_GROUP, auth=auth)
         adapter = ks_loading.load_adapter_from_conf_options(
-            conf, PLACEMENT_GROUP, session=session, auth=auth,
-            default_service_type='placement')
+            conf, PLACEMENT_GROUP, session=session, auth=auth)
         return cls(adapter)
 
     def get(self, path):

@@ -130,6 +130,8 @@ class LifetimeWeigher(weights.BaseHostWeigher):
         except mapping.MappingError as exc:
             self._neutral('bad_request', vm_id, started, exc.reason)
             return neutral
+        if not CONF.lifetime_alloc.send_candidates:
+            del request['candidates']
         if skipped:
             LOG.info('lifetime_alloc: instance %s: features left out (over 64, or not a number '
                      'or a short text): %s', vm_id, ', '.join(skipped[:10]))

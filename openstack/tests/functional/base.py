@@ -1,0 +1,154 @@
+"""The test base: Nova's functional harness (its real API, conductor, scheduler and Placement,
+computes on the fake driver, sqlite) configured only through nova.conf options to weigh with
+``LifetimeWeigher``, Nova's versioned notifications sent for real on its oslo.messaging
+transport to the plug-in's listener service, and the project's three binaries (:mod:`stack`).
+
+Every compute node of the fake driver is 8 cores (2 VCPU x 4.0), 7.5 GiB (8192 MB less 512
+reserved) and 1028 GB of disk in Placement.
+"""
+
+import time
+
+import oslo_messaging
+from oslo_config import cfg
+
+from nova import rpc
+from nova.tests.functional import integrated_helpers
+
+from lifetime_alloc_openstack import client as client_mod
+from lifetime_alloc_openstack import conf as conf_mod
+from lifetime_alloc_openstack import listener as listener_mod
+from lifetime_alloc_openstack import reconcile
+from lifetime_alloc_openstack import weigher
+from tests.functional import stack as stack_mod
+
+WEIGHER = 'lifetime_alloc_openstack.weigher.LifetimeWeigher'
+# Nova's stock flavors of the harness: id -> (vcpus, memory_mb, disk_gb).
+FLAVORS = {'1': (1, 512, 1), '2': (1, 2048, 20), '3': (2, 4096, 40)}
+
+
+class NovaTestBase(integrated_helpers._IntegratedTestBase):
+    compute_driver = 'fake.MediumFakeDriver'
+    ADMIN_API = True
+    microversion = 'latest'
+    # The compute nodes started with the harness, and the allocator's initial inventory.
+    HOSTS = ('host1', 'host2', 'host3')
+    # The hosts the allocator knows at start (None: the HOSTS).
+    INVENTORY = None
+    TIMEOUT = 0.5
+
+    def setUp(self):
+        self.stack = stack_mod.Stack(self.HOSTS if self.INVENTORY is None else self.INVENTORY)
+        self.useFixture(self.stack)
+        # nova.conf of the scheduler: only options, as an operator writes them.
+        self.flags(weight_classes=['nova.scheduler.weights.all_weighers', WEIGHER],
+                   group='filter_scheduler')
+        self.flags(control_url=self.stack.control_url, token=stack_mod.OPERATOR_KEY,
+                   zone=stack_mod.ZONE, timeout=self.TIMEOUT,
+                   send_candidates=self.stack.supports('candidates'), group='lifetime_alloc')
+        self.flags(cores=-1, instances=-1, ram=-1, group='quota')
+        weigher.reset_counters()
+        super().setUp()
+        # Nova's own messaging notifier on its transport instead of the harness's capturing one.
+        self.stub_out('nova.rpc.NOTIFIER', self._notifier('messaging'))
+        self.listener_conf = self._listener_conf()
+        self.service = None
+        self.start_listener()
+        self.control = client_mod.ControlClient(self.stack.control_url, stack_mod.OPERATOR_KEY,
+                                                timeout=10.0, zone=stack_mod.ZONE)
+        self.addCleanup(self.control.close)
+
+    def _notifier(self, driver):
+        return oslo_messaging.Notifier(rpc.NOTIFICATION_TRANSPORT, publisher_id='nova',
+                                       driver=driver, topics=['versioned_notifications'])
+
+    def _setup_compute_service(self):
+        self.computes = {}
+        for name in self.HOSTS:
+            self.computes[name] = self._start_compute(name)
+        return self.computes[self.HOSTS[0]]
+
+    def _listener_conf(self):
+        """The listener's nova.conf: ``[lifetime_alloc]`` and Nova's ``[placement]``
+        (keystoneauth; here the harness's Placement with its admin token)."""
+        conf = cfg.ConfigOpts()
+        conf_mod.register_opts(conf)
+        reconcile.register_placement_opts(conf)
+        conf([], project='nova')
+        conf.set_override('control_url', self.stack.control_url, 'lifetime_alloc')
+        conf.set_override('token', stack_mod.OPERATOR_KEY, 'lifetime_alloc')
+        conf.set_override('zone', stack_mod.ZONE, 'lifetime_alloc')
+        conf.set_override('timeout', 5.0, 'lifetime_alloc')
+        # Reconciliations only when a test asks for one.
+        conf.set_override('reconcile_interval', 0.0, 'lifetime_alloc')
+        conf.set_override('reconcile_after_error', 3600.0, 'lifetime_alloc')
+        conf.set_override('reservation_grace', 0.0, 'lifetime_alloc')
+        conf.set_override('auth_type', 'admin_token', 'placement')
+        from keystoneauth1 import loading as ks_loading
+        conf.register_opts(ks_loading.get_auth_plugin_conf_options('admin_token'), group='placement')
+        conf.set_override('endpoint', self.placement_fixture.endpoint, 'placement')
+        conf.set_override('token', self.placement_fixture.token, 'placement')
+        return conf
+
+    # The listener service, as lifetime-alloc-nova-listener runs it.
+    def start_listener(self):
+        self.service = listener_mod.ListenerService(self.listener_conf, rpc.NOTIFICATION_TRANSPORT,
+                                                    reconcile=False)
+        self.service.start()
+        self.addCleanup(self.stop_listener)
+
+    def stop_listener(self):
+        if self.service is not None:
+            self.service.stop()
+            self.service = None
+
+    def reconcile_now(self):
+        return self.service.reconcile_now()
+
+    # Reads of both sides.
+    def placement_reader(self):
+        return reconcile.PlacementReader.from_conf(self.listener_conf)
+
+    def differences(self):
+        want, _ = reconcile.read_placement(self.placement_reader())
+        return reconcile.differences(want, reconcile.read_allocator(self.control))
+
+    def assert_no_difference(self, within_s=10.0):
+        """Placement's allocations and the allocator's hosts, VMs and used resources are equal
+        (the listener applies notifications asynchronously: it is given ``within_s``)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            diffs = self.differences()
+            if not diffs or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual([], diffs)
+
+    # Servers.
+    def boot(self, name, flavor_id='1', hints=None, metadata=None, wait=True):
+        server = self._build_server(name=name, flavor_id=flavor_id, networks='none')
+        if metadata:
+            server['metadata'] = metadata
+        body = {'server': server}
+        if hints:
+            body['os:scheduler_hints'] = hints
+        created = self.api.post_server(body)
+        if wait:
+            created = self._wait_for_state_change(created, 'ACTIVE')
+        return created
+
+    def node_of(self, server):
+        return server['OS-EXT-SRV-ATTR:hypervisor_hostname']
+
+    def decision_of(self, vm_id):
+        """The weigher's last outcome for the instance: (outcome, chosen host), or None."""
+        for uuid, outcome, host, _ in reversed(weigher.RECENT):
+            if uuid == vm_id:
+                return outcome, host
+        return None
+
+    def disable_compute(self, host):
+        services = self.admin_api.api_get('/os-services?binary=nova-compute').body['services']
+        service = next(s for s in services if s['host'] == host)
+        self.admin_api.api_put('/os-services/%s' % service['id'],
+                               {'status': 'disabled', 'disabled_reason': 'test'})
