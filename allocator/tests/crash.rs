@@ -340,6 +340,7 @@ fn request(id: String, rng: &mut ChaCha8Rng) -> VmRequest {
             model_version: Some("m1".to_owned()),
             source: PredictionSource::Model,
         }),
+        candidates: None,
     }
 }
 

@@ -95,6 +95,7 @@ fn vm_request(id: usize, spec: &VmSpec, tenant: u8) -> VmRequest {
         zone: None,
         max_per_rack: spec.spread.map(u32::from),
         prediction: prediction(spec),
+        candidates: None,
     }
 }
 

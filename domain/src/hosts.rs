@@ -1,9 +1,12 @@
 //! The allocator's boundary types, as its HTTP API answers them and the control service passes
 //! them on: a placed VM, a host (summary, detail, page), a host state change, the store's status,
-//! and the body of a dry-run placement (`POST /v1/explain`).
+//! the body of a dry-run placement (`POST /v1/explain`), and what a cloud reports: a host added or
+//! changed (`PUT /v1/hosts/{host_id}`) and where a VM really is (`PUT /v1/allocations/{vm_id}`).
 
 use crate::validate::{Validate, ValidationError, ValidationLimits};
-use crate::{ClusterId, HostId, HostState, LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest};
+use crate::{
+    ClusterId, HostEntry, HostId, HostState, LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
+};
 use serde::{Deserialize, Serialize};
 
 /// Most hosts a dry run lists.
@@ -164,4 +167,88 @@ impl Validate for ExplainRequest {
         }
         Ok(())
     }
+}
+
+/// The body of `PUT /v1/hosts/{host_id}`: a host added to the inventory while the allocator runs,
+/// or a change of its capacity, state or place.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct HostUpdate {
+    /// What it offers to VMs (for a cloud host: (total - reserved) x allocation ratio); cores and
+    /// memory greater than 0. Never below what its VMs use (409).
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::resources::demand_schema))]
+    pub capacity: Resources,
+    /// Its state (a disabled compute service: `unavailable`); unchanged when absent, `available`
+    /// for a new host.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub state: Option<HostState>,
+    /// Its cluster (the id charset); unchanged when absent, for a new host the zone's first
+    /// cluster, or `{zone}-cloud` when the zone has none.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
+    pub cluster_id: Option<ClusterId>,
+    /// Its rack (fault domain; the id charset); unchanged when absent, for a new host the
+    /// cluster's first rack, or one named after the cluster.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
+    pub rack_id: Option<RackId>,
+    /// The hardware generation of a new cluster (`default` when absent); 1 to 256 bytes.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
+    pub hardware: Option<String>,
+}
+
+/// The answer to `PUT /v1/hosts/{host_id}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostUpdated {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub host_id: HostId,
+    /// Whether the host is new to the inventory.
+    pub added: bool,
+    /// The host as the inventory now has it.
+    pub entry: HostEntry,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub state: HostState,
+}
+
+/// The body of `PUT /v1/allocations/{vm_id}`: the VM is on `host_id` (a cloud's scheduler put or
+/// moved it there).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RecordPlacement {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
+    pub host_id: HostId,
+    /// The VM as it was requested (its `vm_id` is the path's); used when it is not placed yet.
+    pub request: VmRequest,
+}
+
+/// What recording a VM on a host changed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RecordOutcome {
+    /// It was there already.
+    Unchanged,
+    /// It was not placed; now it is.
+    Placed,
+    /// It was on another host (`from_host_id`); now it is on this one.
+    Moved,
+}
+
+/// The answer to `PUT /v1/allocations/{vm_id}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RecordedPlacement {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub vm_id: VmId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub host_id: HostId,
+    pub recorded: RecordOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub from_host_id: Option<HostId>,
 }

@@ -32,14 +32,15 @@ pub use control::{
 };
 pub use decision::{AllocationDecision, AllocationOutcome, Placement, Rejection, RejectionCode, RuleFilterStat};
 pub use hosts::{
-    ExplainRequest, HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
+    ExplainRequest, HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, HostUpdate, HostUpdated,
+    PolicyHostState, RecordOutcome, RecordPlacement, RecordedPlacement, StoreStatus, VmInfo,
 };
 pub use ids::{ClusterId, HostId, RackId, TenantId, VmId, ZoneId};
 pub use inference::{
     HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, PredictResponse, RemainingInstance,
     RemainingPrediction, RemainingRequest, RemainingResponse,
 };
-pub use inventory::{ClusterSpec, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
+pub use inventory::{ClusterSpec, HostEntry, HostSpec, HostState, InventorySpec, RackSpec, ZoneSpec};
 pub use prediction::{LifetimeClass, LifetimePrediction, PredictionSource};
 pub use problem::{Problem, ProblemKind, PROBLEM_CONTENT_TYPE};
 pub use quality::{

@@ -98,6 +98,8 @@ problem_kinds! {
     PartialGang = ("partial-gang", 409, "Gang partly placed", "allocator: part of the gang is placed already"),
     UnknownVm = ("unknown-vm", 404, "Unknown VM", "allocator, control service: the VM is not placed (or is another tenant's)"),
     UnknownHost = ("unknown-host", 404, "Unknown host", "allocator: the host is not in the inventory"),
+    HostInUse = ("host-in-use", 409, "Host in use", "allocator: a host is not removed while VMs are on it, nor given less capacity than they use"),
+    DoesNotFit = ("does-not-fit", 409, "VM does not fit", "allocator: a VM recorded on a host needs more than the host has free"),
     NotDurable = ("not-durable", 503, "Change not durable", "allocator: the change could not be made durable and was undone; retry (`Retry-After`)"),
     StoreUnavailable = ("store-unavailable", 503, "Store unavailable", "allocator: the store cannot be used right now; retry (`Retry-After`)"),
     DrainBusy = ("drain-busy", 409, "Drain in progress", "allocator: a drain is running already"),

@@ -1,6 +1,6 @@
 //! VM requests: a single VM or a tenant gang whose VMs are placed all or none.
 
-use crate::ids::{TenantId, VmId, ZoneId};
+use crate::ids::{HostId, TenantId, VmId, ZoneId};
 use crate::prediction::LifetimePrediction;
 use crate::resources::Resources;
 use serde::{Deserialize, Serialize};
@@ -254,6 +254,10 @@ pub struct VmRequest {
     pub max_per_rack: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<LifetimePrediction>,
+    /// The hosts it may go to, when a cloud's own scheduler has narrowed them (its filters'
+    /// survivors); any host of the zone when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<Vec<HostId>>,
 }
 
 impl VmRequest {
@@ -264,7 +268,7 @@ impl VmRequest {
 
     /// VM `vm_id` with `facts`, placed anywhere, with no prediction.
     pub fn of(vm_id: VmId, facts: RequestFacts) -> Self {
-        VmRequest { vm_id, facts, zone: None, max_per_rack: None, prediction: None }
+        VmRequest { vm_id, facts, zone: None, max_per_rack: None, prediction: None, candidates: None }
     }
 }
 
@@ -323,6 +327,12 @@ struct VmRequestWire {
     /// short-lived.
     #[serde(default)]
     prediction: Option<LifetimePrediction>,
+    /// The hosts the VM may go to (1 to 1000 ids), when a cloud's scheduler has narrowed them:
+    /// the allocator's policy chooses among these alone, and ids it does not know are passed over.
+    /// Any host of the zone when absent.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<String>>, min_items = 1, max_items = 1000))]
+    candidates: Option<Vec<HostId>>,
 }
 
 impl From<VmRequestWire> for VmRequest {
@@ -339,10 +349,11 @@ impl From<VmRequestWire> for VmRequest {
             max_per_rack,
             features,
             prediction,
+            candidates,
         } = wire;
         let details = RequestDetails { priority, os, features };
         let facts = RequestFacts { tenant_id, vm_type, demand, requested_at_s, details };
-        VmRequest { vm_id, facts, zone, max_per_rack, prediction }
+        VmRequest { vm_id, facts, zone, max_per_rack, prediction, candidates }
     }
 }
 

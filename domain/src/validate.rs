@@ -9,6 +9,7 @@
 //! placed VM can always be looked up and released by its id: `.`, `..`, `/`, `%`, `?` or whitespace in
 //! an id would be rewritten or cut by HTTP clients and servers on the way.
 
+use crate::hosts::{HostUpdate, RecordPlacement};
 use crate::ids::{TenantId, VmId};
 use crate::inference::{HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, RemainingRequest};
 use crate::prediction::LifetimePrediction;
@@ -53,6 +54,9 @@ pub fn check_id(id: &str, field: &str) -> Result<(), ValidationError> {
 fn check_id_field(value: &str, path: &str, name: &str) -> Result<(), ValidationError> {
     check_id(value, &child(path, name))
 }
+
+/// Most candidate hosts one VM request may list (`candidates`).
+pub const MAX_CANDIDATES: usize = 1000;
 
 /// Limits a deployment may tune.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -204,7 +208,45 @@ impl Validate for VmRequest {
         if let Some(prediction) = &self.prediction {
             prediction.validate(limits, &child(path, "prediction"))?;
         }
+        if let Some(candidates) = &self.candidates {
+            let field = child(path, "candidates");
+            if candidates.is_empty() || candidates.len() > MAX_CANDIDATES {
+                let message = format!("must list 1 to {MAX_CANDIDATES} host ids, got {}", candidates.len());
+                return Err(ValidationError::invalid(field, message));
+            }
+            for (position, host) in candidates.iter().enumerate() {
+                check_id(host.as_str(), &format!("{field}[{position}]"))?;
+            }
+        }
         Ok(())
+    }
+}
+
+impl Validate for HostUpdate {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        let capacity = child(path, "capacity");
+        for kind in ResourceKind::ALL {
+            if kind.required_in_demand() && self.capacity.base(kind) == 0 {
+                return Err(ValidationError::invalid(child(&capacity, kind.field_name()), "must be greater than 0"));
+            }
+        }
+        if let Some(cluster) = &self.cluster_id {
+            check_id_field(cluster.as_str(), path, "cluster_id")?;
+        }
+        if let Some(rack) = &self.rack_id {
+            check_id_field(rack.as_str(), path, "rack_id")?;
+        }
+        if let Some(hardware) = &self.hardware {
+            check_text(hardware, limits, path, "hardware")?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for RecordPlacement {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_id_field(self.host_id.as_str(), path, "host_id")?;
+        self.request.validate(limits, &child(path, "request"))
     }
 }
 

@@ -18,7 +18,7 @@
 use crate::consolidation::Consolidation;
 use crate::defrag::Drain;
 use crate::state::{NewVm, PlacedVm};
-use domain::{HostId, HostState, VmId};
+use domain::{HostEntry, HostId, HostState, VmId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -48,6 +48,10 @@ pub enum Change {
     /// A host's state under the stateful policy `policy` changed; its snapshot is
     /// [`crate::Allocator::policy_host_snapshot`] at the time of the take.
     PolicyHostState { host: HostId, policy: &'static str },
+    /// A host was added or changed (`entry`), or removed (`None`), while the allocator ran. The
+    /// allocator built on the old inventory is rebuilt once the change is durable
+    /// ([`crate::Allocator::update_host`]).
+    HostInventory { host: HostId, entry: Option<HostEntry> },
 }
 
 /// When a VM that leaves at `released_at_s` on the allocator's clock ended on the model's clock (that
@@ -101,6 +105,12 @@ pub enum LoggedChange {
         policy: String,
         state: Option<String>,
     },
+    /// A host added or changed (`entry`), or removed (`None`): a follower rebuilds on the store's
+    /// inventory.
+    HostInventory {
+        host: HostId,
+        entry: Option<HostEntry>,
+    },
 }
 
 impl LoggedChange {
@@ -127,6 +137,9 @@ impl LoggedChange {
                 policy: (*policy).to_owned(),
                 state: policy_state(host),
             },
+            Change::HostInventory { host, entry } => {
+                LoggedChange::HostInventory { host: host.clone(), entry: entry.clone() }
+            }
         }
     }
 }

@@ -108,11 +108,41 @@ pub fn full_scan(
     request: &RuleRequest,
     chooser: &mut Chooser,
 ) -> Selection {
+    let hosts = (0..state.hosts().len() as u32).map(HostIndex);
+    scan(policy, state, lifetimes, request, chooser, hosts, state.hosts().len())
+}
+
+/// [`full_scan`] of the hosts `among` alone (a cloud scheduler's candidates), in inventory order
+/// so that ties are drawn as a full scan draws them; hosts named twice count once.
+pub fn scan_among(
+    policy: &Policy,
+    state: &InventoryState,
+    lifetimes: &[HostLifetime],
+    request: &RuleRequest,
+    chooser: &mut Chooser,
+    among: &[HostIndex],
+) -> Selection {
+    let mut hosts = among.to_vec();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let count = hosts.len();
+    scan(policy, state, lifetimes, request, chooser, hosts.into_iter(), count)
+}
+
+fn scan(
+    policy: &Policy,
+    state: &InventoryState,
+    lifetimes: &[HostLifetime],
+    request: &RuleRequest,
+    chooser: &mut Chooser,
+    hosts: impl Iterator<Item = HostIndex>,
+    count: usize,
+) -> Selection {
     let validators = policy.validators().len();
     let mut eliminated = vec![0; validators];
     let mut valid: Vec<(ScoreKey, HostIndex)> = Vec::new();
-    for index in 0..state.hosts().len() {
-        let host = view(state, lifetimes, HostIndex(index as u32));
+    for index in hosts {
+        let host = view(state, lifetimes, index);
         match policy.first_rejection(&host, request, 0..validators) {
             Some(rule) => eliminated[rule] += 1,
             None => valid.push((policy.score(&host, request), host.index)),
@@ -130,7 +160,7 @@ pub fn full_scan(
         host: chooser.pick(&ties),
         score: best,
         ties: ties.len(),
-        stats: policy.filter_stats(state.hosts().len(), &eliminated, &tied),
+        stats: policy.filter_stats(count, &eliminated, &tied),
     }
 }
 

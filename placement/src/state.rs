@@ -125,6 +125,12 @@ pub enum StateError {
     DoesNotFit { vm: VmId, host: HostId, demand: Resources, free: Resources },
     #[error("{0}")]
     HostPolicyState(String),
+    #[error("host `{host}`: capacity {capacity} is below what its VMs use ({used})")]
+    CapacityBelowUse { host: HostId, capacity: Resources, used: Resources },
+    #[error("host `{host}` still has {vms} VMs (placed or arriving); release or move them first")]
+    HostNotEmpty { host: HostId, vms: usize },
+    #[error("host `{0}` was added, changed or removed: the allocator is rebuilt on the new inventory")]
+    InventoryChanged(HostId),
 }
 
 /// Sums over the inventory, kept current by every change.
@@ -374,6 +380,12 @@ impl InventoryState {
         Ok(())
     }
 
+    /// Whether `host` exists and has room for `demand` of `vm`, whatever its state (what a VM that
+    /// a cloud reports on it needs).
+    pub fn check_fits(&self, host: HostIndex, vm: &VmId, demand: &Resources) -> Result<(), StateError> {
+        self.check_room(host, vm, demand, false)
+    }
+
     /// Whether `host` exists, is available (when required) and has room for `demand` of `vm`.
     fn check_room(
         &self,
@@ -517,6 +529,22 @@ impl InventoryState {
         let record = Arc::clone(&placed.record);
         self.unbook(target, &record, true);
         Ok(target)
+    }
+
+    /// Changes a host's capacity (a cloud resized it), never below what it uses.
+    pub fn set_capacity(&mut self, host: HostIndex, capacity: Resources) -> Result<(), StateError> {
+        let record = self.hosts.get_mut(host.get()).ok_or(StateError::UnknownHost(host.0))?;
+        if !record.used.fits_within(&capacity) {
+            return Err(StateError::CapacityBelowUse { host: record.id.clone(), capacity, used: record.used });
+        }
+        let old = std::mem::replace(&mut record.capacity, capacity);
+        let non_empty = !record.is_empty();
+        for (total, counted) in [(&mut self.totals.capacity, true), (&mut self.totals.non_empty_capacity, non_empty)] {
+            if counted {
+                *total = total.checked_sub(&old).unwrap_or(Resources::ZERO) + capacity;
+            }
+        }
+        Ok(())
     }
 
     /// Changes a host's state (drain, fail, restore); its VMs stay where they are.

@@ -4,7 +4,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::{call, call_timed, command_error, field_problem, finite_time, path_param, query_param, AppState};
-use crate::durable::{Allocate, CommandError, Explain, GetAllocation, Release, VmInfo};
+use crate::durable::{Allocate, CommandError, Explain, GetAllocation, RecordAt, Release, VmInfo};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use domain::ProblemKind;
 use domain::{
-    AllocationDecision, AllocationOutcome, AllocationRequest, ExplainRequest, Rejection, RejectionCode, TenantId, VmId,
-    ZoneId,
+    AllocationDecision, AllocationOutcome, AllocationRequest, ExplainRequest, RecordPlacement, Rejection,
+    RejectionCode, TenantId, VmId, ZoneId,
 };
 use serde::Deserialize;
 use service_common::openapi::{BadJson, BadPathOrQuery, BrokenRule, NotJson};
@@ -23,7 +23,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(allocate)).routes(routes!(get_allocation, release)).routes(routes!(explain))
+    OpenApiRouter::new()
+        .routes(routes!(allocate))
+        .routes(routes!(get_allocation, release, record))
+        .routes(routes!(explain))
 }
 
 /// Places a VM (`{"vm": {...}}`) or a whole gang (`{"gang": {...}}`).
@@ -170,6 +173,44 @@ async fn get_allocation(
         // One reply is one snapshot: the owner is checked on the very answer sent.
         Ok(info) if owner.as_ref().is_none_or(|owner| *owner == info.tenant_id) => Json(info).into_response(),
         Ok(_) => command_error(CommandError::UnknownVm(vm_id)),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Records that a VM is on a host, whatever this allocator decided: a cloud's own scheduler put it
+/// there (or retried, or moved it). Placed there when it is not placed (with `request`'s facts),
+/// moved there from another host (no exit is recorded), left as it is when it is there: repeating
+/// it changes nothing. The host's state does not matter (the cloud put it there); its capacity
+/// does: a VM that does not fit is refused (409) and nothing changes.
+#[utoipa::path(put, path = "/v1/allocations/{vm_id}", request_body = RecordPlacement,
+    params(("vm_id" = String, Path, description = "The VM's id; `request.vm_id` must be the same.")),
+    responses((status = 200, description = "What the record changed.", body = domain::RecordedPlacement),
+              (status = 404, description = "The host is not in the inventory (`unknown-host`).", body = domain::Problem),
+              (status = 409, description = "The VM does not fit on the host (`does-not-fit`).", body = domain::Problem),
+              (status = 503, description = "The change could not be made durable and was undone, or overloaded or timed out; retry.", body = domain::Problem),
+              BadJson, NotJson, BrokenRule, BadPathOrQuery))]
+async fn record(
+    State(state): State<AppState>,
+    vm_id: Result<Path<String>, PathRejection>,
+    ValidJson(body): ValidJson<RecordPlacement>,
+) -> Response {
+    let vm_id = match path_param(vm_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    if body.request.vm_id.as_str() != vm_id {
+        let detail = format!("must be the path's VM id `{vm_id}`, got `{}`", body.request.vm_id);
+        return field_problem(ProblemKind::InvalidRequest, "request.vm_id", detail);
+    }
+    if let Some(zone) = body.request.zone.as_ref().filter(|zone| !state.zones.contains(zone)) {
+        let detail = format!("zone `{zone}` is not served here");
+        return field_problem(ProblemKind::InvalidRequest, "request.zone", detail);
+    }
+    match call(&state, "record", RecordAt { vm: body.request, host: body.host_id }).await {
+        Ok(recorded) => {
+            tracing::info!(vm = %recorded.vm_id, host = %recorded.host_id, recorded = ?recorded.recorded, "placement recorded");
+            Json(recorded).into_response()
+        }
         Err(error) => command_error(error),
     }
 }

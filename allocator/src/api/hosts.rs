@@ -1,4 +1,5 @@
-//! `/v1/hosts`: listing hosts, one host, and draining, failing or restoring one (admin).
+//! `/v1/hosts`: listing hosts, one host, adding, changing or removing one while the allocator
+//! runs (a cloud's inventory), and draining, failing or restoring one (admin).
 
 // axum's rejections are `Response`s; boxing them would only obscure the handlers.
 #![allow(clippy::result_large_err)]
@@ -6,22 +7,26 @@
 use super::{
     call, command_error, field_problem, path_param, query_param, AppState, NotDurable, DEFAULT_HOST_PAGE, MAX_HOST_PAGE,
 };
-use crate::durable::{GetHost, HostDetail, HostFilter, HostPage, HostStateChange, ListHosts, SetHostState};
+use crate::durable::{
+    GetHost, HostDetail, HostFilter, HostPage, HostStateChange, ListHosts, RemoveHost, SetHostState, UpdateHost,
+};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use domain::ProblemKind;
-use domain::{ClusterId, HostId, HostState, RackId};
+use domain::{ClusterId, HostId, HostState, HostUpdate, RackId};
 use service_common::auth::AdminAuth;
 use service_common::openapi::AdminRefusals;
+use service_common::openapi::{BadJson, BrokenRule, NotJson};
+use service_common::ValidJson;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_hosts))
-        .routes(routes!(get_host))
+        .routes(routes!(get_host, put_host, delete_host))
         .routes(routes!(drain_host))
         .routes(routes!(fail_host))
         .routes(routes!(restore_host))
@@ -136,6 +141,62 @@ async fn get_host(State(state): State<AppState>, host_id: Result<Path<String>, P
         Ok(detail) => Json(detail).into_response(),
         Err(error) => command_error(error),
     }
+}
+
+/// Adds a host to the inventory, or changes its capacity, state, cluster or rack: what a cloud's
+/// inventory says of its compute hosts (the OpenStack plug-in's reconciliation, docs/openstack.md).
+/// Durable in the store, and seen by every agent of the zone. Refused (409, nothing changed): a
+/// capacity below what the host's VMs use. Repeating it changes nothing.
+#[utoipa::path(put, path = "/v1/hosts/{host_id}", request_body = HostUpdate,
+    params(("host_id" = String, Path, description = "The host's id (the id charset).", pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")),
+    responses((status = 200, description = "The host as the inventory now has it (`added`: it is new).", body = domain::HostUpdated),
+              (status = 409, description = "The host's VMs use more than the capacity given (`host-in-use`).", body = domain::Problem),
+              (status = 422, description = "A field breaks a rule, or the host id is not a valid id.", body = domain::Problem),
+              NotDurable, BadJson, NotJson, BrokenRule))]
+async fn put_host(
+    State(state): State<AppState>,
+    host_id: Result<Path<String>, PathRejection>,
+    ValidJson(update): ValidJson<HostUpdate>,
+) -> Response {
+    let host = match checked_host(host_id) {
+        Ok(host) => host,
+        Err(response) => return response,
+    };
+    match call(&state, "put-host", UpdateHost { host, update }).await {
+        Ok(updated) => {
+            tracing::info!(host = %updated.host_id, added = updated.added, capacity = %updated.entry.capacity, state = ?updated.state, "inventory host set");
+            Json(updated).into_response()
+        }
+        Err(error) => command_error(error),
+    }
+}
+
+/// Removes an empty host from the inventory (its compute host left the cloud). Refused (409,
+/// nothing changed) while VMs are on it or migrating to it.
+#[utoipa::path(delete, path = "/v1/hosts/{host_id}", params(("host_id" = String, Path, description = "The host's id.")),
+    responses((status = 204, description = "Removed."),
+              (status = 409, description = "VMs are on it, or arriving (`host-in-use`).", body = domain::Problem),
+              HostRefusals, NotDurable))]
+async fn delete_host(State(state): State<AppState>, host_id: Result<Path<String>, PathRejection>) -> Response {
+    let host = match path_param(host_id) {
+        Ok(id) => HostId(id),
+        Err(response) => return response,
+    };
+    match call(&state, "delete-host", RemoveHost(host.clone())).await {
+        Ok(()) => {
+            tracing::info!(%host, "inventory host removed");
+            axum::http::StatusCode::NO_CONTENT.into_response()
+        }
+        Err(error) => command_error(error),
+    }
+}
+
+/// A host id from the path, checked like every id a client sends.
+fn checked_host(host_id: Result<Path<String>, PathRejection>) -> Result<HostId, Response> {
+    let host = path_param(host_id)?;
+    domain::validate::check_id(&host, "host_id")
+        .map_err(|error| field_problem(ProblemKind::InvalidRequest, error.field(), error.message()))?;
+    Ok(HostId(host))
 }
 
 /// The admin routes that set a host's state: each is this with its state.

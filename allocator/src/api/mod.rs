@@ -327,6 +327,8 @@ fn command_error(error: CommandError) -> Response {
         CommandError::Conflict(AllocateError::PartialGang { .. }) => problem(ProblemKind::PartialGang, detail),
         CommandError::UnknownVm(_) => problem(ProblemKind::UnknownVm, detail),
         CommandError::UnknownHost(_) => problem(ProblemKind::UnknownHost, detail),
+        CommandError::HostInUse(_) => problem(ProblemKind::HostInUse, detail),
+        CommandError::DoesNotFit(_) => problem(ProblemKind::DoesNotFit, detail),
         CommandError::NotDurable(_) => retry_later(problem(ProblemKind::NotDurable, detail)),
         CommandError::Unavailable(_) => retry_later(problem(ProblemKind::StoreUnavailable, detail)),
         CommandError::Drain(DrainError::Busy) => problem(ProblemKind::DrainBusy, detail),

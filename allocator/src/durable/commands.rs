@@ -8,12 +8,15 @@
 use super::rejections::{self, BatchRejections, StandingRejections};
 use super::CommandError;
 use crate::store::StoreLocation;
-use domain::hosts::{HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus};
+use domain::hosts::{
+    HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, HostUpdate, HostUpdated, PolicyHostState,
+    RecordOutcome, RecordedPlacement, StoreStatus,
+};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, ClusterId, HostId, HostState, QualityReport, RackId,
     Rejection, TenantId, VmId, VmInfo, VmRequest,
 };
-use placement::allocator::{Allocator, AllocatorStats, ConsolidationError, DrainError, Explanation};
+use placement::allocator::{Allocator, AllocatorStats, ConsolidationError, DrainError, Explanation, Recorded};
 use placement::consolidation::{ConsolidationConfig, ConsolidationReport, PlannedHost};
 use placement::defrag::{DrainReport, DrainRequest, Migration};
 use placement::outcomes::OutcomeTracker;
@@ -289,6 +292,75 @@ impl Request for SetHostState {
             .set_host_state(&self.host, self.state)
             .map_err(|_| CommandError::UnknownHost(self.host.clone()))?;
         Ok(HostStateChange { host_id: self.host.clone(), previous, state: self.state })
+    }
+}
+
+/// Add a host to the inventory, or change its capacity, state or place (write; see
+/// [`Allocator::update_host`]).
+#[derive(Clone, Debug)]
+pub struct UpdateHost {
+    pub host: HostId,
+    pub update: HostUpdate,
+}
+
+impl Request for UpdateHost {
+    type Output = HostUpdated;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<HostUpdated, CommandError> {
+        cx.allocator.update_host(&self.host, &self.update).map_err(|error| match error {
+            StateError::CapacityBelowUse { .. } => CommandError::HostInUse(error.to_string()),
+            _ => CommandError::UnknownHost(self.host.clone()),
+        })
+    }
+}
+
+/// Remove an empty host from the inventory (write).
+#[derive(Clone, Debug)]
+pub struct RemoveHost(pub HostId);
+
+impl Request for RemoveHost {
+    type Output = ();
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<(), CommandError> {
+        cx.allocator.remove_host(&self.0).map_err(|error| match error {
+            StateError::HostNotEmpty { .. } => CommandError::HostInUse(error.to_string()),
+            _ => CommandError::UnknownHost(self.0.clone()),
+        })
+    }
+}
+
+/// Record that a VM is on a host, whatever was decided (write; a cloud's scheduler put or moved it
+/// there: [`Allocator::record_at`]).
+#[derive(Clone, Debug)]
+pub struct RecordAt {
+    pub vm: VmRequest,
+    pub host: HostId,
+}
+
+impl Request for RecordAt {
+    type Output = RecordedPlacement;
+    const WRITE: bool = true;
+    /// A VM another agent placed and this view lacks is placed again here: the store refuses it
+    /// (the id is placed already) and the batch is decided again on the followed view.
+    const CHECKED_AT_COMMIT: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<RecordedPlacement, CommandError> {
+        let recorded = cx.allocator.record_at(&self.vm, &self.host, cx.now_s).map_err(|error| match error {
+            StateError::UnknownHostId(host) => CommandError::UnknownHost(host),
+            other => CommandError::DoesNotFit(other.to_string()),
+        })?;
+        let (recorded, from_host_id) = match recorded {
+            Recorded::Unchanged => (RecordOutcome::Unchanged, None),
+            Recorded::Placed => (RecordOutcome::Placed, None),
+            Recorded::Moved { from } => (RecordOutcome::Moved, Some(from)),
+        };
+        Ok(RecordedPlacement { vm_id: self.vm.vm_id.clone(), host_id: self.host.clone(), recorded, from_host_id })
+    }
+
+    fn time_s(&self) -> Option<f64> {
+        self.vm.facts.requested_at_s.filter(|t| t.is_finite())
     }
 }
 

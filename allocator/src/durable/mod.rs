@@ -33,7 +33,8 @@ use crate::store::{
 pub use commands::{
     job, Allocate, Answer, BatchTiming, CompleteMigration, ConsolidationPlan, ConsolidationRound, ConsolidationStatus,
     Context, DrainStatus, Explain, Follow, GetAllocation, GetHost, HostFilter, Job, ListHosts, PauseConsolidation,
-    Quality, Release, Request, SetConsolidation, SetHostState, SetRepredictor, StartDrain, Stats, Status,
+    Quality, RecordAt, Release, RemoveHost, Request, SetConsolidation, SetHostState, SetRepredictor, StartDrain, Stats,
+    Status, UpdateHost,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,
@@ -78,6 +79,12 @@ pub enum CommandError {
     UnknownVm(VmId),
     #[error("host `{0}` is not in the inventory")]
     UnknownHost(HostId),
+    /// A host change that its VMs forbid (removed or shrunk under them).
+    #[error("{0}")]
+    HostInUse(String),
+    /// A VM recorded on a host without room for it.
+    #[error("{0}")]
+    DoesNotFit(String),
     /// The batch's commit failed: this write was undone and nothing of it was kept; retry it.
     #[error("the change could not be made durable and was undone: {0}")]
     NotDurable(String),
@@ -108,6 +115,9 @@ pub enum ReloadReason {
     Panic,
     /// The store could not be opened at the last attempt; trying again.
     StoreUnusable,
+    /// A host was added, changed or removed (by this agent or another): the allocator is built
+    /// on the new inventory.
+    InventoryChanged,
 }
 
 impl ReloadReason {
@@ -120,6 +130,7 @@ impl ReloadReason {
             ReloadReason::TakeBackFailed => "take_back_failed",
             ReloadReason::Panic => "panic",
             ReloadReason::StoreUnusable => "store_unusable",
+            ReloadReason::InventoryChanged => "inventory_changed",
         }
     }
 }
@@ -260,6 +271,9 @@ fn recover(
     store.set_exit_retention(exit_retention);
     let mut stored = store.load()?;
     let rejections = std::mem::take(&mut stored.rejections);
+    // The configured inventory, as hosts added, changed and removed while it ran left it.
+    let changed = spec.with_changes(stored.inventory.iter().map(|(host, entry)| (host, entry.as_ref())));
+    let spec = &changed;
     let name = || location.to_string();
     let mut allocator = match store.agent() {
         // Agents sharing a zone draw their ties independently: with one sequence, agents with the
@@ -399,6 +413,8 @@ impl DurableAllocator {
         // Close the old connection first: the rebuild opens the file afresh, as at startup.
         self.live = None;
         self.dropped = None;
+        // The hosts may differ: the share is taken again.
+        self.share = None;
         metrics::counter!("allocator_reloads_total", "reason" => reason.as_str()).increment(1);
         let (spec, config, registry) = (&self.spec, &self.config, &self.registry);
         match recover(spec, config, registry, &self.location, now_s, self.repredictor.clone(), self.exit_retention) {
@@ -535,7 +551,12 @@ impl DurableAllocator {
                     metrics::counter!("allocator_commits_total").increment(1);
                     record_outcomes(&outcomes);
                     rejected.stand(&mut self.standing, Instant::now());
-                    if order != Committed::AfterOthers {
+                    if ops.iter().any(|op| matches!(op, Change::HostInventory { .. })) {
+                        // Durable now: the allocator is built again on the new inventory.
+                        if let Err(error) = self.rebuild(now_s, ReloadReason::InventoryChanged) {
+                            tracing::error!(%error, "rebuilding on the changed inventory failed; answering 503 until it works");
+                        }
+                    } else if order != Committed::AfterOthers {
                         observe_own(&mut self.outcomes, &ops);
                     } else {
                         // Apply the batch again in the store's order, after the others' batches.
@@ -690,6 +711,10 @@ impl DurableAllocator {
                     observe_followed(&mut self.outcomes, &batches);
                     match batches.iter().try_for_each(|batch| live.allocator.follow_batch(batch)) {
                         Ok(()) => None,
+                        Err(StateError::InventoryChanged(host)) => {
+                            tracing::info!(%host, "another agent changed the inventory; rebuilding on it");
+                            Some(ReloadReason::InventoryChanged)
+                        }
                         Err(error) => {
                             tracing::warn!(%error, "a followed change contradicts this agent's view; reloading");
                             Some(ReloadReason::FollowContradiction)

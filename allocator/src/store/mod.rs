@@ -63,6 +63,8 @@ pub enum StoreError {
     CorruptDrain { store: String, detail: String },
     #[error("allocator store {store}: consolidation record: {detail}")]
     CorruptConsolidation { store: String, detail: String },
+    #[error("allocator store {store}: inventory entry of host `{host}`: {detail}")]
+    CorruptInventory { store: String, host: String, detail: String },
     /// The store refused the batch because it contradicts what the store holds (a host would be
     /// over-committed, a VM id is placed already). Nothing of the batch was written.
     #[error("allocator store {store}: refused: {detail}")]
@@ -100,6 +102,28 @@ pub struct StoredState {
     pub consolidation: Option<placement::consolidation::Consolidation>,
     /// The "rejected" answers that still stand ([`REJECTION_STANDS_S`]).
     pub rejections: Vec<StandingRejection>,
+    /// Hosts added or changed (`Some`) or removed (`None`) while the allocator ran, in the order
+    /// written: the configured inventory with these is the zone's
+    /// ([`domain::InventorySpec::with_changes`]).
+    pub inventory: Vec<(HostId, Option<domain::HostEntry>)>,
+}
+
+/// A host's inventory entry as the stores keep it (JSON).
+pub(crate) fn entry_json(entry: &domain::HostEntry, store: &str) -> Result<String, StoreError> {
+    serde_json::to_string(entry).map_err(|e| StoreError::CorruptInventory {
+        store: store.to_owned(),
+        host: String::new(),
+        detail: e.to_string(),
+    })
+}
+
+/// [`entry_json`] read back.
+pub(crate) fn parse_entry(store: &str, host: &HostId, json: &str) -> Result<domain::HostEntry, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::CorruptInventory {
+        store: store.to_owned(),
+        host: host.to_string(),
+        detail: e.to_string(),
+    })
 }
 
 /// Seconds since the Unix epoch: the allocator's clock in the service, and the embedded store's for

@@ -88,7 +88,10 @@
 //!     seq BIGINT NOT NULL, vm_id TEXT NOT NULL, ..., request TEXT,         -- placed_at_s; the
 //!     ended_at_s DOUBLE PRECISION NOT NULL,                                -- columns of vms
 //!     PRIMARY KEY (start_s, seq));
-//! ```
+//! CREATE SEQUENCE inventory_seq;                                           -- schema 10: hosts
+//! CREATE TABLE inventory (host_id TEXT PRIMARY KEY, pos BIGINT NOT NULL,  -- added or changed (JSON)
+//!     entry TEXT);                                                         -- or removed (NULL) at
+//! ```                                                                      -- run time, in order
 //!
 //! **The change log** (schema 8, issue 44). Every committed batch is one row of `changes`: the
 //! agent that wrote it and its changes as [`LoggedChange`]s (JSON; a placement carries the whole VM
@@ -149,17 +152,17 @@ use super::log_view::{LogView, CLAIM_AFTER};
 use super::notifier::{self, Notifier};
 pub use super::REJECTION_STANDS_S;
 use super::{
-    parse_state, prediction_json, request_json, state_name, Committed, ExitRetention, Followed, StandingRejection,
-    StoreError, StoredState, VmColumns,
+    entry_json, parse_entry, parse_state, prediction_json, request_json, state_name, Committed, ExitRetention,
+    Followed, StandingRejection, StoreError, StoredState, VmColumns,
 };
-use domain::{HostId, InventorySpec, Rejection, Resources, VmId, RESOURCE_DIMS};
+use domain::{HostEntry, HostId, InventorySpec, Rejection, Resources, VmId, RESOURCE_DIMS};
 use placement::journal::{Change, LoggedChange};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Statement, Transaction};
 use std::collections::BTreeMap;
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 const NEWER_SCHEMA_FIX: &str =
     "run the release that wrote it, or point `store` at a database of its own for this release";
@@ -438,10 +441,18 @@ impl PostgresStore {
             .into_iter()
             .map(|row| StandingRejection { vm: VmId(row.get(0)), age_s: row.get(1), rejection: None })
             .collect();
+        let mut inventory = Vec::new();
+        for row in
+            tx.query("SELECT host_id, entry FROM inventory ORDER BY pos", &[]).map_err(sql("reading the inventory"))?
+        {
+            let host = HostId(row.get(0));
+            let entry = row.get::<_, Option<&str>>(1).map(|json| parse_entry(&name, &host, json)).transpose()?;
+            inventory.push((host, entry));
+        }
         tx.commit().map_err(sql("reading the state"))?;
         self.view = LogView::loaded(floor, &visible, std::time::Instant::now());
         self.followed_generation = generation;
-        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain, consolidation, rejections })
+        Ok(StoredState { vms, host_states, policy_hosts, migrations, drain, consolidation, rejections, inventory })
     }
 
     /// See [`super::PlacementStore::policy_states`].

@@ -9,9 +9,9 @@
 //! [`Store::apply`] writes a whole batch of changes in one transaction, which is what makes group
 //! commit possible (see [`crate::durable`]); [`Store::load`] reads it all back.
 //!
-//! Schema (version 8). A store of an older version is upgraded in place when opened, in one
+//! Schema (version 9). A store of an older version is upgraded in place when opened, in one
 //! transaction: versions 1 and 2 gain the tables they lack (and versions 1 to 7 the empty
-//! `rejections`), version 3's `lava_hosts` rows become
+//! `rejections`, 1 to 8 the empty `inventory`), version 3's `lava_hosts` rows become
 //! `policy_hosts` rows of policy `lava` (the same state as JSON), the `vms` of versions 1 to 4
 //! gain the request's columns (`ALTER TABLE ... ADD COLUMN`), NULL in the rows they hold: no request
 //! time, default request facts, and versions 1 to 5 gain the (empty) `exits` table. A store of a
@@ -54,17 +54,20 @@
 //! CREATE TABLE rejections (vm_id TEXT PRIMARY KEY, at_s REAL NOT NULL,  -- Unix time
 //!     rejection TEXT NOT NULL);                                          -- the answer, JSON
 //! CREATE INDEX rejections_by_time ON rejections (at_s);
+//! CREATE TABLE inventory (host_id TEXT PRIMARY KEY,  -- hosts added or changed while it ran (a
+//!     entry TEXT);                                   -- domain::HostEntry as JSON), NULL: removed
 //! ```
 //!
 //! Demands are kept in base units ([`Resources::base_units`]), so a restored VM demands exactly
 //! what it demanded before.
 
 use super::{
+    entry_json,
     export::{ExportError, ExportHeader, ExportSink, ExportWindow, ExportedVm},
-    parse_state, prediction_json, request_json, state_name, unix_now_s, StandingRejection, StoreError, StoredState,
-    VmColumns, REJECTION_STANDS_S,
+    parse_entry, parse_state, prediction_json, request_json, state_name, unix_now_s, StandingRejection, StoreError,
+    StoredState, VmColumns, REJECTION_STANDS_S,
 };
-use domain::{HostId, Rejection, RequestDetails, VmId};
+use domain::{HostEntry, HostId, Rejection, RequestDetails, VmId};
 use placement::consolidation::Consolidation;
 use placement::defrag::Drain;
 use placement::journal::Change;
@@ -73,7 +76,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Version of the schema this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// What to do about a store of a newer schema version than this code.
 const NEWER_SCHEMA_FIX: &str = "run the release that wrote it, or move the file away to start from an empty store";
@@ -285,7 +288,8 @@ impl SqliteStore {
                  at_s REAL NOT NULL,
                  rejection TEXT NOT NULL
              );
-             CREATE INDEX IF NOT EXISTS rejections_by_time ON rejections (at_s);",
+             CREATE INDEX IF NOT EXISTS rejections_by_time ON rejections (at_s);
+             CREATE TABLE IF NOT EXISTS inventory (host_id TEXT PRIMARY KEY, entry TEXT);",
         )
         .map_err(sql("creating the schema"))?;
         // Version 5: the request's time and facts. A `vms` table of an older version lacks them; its
@@ -410,7 +414,26 @@ impl SqliteStore {
             drain: self.load_drain()?,
             consolidation: self.load_consolidation()?,
             rejections: self.load_rejections()?,
+            inventory: self.load_inventory()?,
         })
+    }
+
+    /// The hosts added, changed or removed while the allocator ran, in the order last written.
+    fn load_inventory(&self) -> Result<Vec<(HostId, Option<HostEntry>)>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT host_id, entry FROM inventory ORDER BY rowid")
+            .map_err(self.sql("reading the inventory"))?;
+        let rows = statement
+            .query_map([], |row| Ok((HostId(row.get(0)?), row.get::<_, Option<String>>(1)?)))
+            .map_err(self.sql("reading the inventory"))?;
+        let mut inventory = Vec::new();
+        for row in rows {
+            let (host, entry) = row.map_err(self.sql("reading the inventory"))?;
+            let entry = entry.map(|json| parse_entry(&self.path.display().to_string(), &host, &json)).transpose()?;
+            inventory.push((host, entry));
+        }
+        Ok(inventory)
     }
 
     /// The rejections of the last [`REJECTION_STANDS_S`] by the wall clock.
@@ -653,6 +676,7 @@ impl SqliteStore {
                         }
                         .map_err(sql("recording a policy host state"))?;
                     }
+                    Change::HostInventory { host, entry } => write_entry(&tx, host, entry.as_ref(), &store)?,
                 }
             }
         }
@@ -819,6 +843,29 @@ pub fn export(
 }
 
 /// Writes a one-row record table (`drain`, `consolidation`): the record's JSON, or no row.
+/// Writes a host added or changed (`entry`) or removed (`None`; its state rows go with it).
+fn write_entry(
+    tx: &rusqlite::Transaction<'_>,
+    host: &HostId,
+    entry: Option<&HostEntry>,
+    store: &str,
+) -> Result<(), StoreError> {
+    let sql = |source: rusqlite::Error| StoreError::Sql {
+        store: store.to_owned(),
+        context: "recording the inventory",
+        source: source.into(),
+    };
+    let json = entry.map(|entry| entry_json(entry, store)).transpose()?;
+    // Deleted first: a host changed again moves to the end of the order.
+    tx.execute("DELETE FROM inventory WHERE host_id = ?1", params![host.as_str()]).map_err(sql)?;
+    tx.execute("INSERT INTO inventory (host_id, entry) VALUES (?1, ?2)", params![host.as_str(), json]).map_err(sql)?;
+    if entry.is_none() {
+        tx.execute("DELETE FROM host_states WHERE host_id = ?1", params![host.as_str()]).map_err(sql)?;
+        tx.execute("DELETE FROM policy_hosts WHERE host_id = ?1", params![host.as_str()]).map_err(sql)?;
+    }
+    Ok(())
+}
+
 fn write_record(
     tx: &rusqlite::Transaction<'_>,
     table: &'static str,

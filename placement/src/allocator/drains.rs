@@ -3,7 +3,6 @@
 
 use super::Allocator;
 use crate::defrag::{Drain, DrainHosts, DrainReport, DrainRequest, Migration, MigrationOrder};
-use crate::host_state::Moved;
 use crate::journal::Change;
 use crate::state::{HostIndex, PlacedVm, StateError};
 use domain::{HostId, HostState, ResourceKind, VmId, VmRequest};
@@ -90,27 +89,7 @@ impl Allocator {
         } else {
             return Err(DrainError::NotMigrating(vm.clone()));
         };
-        let source = match self.state.complete_migration(vm) {
-            Ok(source) => source,
-            Err(error) => unreachable!("a drain's migration is in the state: {error}"),
-        };
-        let target = self.state.vm(vm).map_or(source, |v| v.host);
-        self.repredictions.move_vm(vm, source.get(), target.get());
-        if let Some(state) = &mut self.host_state {
-            let class = self.state.vm(vm).map_or(0, |v| self.policy.classes().vm_lifetime(v.prediction.as_ref()).class);
-            let hosts = self.state.hosts();
-            let (from, to) = (
-                Moved { host: source, record: &hosts[source.get()] },
-                Moved { host: target, record: &hosts[target.get()] },
-            );
-            state.on_migrate(vm, class, from, to, self.clock_s);
-            self.state_changed.extend([source, target]);
-        }
-        for host in [source, target] {
-            self.refresh_lifetime(host);
-            self.host_changed(host);
-        }
-        self.journal.push(Change::MigrationCompleted { vm: vm.clone(), target: migration.target.clone() });
+        self.finish_move(vm, &migration.target);
         self.pump_drain();
         self.pump_consolidation();
         Ok(migration)

@@ -80,6 +80,8 @@ impl Allocator {
                     self.host_changed(index);
                 }
             }
+            // The inventory this allocator was built on no longer holds.
+            LoggedChange::HostInventory { host, .. } => return Err(StateError::InventoryChanged(host.clone())),
         }
         Ok(())
     }
@@ -143,7 +145,8 @@ impl Allocator {
                 | Change::MigrationCompleted { .. }
                 | Change::MigrationCancelled { .. }
                 | Change::Drain(_)
-                | Change::Consolidation(_) => return Err(UndoError::NotReversible),
+                | Change::Consolidation(_)
+                | Change::HostInventory { .. } => return Err(UndoError::NotReversible),
             }
         }
         // Nothing taken back is a change of this allocator's to write.

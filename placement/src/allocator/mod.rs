@@ -19,6 +19,8 @@ mod consolidate;
 mod drains;
 mod explain;
 mod follow;
+mod inventory;
+mod record;
 mod stats;
 mod timeline;
 
@@ -27,6 +29,8 @@ pub use consolidate::ConsolidationError;
 pub use drains::DrainError;
 pub use explain::{Explanation, HostVerdict, RankedHost, RuleScore};
 pub use follow::UndoError;
+pub use inventory::DEFAULT_CLUSTER;
+pub use record::Recorded;
 pub use stats::AllocatorStats;
 
 use crate::consolidation::Consolidation;
@@ -38,7 +42,7 @@ use crate::policy::{Policy, PolicyConfig, PolicyError};
 use crate::registry::Registry;
 use crate::reprediction::{RepredictionConfig, Repredictions, Repredictor};
 use crate::rules::{HostView, RequestTraits, RuleRequest, TenantSpread};
-use crate::select::{full_scan, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
+use crate::select::{full_scan, scan_among, Chooser, IncrementalIndex, IndexConfig, Selection, TieBreak};
 use crate::state::{HostIndex, InventoryState, NewVm, PlacedVm, RackIndex, StateError};
 use domain::{
     AllocationDecision, AllocationOutcome, AllocationRequest, HostId, HostState, InventorySpec, Placement, Rejection,
@@ -87,8 +91,6 @@ pub enum AllocatorError {
     Policy(#[from] PolicyError),
     #[error("inventory: {0}")]
     Inventory(#[from] StateError),
-    #[error("the inventory has no host")]
-    NoHosts,
 }
 
 /// A request that contradicts what is already placed.
@@ -157,10 +159,8 @@ impl Allocator {
         registry: &Registry,
     ) -> Result<Self, AllocatorError> {
         let policy = Policy::from_config(&config.policy, &config.compatibility, registry)?;
+        // No host is an inventory too: a cloud's hosts may all come while the allocator runs.
         let state = InventoryState::from_spec(spec)?;
-        if state.hosts().is_empty() {
-            return Err(AllocatorError::NoHosts);
-        }
         let hosts = state.hosts().len();
         let host_state = policy.create_host_state(hosts);
         Ok(Allocator {
@@ -314,7 +314,8 @@ impl Allocator {
         let mut last_stats = Vec::new();
         for (position, vm) in request.vms().iter().enumerate() {
             let mut selection = self.select(vm, None);
-            if let Some(best) = selection.host {
+            // Candidates come from one cloud scheduler, which avoids nobody.
+            if let Some(best) = selection.host.filter(|_| vm.candidates.is_none()) {
                 selection.host = Some(self.avoiding(vm, best));
             }
             match selection.host {
@@ -323,7 +324,7 @@ impl Allocator {
                     if let Some(state) = self.host_state.as_ref().filter(|_| gang) {
                         states_before.push((host, state.snapshot(host)));
                     }
-                    self.place_on(vm, host);
+                    self.place_on(vm, host, false);
                     placements.push(self.placement(&vm.vm_id).expect("just placed"));
                 }
                 None => {
@@ -459,18 +460,31 @@ impl Allocator {
         let chooser = dry.as_mut().unwrap_or(chooser);
         let traits = RequestTraits::of(&vm.facts, lifetime.class, policy.read_traits());
         let request = rule_request(state, policy, vm, &traits, lifetime, *clock_s);
+        if let Some(candidates) = &vm.candidates {
+            // A cloud scheduler's survivors: the policy's choice among them (ids not in the
+            // inventory are passed over; none known leaves no host).
+            let among: Vec<HostIndex> = candidates.iter().filter_map(|id| state.host_index(id)).collect();
+            return scan_among(policy, state, lifetimes, &request, chooser, &among);
+        }
         match index {
             Some(index) => index.select(policy, state, lifetimes, &request, chooser),
             None => full_scan(policy, state, lifetimes, &request, chooser),
         }
     }
 
-    fn place_on(&mut self, vm: &VmRequest, host: HostIndex) {
+    /// Places `vm` on `host`, which the selection chose (every validator checked against this very
+    /// state) or which the caller checked has room ([`InventoryState::check_fits`]), whatever its
+    /// state, when `recorded` (a cloud put it there).
+    fn place_on(&mut self, vm: &VmRequest, host: HostIndex, recorded: bool) {
         let new = Arc::new(NewVm::of(vm, self.clock_s));
         self.journal.push(Change::Placed { vm: Arc::clone(&new), host: self.state.hosts()[host.get()].id.clone() });
-        // The selection checked every validator against this very state, so this cannot fail.
-        if let Err(error) = self.state.place(Arc::clone(&new), host) {
-            unreachable!("a selected host refused its VM: {error}");
+        let placed = if recorded {
+            self.state.restore(Arc::clone(&new), host)
+        } else {
+            self.state.place(Arc::clone(&new), host)
+        };
+        if let Err(error) = placed {
+            unreachable!("a host checked a moment ago refused its VM: {error}");
         }
         let lifetime = self.policy.classes().vm_lifetime(vm.prediction.as_ref());
         self.repredictions.add(host.get(), &new, lifetime.lifetime_s);

@@ -96,7 +96,9 @@ pub(super) fn init(client: &mut Client, name: &str, inventory: &InventorySpec) -
                      ended_at_s DOUBLE PRECISION NOT NULL,
                      PRIMARY KEY (start_s, seq)
                  );
-                 INSERT INTO meta (key, value) VALUES ('schema_version', 9)
+                 CREATE SEQUENCE IF NOT EXISTS inventory_seq;
+                 CREATE TABLE IF NOT EXISTS inventory (host_id TEXT PRIMARY KEY, pos BIGINT NOT NULL, entry TEXT);
+                 INSERT INTO meta (key, value) VALUES ('schema_version', 10)
                      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;",
             )
             .map_err(sql("creating the schema"))?;
@@ -345,7 +347,8 @@ $fn$;
 ";
 
 /// Adds the inventory's hosts that the store lacks, and brings every host's capacity to the
-/// inventory's. A capacity below what a host's VMs use is refused, naming the host.
+/// inventory's, but for the hosts changed while the allocator ran (`inventory`). A capacity below
+/// what a host's VMs use is refused, naming the host.
 fn seed_hosts(tx: &mut Transaction<'_>, inventory: &InventorySpec, name: &str) -> Result<(), StoreError> {
     // Only the hosts that are missing or differ are written: an agent that starts (or reloads)
     // while others commit then takes no lock on their hosts' rows.
@@ -359,8 +362,22 @@ fn seed_hosts(tx: &mut Transaction<'_>, inventory: &InventorySpec, name: &str) -
         .into_iter()
         .map(|row| (row.get(0), [row.get(1), row.get(2), row.get(3)]))
         .collect();
-    let hosts: Vec<_> =
-        inventory.hosts().filter(|host| stored.get(host.host.as_str()) != Some(&units(&host.capacity))).collect();
+    // A host added, changed or removed while the allocator ran is as that left it.
+    let changed: std::collections::HashSet<String> = tx
+        .query("SELECT host_id FROM inventory", &[])
+        .map_err(|source| StoreError::Sql {
+            store: name.to_owned(),
+            context: "reading the inventory",
+            source: source.into(),
+        })?
+        .into_iter()
+        .map(|row| row.get(0))
+        .collect();
+    let hosts: Vec<_> = inventory
+        .hosts()
+        .filter(|host| !changed.contains(host.host.as_str()))
+        .filter(|host| stored.get(host.host.as_str()) != Some(&units(&host.capacity)))
+        .collect();
     for chunk in hosts.chunks(SEED_CHUNK) {
         let mut statement = String::from("INSERT INTO hosts (host_id, cores_cap, memory_cap, ssd_cap) VALUES ");
         let mut values: Vec<Box<dyn postgres::types::ToSql + Sync>> = Vec::with_capacity(chunk.len() * 4);

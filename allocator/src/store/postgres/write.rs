@@ -380,6 +380,11 @@ pub(super) fn write_each(
                 .map_err(sql("recording a policy host state"))?;
                 stated.insert(host.as_str().to_owned());
             }
+            Change::HostInventory { host, entry } => {
+                if write_entry(tx, host.as_str(), entry.as_ref(), name)? {
+                    stated.insert(host.as_str().to_owned());
+                }
+            }
         }
     }
     // Every host a VM went to or left, also with no net change: the lock refuses a host not in
@@ -411,4 +416,53 @@ fn add_use(tx: &mut Transaction<'_>, host: &str, delta: [i64; RESOURCE_DIMS], na
         });
     }
     Ok(())
+}
+
+/// Writes a host added or changed (`entry`: its row's capacity; the table's check refuses one below
+/// what it uses) or removed (its row deleted, refused while anything is on it or bound for it).
+/// Whether the host's row remains.
+fn write_entry(
+    tx: &mut Transaction<'_>,
+    host: &str,
+    entry: Option<&HostEntry>,
+    name: &str,
+) -> Result<bool, StoreError> {
+    let json = entry.map(|entry| entry_json(entry, name)).transpose()?;
+    match entry {
+        Some(entry) => {
+            let [cores, memory, ssd] = units(&entry.capacity);
+            tx.execute(
+                "INSERT INTO hosts (host_id, cores_cap, memory_cap, ssd_cap) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (host_id) DO UPDATE SET cores_cap = EXCLUDED.cores_cap,
+                     memory_cap = EXCLUDED.memory_cap, ssd_cap = EXCLUDED.ssd_cap",
+                &[&host, &cores, &memory, &ssd],
+            )
+            .map_err(refusal_or_sql(name, "recording a host's capacity"))?;
+        }
+        None => {
+            let busy = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM vms WHERE host_id = $1)
+                         OR EXISTS (SELECT 1 FROM migrations WHERE target_host_id = $1)",
+                    &[&host],
+                )
+                .map_err(refusal_or_sql(name, "removing a host"))?
+                .get::<_, bool>(0);
+            if busy {
+                return Err(StoreError::Refused {
+                    store: name.to_owned(),
+                    detail: format!("host `{host}` still has VMs; it is not removed"),
+                });
+            }
+            tx.execute("DELETE FROM hosts WHERE host_id = $1", &[&host])
+                .map_err(refusal_or_sql(name, "removing a host"))?;
+        }
+    }
+    tx.execute(
+        "INSERT INTO inventory (host_id, pos, entry) VALUES ($1, nextval('inventory_seq'), $2)
+         ON CONFLICT (host_id) DO UPDATE SET pos = EXCLUDED.pos, entry = EXCLUDED.entry",
+        &[&host, &json],
+    )
+    .map_err(refusal_or_sql(name, "recording the inventory"))?;
+    Ok(entry.is_some())
 }
