@@ -10,12 +10,11 @@ from oslo_config import cfg
 
 GROUP_NAME = 'lifetime_alloc'
 
-group = cfg.OptGroup(
-    GROUP_NAME,
-    title='Lifetime-aware allocation',
-    help='The lifetime-aware allocator (lifetime-alloc-openstack): where its control service '
-         'is, how long the scheduler waits for it, and how the notification listener and the '
-         'reconciliation from Placement run.')
+GROUP_TITLE = 'Lifetime-aware allocation'
+GROUP_HELP = ('The lifetime-aware allocator (lifetime-alloc-openstack): where its control '
+              'service is, how long the scheduler waits for it, and how the notification listener '
+              'and the reconciliation from Placement run.')
+group = cfg.OptGroup(GROUP_NAME, title=GROUP_TITLE, help=GROUP_HELP)
 
 client_opts = [
     cfg.URIOpt('control_url', schemes=['http', 'https'],
@@ -79,9 +78,10 @@ ALL_OPTS = client_opts + weigher_opts + listener_opts
 
 
 def register_opts(conf):
-    """Registers the ``[lifetime_alloc]`` group and its options on ``conf`` (idempotent)."""
-    conf.register_group(group)
-    conf.register_opts(ALL_OPTS, group=group)
+    """Registers the ``[lifetime_alloc]`` group and its options on ``conf`` (idempotent). Each
+    configuration gets a group object of its own: oslo.config keeps overrides in it."""
+    conf.register_group(cfg.OptGroup(GROUP_NAME, title=GROUP_TITLE, help=GROUP_HELP))
+    conf.register_opts(ALL_OPTS, group=GROUP_NAME)
 
 
 def list_opts():

@@ -36,9 +36,12 @@ class NovaTestBase(integrated_helpers._IntegratedTestBase):
     # The hosts the allocator knows at start (None: the HOSTS).
     INVENTORY = None
     TIMEOUT = 0.5
+    # The allocator's clock: 'request' for a trace replay (the hints' requested_at_s).
+    CLOCK = 'wall'
 
     def setUp(self):
-        self.stack = stack_mod.Stack(self.HOSTS if self.INVENTORY is None else self.INVENTORY)
+        self.stack = stack_mod.Stack(self.HOSTS if self.INVENTORY is None else self.INVENTORY,
+                                     clock=self.CLOCK)
         self.useFixture(self.stack)
         # nova.conf of the scheduler: only options, as an operator writes them.
         self.flags(weight_classes=['nova.scheduler.weights.all_weighers', WEIGHER],
@@ -83,6 +86,8 @@ class NovaTestBase(integrated_helpers._IntegratedTestBase):
         conf.set_override('reconcile_interval', 0.0, 'lifetime_alloc')
         conf.set_override('reconcile_after_error', 3600.0, 'lifetime_alloc')
         conf.set_override('reservation_grace', 0.0, 'lifetime_alloc')
+        # On the request clock, the servers' wall-clock launch and end times would move it.
+        conf.set_override('send_event_times', self.CLOCK == 'wall', 'lifetime_alloc')
         conf.set_override('auth_type', 'admin_token', 'placement')
         from keystoneauth1 import loading as ks_loading
         conf.register_opts(ks_loading.get_auth_plugin_conf_options('admin_token'), group='placement')
@@ -134,8 +139,44 @@ class NovaTestBase(integrated_helpers._IntegratedTestBase):
             body['os:scheduler_hints'] = hints
         created = self.api.post_server(body)
         if wait:
-            created = self._wait_for_state_change(created, 'ACTIVE')
+            created = self.wait_for_status(created, 'ACTIVE')
         return created
+
+    def wait_for_status(self, server, status, within_s=30.0):
+        """Polls the server every 50 ms (the harness's helper sleeps 0.5 s) until ``status``;
+        fails on ERROR (with the fault) or after ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            server = self.admin_api.get_server(server['id'])
+            if server['status'] == status:
+                return server
+            if server['status'] == 'ERROR':
+                self.fail('server %s went to ERROR: %s' % (server['id'], server.get('fault')))
+            if time.monotonic() > deadline:
+                self.fail('server %s is %s after %.0f s' % (server['id'], server['status'], within_s))
+            time.sleep(0.05)
+
+    def delete(self, server):
+        self.admin_api.delete_server(server['id'])
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                self.admin_api.get_server(server['id'])
+            except Exception:  # OpenStackApiNotFoundException
+                return
+            time.sleep(0.05)
+        self.fail('server %s not deleted within 30 s' % server['id'])
+
+    def flavor(self, name, vcpus, ram_mb, disk_gb=1):
+        """The id of a flavor of this shape named ``name`` (created once)."""
+        flavors = getattr(self, '_flavors', None)
+        if flavors is None:
+            flavors = self._flavors = {}
+        key = (name, vcpus, ram_mb, disk_gb)
+        if key not in flavors:
+            body = {'flavor': {'name': name, 'vcpus': vcpus, 'ram': ram_mb, 'disk': disk_gb}}
+            flavors[key] = self.admin_api.post_flavor(body)['id']
+        return flavors[key]
 
     def node_of(self, server):
         return server['OS-EXT-SRV-ATTR:hypervisor_hostname']

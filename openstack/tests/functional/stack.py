@@ -115,8 +115,10 @@ class Stack(fixtures.Fixture):
     inventory (None: an empty one, for an inventory built by the reconciliation alone).
     ``policy`` is the allocator's ``[allocator.policy]`` TOML body."""
 
-    def __init__(self, hosts, capacity=FAKE_NODE, policy=None, inference_timeout_ms=50):
+    def __init__(self, hosts, capacity=FAKE_NODE, policy=None, inference_timeout_ms=50,
+                 clock='wall'):
         super().__init__()
+        self.clock = clock
         self.hosts = list(hosts) if hosts is not None else None
         self.capacity = capacity
         self.policy = policy or ('kind = "nilas"\nbuckets = "exact"\nlong_threshold_s = 7200.0\n'
@@ -161,9 +163,9 @@ class Stack(fixtures.Fixture):
         with open(os.path.join(self.dir, 'inventory.toml'), 'w') as f:
             f.write(inventory_toml(self.hosts or [], self.capacity))
         allocator = service('allocator', (
-            'store = "%s"\nmodels_dir = "%s"\ninventory_file = "%s"\n'
+            'clock = "%s"\nstore = "%s"\nmodels_dir = "%s"\ninventory_file = "%s"\n'
             '[allocator]\ntie_break = "lowest-index"\nseed = 42\n[allocator.policy]\n%s'
-            % (os.path.join(self.dir, 'allocator.db'), models,
+            % (self.clock, os.path.join(self.dir, 'allocator.db'), models,
                os.path.join(self.dir, 'inventory.toml'), self.policy)))
         digest = hashlib.sha256(OPERATOR_KEY.encode()).hexdigest()
         service('control-service', (
