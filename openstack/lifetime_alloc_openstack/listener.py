@@ -240,11 +240,12 @@ class ListenerService(object):
             self._thread.join(timeout=10)
 
 
-def load_conf(argv, prog):
+def load_conf(argv, prog, cli_opts=()):
     """``nova.conf`` (``--config-file``) with the ``[lifetime_alloc]`` and ``[placement]``
-    options registered, and logging set up from it."""
+    options (and ``cli_opts``) registered, and logging set up from it."""
     from lifetime_alloc_openstack import reconcile as reconcile_mod
     conf = cfg.ConfigOpts()
+    conf.register_cli_opts(list(cli_opts))
     conf_mod.register_opts(conf)
     reconcile_mod.register_placement_opts(conf)
     logging.register_options(conf)

@@ -295,24 +295,31 @@ def main(argv=None):
     """``lifetime-alloc-nova-reconcile --config-file /etc/nova/nova.conf [--dry-run]``: one
     reconciliation; prints its report as JSON (exit 1 when anything could not be done)."""
     import json
+    from oslo_config import cfg
     from lifetime_alloc_openstack import listener
     args = list(sys.argv[1:] if argv is None else argv)
-    dry_run = '--dry-run' in args
-    if dry_run:
-        args.remove('--dry-run')
-    conf = listener.load_conf(args, 'lifetime-alloc-nova-reconcile')
+    dry_run_opt = cfg.BoolOpt('dry-run', default=False,
+                              help='Print the differences between Placement and the allocator; '
+                                   'change nothing.')
+    conf = listener.load_conf(args, 'lifetime-alloc-nova-reconcile', [dry_run_opt])
+    dry_run = conf.dry_run
     control = client_mod.ControlClient.from_conf(conf.lifetime_alloc)
     if control is None:
         print('[lifetime_alloc] control_url is not set', file=sys.stderr)
         return 2
-    placement = PlacementReader.from_conf(conf)
-    if dry_run:
-        want, _ = read_placement(placement)
-        diffs = differences(want, read_allocator(control))
-        print(json.dumps({'differences': diffs}, indent=2))
-        return 0
-    report = reconcile(control, placement, grace_s=conf.lifetime_alloc.reservation_grace,
-                       remove_unknown_hosts=conf.lifetime_alloc.remove_unknown_hosts)
+    try:
+        placement = PlacementReader.from_conf(conf)
+        if dry_run:
+            want, _ = read_placement(placement)
+            diffs = differences(want, read_allocator(control))
+            print(json.dumps({'differences': diffs}, indent=2))
+            return 0
+        report = reconcile(control, placement, grace_s=conf.lifetime_alloc.reservation_grace,
+                           remove_unknown_hosts=conf.lifetime_alloc.remove_unknown_hosts)
+    except Exception as exc:  # Placement or the control service away, a configuration error
+        print('lifetime-alloc-nova-reconcile: failed: %s: %s' % (type(exc).__name__, exc),
+              file=sys.stderr)
+        return 1
     print(json.dumps(report.as_dict(), indent=2))
     return 1 if report.errors else 0
 
