@@ -29,6 +29,7 @@ from oslo_log import log as logging
 from lifetime_alloc_openstack import client as client_mod
 from lifetime_alloc_openstack import conf as conf_mod
 from lifetime_alloc_openstack import mapping
+from lifetime_alloc_openstack import reconcile as reconcile_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ PLACE_EVENTS = frozenset([
     'instance.rebuild.end',
     'instance.unshelve.end',
 ])
+# Events after which the server may have another flavor than it was placed with.
+RESIZE_EVENTS = frozenset(['instance.resize_finish.end', 'instance.resize_revert.end'])
 RELEASE_EVENTS = frozenset([
     'instance.delete.end',
     'instance.create.error',
@@ -135,8 +138,11 @@ class NotificationEndpoint(object):
                 request = mapping.request_from_payload(data, self.zone, self.max_features,
                                                        self.send_times)
                 answer = self.client.record(vm_id, host, request)
-                LOG.info('lifetime_alloc: %s: %s on %s (%s)', event_type, vm_id, host,
-                         (answer or {}).get('recorded'))
+                recorded = (answer or {}).get('recorded')
+                if event_type in RESIZE_EVENTS:
+                    if reconcile_mod.resize(self.client, vm_id, host, request):
+                        recorded = 'resized'
+                LOG.info('lifetime_alloc: %s: %s on %s (%s)', event_type, vm_id, host, recorded)
                 outcome = 'recorded'
             else:
                 mapping.check_id(vm_id, 'the instance uuid')
@@ -166,7 +172,6 @@ class ListenerService(object):
     ``start()`` reconciles once, then listens; ``stop()`` ends both."""
 
     def __init__(self, conf, transport, placement=None, reconcile=True):
-        from lifetime_alloc_openstack import reconcile as reconcile_mod
         self.conf = conf
         group = conf.lifetime_alloc
         self.client = client_mod.ControlClient.from_conf(group)
@@ -179,7 +184,6 @@ class ListenerService(object):
             pool=group.listener_pool or None)
         self._reconcile = reconcile
         self._placement = placement
-        self._reconcile_mod = reconcile_mod
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._next_at = None
@@ -191,9 +195,9 @@ class ListenerService(object):
         if self.client is None:
             return None
         if self._placement is None:
-            self._placement = self._reconcile_mod.PlacementReader.from_conf(self.conf)
+            self._placement = reconcile_mod.PlacementReader.from_conf(self.conf)
         group = self.conf.lifetime_alloc
-        report = self._reconcile_mod.reconcile(
+        report = reconcile_mod.reconcile(
             self.client, self._placement, grace_s=group.reservation_grace,
             remove_unknown_hosts=group.remove_unknown_hosts,
             released_by_listener=self.endpoint.released)
@@ -243,7 +247,6 @@ class ListenerService(object):
 def load_conf(argv, prog, cli_opts=()):
     """``nova.conf`` (``--config-file``) with the ``[lifetime_alloc]`` and ``[placement]``
     options (and ``cli_opts``) registered, and logging set up from it."""
-    from lifetime_alloc_openstack import reconcile as reconcile_mod
     conf = cfg.ConfigOpts()
     conf.register_cli_opts(list(cli_opts))
     conf_mod.register_opts(conf)

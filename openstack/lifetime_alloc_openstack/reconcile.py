@@ -178,7 +178,7 @@ class Report(object):
     """What one reconciliation changed (ids per kind) and what it left, with why."""
 
     KINDS = ('hosts_added', 'hosts_updated', 'hosts_removed', 'hosts_kept', 'vms_recorded',
-             'vms_moved', 'vms_released', 'vms_in_flight', 'errors')
+             'vms_moved', 'vms_resized', 'vms_released', 'vms_in_flight', 'errors')
 
     def __init__(self):
         for kind in self.KINDS:
@@ -188,7 +188,8 @@ class Report(object):
 
     @property
     def changed(self):
-        return sum(len(getattr(self, kind)) for kind in self.KINDS[:7] if kind != 'hosts_kept')
+        return sum(len(getattr(self, kind)) for kind in self.KINDS
+                   if kind not in ('hosts_kept', 'vms_in_flight', 'errors'))
 
     def as_dict(self):
         out = {kind: list(getattr(self, kind)) for kind in self.KINDS}
@@ -220,6 +221,20 @@ def _record_request(client, placement, vm_id, demand, existing):
             'tenant_id': mapping.check_id(project, 'the project id'),
             'vm_type': 'nova-%s' % kind, 'demand': mapping.check_demand(dict(demand)),
             'zone': client.zone}
+
+
+def resize(client, vm_id, host_id, request, existing=None):
+    """Makes the allocator's demand of ``vm_id`` (on ``host_id``) the one of ``request``: a record
+    keeps the demand a VM was placed with, so a resized server is released and recorded again
+    (its exit is recorded with it). True when it changed anything."""
+    existing = existing if existing is not None else client.lookup(vm_id)
+    if existing is None or existing.get('host_id') != host_id:
+        return False
+    if mapping.base_units(existing.get('demand')) == mapping.base_units(request['demand']):
+        return False
+    client.release(vm_id)
+    client.record(vm_id, host_id, request)
+    return True
 
 
 def reconcile(client, placement, grace_s=300.0, remove_unknown_hosts=True,
@@ -276,6 +291,27 @@ def reconcile(client, placement, grace_s=300.0, remove_unknown_hosts=True,
         def record(vm=vm, host_id=host_id, demand=demand, existing=existing):
             client.record(vm, host_id, _record_request(client, placement, vm, demand, existing))
         attempt(kind, vm, record)
+
+    # A resized server keeps the demand it was placed with: the hosts whose used resources still
+    # differ are looked at VM by VM.
+    if report.differences_before:
+        now_have = read_allocator(client)
+        for host_id, info in sorted(want.items()):
+            current = now_have.get(host_id)
+            if current is None or not differences({host_id: info}, {host_id: current}):
+                continue
+            for vm, demand in sorted(info['vms'].items()):
+                if vm not in current['vms']:
+                    continue
+                existing = client.lookup(vm)
+                if existing is None:
+                    continue
+
+                def redo(vm=vm, host_id=host_id, demand=demand, existing=existing):
+                    request = _record_request(client, placement, vm, demand, existing)
+                    resize(client, vm, host_id, request, existing)
+                if mapping.base_units(existing.get('demand')) != mapping.base_units(demand):
+                    attempt('vms_resized', vm, redo)
 
     if remove_unknown_hosts:
         for host_id in sorted(set(have) - set(want)):

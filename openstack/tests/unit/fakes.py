@@ -38,8 +38,11 @@ class FakeControl(object):
         vm = self.vms.get(vm_id)
         if vm is not None and vm['host_id'] == host_id:
             return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'unchanged'}
+        if vm is not None:  # moved: it keeps the demand (and facts) it was placed with
+            vm['host_id'] = host_id
+            return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'moved'}
         self.vms[vm_id] = {'host_id': host_id, 'request': request, 'placed_at_s': self.now}
-        return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'moved' if vm else 'placed'}
+        return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'placed'}
 
     def release(self, vm_id, ended_at_s=None):
         self._call('release', vm_id, ended_at_s)

@@ -71,6 +71,18 @@ class ListenerTest(unittest.TestCase):
         self.assertEqual(self.control.vms['vm-1']['host_id'], 'host2')
         self.assertEqual(self.endpoint.counters['stale'], 1)
 
+    def test_a_resize_takes_the_new_flavor(self):
+        self.send('instance.create.end', 'vm-1', 'host1', second=1)
+        bigger = {'nova_object.data': {'name': 'm1.small', 'vcpus': 2, 'memory_mb': 2048,
+                                       'root_gb': 20, 'ephemeral_gb': 0, 'swap': 0}}
+        self.send('instance.resize_finish.end', 'vm-1', 'host2', second=5, flavor=bigger)
+        vm = self.control.vms['vm-1']
+        self.assertEqual(('host2', 2.0), (vm['host_id'], vm['request']['demand']['cores']))
+        # A second delivery changes nothing.
+        calls = len(self.control.calls)
+        self.send('instance.resize_finish.end', 'vm-1', 'host2', second=5, flavor=bigger)
+        self.assertEqual(calls, len(self.control.calls))
+
     def test_a_create_error_releases_a_reservation(self):
         self.control.vms['vm-1'] = {'host_id': 'host1', 'request': {}, 'placed_at_s': 0}
         self.send('instance.create.error', 'vm-1', priority='error', node=None, host=None)
@@ -174,6 +186,17 @@ class ReconcileTest(unittest.TestCase):
         report = reconcile.reconcile(self.control, self.placement, grace_s=60, now=1000.0)
         self.assertEqual(report.hosts_updated, ['host3'])
         self.assertEqual(self.control.hosts_['host3']['state'], 'available')
+
+    def test_a_resized_server_gets_its_new_demand(self):
+        self.placement.allocate('host1', 'vm-1', {'VCPU': 2, 'MEMORY_MB': 2048, 'DISK_GB': 20})
+        self.control.record('vm-1', 'host1', {'vm_id': 'vm-1', 'tenant_id': 'p1', 'vm_type': 'm1.tiny',
+                                              'demand': {'cores': 1.0, 'memory_gib': 0.5, 'ssd_gib': 1.0}})
+        self.assertEqual(1, len(self.diffs()))  # the used of host1
+        report = reconcile.reconcile(self.control, self.placement, now=1000.0)
+        self.assertEqual(['vm-1'], report.vms_resized)
+        self.assertEqual('m1.tiny', self.control.vms['vm-1']['request']['vm_type'])
+        self.assertEqual([], self.diffs())
+        self.assertEqual(0, reconcile.reconcile(self.control, self.placement, now=1000.0).changed)
 
     def test_a_failed_host_stays_failed(self):
         self.control.hosts_['host1']['state'] = 'failed'
