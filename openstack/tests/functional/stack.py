@@ -48,7 +48,10 @@ def _toml_number(value):
 
 
 def inventory_toml(hosts, capacity=FAKE_NODE, zone=ZONE):
-    """An allocator inventory of ``hosts`` (names) of ``capacity`` in one cluster and rack."""
+    """An allocator inventory of ``hosts`` (names) of ``capacity`` in one cluster and rack; with
+    no host, a zone without clusters (hosts come from the reconciliation)."""
+    if not hosts:
+        return '[[zones]]\nid = "%s"\nclusters = []\n' % zone
     cap = ', '.join('%s = %s' % (k, _toml_number(v)) for k, v in sorted(capacity.items()))
     entries = ', '.join('{ id = "%s" }' % h for h in hosts)
     return ('[[zones]]\nid = "%s"\n\n[[zones.clusters]]\nid = "nova"\nhardware = "fake"\n'
@@ -112,7 +115,7 @@ class Service(object):
 
 class Stack(fixtures.Fixture):
     """inference-server, allocator and control-service; ``hosts`` are the allocator's initial
-    inventory (None: an empty one, for an inventory built by the reconciliation alone).
+    inventory (empty: none, for an inventory built by the reconciliation alone).
     ``policy`` is the allocator's ``[allocator.policy]`` TOML body."""
 
     def __init__(self, hosts, capacity=FAKE_NODE, policy=None, inference_timeout_ms=50,

@@ -86,10 +86,11 @@ class FaultsTest(base.NovaTestBase):
         self.assertEqual(3, weigher.COUNTERS['unreachable'])
         self.assertTrue(all(self.decision_of(s['id'])[0] == 'unreachable' for s in during))
         self.delete(before[0])
+        # The listener could apply none of these four events.
+        self.wait_for_listener('failed', 4)
         self.stack.restart('control-service')
         report = self.reconcile_now()
         self.assertEqual([], report.errors)
-        # What the listener could not apply while the control service was away.
         self.assertEqual(sorted(s['id'] for s in during), sorted(report.vms_recorded))
         self.assertEqual([before[0]['id']], report.vms_released)
         self.assert_no_difference()
@@ -163,11 +164,34 @@ class FaultsTest(base.NovaTestBase):
         self.assertGreaterEqual(endpoint.counters['after_release'] + endpoint.counters['duplicate'], 12)
 
 
+class MovesTest(base.NovaTestBase):
+    HOSTS = ('host1', 'host2', 'host3')
+
+    def test_resized_and_migrated_servers_are_followed(self):
+        servers = [self.boot('s%d' % i) for i in range(2)]
+        # A resize to a bigger flavor: Nova's weighers choose (the weigher is neutral for moves).
+        self.api.post_server_action(servers[0]['id'], {'resize': {'flavorRef': '2'}})
+        self.wait_for_status(servers[0], 'VERIFY_RESIZE')
+        self.api.post_server_action(servers[0]['id'], {'confirmResize': None})
+        resized = self.wait_for_status(servers[0], 'ACTIVE')
+        # A cold migration of the other.
+        self.api.post_server_action(servers[1]['id'], {'migrate': None})
+        self.wait_for_status(servers[1], 'VERIFY_RESIZE')
+        self.api.post_server_action(servers[1]['id'], {'confirmResize': None})
+        migrated = self.wait_for_status(servers[1], 'ACTIVE')
+        self.assertNotEqual(self.node_of(servers[1]), self.node_of(migrated))
+        self.assertEqual(2, weigher.COUNTERS['move'])
+        self.assert_no_difference()
+        self.assertEqual(self.node_of(resized), self.stack.vm(resized['id'])['host_id'])
+        self.assertEqual(2.0, self.stack.vm(resized['id'])['demand']['memory_gib'])
+        self.assertEqual(0, self.reconcile_now().changed)
+
+
 class InventoryTest(base.NovaTestBase):
     HOSTS = ('host1', 'host2', 'host3')
 
     def test_computes_started_mid_run_join_and_receive_servers(self):
-        big = self.flavor('big', 2, 7168)  # a node's memory; 2 VCPUs is Placement's max_unit
+        big = self.flavor('big', 2, 7680)  # a node's memory; 2 VCPUs is Placement's max_unit
         for i in range(3):  # the three first hosts full
             self.boot('big-%d' % i, big)
         self.assertEqual({'host1', 'host2', 'host3'}, {h['host_id'] for h in self.control.hosts()})
