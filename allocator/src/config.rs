@@ -9,7 +9,9 @@ use service_common::layers::LayerConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// A homogeneous zone: `hosts` identical hosts in one cluster, `hosts_per_rack` to a rack.
+/// A homogeneous zone: `hosts` identical hosts in one cluster, `hosts_per_rack` to a rack. No hosts
+/// (`hosts = 0`): a zone whose hosts all come while the allocator runs (`PUT /v1/hosts/{host_id}`,
+/// a cloud's inventory: docs/openstack.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerateConfig {
@@ -269,9 +271,6 @@ impl ServiceConfig {
             return load_inventory(path);
         }
         let Some(generate) = &self.generate else { return Err(ConfigError::NoInventory) };
-        if generate.hosts == 0 {
-            return Err(ConfigError::Generate { field: "hosts", message: "must be at least 1".to_owned() });
-        }
         if generate.hosts_per_rack == 0 {
             return Err(ConfigError::Generate { field: "hosts_per_rack", message: "must be at least 1".to_owned() });
         }
@@ -320,8 +319,11 @@ mod tests {
     fn mistakes_are_named() {
         let err = ServiceConfig::parse("listen = \"127.0.0.1:1\"\nmax_bach = 3\n").unwrap_err();
         assert!(err.contains("max_bach"), "{err}");
+        // No host at start is a zone whose hosts come while it runs.
         let config = ServiceConfig::parse("[generate]\nhosts = 0\ncores = 8\nmemory_gib = 32\n").unwrap();
-        assert!(config.inventory().unwrap_err().to_string().contains("generate.hosts"));
+        assert_eq!(config.inventory().unwrap().hosts().count(), 0);
+        let config = ServiceConfig::parse("[generate]\nhosts = 2\nhosts_per_rack = 0\ncores = 8\nmemory_gib = 32\n").unwrap();
+        assert!(config.inventory().unwrap_err().to_string().contains("generate.hosts_per_rack"));
         let config = ServiceConfig::parse("").unwrap();
         assert!(matches!(config.inventory(), Err(ConfigError::NoInventory)));
         let config = ServiceConfig::parse("[generate]\nhosts = 2\ncores = -8\nmemory_gib = 32\n").unwrap();

@@ -51,6 +51,10 @@ use utoipa_axum::routes;
     components(schemas(
         crate::dashboard::ZoneList,
         domain::ExplainRequest,
+        domain::RecordPlacement,
+        domain::RecordedPlacement,
+        domain::HostUpdate,
+        domain::HostUpdated,
         crate::timeline::History,
         crate::timeline::Sample,
         crate::timeline::ZoneSample,
@@ -101,6 +105,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(readyz))
         .routes(routes!(metrics_endpoint))
         .merge(crate::dashboard::routes())
+        .merge(crate::cloud::routes())
         .split_for_parts();
     // Once every path is in: the standard answers go on each of them.
     utoipa::Modify::modify(&DocumentCompletion, &mut openapi);

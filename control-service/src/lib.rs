@@ -16,6 +16,7 @@
 pub mod api;
 pub mod auth;
 pub mod cache;
+pub mod cloud;
 pub mod config;
 pub mod control;
 pub mod dashboard;

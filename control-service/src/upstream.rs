@@ -232,6 +232,29 @@ impl Allocators {
         self.send(zone, request_id, |client, agent| client.get(agent.url(path))).await
     }
 
+    /// A `PUT` of `body` as JSON to the allocator's `path` (already percent-encoded).
+    pub async fn put_json(
+        &self,
+        zone: &ZoneId,
+        path: &str,
+        body: &impl serde::Serialize,
+        request_id: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
+        let body = serde_json::to_vec(body).unwrap_or_default();
+        self.send(zone, request_id, |client, agent| {
+            client
+                .put(agent.url(path))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })
+        .await
+    }
+
+    /// A `DELETE` of the allocator's `path` (already percent-encoded).
+    pub async fn delete(&self, zone: &ZoneId, path: &str, request_id: Option<&str>) -> Result<Answer, UpstreamError> {
+        self.send(zone, request_id, |client, agent| client.delete(agent.url(path))).await
+    }
+
     /// A dry run of the allocator's public API (`POST /v1/explain`), with the caller's JSON body
     /// passed on as it came: the allocator validates it.
     pub async fn explain(
