@@ -322,7 +322,8 @@ mod tests {
         // No host at start is a zone whose hosts come while it runs.
         let config = ServiceConfig::parse("[generate]\nhosts = 0\ncores = 8\nmemory_gib = 32\n").unwrap();
         assert_eq!(config.inventory().unwrap().hosts().count(), 0);
-        let config = ServiceConfig::parse("[generate]\nhosts = 2\nhosts_per_rack = 0\ncores = 8\nmemory_gib = 32\n").unwrap();
+        let config =
+            ServiceConfig::parse("[generate]\nhosts = 2\nhosts_per_rack = 0\ncores = 8\nmemory_gib = 32\n").unwrap();
         assert!(config.inventory().unwrap_err().to_string().contains("generate.hosts_per_rack"));
         let config = ServiceConfig::parse("").unwrap();
         assert!(matches!(config.inventory(), Err(ConfigError::NoInventory)));
