@@ -25,6 +25,7 @@ class TraceReplayTest(base.NovaTestBase):
     allocator on the trace's clock (each boot's ``requested_at_s`` hint), 5 compute nodes."""
 
     HOSTS = ('host1', 'host2', 'host3', 'host4', 'host5')
+    INVENTORY = ()  # the allocator starts empty: its hosts come from Placement
     CLOCK = 'request'
     PHASES = 4
 
@@ -189,6 +190,7 @@ class MovesTest(base.NovaTestBase):
 
 class InventoryTest(base.NovaTestBase):
     HOSTS = ('host1', 'host2', 'host3')
+    INVENTORY = ()
 
     def test_computes_started_mid_run_join_and_receive_servers(self):
         big = self.flavor('big', 2, 7680)  # a node's memory; 2 VCPUs is Placement's max_unit
@@ -203,6 +205,24 @@ class InventoryTest(base.NovaTestBase):
         for server in late:
             self.assertIn(self.node_of(server), ('host4', 'host5'))
             self.assertEqual(('placed', self.node_of(server)), self.decision_of(server['id']))
+        self.assert_no_difference()
+
+    def test_a_host_with_another_allocation_ratio_is_filled_to_it_not_beyond(self):
+        # host2's VCPU allocation ratio becomes 1.0 (2 cores) in Placement, as an operator sets
+        # it; the reconciliation gives the allocator the same capacity.
+        rp = next(p for p in self.placement_reader().providers() if p['name'] == 'host2')
+        path = '/resource_providers/%s/inventories/VCPU' % rp['uuid']
+        vcpu = self.placement.get(path, version='1.26').body
+        vcpu['allocation_ratio'] = 1.0
+        self.placement.put(path, vcpu, version='1.26')
+        report = self.reconcile_now()
+        self.assertEqual(['host2'], report.hosts_updated)
+        host2 = next(h for h in self.control.hosts() if h['host_id'] == 'host2')
+        self.assertEqual(2.0, host2['capacity']['cores'])
+        servers = [self.boot('s%d' % i) for i in range(8)]
+        on_host2 = [s for s in servers if self.node_of(s) == 'host2']
+        self.assertEqual(2, len(on_host2))  # best fit fills the smallest host first, to its ratio
+        self.assertTrue(all(self.decision_of(s['id'])[0] == 'placed' for s in servers))
         self.assert_no_difference()
 
     def test_a_disabled_compute_receives_none(self):
