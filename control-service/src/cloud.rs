@@ -83,10 +83,12 @@ async fn record(
     let request_id = request_id(&headers);
     // Predicted only when the allocator has not placed it: it keeps the prediction it has.
     let path = format!("/v1/allocations/{}", encode_segment(&vm_id));
-    let placed = matches!(control.allocators.get(&zone, &path, request_id).await, Ok(answer) if answer.status.is_success());
+    let placed =
+        matches!(control.allocators.get(&zone, &path, request_id).await, Ok(answer) if answer.status.is_success());
     if !placed {
         let clock_s = control.started.elapsed().as_secs_f64();
-        let resolved = control.resolver.resolve(std::slice::from_ref(&body.request), arrival_s, clock_s, request_id).await;
+        let resolved =
+            control.resolver.resolve(std::slice::from_ref(&body.request), arrival_s, clock_s, request_id).await;
         body.request.prediction = resolved.predictions.into_iter().next();
     }
     let facts = body.request.facts.clone();

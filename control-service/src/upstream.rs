@@ -242,10 +242,7 @@ impl Allocators {
     ) -> Result<Answer, UpstreamError> {
         let body = serde_json::to_vec(body).unwrap_or_default();
         self.send(zone, request_id, |client, agent| {
-            client
-                .put(agent.url(path))
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone())
+            client.put(agent.url(path)).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone())
         })
         .await
     }
