@@ -165,8 +165,23 @@ class FaultsTest(base.NovaTestBase):
         self.assertGreaterEqual(endpoint.counters['after_release'] + endpoint.counters['duplicate'], 12)
 
 
-class MovesTest(base.NovaTestBase):
+class ServerActionsTest(base.NovaTestBase):
     HOSTS = ('host1', 'host2', 'host3')
+
+    def test_each_server_of_a_multiple_create_is_placed_by_the_allocator(self):
+        server = self._build_server(name='multi', flavor_id=TINY, networks='none')
+        server.update({'min_count': 3, 'max_count': 3})
+        self.api.post_server({'server': server})
+        deadline = time.monotonic() + 30
+        while True:
+            servers = self.admin_api.get_servers(search_opts={'name': 'multi'})
+            if len(servers) == 3 and all(s['status'] == 'ACTIVE' for s in servers):
+                break
+            self.assertLess(time.monotonic(), deadline, servers)
+            time.sleep(0.05)
+        for server in servers:
+            self.assertEqual(('placed', self.node_of(server)), self.decision_of(server['id']))
+        self.assert_no_difference()
 
     def test_resized_and_migrated_servers_are_followed(self):
         servers = [self.boot('s%d' % i) for i in range(2)]
