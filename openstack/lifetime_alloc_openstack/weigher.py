@@ -141,7 +141,9 @@ class LifetimeWeigher(weights.BaseHostWeigher):
             self._neutral(exc.outcome, vm_id, started, str(exc))
             return neutral
         if not isinstance(decision, dict) or decision.get('status') != 'placed':
-            detail = decision.get('detail') or decision.get('code') if isinstance(decision, dict) else decision
+            rejection = decision.get('rejection') if isinstance(decision, dict) else None
+            rejection = rejection if isinstance(rejection, dict) else {}
+            detail = rejection.get('detail') or rejection.get('code') or decision
             self._neutral('rejected', vm_id, started, 'the allocator rejected it: %s' % (detail,))
             return neutral
         placements = decision.get('placements') or []

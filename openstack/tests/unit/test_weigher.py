@@ -83,9 +83,11 @@ class WeigherTest(testtools.TestCase):
             self.assertIn('neutral weights for instance %s (%s)' % (UUID, outcome), self.log.output)
 
     def test_a_rejection_is_neutral(self):
-        self.control.allocate = lambda request: {'status': 'rejected', 'code': 'no-capacity'}
+        self.control.allocate = lambda request: {
+            'status': 'rejected', 'rejection': {'code': 'no_feasible_host', 'detail': 'no host can take it'}}
         self.assertEqual(self.weigh(request_spec()), [0.0, 0.0, 0.0])
         self.assertEqual(weigher.COUNTERS['rejected'], 1)
+        self.assertIn('(rejected): the allocator rejected it: no host can take it', self.log.output)
 
     def test_a_choice_outside_the_candidates_is_neutral(self):
         self.control.vms[UUID] = {'host_id': 'host9', 'request': {}, 'placed_at_s': 0}
