@@ -7,7 +7,7 @@
 #
 #   scripts/openstack-env.sh            create or update the venv; skipped when up to date
 #   scripts/openstack-env.sh --force    rebuild it from scratch
-#   scripts/openstack-env.sh --print    print the venv's python (for scripts), building if needed
+#   scripts/openstack-env.sh --print    print the venv's python (for scripts; alone on stdout), building if needed
 #
 # Up to date = the stamp file in the venv holds the hash of the requirements, of the plug-in's
 # pyproject.toml and of the python3 version. Nova's functional harness looks for api-paste.ini
@@ -53,16 +53,16 @@ if [ "$FORCE" -eq 1 ] || [ ! -x "$VENV/bin/python" ]; then
     say "creating $VENV"
     rm -rf "$VENV"
     mkdir -p "$(dirname "$VENV")"
-    "$PYTHON" -m venv "$VENV"
+    "$PYTHON" -m venv "$VENV" >&2
 fi
 rm -f "$STAMP"
 
 say "installing the pinned set ($(grep -c '==' "$REQUIREMENTS") packages; about a minute)"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS" >&2
 
 say "installing lifetime-alloc-openstack (editable)"
 # Built in pip's isolated build environment (setuptools from the index, as pip does by default).
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e openstack
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e openstack >&2
 
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 PASTE="$(cd "$VENV" && pwd)/etc/nova/api-paste.ini"
