@@ -44,6 +44,13 @@ const SCHEMATHESIS_CONFIG: &str = r#"
 include-path-regex = "^(/v1)?/allocate$|^/v1/(allocations|explain|drains)$|^/v1/zones/\\{zone\\}/explain$|^/v1/models/(canary|promote|rollback)$"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
+
+# What a cloud reports: a VM on a host that must exist and have room, whose `request.vm_id` must be the
+# path's; a host whose VMs may need more than the capacity given.
+[[operations]]
+include-path-regex = "^(/v1)?/allocat(e|ions)/\\{vm_id\\}$|^/v1/(zones/\\{zone\\}/)?hosts/\\{host_id\\}$"
+include-method = "PUT"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]
 "#;
 
 /// The schemathesis CLI, or a failure that says how to install it.

@@ -182,7 +182,7 @@ pub struct HostUpdate {
     /// Its state (a disabled compute service: `unavailable`); unchanged when absent, `available`
     /// for a new host.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub state: Option<HostState>,
     /// Its cluster (the id charset); unchanged when absent, for a new host the zone's first
     /// cluster, or `{zone}-cloud` when the zone has none.
@@ -210,7 +210,7 @@ pub struct HostUpdated {
     pub added: bool,
     /// The host as the inventory now has it.
     pub entry: HostEntry,
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub state: HostState,
 }
 
