@@ -1,7 +1,8 @@
 //! What a cloud's control plane tells the allocator (issue 57), on both stores: hosts added,
 //! resized, moved and removed while it runs (durable across a restart, followed by the other agents
 //! of a PostgreSQL zone, never under a host's VMs), VMs recorded where the cloud put them (placed,
-//! moved, unchanged: idempotent), and a request narrowed to the cloud scheduler's candidates.
+//! moved, resized, unchanged: idempotent), and a request narrowed to the cloud scheduler's
+//! candidates.
 
 use allocator::durable::{
     Allocate, CommandError, DurableAllocator, GetAllocation, GetHost, RecordAt, Release, RemoveHost, UpdateHost,
@@ -88,6 +89,11 @@ fn inventory_follows_the_cloud(location: &StoreLocation) {
         ],
         "{location}"
     );
+    // Resized where it is: its new demand, no exit; one that no longer fits is refused.
+    let resized = durable.execute_one(RecordAt { vm: vm("a", 4.0), host: HostId::from("z-h0") }, 4.2).unwrap();
+    assert_eq!(resized.recorded, RecordOutcome::Resized, "{location}");
+    let huge = durable.execute_one(RecordAt { vm: vm("a", 17.0), host: HostId::from("z-h0") }, 4.3).unwrap_err();
+    assert!(matches!(huge, CommandError::DoesNotFit(_)), "{location}: {huge:?}");
     let unknown = durable.execute_one(record("d", "nowhere"), 4.5).unwrap_err();
     assert_eq!(unknown, CommandError::UnknownHost(HostId::from("nowhere")));
     let too_big = durable.execute_one(RecordAt { vm: vm("e", 9.0), host: HostId::from("n1") }, 4.5).unwrap_err();
@@ -112,7 +118,7 @@ fn inventory_follows_the_cloud(location: &StoreLocation) {
     let mut reopened = open(location, &spec());
     assert_eq!(inventory(&reopened), expected, "{location}: the restart");
     let a = reopened.execute_one(GetAllocation(VmId::from("a")), 7.0).unwrap();
-    assert_eq!(a.host_id, HostId::from("z-h0"));
+    assert_eq!((a.host_id, a.demand), (HostId::from("z-h0"), cores(4.0)), "{location}: moved and resized");
     assert_eq!(
         reopened.execute_one(GetHost(HostId::from("z-h1")), 7.0).unwrap_err(),
         CommandError::UnknownHost(HostId::from("z-h1"))
@@ -138,6 +144,10 @@ fn the_inventory_follows_the_cloud_in_postgres_and_every_agent_sees_it() {
     let n3 = UpdateHost { host: HostId::from("n3"), update: update(6.0).update };
     a.execute_one(n3, 10.0).unwrap();
     assert_eq!(place_among(&mut b, "f", &["n3"], 11.0).as_deref(), Some("n3"), "B follows A's new host");
+    let resized = a.execute_one(RecordAt { vm: vm("f", 3.0), host: HostId::from("n3") }, 11.5).unwrap();
+    assert_eq!(resized.recorded, RecordOutcome::Resized, "A follows B's placement, then resizes it");
+    let f = b.execute_one(GetAllocation(VmId::from("f")), 11.7).unwrap();
+    assert_eq!(f.demand, cores(3.0), "B follows A's resize");
     b.execute_one(update(20.0), 12.0).unwrap();
     let Ok(n1) = a.execute_one(GetHost(HostId::from("n1")), 13.0) else { panic!("A lost n1") };
     assert_eq!(n1.host.capacity, cores(20.0), "A follows B's resize");

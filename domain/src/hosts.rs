@@ -237,6 +237,9 @@ pub enum RecordOutcome {
     Placed,
     /// It was on another host (`from_host_id`); now it is on this one.
     Moved,
+    /// It was there with another demand or VM type (the cloud resized it); now it has the
+    /// request's, with its placement time and prediction kept. Not an exit.
+    Resized,
 }
 
 /// The answer to `PUT /v1/allocations/{vm_id}`.

@@ -33,6 +33,9 @@ pub enum Change {
     /// its `requested_at_s`): as the caller named it ([`crate::Allocator::release_ended`]), else
     /// [`exit_time`] of the allocator's clock, so that a trace of the VMs that left can be exported.
     Released { vm: VmId, was: PlacedVm, ended_at_s: f64 },
+    /// A VM's demand (or type) changed where it is (a cloud resized it): `vm` is its new record
+    /// (its placement time and prediction kept), `was` the old one, on `host`. Not an exit.
+    Resized { vm: Arc<NewVm>, host: HostId, was: PlacedVm },
     /// An operator or a drain set a host's state (`previous`: the state it had).
     HostState { host: HostId, state: HostState, previous: HostState },
     /// A VM started migrating to `target` (its demand is reserved there).
@@ -78,6 +81,11 @@ pub enum LoggedChange {
     Released {
         vm: VmId,
     },
+    /// The VM's new record, where it is.
+    Resized {
+        vm: NewVm,
+        host: HostId,
+    },
     HostState {
         host: HostId,
         state: HostState,
@@ -120,6 +128,7 @@ impl LoggedChange {
         match change {
             Change::Placed { vm, host } => LoggedChange::Placed { vm: NewVm::clone(vm), host: host.clone() },
             Change::Released { vm, .. } => LoggedChange::Released { vm: vm.clone() },
+            Change::Resized { vm, host, .. } => LoggedChange::Resized { vm: NewVm::clone(vm), host: host.clone() },
             Change::HostState { host, state, .. } => LoggedChange::HostState { host: host.clone(), state: *state },
             Change::MigrationStarted { vm, target } => {
                 LoggedChange::MigrationStarted { vm: vm.clone(), target: target.clone() }

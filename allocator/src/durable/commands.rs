@@ -355,6 +355,7 @@ impl Request for RecordAt {
             Recorded::Unchanged => (RecordOutcome::Unchanged, None),
             Recorded::Placed => (RecordOutcome::Placed, None),
             Recorded::Moved { from } => (RecordOutcome::Moved, Some(from)),
+            Recorded::Resized => (RecordOutcome::Resized, None),
         };
         Ok(RecordedPlacement { vm_id: self.vm.vm_id.clone(), host_id: self.host.clone(), recorded, from_host_id })
     }

@@ -637,6 +637,17 @@ impl SqliteStore {
                         release.execute(params![vm.as_str()]).map_err(sql("recording a release"))?;
                         newest_exit_s = newest_exit_s.max(*ended_at_s);
                     }
+                    Change::Resized { vm, .. } => {
+                        let units = vm.facts.demand.base_units().map(|u| i64::try_from(u).unwrap_or(i64::MAX));
+                        tx.prepare_cached(
+                            "UPDATE vms SET vm_type = ?2, cores_base = ?3, memory_base = ?4, ssd_base = ?5
+                             WHERE vm_id = ?1",
+                        )
+                        .and_then(|mut resize| {
+                            resize.execute(params![vm.id.as_str(), vm.facts.vm_type, units[0], units[1], units[2]])
+                        })
+                        .map_err(sql("recording a resize"))?;
+                    }
                     Change::HostState { host, state, .. } => {
                         host_state
                             .execute(params![host.as_str(), state_name(*state)])

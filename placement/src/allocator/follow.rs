@@ -42,6 +42,13 @@ impl Allocator {
                     self.host_changed(host);
                 }
             }
+            LoggedChange::Resized { vm, host } => {
+                let placed = self.state.release(&vm.id)?;
+                self.repredictions.remove(placed.host.get(), &vm.id);
+                self.refresh_lifetime(placed.host);
+                self.host_changed(placed.host);
+                self.restore(vm.clone(), host, self.clock_s)?;
+            }
             LoggedChange::HostState { host, state } => {
                 let index = host_index(self, host)?;
                 self.state.set_host_state(index, *state)?;
@@ -122,6 +129,7 @@ impl Allocator {
                 change,
                 Change::Placed { .. }
                     | Change::Released { .. }
+                    | Change::Resized { .. }
                     | Change::HostState { .. }
                     | Change::PolicyHostState { .. }
             )
@@ -139,6 +147,10 @@ impl Allocator {
                 }
                 Change::HostState { host, previous, .. } => {
                     self.follow(&LoggedChange::HostState { host: host.clone(), state: *previous })?
+                }
+                Change::Resized { host, was, .. } => {
+                    let vm = crate::state::NewVm::clone(&was.record);
+                    self.follow(&LoggedChange::Resized { vm, host: host.clone() })?
                 }
                 Change::PolicyHostState { host, .. } => policy_hosts.push(host.clone()),
                 Change::MigrationStarted { .. }

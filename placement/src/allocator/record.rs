@@ -1,15 +1,17 @@
 //! Recording where a cloud really put a VM: its own scheduler (OpenStack Nova, say) decided, or
 //! retried elsewhere, or moved it, and reports the outcome after the fact. The record follows the
 //! cloud: a VM not placed is placed there, one placed elsewhere moves there (a migration started
-//! and completed at once, so that no exit is recorded), one already there stays. Whatever the
+//! and completed at once, so that no exit is recorded), one already there stays, or takes its new
+//! demand when the cloud resized it (no exit either). Whatever the
 //! host's state: the cloud has put it there. Its capacity is still checked, so that nothing is
 //! ever over-committed.
 
 use super::Allocator;
 use crate::host_state::Moved;
 use crate::journal::Change;
-use crate::state::{HostIndex, StateError};
+use crate::state::{HostIndex, NewVm, StateError};
 use domain::{HostId, VmId, VmRequest};
+use std::sync::Arc;
 
 /// What recording a VM on a host changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +22,8 @@ pub enum Recorded {
     Placed,
     /// It was on another host (`from`); now it is on this one.
     Moved { from: HostId },
+    /// It was there with another demand or type (the cloud resized it); now it has this one.
+    Resized,
 }
 
 impl Allocator {
@@ -34,6 +38,11 @@ impl Allocator {
             return Ok(Recorded::Placed);
         };
         let source = placed.host;
+        let resized = placed.record.facts.demand != vm.facts.demand || placed.record.facts.vm_type != vm.facts.vm_type;
+        if source == target && resized && self.state.migration_target(&vm.vm_id).is_none() {
+            self.resize(vm, target)?;
+            return Ok(Recorded::Resized);
+        }
         if source == target {
             return Ok(Recorded::Unchanged);
         }
@@ -63,6 +72,33 @@ impl Allocator {
         self.journal.push(Change::MigrationStarted { vm: vm.vm_id.clone(), target: host.clone() });
         self.finish_move(&vm.vm_id, host);
         Ok(Recorded::Moved { from })
+    }
+
+    /// Gives `vm`, placed on `host`, the demand and type of its request where it is, keeping its
+    /// placement time and prediction; refused, changing nothing, when the host has no room for
+    /// the new demand.
+    fn resize(&mut self, vm: &VmRequest, host: HostIndex) -> Result<(), StateError> {
+        let was = self.state.release(&vm.vm_id)?;
+        let mut record = NewVm::clone(&was.record);
+        (record.facts.demand, record.facts.vm_type) = (vm.facts.demand, vm.facts.vm_type.clone());
+        if let Err(error) = self.state.check_fits(host, &vm.vm_id, &record.facts.demand) {
+            if let Err(back) = self.state.restore(Arc::clone(&was.record), host) {
+                unreachable!("a VM released a moment ago fits back: {back}");
+            }
+            return Err(error);
+        }
+        let record = Arc::new(record);
+        if let Err(error) = self.state.restore(Arc::clone(&record), host) {
+            unreachable!("a host checked a moment ago refused its VM: {error}");
+        }
+        let lifetime_s = self.policy.classes().vm_lifetime(record.prediction.as_ref()).lifetime_s;
+        self.repredictions.remove(host.get(), &vm.vm_id);
+        self.repredictions.add(host.get(), &record, lifetime_s);
+        let host_id = self.state.hosts()[host.get()].id.clone();
+        self.journal.push(Change::Resized { vm: record, host: host_id, was });
+        self.refresh_lifetime(host);
+        self.host_changed(host);
+        Ok(())
     }
 
     /// Completes the state's migration of `vm` to `target` (reserved there): the VM leaves its

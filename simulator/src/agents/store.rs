@@ -128,6 +128,9 @@ impl Store {
                     "drains, consolidation and migrations are not simulated with several agents",
                 ))
             }
+            LoggedChange::Resized { .. } => {
+                return Err(invalid("resize", "VMs resized in place are not simulated with several agents"))
+            }
             LoggedChange::HostInventory { .. } => {
                 return Err(invalid("inventory", "a changing inventory is not simulated with several agents"))
             }

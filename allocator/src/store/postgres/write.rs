@@ -308,6 +308,16 @@ pub(super) fn write_each(
                     use_on(&host, [-row.get::<_, i64>(1), -row.get::<_, i64>(2), -row.get::<_, i64>(3)]);
                 }
             }
+            Change::Resized { vm, host, was } => {
+                let [cores, memory, ssd] = units(&vm.facts.demand);
+                let [old_cores, old_memory, old_ssd] = units(&was.record.facts.demand);
+                tx.execute(
+                    "UPDATE vms SET vm_type = $2, cores_base = $3, memory_base = $4, ssd_base = $5 WHERE vm_id = $1",
+                    &[&vm.id.as_str(), &vm.facts.vm_type, &cores, &memory, &ssd],
+                )
+                .map_err(sql("recording a resize"))?;
+                use_on(host.as_str(), [cores - old_cores, memory - old_memory, ssd - old_ssd]);
+            }
             Change::HostState { host, state, .. } => {
                 tx.execute("UPDATE hosts SET state = $2 WHERE host_id = $1", &[&host.as_str(), &state_name(*state)])
                     .map_err(sql("recording a host state"))?;
