@@ -151,6 +151,12 @@ fn the_inventory_follows_the_cloud_in_postgres_and_every_agent_sees_it() {
     b.execute_one(update(20.0), 12.0).unwrap();
     let Ok(n1) = a.execute_one(GetHost(HostId::from("n1")), 13.0) else { panic!("A lost n1") };
     assert_eq!(n1.host.capacity, cores(20.0), "A follows B's resize");
+    // A cold resize: moved and resized at once.
+    let moved = a.execute_one(RecordAt { vm: vm("f", 1.0), host: HostId::from("n1") }, 13.5).unwrap();
+    assert_eq!((moved.recorded, moved.from_host_id), (RecordOutcome::Moved, Some(HostId::from("n3"))));
+    let f = b.execute_one(GetAllocation(VmId::from("f")), 13.7).unwrap();
+    assert_eq!((f.host_id, f.demand), (HostId::from("n1"), cores(1.0)), "B follows the cold resize");
+    a.execute_one(RecordAt { vm: vm("f", 3.0), host: HostId::from("n3") }, 13.8).unwrap();
     // The database refuses by itself what an agent's stale view would allow: removing a host with
     // a VM on it.
     let err = a.execute_one(RemoveHost(HostId::from("n3")), 14.0).unwrap_err();

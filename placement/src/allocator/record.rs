@@ -20,7 +20,8 @@ pub enum Recorded {
     Unchanged,
     /// It was not placed; now it is.
     Placed,
-    /// It was on another host (`from`); now it is on this one.
+    /// It was on another host (`from`); now it is on this one (with its new demand when the cloud
+    /// resized it on the way: a cold resize).
     Moved { from: HostId },
     /// It was there with another demand or type (the cloud resized it); now it has this one.
     Resized,
@@ -46,18 +47,38 @@ impl Allocator {
         if source == target {
             return Ok(Recorded::Unchanged);
         }
+        // Moved and resized (a cold resize lands elsewhere): checked whole before anything moves.
+        if resized {
+            self.state.check_fits(target, &vm.vm_id, &vm.facts.demand)?;
+        }
+        let moved = self.move_to(vm, source, target, host)?;
+        if resized {
+            self.resize(vm, target)?;
+        }
+        Ok(moved)
+    }
+
+    /// Moves `vm` from `source` to `target` (`host`): a drain's or consolidation's planned move
+    /// completes as planned, one planned elsewhere is abandoned.
+    fn move_to(
+        &mut self,
+        vm: &VmRequest,
+        source: HostIndex,
+        target: HostIndex,
+        host: &HostId,
+    ) -> Result<Recorded, StateError> {
         let from = self.state.hosts()[source.get()].id.clone();
         match self.state.migration_target(&vm.vm_id) {
             // The move a drain or consolidation planned: completed as planned.
             Some(planned) if planned == target => {
-                if self.complete_migration(&vm.vm_id, now_s).is_err() {
+                if self.complete_migration(&vm.vm_id, self.clock_s).is_err() {
                     self.finish_move(&vm.vm_id, host);
                 }
                 return Ok(Recorded::Moved { from });
             }
             // The cloud moved it elsewhere: the planned move is abandoned.
             Some(_) => {
-                let demand = placed.record.facts.demand;
+                let demand = self.state.vm(&vm.vm_id).map(|placed| placed.record.facts.demand).unwrap_or_default();
                 self.state.check_fits(target, &vm.vm_id, &demand)?;
                 let planned = self.state.cancel_migration(&vm.vm_id)?;
                 self.journal.push(Change::MigrationCancelled { vm: vm.vm_id.clone() });
