@@ -42,7 +42,6 @@ PLACE_EVENTS = frozenset([
     'instance.unshelve.end',
 ])
 # Events after which the server may have another flavor than it was placed with.
-RESIZE_EVENTS = frozenset(['instance.resize_finish.end', 'instance.resize_revert.end'])
 RELEASE_EVENTS = frozenset([
     'instance.delete.end',
     'instance.create.error',
@@ -137,11 +136,9 @@ class NotificationEndpoint(object):
                 mapping.check_id(host, 'the host (node) id')
                 request = mapping.request_from_payload(data, self.zone, self.max_features,
                                                        self.send_times)
+                # The allocator takes a resized server's new demand where it is (no exit).
                 answer = self.client.record(vm_id, host, request)
                 recorded = (answer or {}).get('recorded')
-                if event_type in RESIZE_EVENTS:
-                    if reconcile_mod.resize(self.client, vm_id, host, request):
-                        recorded = 'resized'
                 LOG.info('lifetime_alloc: %s: %s on %s (%s)', event_type, vm_id, host, recorded)
                 outcome = 'recorded'
             else:

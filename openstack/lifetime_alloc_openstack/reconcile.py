@@ -223,18 +223,12 @@ def _record_request(client, placement, vm_id, demand, existing):
             'zone': client.zone}
 
 
-def resize(client, vm_id, host_id, request, existing=None):
-    """Makes the allocator's demand of ``vm_id`` (on ``host_id``) the one of ``request``: a record
-    keeps the demand a VM was placed with, so a resized server is released and recorded again
-    (its exit is recorded with it). True when it changed anything."""
-    existing = existing if existing is not None else client.lookup(vm_id)
-    if existing is None or existing.get('host_id') != host_id:
-        return False
-    if mapping.base_units(existing.get('demand')) == mapping.base_units(request['demand']):
-        return False
-    client.release(vm_id)
-    client.record(vm_id, host_id, request)
-    return True
+def resize(client, vm_id, host_id, request):
+    """Gives ``vm_id`` (on ``host_id``) the demand of ``request``: the allocator takes a resized
+    server's new demand where it is, keeping its placement time and prediction (no exit). True
+    when it changed anything."""
+    answer = client.record(vm_id, host_id, request) or {}
+    return answer.get('recorded') in ('resized', 'moved', 'placed')
 
 
 def reconcile(client, placement, grace_s=300.0, remove_unknown_hosts=True,
@@ -292,8 +286,8 @@ def reconcile(client, placement, grace_s=300.0, remove_unknown_hosts=True,
             client.record(vm, host_id, _record_request(client, placement, vm, demand, existing))
         attempt(kind, vm, record)
 
-    # A resized server keeps the demand it was placed with: the hosts whose used resources still
-    # differ are looked at VM by VM.
+    # A server resized while nobody listened: the hosts whose used resources still differ are
+    # looked at VM by VM, and each VM whose demand differs is recorded with Placement's.
     if report.differences_before:
         now_have = read_allocator(client)
         for host_id, info in sorted(want.items()):
@@ -309,7 +303,7 @@ def reconcile(client, placement, grace_s=300.0, remove_unknown_hosts=True,
 
                 def redo(vm=vm, host_id=host_id, demand=demand, existing=existing):
                     request = _record_request(client, placement, vm, demand, existing)
-                    resize(client, vm, host_id, request, existing)
+                    resize(client, vm, host_id, request)
                 if mapping.base_units(existing.get('demand')) != mapping.base_units(demand):
                     attempt('vms_resized', vm, redo)
 

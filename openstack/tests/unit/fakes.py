@@ -36,9 +36,14 @@ class FakeControl(object):
         if host_id not in self.hosts_:
             raise client.NotFound('unknown host', 404, {'type': 'urn:problem:unknown-host'})
         vm = self.vms.get(vm_id)
+        # As the allocator: a resized VM takes the request's demand and type, keeping the rest.
+        resized = vm is not None and (vm['request'].get('demand'), vm['request'].get('vm_type')) != (
+            request.get('demand'), request.get('vm_type'))
+        if resized:
+            vm['request'] = dict(vm['request'], demand=request.get('demand'), vm_type=request.get('vm_type'))
         if vm is not None and vm['host_id'] == host_id:
-            return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'unchanged'}
-        if vm is not None:  # moved: it keeps the demand (and facts) it was placed with
+            return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'resized' if resized else 'unchanged'}
+        if vm is not None:
             vm['host_id'] = host_id
             return {'vm_id': vm_id, 'host_id': host_id, 'recorded': 'moved'}
         self.vms[vm_id] = {'host_id': host_id, 'request': request, 'placed_at_s': self.now}
