@@ -1,12 +1,25 @@
-"""A small client of the control service's HTTP API over ``requests``: every call bounded by the
-configured timeout, every failure one of the typed errors below (never a ``requests`` exception).
+"""A small client of the control service's HTTP API: every call bounded by the configured
+timeout, every failure one of the typed errors below (never a transport exception).
 
 Routes (docs/openstack.md): ``POST /v1/allocate`` (a reservation among candidates), ``PUT
 /v1/allocate/{vm_id}`` (the VM is on that host), ``DELETE``/``GET /v1/allocate/{vm_id}``, and the
 zone's hosts: ``GET /v1/zones/{zone}/hosts``, ``PUT``/``DELETE /v1/zones/{zone}/hosts/{host_id}``.
+
+The weigher calls it on the scheduler's critical path, so a plain ``http://`` URL that no proxy
+applies to (the usual set-up) is served by the standard library's ``http.client`` on kept-alive
+connections: one ``send`` per request and about 0.4x the CPU of ``requests`` (0.35 against 0.85
+ms a call on the 2-core development machine; docs/benchmarks.md, "Issue 57: the Nova weigher").
+``https://``, a proxy from the environment, or credentials in the URL go through ``requests``,
+which handles them.
 """
 
+import http.client
+import json
 import queue
+import select
+import socket
+import time
+import urllib.parse
 
 import requests
 
@@ -74,9 +87,29 @@ class ControlClient(object):
         self.headers = {'Accept': 'application/json'}
         if token:
             self.headers['Authorization'] = 'Bearer %s' % token
-        # Sessions keep their connections open; one per concurrent caller (green threads of the
-        # scheduler included), handed back after each call.
+        # Called after every answer as observer(method, path, status, headers, seconds); None by
+        # default (a benchmark reads the services' Server-Timing headers through it).
+        self.observer = None
+        # Sessions and connections stay open; one per concurrent caller (the scheduler's
+        # threads or green threads), handed back after each call.
         self._sessions = queue.LifoQueue()
+        self._connections = queue.LifoQueue()
+        self._direct = self._direct_target(self.base_url)
+        self._direct_headers = dict(self.headers, **{'User-Agent': 'lifetime-alloc-openstack'})
+
+    @staticmethod
+    def _direct_target(url):
+        """(host, port, path prefix) when ``url`` can be served by http.client, else None."""
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port or 80
+        except ValueError:
+            return None
+        if parts.scheme != 'http' or not parts.hostname or parts.username or parts.password:
+            return None
+        if requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url)):
+            return None
+        return parts.hostname, port, parts.path
 
     @classmethod
     def from_conf(cls, conf_group):
@@ -91,22 +124,30 @@ class ControlClient(object):
         except queue.Empty:
             session = requests.Session()
             session.headers.update(self.headers)
+            # The environment's proxy and CA bundle settings, read once here instead of at every
+            # call (requests' trust_env looks up the proxy variables and ~/.netrc per request:
+            # about 0.2 ms of the scheduler's critical path). ~/.netrc is left out on purpose:
+            # its credentials would replace the bearer token.
+            settings = session.merge_environment_settings(self.base_url, {}, None, None, None)
+            session.proxies.update(settings.get('proxies') or {})
+            session.verify = settings.get('verify', True)
+            session.trust_env = False
             return session
 
     def close(self):
         """Closes the idle connections."""
-        while True:
-            try:
-                self._sessions.get_nowait().close()
-            except queue.Empty:
-                return
+        for pool in (self._sessions, self._connections):
+            while True:
+                try:
+                    pool.get_nowait().close()
+                except queue.Empty:
+                    break
 
-    def _call(self, method, path, body=None, params=None, timeout=None):
+    def _via_requests(self, method, path, body, params, limit):
         session = self._session()
-        url = self.base_url + path
-        limit = timeout or self.timeout
         try:
-            response = session.request(method, url, json=body, params=params, timeout=(limit, limit))
+            response = session.request(method, self.base_url + path, json=body, params=params,
+                                       timeout=(limit, limit))
         except requests.Timeout as exc:
             session.close()
             raise Timeout('%s %s: no answer within %.3f s (%s)' % (method, path, limit, exc))
@@ -114,19 +155,81 @@ class ControlClient(object):
             session.close()
             raise Unreachable('%s %s: %s' % (method, path, exc))
         self._sessions.put(session)
-        status = response.status_code
+        return response.status_code, response.headers, response.content
+
+    def _connection(self, limit):
+        """A kept-alive connection (one the service closed meanwhile is dropped), or a new one;
+        and whether it is a reused open one."""
+        host, port, _ = self._direct
+        while True:
+            try:
+                connection = self._connections.get_nowait()
+            except queue.Empty:
+                return http.client.HTTPConnection(host, port, timeout=limit), False
+            if connection.sock is None or _dropped(connection.sock):
+                connection.close()
+                continue
+            connection.timeout = limit
+            connection.sock.settimeout(limit)
+            return connection, True
+
+    def _via_http_client(self, method, path, body, params, limit):
+        target = self._direct[2] + path
+        if params:
+            target += '?' + urllib.parse.urlencode(params)
+        headers = self._direct_headers
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode('utf-8')
+            headers = dict(headers, **{'Content-Type': 'application/json'})
+        for attempt in (1, 2):
+            connection, reused = self._connection(limit)
+            try:
+                connection.request(method, target, data, headers)
+                response = connection.getresponse()
+                content = response.read()
+            except socket.timeout as exc:
+                connection.close()
+                raise Timeout('%s %s: no answer within %.3f s (%s)' % (method, path, limit, exc))
+            except (ConnectionResetError, BrokenPipeError, http.client.BadStatusLine) as exc:
+                connection.close()
+                if reused and attempt == 1:
+                    # The service closed the kept-alive connection as the request went out: once
+                    # more on a new one (every route is idempotent: a VM id placed twice is
+                    # answered as replayed).
+                    continue
+                raise Unreachable('%s %s: %s' % (method, path, exc))
+            except (OSError, http.client.HTTPException) as exc:
+                connection.close()
+                raise Unreachable('%s %s: %s' % (method, path, exc))
+            if response.will_close:
+                connection.close()
+            else:
+                self._connections.put(connection)
+            return response.status, response.headers, content
+
+    def _call(self, method, path, body=None, params=None, timeout=None):
+        limit = timeout or self.timeout
+        started = time.perf_counter()
+        if self._direct is not None:
+            status, headers, content = self._via_http_client(method, path, body, params, limit)
+        else:
+            status, headers, content = self._via_requests(method, path, body, params, limit)
+        if self.observer is not None:
+            self.observer(method, path, status, headers, time.perf_counter() - started)
         if status == 204:
             return None
         try:
-            answer = response.json() if response.content else None
+            answer = json.loads(content) if content else None
         except ValueError:
             answer = None
         if status < 300:
-            if answer is None and response.content:
+            if answer is None and content:
                 raise ServerError('%s %s: %d with a body that is not JSON' % (method, path, status), status)
             return answer
         problem = answer if isinstance(answer, dict) else {}
-        detail = problem.get('detail') or problem.get('title') or response.text[:200]
+        detail = problem.get('detail') or problem.get('title') or \
+            content.decode('utf-8', 'replace')[:200]
         message = '%s %s: %d %s' % (method, path, status, detail)
         if status == 404:
             raise NotFound(message, status, problem)
@@ -197,3 +300,14 @@ class ControlClient(object):
         except NotFound:
             return False
         return True
+
+
+def _dropped(sock):
+    """Whether a kept-alive connection's socket is readable while idle: the service closed it
+    (or sent something unasked); either way it is not reused."""
+    try:
+        poller = select.poll()
+    except AttributeError:  # eventlet's green select has no poll
+        return bool(select.select([sock], [], [], 0)[0])
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))

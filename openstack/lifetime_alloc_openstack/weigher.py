@@ -75,9 +75,15 @@ class LifetimeWeigher(weights.BaseHostWeigher):
         super().__init__()
         self._client = None
         self._client_key = None
+        self._multiplier = None
 
     def weight_multiplier(self, host_state):
-        return CONF.lifetime_alloc.weight_multiplier
+        # Nova asks once per candidate host after weigh_objects: the option is read once per
+        # decision there (an oslo.config lookup costs about 1.5 us, 0.8 ms over 500 hosts).
+        multiplier = self._multiplier
+        if multiplier is None:
+            return CONF.lifetime_alloc.weight_multiplier
+        return multiplier
 
     def _weigh_object(self, host_state, weight_properties):
         # Only reached through the base weigh_objects, which this class overrides.
@@ -96,6 +102,7 @@ class LifetimeWeigher(weights.BaseHostWeigher):
         started = time.monotonic()
         vm_id = None
         try:
+            self._multiplier = CONF.lifetime_alloc.weight_multiplier
             vm_id = getattr(spec, 'instance_uuid', None) if spec is not None else None
             return self._weigh(weighed_obj_list, spec, neutral, started)
         except Exception as exc:  # never a failed boot
@@ -118,11 +125,13 @@ class LifetimeWeigher(weights.BaseHostWeigher):
             self._neutral('move', vm_id, started, 'a move of an existing server (rebuild, '
                           'migration, resize or evacuation): Nova\'s weighers decide')
             return neutral
-        hosts = [w.obj for w in weighed_obj_list]
-        if any(vm_id and vm_id in (getattr(h, 'instances', None) or {}) for h in hosts):
-            self._neutral('move', vm_id, started, 'the server is already on a candidate host')
-            return neutral
-        candidates = [h.nodename for h in hosts]
+        candidates = []
+        for weighed in weighed_obj_list:
+            host = weighed.obj
+            if vm_id and vm_id in (getattr(host, 'instances', None) or ()):
+                self._neutral('move', vm_id, started, 'the server is already on a candidate host')
+                return neutral
+            candidates.append(host.nodename)
         try:
             request, skipped = mapping.request_from_spec(
                 spec, control.zone, candidates, _nova_resources(spec),
