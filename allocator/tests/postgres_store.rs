@@ -887,3 +887,17 @@ fn a_release_on_a_view_that_lacks_the_placement_is_not_answered_unknown() {
     }
     assert_eq!(pg.psql("SELECT count(*) FROM vms"), "0");
 }
+
+#[test]
+fn a_version_9_database_gains_the_inventory_of_hosts_changed_at_run_time() {
+    let pg = Postgres::start();
+    let sql =
+        "DROP TABLE inventory; DROP SEQUENCE inventory_seq; UPDATE meta SET value = 9 WHERE key = 'schema_version'";
+    let mut durable = upgraded_from(&pg, sql);
+    let update = domain::HostUpdate {
+        capacity: Resources::from_whole(4.0, 8.0, 0.0).unwrap(),
+        ..serde_json::from_str(r#"{"capacity": {"cores": 1, "memory_gib": 1}}"#).unwrap()
+    };
+    durable.execute_one(allocator::durable::UpdateHost { host: HostId::from("new-host"), update }, 21.0).unwrap();
+    assert_eq!(pg.psql("SELECT host_id FROM inventory"), "new-host");
+}

@@ -65,6 +65,7 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
     assert!(tables.contains(&"exits".to_owned()), "{tables:?}");
     assert!(tables.contains(&"consolidation".to_owned()), "version 7's table: {tables:?}");
     assert!(tables.contains(&"rejections".to_owned()), "version 8's table: {tables:?}");
+    assert!(tables.contains(&"inventory".to_owned()), "version 9's table: {tables:?}");
 
     for before in answers["hosts"].as_array().unwrap() {
         let id = before["host_id"].as_str().unwrap();
@@ -187,11 +188,11 @@ fn a_version_5_store_gains_the_exits_table_and_keeps_its_vms() {
     let mut durable = DurableAllocator::open(&spec, &config, &Registry::standard(), &path, 10.0).unwrap();
     durable.execute_one(Allocate(AllocationRequest::Vm(request)), 11.0).unwrap();
     drop(durable);
-    // Version 5 is version 8 without the exits, consolidation and rejections tables.
+    // Version 5 is version 9 without the exits, consolidation, rejections and inventory tables.
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "DROP TABLE exits; DROP TABLE consolidation; DROP TABLE rejections;
+            "DROP TABLE exits; DROP TABLE consolidation; DROP TABLE rejections; DROP TABLE inventory;
              UPDATE meta SET value = 5 WHERE key = 'schema_version'",
         )
         .unwrap();

@@ -3,7 +3,8 @@
 //! the body of a dry-run placement (`POST /v1/explain`), and what a cloud reports: a host added or
 //! changed (`PUT /v1/hosts/{host_id}`) and where a VM really is (`PUT /v1/allocations/{vm_id}`).
 
-use crate::validate::{Validate, ValidationError, ValidationLimits};
+use crate::validate::{check_id_field, check_text, child, Validate, ValidationError, ValidationLimits};
+use crate::ResourceKind;
 use crate::{
     ClusterId, HostEntry, HostId, HostState, LifetimePrediction, RackId, Resources, TenantId, VmId, VmRequest,
 };
@@ -254,4 +255,32 @@ pub struct RecordedPlacement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub from_host_id: Option<HostId>,
+}
+
+impl Validate for HostUpdate {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        let capacity = child(path, "capacity");
+        for kind in ResourceKind::ALL {
+            if kind.required_in_demand() && self.capacity.base(kind) == 0 {
+                return Err(ValidationError::invalid(child(&capacity, kind.field_name()), "must be greater than 0"));
+            }
+        }
+        if let Some(cluster) = &self.cluster_id {
+            check_id_field(cluster.as_str(), path, "cluster_id")?;
+        }
+        if let Some(rack) = &self.rack_id {
+            check_id_field(rack.as_str(), path, "rack_id")?;
+        }
+        if let Some(hardware) = &self.hardware {
+            check_text(hardware, limits, path, "hardware")?;
+        }
+        Ok(())
+    }
+}
+
+impl Validate for RecordPlacement {
+    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
+        check_id_field(self.host_id.as_str(), path, "host_id")?;
+        self.request.validate(limits, &child(path, "request"))
+    }
 }

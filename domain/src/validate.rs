@@ -9,7 +9,6 @@
 //! placed VM can always be looked up and released by its id: `.`, `..`, `/`, `%`, `?` or whitespace in
 //! an id would be rewritten or cut by HTTP clients and servers on the way.
 
-use crate::hosts::{HostUpdate, RecordPlacement};
 use crate::ids::{TenantId, VmId};
 use crate::inference::{HistoryEvent, HistoryRequest, PredictInstance, PredictRequest, RemainingRequest};
 use crate::prediction::LifetimePrediction;
@@ -51,7 +50,7 @@ pub fn check_id(id: &str, field: &str) -> Result<(), ValidationError> {
     }
 }
 
-fn check_id_field(value: &str, path: &str, name: &str) -> Result<(), ValidationError> {
+pub(crate) fn check_id_field(value: &str, path: &str, name: &str) -> Result<(), ValidationError> {
     check_id(value, &child(path, name))
 }
 
@@ -135,7 +134,7 @@ pub fn decode_json<T: DeserializeOwned + Validate>(
     Ok(value)
 }
 
-fn child(path: &str, name: &str) -> String {
+pub(crate) fn child(path: &str, name: &str) -> String {
     if path.is_empty() {
         name.to_owned()
     } else {
@@ -143,7 +142,12 @@ fn child(path: &str, name: &str) -> String {
     }
 }
 
-fn check_text(value: &str, limits: &ValidationLimits, path: &str, name: &str) -> Result<(), ValidationError> {
+pub(crate) fn check_text(
+    value: &str,
+    limits: &ValidationLimits,
+    path: &str,
+    name: &str,
+) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(ValidationError::invalid(child(path, name), "must not be empty"));
     }
@@ -219,34 +223,6 @@ impl Validate for VmRequest {
             }
         }
         Ok(())
-    }
-}
-
-impl Validate for HostUpdate {
-    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
-        let capacity = child(path, "capacity");
-        for kind in ResourceKind::ALL {
-            if kind.required_in_demand() && self.capacity.base(kind) == 0 {
-                return Err(ValidationError::invalid(child(&capacity, kind.field_name()), "must be greater than 0"));
-            }
-        }
-        if let Some(cluster) = &self.cluster_id {
-            check_id_field(cluster.as_str(), path, "cluster_id")?;
-        }
-        if let Some(rack) = &self.rack_id {
-            check_id_field(rack.as_str(), path, "rack_id")?;
-        }
-        if let Some(hardware) = &self.hardware {
-            check_text(hardware, limits, path, "hardware")?;
-        }
-        Ok(())
-    }
-}
-
-impl Validate for RecordPlacement {
-    fn validate(&self, limits: &ValidationLimits, path: &str) -> Result<(), ValidationError> {
-        check_id_field(self.host_id.as_str(), path, "host_id")?;
-        self.request.validate(limits, &child(path, "request"))
     }
 }
 

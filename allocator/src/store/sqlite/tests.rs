@@ -140,16 +140,16 @@ fn policy_host_states_round_trip_and_initial_states_are_forgotten() {
 #[test]
 fn a_store_of_a_newer_version_is_refused_naming_the_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v9.db");
+    let path = dir.path().join("v10.db");
     let conn = Connection::open(&path).unwrap();
     conn.execute_batch(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-         INSERT INTO meta (key, value) VALUES ('schema_version', 9), ('next_seq', 1);",
+         INSERT INTO meta (key, value) VALUES ('schema_version', 10), ('next_seq', 1);",
     )
     .unwrap();
     drop(conn);
     let err = SqliteStore::open(&path).unwrap_err().to_string();
-    assert!(err.contains("schema version 9 is newer") && err.contains("move the file away"), "{err}");
+    assert!(err.contains("schema version 10 is newer") && err.contains("move the file away"), "{err}");
 }
 
 #[test]
