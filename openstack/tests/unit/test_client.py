@@ -17,6 +17,10 @@ class Script(object):
     def __init__(self):
         self.answers = {}
         self.seen = []
+        # The client's address of each request (its connection), and whether the server drops a
+        # kept-alive connection after answering (an idle close, with no ``Connection: close``).
+        self.peers = []
+        self.drop_after_answer = False
 
 
 def make_handler(script):
@@ -31,6 +35,7 @@ def make_handler(script):
             body = json.loads(self.rfile.read(length)) if length else None
             path = self.path.split('?')[0]
             script.seen.append((self.command, self.path, dict(self.headers), body))
+            script.peers.append(self.client_address)
             status, answer, delay = script.answers.get((self.command, path), (404, {'type': 'urn:problem:not-found', 'detail': 'no route'}, 0))
             if delay:
                 time.sleep(delay)
@@ -39,6 +44,8 @@ def make_handler(script):
                 self._send(status, data)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
                 pass
+            if script.drop_after_answer:
+                self.close_connection = True
 
         def _send(self, status, data):
             self.send_response(status)
@@ -124,6 +131,22 @@ class ClientTest(unittest.TestCase):
             self.client.allocate({})
         self.assertLess(time.monotonic() - started, 0.9)
         self.assertEqual(caught.exception.outcome, 'timeout')
+
+    def test_one_connection_is_kept_alive_across_calls(self):
+        self.script.answers[('GET', '/v1/allocate/vm-1')] = (200, {'vm_id': 'vm-1', 'host_id': 'h1'}, 0)
+        for _ in range(3):
+            self.assertEqual('h1', self.client.lookup('vm-1')['host_id'])
+        self.assertEqual(1, len(set(self.script.peers)), self.script.peers)
+
+    def test_a_connection_the_service_closed_while_idle_is_replaced(self):
+        self.script.answers[('GET', '/v1/allocate/vm-1')] = (200, {'vm_id': 'vm-1', 'host_id': 'h1'}, 0)
+        self.script.drop_after_answer = True
+        self.assertEqual('h1', self.client.lookup('vm-1')['host_id'])
+        time.sleep(0.1)  # the server's close reaches the client's socket
+        self.script.drop_after_answer = False
+        self.assertEqual('h1', self.client.lookup('vm-1')['host_id'])
+        self.assertEqual(2, len(self.script.seen), 'each call sent once')
+        self.assertEqual(2, len(set(self.script.peers)), 'a new connection for the second call')
 
     def test_a_closed_port_is_unreachable(self):
         sock = socket.socket()
