@@ -185,13 +185,12 @@ pub struct HostUpdate {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(inline))]
     pub state: Option<HostState>,
-    /// Its cluster (the id charset); unchanged when absent, for a new host the zone's first
-    /// cluster, or `{zone}-cloud` when the zone has none.
+    /// Its cluster (the id charset); unchanged when absent, `cloud` for a new host.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
     pub cluster_id: Option<ClusterId>,
     /// Its rack (fault domain; the id charset); unchanged when absent, for a new host the
-    /// cluster's first rack, or one named after the cluster.
+    /// rack named after its cluster.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"))]
     pub rack_id: Option<RackId>,
