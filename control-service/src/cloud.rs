@@ -8,8 +8,9 @@
 #![allow(clippy::result_large_err)]
 
 use crate::control::unix_now_s;
-use crate::http::{operator, pass_through, request_id, upstream_failure, AppState, NoApiKey, OperatorOnly};
-use crate::upstream::{encode_segment, Answer, UpstreamError};
+use crate::dashboard::{forward, known_zone};
+use crate::http::{operator, request_id, AppState, NoApiKey, OperatorOnly};
+use crate::upstream::encode_segment;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -163,24 +164,13 @@ async fn delete_host(
     forward(state.control.allocators.delete(&zone, &path, request_id(&headers)).await)
 }
 
-/// The operator's zone and host of a host route's path; 404 for a zone not routed here.
+/// The operator's zone (404 for one not routed here) and host of a host route's path, checked as
+/// the zone views' `GET` of the same path checks them.
 fn zone_host(
     state: &AppState,
     headers: &HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<(ZoneId, String), Response> {
-    operator(&state.control, headers)?;
     let (zone, host_id) = path_param(path)?;
-    let zone = ZoneId(zone);
-    if !state.control.allocators.contains(&zone) {
-        return Err(problem(ProblemKind::NotFound, format!("no zone `{zone}` is routed by this control service")));
-    }
-    Ok((zone, host_id))
-}
-
-fn forward(answer: Result<Answer, UpstreamError>) -> Response {
-    match answer {
-        Ok(answer) => pass_through(answer),
-        Err(error) => upstream_failure(error),
-    }
+    Ok((known_zone(state, headers, Ok(Path(zone)))?, host_id))
 }

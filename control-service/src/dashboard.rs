@@ -249,7 +249,7 @@ pub async fn zone_explain(
 
 /// The zone of a zone view's path, for the operator only: 404 for a zone this service does not
 /// route (naming those it does).
-fn known_zone(
+pub(crate) fn known_zone(
     state: &AppState,
     headers: &HeaderMap,
     zone: Result<Path<String>, PathRejection>,
@@ -263,7 +263,8 @@ fn known_zone(
     Err(problem(ProblemKind::NotFound, format!("no zone `{zone}`; this control service routes {}", known.join(", "))))
 }
 
-fn forward(answer: Result<crate::upstream::Answer, crate::upstream::UpstreamError>) -> Response {
+/// The allocator's answer passed on as it came, or the upstream failure as a problem.
+pub(crate) fn forward(answer: Result<crate::upstream::Answer, crate::upstream::UpstreamError>) -> Response {
     match answer {
         Ok(answer) => pass_through(answer),
         Err(error) => upstream_failure(error),
