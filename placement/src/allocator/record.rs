@@ -2,9 +2,8 @@
 //! retried elsewhere, or moved it, and reports the outcome after the fact. The record follows the
 //! cloud: a VM not placed is placed there, one placed elsewhere moves there (a migration started
 //! and completed at once, so that no exit is recorded), one already there stays, or takes its new
-//! demand when the cloud resized it (no exit either). Whatever the
-//! host's state: the cloud has put it there. Its capacity is still checked, so that nothing is
-//! ever over-committed.
+//! demand when the cloud resized it (no exit either). Whatever the host's state: the cloud has put
+//! it there. Its capacity is still checked, so that nothing is ever over-committed.
 
 use super::Allocator;
 use crate::host_state::Moved;
@@ -29,7 +28,9 @@ pub enum Recorded {
 
 impl Allocator {
     /// Records that `vm` is on `host` (see the module's doc); changes nothing on error (an unknown
-    /// host, a VM that does not fit there, an id reused with other facts).
+    /// host, a VM that does not fit there). A demand or type other than the placed VM's is a
+    /// resize, except while a drain or consolidation moves the VM (its demand is booked on two
+    /// hosts): then the VM keeps its demand.
     pub fn record_at(&mut self, vm: &VmRequest, host: &HostId, now_s: f64) -> Result<Recorded, StateError> {
         self.advance_clock(now_s);
         let target = self.state.host_index(host).ok_or_else(|| StateError::UnknownHostId(host.clone()))?;
