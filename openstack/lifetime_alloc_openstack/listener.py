@@ -143,9 +143,8 @@ class NotificationEndpoint(object):
                 outcome = 'recorded'
             else:
                 mapping.check_id(vm_id, 'the instance uuid')
-                ended = mapping.parse_time(data.get('terminated_at')) if self.send_times else None
-                if event_type != 'instance.delete.end':
-                    ended = None
+                ended = (mapping.ended_at(data, self.send_times)
+                         if event_type == 'instance.delete.end' else None)
                 gone = self.client.release(vm_id, ended)
                 LOG.info('lifetime_alloc: %s: %s released%s', event_type, vm_id,
                          '' if gone else ' (it was not placed)')

@@ -294,7 +294,7 @@ def request_from_payload(data, zone, max_features=MAX_FEATURES, send_times=True)
     """The VM request of an instance notification's payload (``InstanceCreatePayload``,
     ``InstanceActionPayload``): project -> tenant, flavor -> type and demand, server metadata ->
     ``meta.<key>`` features (a ``lifetime`` key, like the hint, -> ``lifetime``; a
-    ``requested_at_s`` key -> the request time); ``launched_at`` as the request time when
+    ``requested_at_s`` key -> the request time; ``ended_at_s`` is :func:`ended_at`'s); ``launched_at`` as the request time when
     ``send_times`` and no ``requested_at_s`` is given."""
     vm_id = check_id(data.get('uuid'), 'the instance uuid')
     project = data.get('tenant_id')
@@ -310,7 +310,7 @@ def request_from_payload(data, zone, max_features=MAX_FEATURES, send_times=True)
     features = Features(max_features)
     facts = request_facts(features, metadata)
     for key in sorted(metadata):
-        if key in ('lifetime', 'requested_at_s', 'priority'):
+        if key in ('lifetime', 'requested_at_s', 'ended_at_s', 'priority'):
             continue
         features.add('meta.' + key, metadata[key])
     request = {'vm_id': vm_id, 'tenant_id': tenant, 'vm_type': vm_type, 'demand': demand,
@@ -323,6 +323,16 @@ def request_from_payload(data, zone, max_features=MAX_FEATURES, send_times=True)
     if features.values:
         request['features'] = features.values
     return request
+
+
+def ended_at(data, send_times=True):
+    """When a deleted instance's payload says it ended: its ``ended_at_s`` metadata key (a number
+    on the allocator's request clock, as ``requested_at_s``: what a trace replay sets before the
+    delete), else ``terminated_at`` when ``send_times``; None (the service's clock) otherwise."""
+    at = _number((data.get('metadata') or {}).get('ended_at_s'))
+    if at is not None and at >= 0:
+        return at
+    return parse_time(data.get('terminated_at')) if send_times else None
 
 
 def capacity_from_inventory(inventories):

@@ -207,6 +207,10 @@ struct RunArgs {
     /// pr:PRECISION,RECALL (paper 003 B.6, on the long class).
     #[arg(long)]
     prediction: Option<String>,
+    /// The model's tenant history starts from the bundle's feature store (its training period's
+    /// tenants), as the inference server's does, instead of empty.
+    #[arg(long)]
+    bundle_history: bool,
     /// Share of VMs whose prediction is replaced by the short-lived fallback, in [0, 1].
     #[arg(long)]
     fallback_fraction: Option<f64>,
@@ -590,6 +594,9 @@ fn apply_flags(mut config: SimConfig, args: &RunArgs) -> Result<SimConfig> {
     }
     if let Some(p) = &args.prediction {
         config.prediction.source = parse_prediction(p)?;
+    }
+    if args.bundle_history {
+        config.prediction.bundle_history = true;
     }
     if let Some(f) = args.fallback_fraction {
         if !(0.0..=1.0).contains(&f) {

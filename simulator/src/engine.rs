@@ -343,7 +343,7 @@ pub fn run(
                     }
                 };
                 if let Some(list) = &mut placements {
-                    list.push(VmPlacement { vm_id: vm.request.vm_id.0.clone(), host_id: placed });
+                    list.push(VmPlacement::new(&vm.request.vm_id.0, placed, predictions.per_vm[index].as_ref()));
                 }
             }
             Kind::Sample => {

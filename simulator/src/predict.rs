@@ -21,7 +21,9 @@
 //!   capped to [1 s, 14 days].
 //! - **model**: the trained bundle in process, with an online tenant history so that each prediction
 //!   sees only the trace's past (the trainer's replay, `lifetime_model::dataset`): before a VM's
-//!   row is encoded, every VM of the trace that ended by its start is recorded. The interval class
+//!   row is encoded, every VM of the trace that ended by its start is recorded. The history starts
+//!   empty, or with `bundle_history` from the bundle's feature store, as the inference server's
+//!   live history does (for a trace that follows the bundle's training period). The interval class
 //!   is predicted for LA-multiclass only (it is the costly model). The bundle's remaining-lifetime
 //!   model also repredicts for NILAS and LAVA ([`Predictions::repredictor`]); with the other
 //!   sources the allocator repredicts "initial prediction minus age" by itself.
@@ -222,6 +224,11 @@ pub struct PredictionConfig {
     pub source: PredictionSourceConfig,
     /// Share of VMs, drawn at random, whose prediction is replaced by the short-lived fallback.
     pub fallback_fraction: f64,
+    /// With the model: the tenants' history starts from the bundle's feature store (as the
+    /// inference server's live history does) rather than empty, so that a replay of what followed
+    /// the training period predicts as the services did (the OpenStack plug-in's parity check).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub bundle_history: bool,
     /// The fallback's source (a fallback one: `fallback_timeout`, `fallback_error`,
     /// `fallback_unavailable` or `safeguard`).
     pub fallback_source: PredictionSource,
@@ -232,6 +239,7 @@ impl Default for PredictionConfig {
         PredictionConfig {
             source: PredictionSourceConfig::Oracle,
             fallback_fraction: 0.0,
+            bundle_history: false,
             fallback_source: PredictionSource::FallbackTimeout,
         }
     }
@@ -410,14 +418,14 @@ pub fn predict(
                 }
             }
             model_version = Some(model.version().to_owned());
-            let predictions = model_predictions(workload, &model, with_interval);
+            let predictions = model_predictions(workload, &model, with_interval, config.bundle_history);
             repredictor = Some(Arc::new(BundleRepredictor(model)));
             predictions
         }
         PredictionSourceConfig::Hybrid { bundle, reading, class, exit, reprediction } => {
             let model = load_model(bundle, *reading)?;
             model_version = Some(model.version().to_owned());
-            let from_model = model_predictions(workload, &model, false);
+            let from_model = model_predictions(workload, &model, false, config.bundle_history);
             repredictor = Some(match reprediction {
                 PredictionPart::Model => Arc::new(BundleRepredictor(model)),
                 PredictionPart::Oracle => Arc::new(OracleRepredictor::new(workload, &lifetimes)),
@@ -571,6 +579,7 @@ fn model_predictions(
     workload: &Workload,
     model: &LifetimeModel,
     with_interval: bool,
+    bundle_history: bool,
 ) -> Vec<Option<LifetimePrediction>> {
     let schema = model.schema();
     let (window_s, long_threshold_s) = (schema.history_window_s, schema.long_threshold_s);
@@ -586,7 +595,8 @@ fn model_predictions(
         workload.vms.iter().enumerate().filter_map(|(i, vm)| vm.end_s.map(|end| (end, i))).collect();
     ends.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut next_end = 0;
-    let mut histories = FeatureStore::empty(f64::NEG_INFINITY);
+    let mut histories =
+        if bundle_history { model.feature_store().clone() } else { FeatureStore::empty(f64::NEG_INFINITY) };
     let mut row = Vec::with_capacity(schema.len());
     let mut curves = CurveCache::default();
     let mut out = Vec::with_capacity(workload.vms.len());

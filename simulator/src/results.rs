@@ -6,6 +6,7 @@ use crate::metrics::{InstantMetrics, MetricsSummary};
 use crate::predict::PredictionReport;
 use crate::workload::{PeakDemand, SizedInventory, Workload};
 use domain::quality::QualityFigures;
+use domain::LifetimePrediction;
 use placement::consolidation::ConsolidationCounters;
 use placement::AllocatorStats;
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,23 @@ pub struct VmPlacement {
     pub vm_id: String,
     /// `None`: rejected.
     pub host_id: Option<String>,
+    /// The prediction it was placed with (P(long), the lifetime read at request time), to compare
+    /// a run's predictions with another's (the OpenStack plug-in's parity check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_long: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_lifetime_s: Option<f64>,
+}
+
+impl VmPlacement {
+    pub fn new(vm_id: &str, host_id: Option<String>, prediction: Option<&LifetimePrediction>) -> Self {
+        VmPlacement {
+            vm_id: vm_id.to_owned(),
+            host_id,
+            p_long: prediction.map(|p| p.p_long),
+            expected_lifetime_s: prediction.and_then(|p| p.expected_lifetime_s),
+        }
+    }
 }
 
 /// The realized quality of the predictions a run placed its VMs with, resolved by the allocator's

@@ -326,6 +326,10 @@ class Replay(base.NovaTestBase):
                 if server is None:  # a server Nova could not place
                     continue
                 begun = time.monotonic()
+                # The exit on the trace's clock, as the boot's requested_at_s hint dates the
+                # arrival: the listener passes it on, so that the tenants' history the model
+                # reads has the trace's lifetimes.
+                self.admin_api.post_server_metadata(server['id'], {'ended_at_s': '%.3f' % at})
                 self.delete(server)
                 wall_delete += time.monotonic() - begun
                 host, vcpus, ram = ledger.pop(server['id'])
@@ -458,7 +462,8 @@ def simulate_parity(result, args, workdir, exits='trace'):
                 shutil.copytree(bundle, copy)
                 empty_history(copy)
             bundle = copy
-        flags += ['--prediction', 'model:' + bundle]
+        # The tenants' history from the bundle's feature store, as the inference server starts.
+        flags += ['--prediction', 'model:' + bundle, '--bundle-history']
     # The whole configuration, with what no flag sets (the exit floor) as the allocator has it.
     config = subprocess.run([simulate, 'run', '--print-config'] + flags, check=True,
                             capture_output=True, text=True).stdout

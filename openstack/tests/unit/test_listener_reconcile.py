@@ -49,6 +49,19 @@ class ListenerTest(unittest.TestCase):
         self.assertEqual(self.control.calls[-1][0], 'release')
         self.assertIsNotNone(self.control.calls[-1][2])  # ended_at_s = terminated_at
 
+    def test_a_replay_dates_the_exit_by_the_servers_ended_at_s_metadata(self):
+        self.endpoint.send_times = False
+        self.send('instance.create.end', 'vm-1', metadata={'requested_at_s': '864020.5'})
+        self.assertEqual(self.control.vms['vm-1']['request']['requested_at_s'], 864020.5)
+        self.send('instance.delete.end', 'vm-1', second=5,
+                  metadata={'requested_at_s': '864020.5', 'ended_at_s': '864306.537'})
+        self.assertEqual(self.control.calls[-1][0], 'release')
+        self.assertEqual(self.control.calls[-1][2], 864306.537)
+        # Without the key and without event times, the control service dates the exit.
+        self.send('instance.create.end', 'vm-2')
+        self.send('instance.delete.end', 'vm-2', second=6)
+        self.assertIsNone(self.control.calls[-1][2])
+
     def test_duplicates_change_nothing(self):
         for _ in range(3):
             self.send('instance.create.end', 'vm-1')

@@ -492,7 +492,8 @@ pub fn run_agents(
             .vms
             .iter()
             .zip(hosts)
-            .map(|(vm, host_id)| VmPlacement { vm_id: vm.request.vm_id.0.clone(), host_id })
+            .zip(&run.per_vm)
+            .map(|((vm, host_id), prediction)| VmPlacement::new(&vm.request.vm_id.0, host_id, prediction.as_ref()))
             .collect()
     });
     Ok(AgentsResult {
