@@ -32,7 +32,7 @@
 # Every compose call goes through "${compose[@]}", which carries `-p "$project"`. Its host ports are
 # the stack's plus $COMPOSE_SMOKE_PORT_OFFSET (default 10000: 18080, 18081, 18082, 18083, 19090,
 # 13000), through the compose files' LAVA_*_PORT variables. It refuses to start while its own
-# project has containers or volumes. e2e/tests/compose_smoke.rs runs it against a stand-in `docker`.
+# project has containers or volumes. e2e/tests/it/compose_smoke.rs runs it against a stand-in `docker`.
 # Needs a Docker engine and Compose v2 (`docker compose`); on a machine without an image registry,
 # run scripts/offline-images.sh first. NOT IN CI: the image build takes minutes (17 cold, under 3
 # with BuildKit's cache warm) and CI has no Docker engine.
@@ -55,7 +55,7 @@ docker compose version >/dev/null 2>&1 || die "'docker compose' (Compose v2) not
 docker info >/dev/null 2>&1 || die "'docker info' fails: is the Docker engine running?"
 
 root=$PWD
-# COMPOSE_SMOKE_WORK: another directory for the copy and the results (e2e/tests/compose_smoke.rs).
+# COMPOSE_SMOKE_WORK: another directory for the copy and the results (e2e/tests/it/compose_smoke.rs).
 work=${COMPOSE_SMOKE_WORK:-$root/target/compose-smoke}
 src=$work/src
 
@@ -170,7 +170,7 @@ done
 
 # --- 3. the canary ----------------------------------------------------------------------------
 # A bundle trained on the host from another seed than the default bundle (after the stack's checks:
-# the stand-in `docker` of e2e/tests/compose_smoke.rs never gets this far).
+# the stand-in `docker` of e2e/tests/it/compose_smoke.rs never gets this far).
 if [ ! -x "$root/target/release/lifetime-train" ] || [ ! -x "$root/target/release/vmtrace" ]; then
     say "building vmtrace and lifetime-train"
     (cd "$root" && cargo build --release -p traces -p lifetime-train --bins)

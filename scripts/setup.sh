@@ -2,10 +2,10 @@
 # Installs the build prerequisites that are missing, and nothing that is present:
 #   CMake >= 3.28 (lightgbm3 builds LightGBM from source), libclang + a C++ compiler
 #   (bindgen / LightGBM), the rustfmt + clippy components (CI lints), and schemathesis (the API
-#   fuzzer of control-service/tests/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store),
-#   Patroni and etcd (the store's automatic failover: allocator/tests/patroni_failover.rs),
+#   fuzzer of control-service/tests/it/api_fuzz.rs), PostgreSQL (the allocator's multi-agent store),
+#   Patroni and etcd (the store's automatic failover: allocator/tests/it/patroni_failover.rs),
 #   Debian's Chromium and ChromeDriver (the dashboard's browser test,
-#   control-service/tests/dashboard.rs), and the Python packages the Python package's tests need
+#   control-service/tests/it/dashboard.rs), and the Python packages the Python package's tests need
 #   (maturin, pandas, pyarrow, pytest, nbclient, ...; scripts/test-python.sh), and OpenStack Nova
 #   34 with Placement 16 in a venv of their own for the Nova plug-in's tests (scripts/openstack-env.sh).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
@@ -113,7 +113,7 @@ else
     rustup component add rustfmt clippy || die "'rustup component add rustfmt clippy' failed"
 fi
 
-# --- 5. schemathesis (the API fuzzer of control-service/tests/api_fuzz.rs) --------------------
+# --- 5. schemathesis (the API fuzzer of control-service/tests/it/api_fuzz.rs) --------------------
 # Pinned: its CLI changed a lot between 3.x and 4.x. Like cmake, it must be reachable from a plain
 # PATH without pyenv shims, so the real entry point is linked into /usr/local/bin.
 SCHEMATHESIS_VERSION=4.32.5
@@ -157,7 +157,7 @@ command -v runuser >/dev/null || [ "$(id -u)" -ne 0 ] || apt_install util-linux
 
 # --- 6b. Patroni and etcd (the zone's PostgreSQL with automatic failover, issue 44) ---------------
 # Debian's packages: patroni (3.0.2 on bookworm; its etcd3 client is its own, over etcd's v3 JSON
-# gateway) and etcd-server (3.4). The failover tests (allocator/tests/patroni_failover.rs) and
+# gateway) and etcd-server (3.4). The failover tests (allocator/tests/it/patroni_failover.rs) and
 # `scripts/stack.sh up --agents N --patroni` start their own etcd and Patroni nodes, so the
 # packages' services are disabled: an etcd on the default ports would only be in the way.
 # (In containers without systemd, policy-rc.d already keeps them from starting.)
@@ -178,7 +178,7 @@ fi
 command -v setpriv >/dev/null || [ "$(id -u)" -ne 0 ] || apt_install util-linux
 
 # --- 7. Chromium and ChromeDriver (the dashboard's browser test) ----------------------------
-# control-service/tests/dashboard.rs drives the dashboard in headless Chromium over WebDriver.
+# control-service/tests/it/dashboard.rs drives the dashboard in headless Chromium over WebDriver.
 # Debian's packages, never a test tool's own browser download (the network is closed to those);
 # the test finds chromium and chromedriver on PATH (or at $CHROMIUM and $CHROMEDRIVER).
 if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then

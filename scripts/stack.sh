@@ -45,7 +45,7 @@
 # etcd.pid, patroni-pg1.pid, patroni-pg2.pid.
 # The addresses come from the `listen` line of configs/<service>.toml, so this script and the configs
 # cannot disagree; docker-compose.yml runs the same topology in containers and
-# e2e/tests/compose.rs keeps it consistent with the same configs (docs/operations.md).
+# e2e/tests/it/compose.rs keeps it consistent with the same configs (docs/operations.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/tests, the example notebook included), as e2e/tests/python.rs
-# runs them from `cargo test --release --workspace`:
+# runs them from the README's test command (scripts/test.sh) and `cargo test --release --workspace`:
 #   1. builds the wheel with maturin from this workspace, in its release profile and target
 #      directory ($CARGO_TARGET_DIR, default target/), so it reuses the workspace's build;
 #   2. installs it into a throwaway venv that sees the interpreter's own packages (pandas, pyarrow,

@@ -1,7 +1,7 @@
 //! The Python package (`python/`, issue 33): its wheel built from this workspace's release build and
 //! its tests (pytest, the example notebook included) run in a throwaway venv, by
-//! `scripts/test-python.sh`. Here so that the README's test command, `cargo test --release
-//! --workspace`, runs them; a missing tool (maturin, pandas, pytest, ...) fails naming
+//! `scripts/test-python.sh`. Here so that the README's test command (`scripts/test.sh`) and `cargo
+//! test --release --workspace` run them; a missing tool (maturin, pandas, pytest, ...) fails naming
 //! `scripts/setup.sh`, which installs them.
 
 use std::path::PathBuf;

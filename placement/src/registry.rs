@@ -2,7 +2,7 @@
 //! the validators of a policy that lists none and the rule `prefer_non_empty = false` drops.
 //! [`Registry::standard`] is the one place that names the built-in rules and the six published
 //! policies; the framework files (`rules/mod.rs`, `policy`, `host_state`, `select`, `allocator`)
-//! name none (`e2e/tests/architecture.rs` checks it).
+//! name none (`e2e/tests/it/architecture.rs` checks it).
 //!
 //! The presets:
 //!

@@ -11,7 +11,7 @@
 //! entries in the allocator's TOML ([`crate::policy`]). This module is the framework and names no
 //! rule; each built-in rule is a file of its own beside it (the type, its [`PreferenceRule`] or
 //! [`ValidatorRule`] impl, its parameters, its [`RegisteredRule`] impl and its tests; checked by
-//! `e2e/tests/architecture.rs`). Adding one is that file, its `mod` and `pub use` lines here and its
+//! `e2e/tests/it/architecture.rs`). Adding one is that file, its `mod` and `pub use` lines here and its
 //! line in [`crate::registry::Registry::standard`]; outside the crate, the file and a line in an
 //! embedder's own registry. `prefer_hardware.rs` is the worked example. The engine does not change.
 

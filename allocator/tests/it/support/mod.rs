@@ -52,7 +52,7 @@ fn spawn_with(config: &Path) -> std::process::Child {
     with_config(&mut Command::new(env!("CARGO_BIN_EXE_allocator")), config)
         .env_remove("ALLOCATOR_ADMIN_TOKEN")
         // These tests run the allocator in open mode unless their config sets a service token
-        // (the credential itself is tested with the whole stack, control-service/tests/credentials.rs).
+        // (the credential itself is tested with the whole stack, control-service/tests/it/credentials.rs).
         .env_remove("ALLOCATOR_SERVICE_TOKEN")
         .env_remove("ALLOCATOR_SERVICE_TOKEN_FILE")
         .env_remove("ALLOCATOR_PREVIOUS_SERVICE_TOKEN")

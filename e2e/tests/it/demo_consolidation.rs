@@ -6,7 +6,7 @@
 //! allocator's `GET /v1/consolidation` and `/metrics`, and the operator's console route of the
 //! control service.
 
-mod support;
+use crate::support;
 
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};

@@ -1,8 +1,8 @@
 //! HA as operators run it (issue 44): the zone's PostgreSQL under Patroni with etcd (Debian's
 //! packages), a synchronous standby and automatic failover, every process in a host of its own on
-//! a network lab (`tests/support/patroni.rs`: etcd, `pg1`, `pg2`, three `allocator` agents, the
+//! a network lab (`tests/it/support/patroni.rs`: etcd, `pg1`, `pg2`, three `allocator` agents, the
 //! clients), faults across real links. Six clients send allocations and releases to random agents
-//! (`tests/support/faults.rs`), each operation left in doubt sent again until answered. After every
+//! (`tests/it/support/faults.rs`), each operation left in doubt sent again until answered. After every
 //! cycle the clients pause and the database itself (the primary of the moment) is checked against
 //! what was acknowledged: every acknowledged placement there on its host unless acknowledged
 //! released, no acknowledged release undone, nothing stored that was never acknowledged, no host
@@ -36,17 +36,19 @@
 //!   killed, the standby promoted: the same checker must report lost acknowledged placements.
 //!
 //! `PATRONI_CYCLES=20` for the runs by hand (docs/benchmarks.md); 3 failovers (2 agent cuts) by
-//! default. The tests run one at a time (a lock): each is a whole zone, and failover times measured
-//! beside another zone would be that zone's contention. They need root (network namespaces), and
-//! skip with a banner without it unless `NETLAB_REQUIRE=1`.
+//! default. Each test is a whole zone in a lab of its own; up to `PATRONI_ZONES` (default 3) run at
+//! once, as many as libtest's threads allow (`scripts/test.sh` gives this binary three). Failover
+//! times measured beside another zone include that zone's contention: `PATRONI_ZONES=1` for the
+//! figures of docs/benchmarks.md. They need root (network namespaces), and skip with a banner
+//! without it unless `NETLAB_REQUIRE=1`.
 
-mod support;
+use crate::support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use support::faults::{check_store, spread, until_serving_since, Ledger, Load, Losses, AGENTS, CLIENTS};
 use support::patroni::{agent_host, Zone, CLIENT, NODES};
@@ -74,10 +76,34 @@ const AGENT_CUT: Duration = Duration::from_secs(16);
 /// Patroni's ttl in the shipped config: after it, a member that cannot reach etcd is gone from it.
 const TTL: Duration = Duration::from_secs(10);
 
-static SERIAL: Mutex<()> = Mutex::new(());
+/// Zones running at once, and their limit's wake-ups.
+static ZONES: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
 
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// A test's right to run a zone, given back when dropped.
+struct ZoneSlot;
+
+/// Waits for a free slot: at most `PATRONI_ZONES` zones at once (default 3; 1 for failover times
+/// measured with no other zone beside). The tests wait on Patroni's TTL and loop and on TCP
+/// timeouts far more than they compute, so zones side by side shorten the run; the checker's
+/// verdicts do not depend on timing, and the failover bound ([`FAILS_PAST`]) is twice the target.
+/// libtest runs as many tests at once as `--test-threads` (default: the cores).
+fn zone_slot() -> ZoneSlot {
+    let limit = std::env::var("PATRONI_ZONES").ok().and_then(|v| v.parse().ok()).unwrap_or(3usize).max(1);
+    let (count, freed) = &ZONES;
+    let mut running = count.lock().unwrap_or_else(|e| e.into_inner());
+    while *running >= limit {
+        running = freed.wait(running).unwrap_or_else(|e| e.into_inner());
+    }
+    *running += 1;
+    ZoneSlot
+}
+
+impl Drop for ZoneSlot {
+    fn drop(&mut self) {
+        let (count, freed) = &ZONES;
+        *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
 }
 
 fn cycles(default: usize) -> usize {
@@ -280,7 +306,7 @@ fn report_failovers(fault: Fault, cycles: usize, run: &FailoverRun) {
 /// One failover test: `fault` repeated `default_cycles` times (`PATRONI_CYCLES` overrides) on a
 /// zone of its own, then reported and judged.
 fn failover_test(test: &str, fault: Fault, default_cycles: usize, seed: u64) {
-    let _serial = serial();
+    let _slot = zone_slot();
     let Some(zone) = zone(test) else { return };
     let cycles = cycles(default_cycles);
     let run = in_client(&zone, move |zone| failover_cycles(zone, fault, cycles, seed));
@@ -376,7 +402,7 @@ async fn agent_cut_cycles(zone: Arc<Zone>, cycles: usize, seed: u64) -> AgentCut
 
 #[test]
 fn an_agent_cut_from_the_database_answers_503_and_catches_up() {
-    let _serial = serial();
+    let _slot = zone_slot();
     let Some(zone) = zone("an_agent_cut_from_the_database_answers_503_and_catches_up") else { return };
     let cycles = cycles(2);
     let run = in_client(&zone, move |zone| agent_cut_cycles(zone, cycles, 46));
@@ -508,7 +534,7 @@ async fn standby_cut_then_primary_killed_in(zone: Arc<Zone>, strict: bool, ledge
 
 #[test]
 fn standby_cut_then_primary_killed() {
-    let _serial = serial();
+    let _slot = zone_slot();
     let Some(zone) = zone("standby_cut_then_primary_killed") else { return };
     let mut ledger = Ledger::default();
     for strict in [false, true] {
@@ -613,7 +639,7 @@ async fn weakened(zone: Arc<Zone>) -> Losses {
 /// them, the same checker reports lost acknowledged placements.
 #[test]
 fn a_weakened_setting_is_caught() {
-    let _serial = serial();
+    let _slot = zone_slot();
     let Some(zone) = zone("a_weakened_setting_is_caught") else { return };
     let losses = in_client(&zone, weakened);
     println!(

@@ -2,7 +2,7 @@
 //! model's clock (request and exit times, not the allocator's), per model version, and the VMs
 //! awaiting theirs survive a restart.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{send, start, vm};

@@ -24,7 +24,7 @@ const SMOKE: &str = "lifetime-aware-allocation-smoke";
 const STACK_PORTS: [u16; 6] = [8080, 8081, 8082, 8083, 9090, 3000];
 
 const FAKE_DOCKER: &str = r#"#!/usr/bin/env bash
-# A stand-in for `docker` (e2e/tests/compose_smoke.rs): the engine's state in $FAKE_DOCKER_STATE,
+# A stand-in for `docker` (e2e/tests/it/compose_smoke.rs): the engine's state in $FAKE_DOCKER_STATE,
 # every call logged to $FAKE_DOCKER_STATE/log.
 set -euo pipefail
 state=$FAKE_DOCKER_STATE

@@ -11,7 +11,7 @@
 //! The fingerprints (`tests/data/decision-parity.txt`): per run, the SHA-256 of every VM's host in
 //! order, the placed and rejected counts, and the time-averaged packing density and empty hosts.
 //! After a change that is *meant* to change decisions, rewrite them with
-//! `DECISION_PARITY_UPDATE=1 cargo test --release -p simulator --test decision_parity` and say why
+//! `DECISION_PARITY_UPDATE=1 cargo test --release -p simulator --test it decision_parity::` and say why
 //! in the commit.
 
 use placement::{PolicyConfig, Registry, TieBreak};

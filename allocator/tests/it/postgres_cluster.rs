@@ -2,8 +2,6 @@
 //! installs PostgreSQL, and a test starts a cluster of its own on a free loopback port, uses it
 //! and removes it, also when it runs as root (the cluster then belongs to `postgres`).
 
-mod support;
-
 use test_support::postgres::Postgres;
 
 #[test]

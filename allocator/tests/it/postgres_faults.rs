@@ -27,7 +27,7 @@
 //! The clients, their ledger and the final check are in `support/faults.rs`, shared with the
 //! failover test (`postgres_failover.rs`).
 
-mod support;
+use crate::support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

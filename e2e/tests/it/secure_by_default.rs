@@ -3,7 +3,7 @@
 //! names the fix and changes nothing; it serves there once a credential closes the routes, or
 //! when `--insecure-open` says so explicitly.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! pause, off, bad settings), `/metrics`, and a SIGKILL in the middle of it losing no placement and
 //! no migration.
 
-mod support;
+use crate::support;
 
 use placement::Registry;
 use rand::{Rng, SeedableRng};

@@ -5,10 +5,8 @@
 //! the same host (the second answer is the first one replayed).
 //!
 //! The fast run is a normal test; the long one is ignored, to run on demand:
-//! `cargo test --release -p allocator --test postgres_retries -- --ignored --nocapture`
+//! `cargo test --release -p allocator --test it postgres_retries:: -- --ignored --nocapture`
 //! (`RETRY_PAIRS=N` changes its 10,000 pairs).
-
-mod support;
 
 use allocator::config::Clock;
 use allocator::durable::{Allocate, CommandError, DurableAllocator, GetAllocation, Release};

@@ -3,7 +3,7 @@
 //! that the zone grid shows the hosts the allocator reports, that a placement appears and that a
 //! click on its host explains it, and saves a screenshot (`$CARGO_TARGET_TMPDIR/dashboard.png`, and
 //! `$DASHBOARD_SCREENSHOT` when set: `DASHBOARD_SCREENSHOT=$PWD/docs/images/dashboard.png cargo test
-//! --release -p control-service --test dashboard` refreshes the README's); then, with the allocator
+//! --release -p control-service --test it dashboard::` refreshes the README's); then, with the allocator
 //! gone, that the page goes on updating with the zone's last grid marked stale. The other measures the
 //! dashboard with 10,000 hosts in the zone: the time to the first render and the cost of an update.
 //!

@@ -10,7 +10,7 @@
 //! - `reopened_durable_allocator_equals_the_state_before`: the library alone; after reopening, the
 //!   hosts, VMs and next decisions equal those of an allocator that never stopped.
 
-mod support;
+use crate::support;
 
 use allocator::durable::{job, Allocate, Answer, DurableAllocator, Job, Release, SetHostState};
 use domain::{
@@ -296,7 +296,7 @@ async fn acknowledged_state_survives_sigkill() {
 }
 
 /// The long run: `CRASH_CYCLES` (default 100) kill-and-restart cycles with four concurrent clients,
-/// each checked for every acknowledged operation. `cargo test --release -p allocator --test crash
+/// each checked for every acknowledged operation. `cargo test --release -p allocator --test it crash::
 /// -- --ignored --nocapture` (docs/allocator.md records the last run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "about 100 restarts of the real binary: run on demand"]

@@ -27,7 +27,7 @@
 //! - `many_failovers` / `many_asynchronous_failovers` (ignored; `FAILOVER_CYCLES`, default 20): the
 //!   long runs of `docs/allocator.md`.
 
-mod support;
+use crate::support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -17,7 +17,7 @@
 //! Docker is not needed. The last part of each test breaks its inputs on purpose and checks that
 //! the checks notice.
 
-mod support;
+use crate::support;
 
 use serde_json::Value as Json;
 use serde_yaml_ng::Value as Yaml;

@@ -7,7 +7,7 @@
 //! `scripts/retrain.sh` trains a bundle on that export and offers it as a canary, and the new
 //! bundle serves: `GET /v1/models` lists it as the canary and later VMs are predicted by it.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

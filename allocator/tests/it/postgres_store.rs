@@ -3,8 +3,6 @@
 //! rebuilds the same allocator), it refuses over-commits and second placements by itself, bad
 //! settings are start-up errors that name the setting, and an outage is survived.
 
-mod support;
-
 use allocator::durable::{
     job, Allocate, CommandError, CompleteMigration, DrainStatus, DurableAllocator, GetAllocation, GetHost, Release,
     SetHostState, StartDrain, Stats,

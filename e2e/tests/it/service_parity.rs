@@ -27,8 +27,6 @@
 //! The binary must be built beside this test's (`cargo build --release --workspace`, or `cargo
 //! test --release --workspace`, which builds it first).
 
-mod support;
-
 use domain::{AllocationRequest, Priority};
 use placement::consolidation::{ChooserKind, ConsolidationConfig};
 use placement::{Policy, PolicyConfig, Registry, TieBreak};

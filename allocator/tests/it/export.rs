@@ -8,7 +8,7 @@
 //! - `GET /v1/export` over HTTP: admin only, problems naming the field, a CSV the trace reader
 //!   reads back, with its row count in `x-export-rows`.
 
-mod support;
+use crate::support;
 
 use allocator::durable::{job, Allocate, Answer, DurableAllocator, Job, Release};
 use allocator::store::{

@@ -19,7 +19,7 @@
 //! - `many_duplicate_sends_get_one_answer` (ignored; `DUPLICATE_PAIRS` per store, default 10,000,
 //!   and `DUPLICATE_KILLS`, default 12): both stores, the long run of the closing note.
 
-mod support;
+use crate::support;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

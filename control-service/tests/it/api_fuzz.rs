@@ -7,7 +7,7 @@
 //! found and released through the links the documents imply. A failure here is a bug in a document
 //! or in a handler.
 //!
-//! Run: `cargo test --release -p control-service --test api_fuzz -- --nocapture` (about 30 s on
+//! Run: `cargo test --release -p control-service --test it api_fuzz:: -- --nocapture` (about 30 s on
 //! two cores). `SCHEMATHESIS=/path/to/schemathesis` picks the CLI; the default is `schemathesis` on
 //! `PATH`.
 

@@ -1,7 +1,7 @@
 //! End-to-end tests of the real `allocator` binary on loopback: placement, validation, idempotent
 //! retries, releases, admin auth, drained hosts, explain, stats, metrics and the OpenAPI document.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{hosts, send, start, vm, TOKEN};
