@@ -22,9 +22,11 @@ server must land on the host the allocator chose.
 With ``--parity``, the simulator (``target/release/simulate``) replays each plug-in run's sequence
 (arrival and exit times, demands as Nova asked Placement for them, the trace's tenants and types)
 on the same inventory, with the same policy, tie-breaking and seed, and its placements are compared
-VM by VM with Nova's. Two more rows, not packing rows, serve that check
-(``--rows nilas-survival-fresh,nilas-survival-model``): the recommended policy with the bundle's
-tenant history emptied, and also without the control service's prediction cache and safeguard.
+VM by VM with Nova's, and so are the predictions the VMs were placed with (the simulator's model
+source starting from the bundle's tenant history, as the inference server does). The exits reach
+the tenants' history on the trace's clock: before each delete the server's metadata gets
+``ended_at_s``, which the listener passes on (as the boot's ``requested_at_s`` hint dates the
+arrival).
 
 Run from ``openstack/`` (``docs/openstack.md``, "Packing through Nova")::
 
@@ -75,25 +77,7 @@ ROWS = collections.OrderedDict([
                             stacking=False, policy=RECOMMENDED,
                             simulate=['--policy', 'nilas', '--buckets', 'exact',
                                       '--long-threshold-s', '7200'])),
-    # Not a packing row: the recommended policy with the bundle's tenant history emptied (its
-    # feature_store.json, days 0 to 9.2 of the trace), so that the service's predictions see only
-    # the replayed sequence, as the simulator's model source does (the parity check).
-    ('nilas-survival-fresh', dict(label='the plug-in, recommended, the bundle\'s tenant history '
-                                  'emptied (parity check)', weigher=True, stacking=False,
-                                  policy=RECOMMENDED, fresh_history=True,
-                                  simulate=['--policy', 'nilas', '--buckets', 'exact',
-                                            '--long-threshold-s', '7200'])),
-    # The same, the control service's prediction cache and long-lived-share safeguard off too: its
-    # every prediction is then the model's on the replayed sequence's history (the parity check).
-    ('nilas-survival-model', dict(label='the plug-in, recommended, the bundle\'s tenant history '
-                                  'emptied, no prediction cache, no safeguard (parity check)',
-                                  weigher=True, stacking=False, policy=RECOMMENDED,
-                                  fresh_history=True,
-                                  control_extra='[cache]\nmax_entries = 0\n[safeguard]\nenabled = false\n',
-                                  simulate=['--policy', 'nilas', '--buckets', 'exact',
-                                            '--long-threshold-s', '7200'])),
 ])
-PACKING_ROWS = ('spread', 'stack', 'pbfr', 'nilas-survival')
 SHORT = {'spread': 'Nova, spreading', 'stack': 'Nova, stacking', 'pbfr': 'plug-in, PBFR',
          'nilas-survival': 'plug-in, nilas-survival'}
 CORES, MEMORY_MB = stack_mod.FAKE_NODE['cores'], int(stack_mod.FAKE_NODE['memory_gib'] * 1024)
@@ -189,24 +173,6 @@ class Packing(object):
                 for k in ('density_cores', 'density_memory', 'empty_hosts')}
 
 
-def empty_history(bundle):
-    """Empties a bundle copy's tenant history (``feature_store.json``) and reseals its manifest."""
-    import hashlib
-    path = os.path.join(bundle, 'feature_store.json')
-    with open(path) as f:
-        store = json.load(f)
-    with open(path, 'w') as f:
-        json.dump({'as_of_s': store['as_of_s'], 'tenants': {}}, f)
-    with open(path, 'rb') as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    manifest_path = os.path.join(bundle, 'manifest.json')
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    manifest['checksums']['feature_store.json'] = digest
-    with open(manifest_path, 'w') as f:
-        json.dump(manifest, f)
-
-
 class Replay(base.NovaTestBase):
     """One row and seed: set by :func:`make_case`."""
 
@@ -227,26 +193,7 @@ class Replay(base.NovaTestBase):
         def stack(hosts, clock='wall'):
             return real(hosts, policy=row['policy'], clock=clock,
                         inference_timeout_ms=self.ARGS.inference_timeout_ms)
-        real_copytree = stack_mod.shutil.copytree
-
-        def copytree(src, dst, *a, **k):
-            out = real_copytree(src, dst, *a, **k)
-            if row.get('fresh_history') and os.path.exists(os.path.join(dst, 'feature_store.json')):
-                empty_history(dst)
-            return out
-        real_start = stack_mod.Service.start
-
-        def start(service):
-            if service.name == 'control-service' and row.get('control_extra'):
-                with open(service.config_path) as f:
-                    text = f.read()
-                if row['control_extra'] not in text:
-                    with open(service.config_path, 'a') as f:
-                        f.write(row['control_extra'])
-            return real_start(service)
-        with mock.patch.object(stack_mod, 'Stack', stack), \
-                mock.patch.object(stack_mod.shutil, 'copytree', copytree), \
-                mock.patch.object(stack_mod.Service, 'start', start):
+        with mock.patch.object(stack_mod, 'Stack', stack):
             super().setUp()
 
     def _setup_scheduler_service(self):
@@ -420,23 +367,14 @@ def run_one(row, seed, args, path):
 
 
 # Parity with the simulator.
-def simulate_parity(result, args, workdir, exits='trace'):
-    """Replays the run's sequence through ``simulate`` and compares the placements.
-
-    ``exits='trace'``: each exit at its time in the trace. ``exits='allocator'``: each exit where
-    the allocator's request clock had it: the listener sends no end time on the request clock, so
-    the allocator (and the tenants' history the control service feeds the model) dates an exit at
-    the last arrival before it; the simulator gets it 0.5 ms after that arrival."""
-    import bisect
+def simulate_parity(result, args, workdir):
+    """Replays the run's sequence through ``simulate`` and compares the placements, and the
+    predictions the VMs were placed with (the control service's, as the allocator recorded them,
+    against the simulator's model source)."""
     row = ROWS[result['row']]
     vms = [dict(vm) for vm in result['vms']]
-    starts = sorted(vm['start_s'] for vm in vms)
-    last = starts[-1]
-    if exits == 'allocator':
-        for vm in vms:
-            if vm['end_s'] is not None and vm['end_s'] <= last:
-                vm['end_s'] = starts[bisect.bisect_left(starts, vm['end_s']) - 1] + 0.0005
-    name = '%s-seed%d-exits-%s' % (result['row'], result['seed'], exits)
+    last = max(vm['start_s'] for vm in vms)
+    name = '%s-seed%d' % (result['row'], result['seed'])
     trace_path = os.path.join(workdir, name + '.csv')
     with open(trace_path, 'w', newline='') as f:
         writer = csv.writer(f)
@@ -453,16 +391,8 @@ def simulate_parity(result, args, workdir, exits='trace'):
              '--host-memory-gib', repr(MEMORY_MB / 1024.0), '--tie-break', 'lowest-index',
              '--seed', '42'] + row['simulate']
     if result['row'].startswith('nilas-survival'):
-        bundle = os.path.join(stack_mod.REPO, 'models', 'default')
-        if row.get('fresh_history'):
-            # The same emptied copy as the run's (the allocator's repredictions read it too).
-            copy = os.path.join(workdir, 'bundle-fresh-history')
-            if not os.path.exists(copy):
-                import shutil
-                shutil.copytree(bundle, copy)
-                empty_history(copy)
-            bundle = copy
         # The tenants' history from the bundle's feature store, as the inference server starts.
+        bundle = os.path.join(stack_mod.REPO, 'models', 'default')
         flags += ['--prediction', 'model:' + bundle, '--bundle-history']
     # The whole configuration, with what no flag sets (the exit floor) as the allocator has it.
     config = subprocess.run([simulate, 'run', '--print-config'] + flags, check=True,
@@ -486,10 +416,23 @@ def simulate_parity(result, args, workdir, exits='trace'):
     differing = [{'uuid': vm['uuid'], 'nova': vm['host'], 'simulator': placed.get(vm['uuid']),
                   'start_s': vm['start_s']}
                  for vm in vms if placed.get(vm['uuid'], 'missing') != vm['host']]
+    predicted = {p['vm_id']: p for p in simulated['placements']}
+
+    def same_prediction(vm):
+        mine, theirs = vm.get('prediction') or {}, predicted.get(vm['uuid'], {})
+        return (mine.get('p_long') == theirs.get('p_long')
+                and mine.get('expected_lifetime_s') == theirs.get('expected_lifetime_s'))
+    # The simulator predicts only with the model (not for PBFR); the control service's prediction
+    # cache answers a request with what it predicted for the same features before, on an older
+    # tenant history: such answers are counted apart.
+    other = [vm for vm in vms if not same_prediction(vm)] if '--bundle-history' in flags else []
+    cached = sum(1 for vm in other if (vm.get('prediction') or {}).get('source') == 'cache')
     order = {vm['uuid']: i for i, vm in enumerate(vms)}
     first = min((order[d['uuid']] for d in differing), default=None)
     return {'compared': len(vms), 'differing': len(differing), 'examples': differing[:10],
-            'first_differing_arrival': first, 'exits': exits,
+            'first_differing_arrival': first,
+            'predictions_differing': len(other) if '--bundle-history' in flags else None,
+            'predictions_differing_cache_hits': cached,
             'simulator_metrics': {k: simulated['metrics'].get(k) for k in
                                   ('packing_density', 'empty_hosts_pct')},
             'command': ' '.join(command), 'seconds': round(time.monotonic() - began, 1)}
@@ -554,8 +497,8 @@ def summarize(results, args, parity, commit, started_at):
             p = [parity[(row, r['seed'])] for r in runs if (row, r['seed']) in parity]
             if p:
                 line['parity_differing'] = [x['differing'] for x in p]
-                line['parity_differing_exits_at_allocator_clock'] = [
-                    x['exits_at_allocator_clock']['differing'] for x in p]
+                line['parity_predictions_differing'] = [
+                    (x['predictions_differing'], x['predictions_differing_cache_hits']) for x in p]
                 line['parity_compared'] = [x['compared'] for x in p]
         rows.append(line)
     return {'date': started_at, 'commit': commit, 'servers': args.servers, 'hosts': args.hosts,
@@ -575,8 +518,6 @@ def markdown(summary):
              '(%), at the end | empty hosts, at the end | seeds |',
              '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|']
     for line in summary['rows']:
-        if line['row'] not in PACKING_ROWS:
-            continue
         lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
             line['label'], fmt(line['avg_density_cores']), fmt(line['avg_density_memory']),
             fmt(line['avg_empty_hosts']), fmt(line['half_density_cores']),
@@ -586,7 +527,7 @@ def markdown(summary):
     lines.append('')
     lines.append('| row | servers placed where the allocator chose | rejected | most differences '
                  'after a phase (phases) | reconciliation changes | simulator parity: differing / '
-                 'compared (with the exits at the allocator\'s clock), per seed | run time (s) per '
+                 'compared (predictions differing: all, cache hits), per seed | run time (s) per '
                  'seed |')
     lines.append('|---|---|---:|---:|---:|---|---|')
     for line in summary['rows']:
@@ -596,9 +537,9 @@ def markdown(summary):
                                                   line['mismatches'], line['decisions'])
                  if ROWS[line['row']]['weigher'] else 'n/a (weigher off: %s)' % line['decisions'])
         parity = ('-' if 'parity_differing' not in line else
-                  ', '.join('%d / %d (%d)' % pc for pc in zip(
-                      line['parity_differing'], line['parity_compared'],
-                      line['parity_differing_exits_at_allocator_clock'])))
+                  ', '.join('%d / %d (%s)' % (d, c, 'not compared' if p[0] is None else '%d, %d' % p)
+                            for d, c, p in zip(line['parity_differing'], line['parity_compared'],
+                                               line['parity_predictions_differing'])))
         lines.append('| %s | %s | %d | %d (%d) | %d | %s | %s |' % (
             line['row'], chose, line['rejected'], line['max_differences'], line['phases'],
             line['max_reconcile_changed'], parity, ', '.join('%.0f' % s for s in line['run_s'])))
@@ -606,12 +547,6 @@ def markdown(summary):
 
 
 def svg(summary, results):
-    summary = dict(summary, rows=[r for r in summary['rows'] if r['row'] in PACKING_ROWS])
-    results = [r for r in results if r['row'] in PACKING_ROWS]
-    return _svg(summary, results)
-
-
-def _svg(summary, results):
     """Two panels: time-averaged density (cores) and empty hosts per row, mean and each seed; and
     each row's density over the trace clock (first seed)."""
     colors = {'spread': '#d62728', 'stack': '#ff7f0e', 'pbfr': '#1f77b4', 'nilas-survival': '#2ca02c'}
@@ -695,7 +630,7 @@ def main(argv=None):
     parser.add_argument('--every', type=int, default=10, help='every n-th request of the day')
     parser.add_argument('--day', type=int, default=10)
     parser.add_argument('--seeds', default='1,2,3')
-    parser.add_argument('--rows', default=','.join(PACKING_ROWS),
+    parser.add_argument('--rows', default=','.join(ROWS),
                         help='of %s' % ', '.join(ROWS))
     parser.add_argument('--phases', type=int, default=5)
     parser.add_argument('--inference-timeout-ms', type=int, default=1000,
@@ -737,11 +672,9 @@ def main(argv=None):
         for result in results:
             if 'simulate' in ROWS[result['row']]:
                 parity[(result['row'], result['seed'])] = p = simulate_parity(result, args, workdir)
-                p['exits_at_allocator_clock'] = simulate_parity(result, args, workdir, 'allocator')
-                sys.stderr.write('parity %s seed %d: %d of %d differ (exits at the allocator\'s '
-                                 'clock: %d)\n' % (result['row'], result['seed'], p['differing'],
-                                                    p['compared'],
-                                                    p['exits_at_allocator_clock']['differing']))
+                sys.stderr.write('parity %s seed %d: %d of %d differ (predictions: %s)\n' % (
+                    result['row'], result['seed'], p['differing'], p['compared'],
+                    p['predictions_differing']))
         with open(os.path.join(args.out, 'parity.json'), 'w') as f:
             json.dump({'%s-seed%d' % k: v for k, v in parity.items()}, f, indent=1, sort_keys=True)
     summary = summarize(results, args, parity, commit, started_at)
