@@ -205,6 +205,44 @@ fn the_model_sees_only_the_past_and_repredicts_in_process() {
     assert_eq!(result.counters.rejected, 0);
 }
 
+/// With `bundle_history` the model's tenant history starts from the bundle's feature store, as the
+/// inference server's does: a VM's first prediction is then the bundle's own for its request, and
+/// differs from the one on an empty history for tenants the bundle knows. A run keeps each VM's
+/// prediction with its host (`record_placements`), to compare with the service's.
+#[test]
+fn the_bundles_history_predicts_as_the_inference_server_starts() {
+    let policy = PolicyConfig::preset("nilas");
+    let workload = Workload::load(&synthetic(300)).unwrap();
+    let empty = source(PredictionSourceConfig::Model { bundle: bundle(), reading: None });
+    let from_bundle = PredictionConfig { bundle_history: true, ..empty.clone() };
+    let on_empty = predict(&workload, &empty, &policy, 1).unwrap();
+    let on_bundle = predict(&workload, &from_bundle, &policy, 1).unwrap();
+
+    let model = lifetime_model::LifetimeModel::load(bundle()).unwrap();
+    let first = &workload.vms[0];
+    let features = lifetime_model::RequestFeatures::of(&first.request.facts, first.start_s);
+    let served = model.to_wire(&model.predict(&features, false), PredictionSource::Model);
+    assert_eq!(on_bundle.per_vm[0].as_ref(), Some(&served));
+    let differing = on_empty.per_vm.iter().zip(&on_bundle.per_vm).filter(|(a, b)| a != b).count();
+    assert!(differing > 100, "only {differing} of 300 predictions read the bundle's history");
+
+    let sim = SimConfig {
+        workload: synthetic(300),
+        inventory: Inventory::Auto { cores: 48.0, memory_gib: 384.0, headroom: 0.3, hosts_per_rack: 40 },
+        policy,
+        prediction: from_bundle,
+        record_placements: true,
+        ..SimConfig::default()
+    };
+    let result = run(&workload, &sim, &Registry::standard(), |_| {}).unwrap();
+    let placements = result.placements.expect("recorded");
+    for (placement, prediction) in placements.iter().zip(&on_bundle.per_vm) {
+        let prediction = prediction.as_ref().unwrap();
+        assert_eq!(placement.p_long, Some(prediction.p_long));
+        assert_eq!(placement.expected_lifetime_s, prediction.expected_lifetime_s);
+    }
+}
+
 /// A hybrid source takes each part of the prediction from where it says: with every part from
 /// the model it is the model, with every part from the oracle it places exactly as the oracle, and
 /// its oracle repredictor answers each VM's true remaining lifetime.
