@@ -3,7 +3,9 @@
 
 1. Builds every test binary once: ``cargo test --release --workspace --no-run`` (the programs the
    end-to-end tests start come with it).
-2. Runs the binaries ``--jobs`` at a time, the longest first (by the last run's times in
+2. Runs the binaries ``--jobs`` at a time (those the plan marks ``early`` as soon as they are
+   built, during the build: a suite that waits on timeouts fills the build's idle moments), the
+   longest first (by the last run's times in
    ``target/test-times.json``, else by ``scripts/test-plan.txt``), each from its package's
    directory as cargo runs it, its output kept in ``target/test-logs/``. The fault suites wait on
    timeouts (Patroni's TTL, TCP keepalives), so they run beside the CPU-bound ones instead of
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,8 +76,118 @@ class Job(object):
                         self.counts[i] += int(match.group(i + 2))
 
 
-def build(packages, test_args):
-    """Builds the test binaries; the jobs that run them."""
+def plan():
+    """``scripts/test-plan.txt``: the jobs known to be slow (slowest first), those that run alone,
+    those that start as soon as they are built, environment variables of some, and the modules of
+    a binary run as jobs of their own."""
+    entries = {'slow': [], 'alone': set(), 'early': set(), 'env': {}, 'split': {}}
+    with open(PLAN) as f:
+        for line in f:
+            line = line.split('#')[0].strip()
+            if ':' not in line:
+                continue
+            kind, name = (part.strip() for part in line.split(':', 1))
+            if kind == 'slow':
+                entries['slow'].append(name)
+            elif kind in ('alone', 'early'):
+                entries[kind].add(name)
+            elif kind == 'split':
+                name, _, module = name.rpartition(' ')
+                entries['split'].setdefault(name.strip(), []).append(module)
+            elif kind == 'env':
+                name, _, setting = name.rpartition(' ')
+                key, _, value = setting.partition('=')
+                entries['env'].setdefault(name.strip(), {})[key] = value
+    return entries
+
+
+def split_job(job, modules):
+    """A binary with modules to split: one job for each such module (``BINARY MODULE::``, the
+    module as its filter) and one for the rest (``--skip`` each). Only without test arguments of
+    the user's (libtest's filters are alternatives: a module's filter would widen the user's)."""
+    if not modules or len(job.command) > 1:
+        return [job]
+    out = [Job('%s %s' % (job.name, module), job.command + [module], job.cwd, dict(job.env))
+           for module in modules]
+    rest = sum((['--skip', module] for module in modules), [])
+    return out + [Job(job.name, job.command + rest, job.cwd, dict(job.env))]
+
+
+class Runner(object):
+    """Runs jobs at most ``parallel`` at a time: those of the plan's ``early`` list as soon as
+    they are built, the others after the build (longest expected first), the ``alone`` ones last."""
+
+    def __init__(self, parallel):
+        self.plan = plan()
+        self.slots = threading.Semaphore(parallel)
+        self.lock = threading.Lock()
+        self.processes, self.done, self.failed, self.early = set(), [], [], []
+        self.total = 0
+
+    def jobs_of(self, job):
+        jobs = split_job(job, self.plan['split'].get(job.name))
+        for j in jobs:
+            j.env.update(self.plan['env'].get(j.name, {}))
+        return jobs
+
+    def _run(self, job):
+        with self.slots:
+            job.run(self.processes)
+        with self.lock:
+            self.done.append(job)
+            ok = job.status == 0
+            if not ok:
+                self.failed.append(job.name)
+            say('[%d/%d] %s %-52s %8s  %d passed%s%s' % (
+                len(self.done), self.total, 'ok  ' if ok else 'FAIL', job.name, minutes(job.seconds),
+                job.counts[0], ', %d failed' % job.counts[1] if job.counts[1] else '',
+                ', %d ignored' % job.counts[2] if job.counts[2] else ''))
+
+    def start_early(self, job):
+        """Starts ``job`` now if the plan says so (it needs only what its own crate builds)."""
+        if job.name not in self.plan['early']:
+            return False
+        say('%s: built, started during the build' % job.name)
+        thread = threading.Thread(target=self._run, args=(job,), daemon=True)
+        thread.start()
+        self.early.append(thread)
+        return True
+
+    def run(self, jobs, parallel):
+        guess = expected_seconds(jobs, self.plan['slow'])
+        queue = sorted((j for j in jobs if j.name not in self.plan['alone']), key=lambda j: -guess[j.name])
+
+        def worker():
+            while True:
+                with self.lock:
+                    if not queue:
+                        return
+                    job = queue.pop(0)
+                self._run(job)
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(parallel)]
+        for t in threads:
+            t.start()
+        for t in threads + self.early:
+            while t.is_alive():
+                t.join(1.0)
+        for job in jobs:
+            if job.name in self.plan['alone']:
+                self._run(job)
+
+    def kill(self):
+        for process in list(self.processes):
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def stop(self, signum, frame):
+        self.kill()
+        sys.exit(130)
+
+
+def build(packages, test_args, runner):
+    """Builds the test binaries; the jobs that run them (those the runner started early aside)."""
     command = ['cargo', 'test', '--release', '--no-run', '--message-format=json-render-diagnostics']
     command += ['-p' + p for p in packages] if packages else ['--workspace']
     say('building: %s' % ' '.join(command))
@@ -89,42 +202,23 @@ def build(packages, test_args):
             continue
         if not message.get('profile', {}).get('test'):
             continue
-        manifest = message['manifest_path']
-        package_dir = os.path.dirname(manifest)
+        package_dir = os.path.dirname(message['manifest_path'])
         package = os.path.basename(package_dir)
         target = message['target']
         kind = target['kind'][0]
         where = target['name'] if kind == 'test' else kind if kind == 'lib' else '%s %s' % (kind, target['name'])
-        jobs.append(Job('%s %s' % (package, where), [message['executable']] + test_args, package_dir,
-                        {'CARGO_MANIFEST_DIR': package_dir, 'CARGO_PKG_NAME': package,
-                         'CARGO': os.environ.get('CARGO', 'cargo')}))
+        job = Job('%s %s' % (package, where), [message['executable']] + test_args, package_dir,
+                  {'CARGO_MANIFEST_DIR': package_dir, 'CARGO_PKG_NAME': package,
+                   'CARGO': os.environ.get('CARGO', 'cargo')})
+        for j in runner.jobs_of(job):
+            runner.total += 1
+            if not runner.start_early(j):
+                jobs.append(j)
     if process.wait() != 0:
         say('the build failed (above)')
+        runner.kill()
         sys.exit(1)
     return jobs
-
-
-def plan():
-    """``scripts/test-plan.txt``: the jobs known to be slow (slowest first), those that run alone,
-    environment variables of some, and the modules of a binary run as jobs of their own."""
-    slow, alone, env, split = [], set(), {}, {}
-    with open(PLAN) as f:
-        for line in f:
-            line = line.split('#')[0].strip()
-            if ':' in line:
-                kind, name = (part.strip() for part in line.split(':', 1))
-                if kind == 'slow':
-                    slow.append(name)
-                elif kind == 'alone':
-                    alone.add(name)
-                elif kind == 'split':
-                    name, _, module = name.rpartition(' ')
-                    split.setdefault(name.strip(), []).append(module)
-                elif kind == 'env':
-                    name, _, setting = name.rpartition(' ')
-                    key, _, value = setting.partition('=')
-                    env.setdefault(name.strip(), {})[key] = value
-    return slow, alone, env, split
 
 
 def expected_seconds(jobs, slow):
@@ -146,77 +240,19 @@ def expected_seconds(jobs, slow):
     return guess
 
 
-def split_jobs(jobs, split):
-    """A binary with modules to split: one job for each such module (``BINARY MODULE::``, the
-    module as its filter) and one for the rest (``--skip`` each). Only without test arguments of
-    the user's (libtest's filters are alternatives: a module's filter would widen the user's)."""
-    out = []
-    for job in jobs:
-        modules = split.get(job.name)
-        if not modules or len(job.command) > 1:
-            out.append(job)
-            continue
-        for module in modules:
-            out.append(Job('%s %s' % (job.name, module), job.command + [module], job.cwd, dict(job.env)))
-        rest = sum((['--skip', module] for module in modules), [])
-        out.append(Job(job.name, job.command + rest, job.cwd, dict(job.env)))
-    return out
-
-
-def run_all(jobs, parallel):
-    """Runs ``jobs``, ``parallel`` at a time, longest expected first; those that run alone after
-    the others."""
-    os.makedirs(LOGS, exist_ok=True)
-    slow, alone, env, split = plan()
-    jobs[:] = split_jobs(jobs, split)
-    for job in jobs:
-        job.env.update(env.get(job.name, {}))
-    guess = expected_seconds(jobs, slow)
-    queue = sorted((j for j in jobs if j.name not in alone), key=lambda j: -guess[j.name])
-    last = [j for j in jobs if j.name in alone]
-    processes, lock, done = set(), threading.Lock(), []
-    failed_names = []
-
-    def finished(job):
-        with lock:
-            done.append(job)
-            ok = job.status == 0
-            if not ok:
-                failed_names.append(job.name)
-            say('[%d/%d] %s %-52s %8s  %d passed%s%s' % (
-                len(done), len(jobs), 'ok  ' if ok else 'FAIL', job.name, minutes(job.seconds),
-                job.counts[0], ', %d failed' % job.counts[1] if job.counts[1] else '',
-                ', %d ignored' % job.counts[2] if job.counts[2] else ''))
-
-    def worker():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                job = queue.pop(0)
-            job.run(processes)
-            finished(job)
-
-    def stop(signum, frame):
-        for process in list(processes):
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except OSError:
-                pass
-        sys.exit(130)
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(parallel)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(1.0)
-    for job in last:
-        job.run(processes)
-        finished(job)
-    return done, failed_names
+def use_ccache():
+    """LightGBM's C++ (lightgbm3-sys, through CMake) compiled through ccache when it is installed
+    (scripts/setup.sh installs it): the Python package's test builds the crate again under its own
+    feature set (maturin builds that package alone), and finds the objects already compiled. Paths
+    under the target directory are hashed relative to it, so the second build directory hits."""
+    if not shutil.which('ccache'):
+        return False
+    for variable in ('CMAKE_C_COMPILER_LAUNCHER', 'CMAKE_CXX_COMPILER_LAUNCHER'):
+        os.environ.setdefault(variable, 'ccache')
+    os.environ.setdefault('CCACHE_DIR', os.path.join(TARGET, 'ccache'))
+    os.environ.setdefault('CCACHE_BASEDIR', TARGET)
+    os.environ.setdefault('CCACHE_NOHASHDIR', '1')
+    return True
 
 
 def main():
@@ -228,15 +264,25 @@ def main():
     parser.add_argument('--setup-seconds', type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument('test_args', nargs='*', help='arguments for every test binary (after --)')
     args = parser.parse_args()
+    parallel = max(1, args.jobs)
+    os.makedirs(LOGS, exist_ok=True)
+    runner = Runner(parallel)
+    signal.signal(signal.SIGINT, runner.stop)
+    signal.signal(signal.SIGTERM, runner.stop)
+    if not use_ccache():
+        say('ccache not found: LightGBM\'s C++ is compiled twice (scripts/setup.sh installs ccache)')
     began = time.monotonic()
-    jobs = build(args.package, args.test_args)
+    jobs = build(args.package, args.test_args, runner)
     built = time.monotonic()
     doc = ['cargo', 'test', '--release', '--doc']
     doc += ['-p' + p for p in args.package] if args.package else ['--workspace']
     jobs.append(Job('doctests', doc + (['--'] + args.test_args if args.test_args else []), ROOT))
-    say('running %d test binaries and the doctests, %d at a time' % (len(jobs) - 1, args.jobs))
-    done, failed = run_all(jobs, max(1, args.jobs))
+    runner.total += 1
+    say('running %d jobs (test binaries, suites split out of them, the doctests), %d at a time'
+        % (runner.total, parallel))
+    runner.run(jobs, parallel)
     finished = time.monotonic()
+    done = runner.done
 
     times = {}
     try:
@@ -258,14 +304,14 @@ def main():
     if args.setup_seconds is not None:
         print('  %-60s %8s' % ('set-up (scripts/setup.sh)', minutes(args.setup_seconds)))
     print('  %-60s %8s' % ('build (cargo test --release --no-run)', minutes(built - began)))
-    print('  %-60s %8s' % ('tests (%d at a time)' % args.jobs, minutes(finished - built)))
+    print('  %-60s %8s' % ('tests after the build (%d at a time)' % parallel, minutes(finished - built)))
     for job in sorted(done, key=lambda j: -j.seconds):
-        print('    %-58s %8s  %s' % (job.name, minutes(job.seconds),
-                                     'ok' if job.status == 0 else 'FAILED'))
+        print('    %-58s %8s  %s%s' % (job.name, minutes(job.seconds), 'ok' if job.status == 0 else 'FAILED',
+                                       ' (started during the build)' if job.name in runner.plan['early'] else ''))
     print('test: %d passed, %d failed, %d ignored (Rust tests; the Python suites count as one each)'
           % tuple(total))
-    if failed:
-        print('test: FAILED: %s' % ', '.join(failed))
+    if runner.failed:
+        print('test: FAILED: %s' % ', '.join(runner.failed))
         sys.exit(1)
 
 
