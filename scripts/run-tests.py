@@ -114,8 +114,9 @@ def split_job(job, modules):
 
 
 class Runner(object):
-    """Runs jobs at most ``parallel`` at a time: those of the plan's ``early`` list as soon as
-    they are built, the others after the build (longest expected first), the ``alone`` ones last."""
+    """Runs jobs at most ``parallel`` at a time after the build (longest expected first), the
+    ``alone`` ones last; those of the plan's ``early`` list as soon as they are built, beside the
+    others (they wait on timeouts far more than they compute)."""
 
     def __init__(self, parallel):
         self.plan = plan()
@@ -130,8 +131,11 @@ class Runner(object):
             j.env.update(self.plan['env'].get(j.name, {}))
         return jobs
 
-    def _run(self, job):
-        with self.slots:
+    def _run(self, job, slot=True):
+        if slot:
+            with self.slots:
+                job.run(self.processes)
+        else:
             job.run(self.processes)
         with self.lock:
             self.done.append(job)
@@ -148,7 +152,8 @@ class Runner(object):
         if job.name not in self.plan['early']:
             return False
         say('%s: built, started during the build' % job.name)
-        thread = threading.Thread(target=self._run, args=(job,), daemon=True)
+        # It mostly waits: it takes none of the --jobs slots the CPU-bound jobs share.
+        thread = threading.Thread(target=self._run, args=(job, False), daemon=True)
         thread.start()
         self.early.append(thread)
         return True
