@@ -3,15 +3,14 @@
 
 1. Builds every test binary once: ``cargo test --release --workspace --no-run`` (the programs the
    end-to-end tests start come with it).
-2. Runs the binaries ``--jobs`` at a time (those the plan marks ``early`` as soon as they are
-   built, during the build: a suite that waits on timeouts fills the build's idle moments), the
-   longest first (by the last run's times in
+2. Runs them ``--jobs`` at a time, the longest first (by the last run's times in
    ``target/test-times.json``, else by ``scripts/test-plan.txt``), each from its package's
-   directory as cargo runs it, its output kept in ``target/test-logs/``. The fault suites wait on
-   timeouts (Patroni's TTL, TCP keepalives), so they run beside the CPU-bound ones instead of
-   holding both cores idle; each makes its own lab, ports and data directories.
+   directory as cargo runs it, its output kept in ``target/test-logs/``. The plan also splits a
+   suite out of a binary, and marks the ones that start during the build (the Patroni suite: it
+   waits on timeouts far more than it computes, so it fills the build's idle moments beside the
+   others); every test makes its own lab, ports and data directories.
 3. Runs the doctests (``cargo test --release --workspace --doc``).
-4. Prints where the time went: set-up, build, then every binary, longest first.
+4. Prints where the time went: set-up, build, then every job, longest first.
 
 A failing binary's output is printed in full; the exit status is 1 if anything failed.
 
