@@ -102,9 +102,8 @@ def plan():
 
 def split_job(job, modules):
     """A binary with modules to split: one job for each such module (``BINARY MODULE::``, the
-    module as its filter) and one for the rest (``--skip`` each). Only without test arguments of
-    the user's (libtest's filters are alternatives: a module's filter would widen the user's)."""
-    if not modules or len(job.command) > 1:
+    module as its filter) and one for the rest (``--skip`` each)."""
+    if not modules:
         return [job]
     out = [Job('%s %s' % (job.name, module), job.command + [module], job.cwd, dict(job.env))
            for module in modules]
@@ -117,8 +116,12 @@ class Runner(object):
     ``alone`` ones last; those of the plan's ``early`` list as soon as they are built, beside the
     others (they wait on timeouts far more than they compute)."""
 
-    def __init__(self, parallel):
+    def __init__(self, parallel, test_args):
         self.plan = plan()
+        # With test arguments of the user's no binary is split: libtest's filters are
+        # alternatives, and a module's filter would widen the user's.
+        if test_args:
+            self.plan['split'] = {}
         self.slots = threading.Semaphore(parallel)
         self.lock = threading.Lock()
         self.processes, self.done, self.failed, self.early = set(), [], [], []
@@ -225,14 +228,19 @@ def build(packages, test_args, runner):
     return jobs
 
 
+def last_times():
+    """Each job's time in the last run that ran it (``target/test-times.json``)."""
+    try:
+        with open(TIMES) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 def expected_seconds(jobs, slow):
     """The last run's time of each job; for a job never timed, its place among the slow ones puts
     it before the unknown ones."""
-    try:
-        with open(TIMES) as f:
-            last = json.load(f)
-    except (OSError, ValueError):
-        last = {}
+    last = last_times()
     guess = {}
     for job in jobs:
         if job.name in last:
@@ -270,7 +278,7 @@ def main():
     args = parser.parse_args()
     parallel = max(1, args.jobs)
     os.makedirs(LOGS, exist_ok=True)
-    runner = Runner(parallel)
+    runner = Runner(parallel, args.test_args)
     signal.signal(signal.SIGINT, runner.stop)
     signal.signal(signal.SIGTERM, runner.stop)
     if not use_ccache():
@@ -288,12 +296,7 @@ def main():
     finished = time.monotonic()
     done = runner.done
 
-    times = {}
-    try:
-        with open(TIMES) as f:
-            times = json.load(f)
-    except (OSError, ValueError):
-        pass
+    times = last_times()
     times.update({j.name: round(j.seconds, 1) for j in done})
     with open(TIMES, 'w') as f:
         json.dump(times, f, indent=1, sort_keys=True)

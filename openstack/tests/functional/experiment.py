@@ -372,7 +372,7 @@ def simulate_parity(result, args, workdir):
     predictions the VMs were placed with (the control service's, as the allocator recorded them,
     against the simulator's model source)."""
     row = ROWS[result['row']]
-    vms = [dict(vm) for vm in result['vms']]
+    vms = result['vms']
     last = max(vm['start_s'] for vm in vms)
     name = '%s-seed%d' % (result['row'], result['seed'])
     trace_path = os.path.join(workdir, name + '.csv')
@@ -390,7 +390,8 @@ def simulate_parity(result, args, workdir):
     flags = ['--trace', trace_path, '--hosts', str(result['hosts']), '--host-cores', repr(CORES),
              '--host-memory-gib', repr(MEMORY_MB / 1024.0), '--tie-break', 'lowest-index',
              '--seed', '42'] + row['simulate']
-    if result['row'].startswith('nilas-survival'):
+    with_model = result['row'].startswith('nilas-survival')
+    if with_model:
         # The tenants' history from the bundle's feature store, as the inference server starts.
         bundle = os.path.join(stack_mod.REPO, 'models', 'default')
         flags += ['--prediction', 'model:' + bundle, '--bundle-history']
@@ -411,27 +412,26 @@ def simulate_parity(result, args, workdir):
     # The simulator's hosts in index order are the allocator's (added in name order).
     sim_hosts = _host_order(simulated)
     to_nova = dict(zip(sim_hosts, result['allocator_hosts']))
-    placed = {p['vm_id']: (to_nova.get(p['host_id']) if p.get('host_id') else None)
-              for p in simulated['placements']}
+    by_vm = {p['vm_id']: p for p in simulated['placements']}
+    placed = {vm_id: (to_nova.get(p['host_id']) if p.get('host_id') else None) for vm_id, p in by_vm.items()}
     differing = [{'uuid': vm['uuid'], 'nova': vm['host'], 'simulator': placed.get(vm['uuid']),
                   'start_s': vm['start_s']}
                  for vm in vms if placed.get(vm['uuid'], 'missing') != vm['host']]
-    predicted = {p['vm_id']: p for p in simulated['placements']}
 
     def same_prediction(vm):
-        mine, theirs = vm.get('prediction') or {}, predicted.get(vm['uuid'], {})
+        mine, theirs = vm.get('prediction') or {}, by_vm.get(vm['uuid'], {})
         return (mine.get('p_long') == theirs.get('p_long')
                 and mine.get('expected_lifetime_s') == theirs.get('expected_lifetime_s'))
     # The simulator predicts only with the model (not for PBFR); the control service's prediction
     # cache answers a request with what it predicted for the same features before, on an older
     # tenant history: such answers are counted apart.
-    other = [vm for vm in vms if not same_prediction(vm)] if '--bundle-history' in flags else []
+    other = [vm for vm in vms if not same_prediction(vm)] if with_model else []
     cached = sum(1 for vm in other if (vm.get('prediction') or {}).get('source') == 'cache')
     order = {vm['uuid']: i for i, vm in enumerate(vms)}
     first = min((order[d['uuid']] for d in differing), default=None)
     return {'compared': len(vms), 'differing': len(differing), 'examples': differing[:10],
             'first_differing_arrival': first,
-            'predictions_differing': len(other) if '--bundle-history' in flags else None,
+            'predictions_differing': len(other) if with_model else None,
             'predictions_differing_cache_hits': cached,
             'simulator_metrics': {k: simulated['metrics'].get(k) for k in
                                   ('packing_density', 'empty_hosts_pct')},
