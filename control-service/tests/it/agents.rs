@@ -7,6 +7,11 @@ use serde_json::Value;
 use test_support::postgres;
 use test_support::stack::{self, default_models, start_allocator_on, start_control_agents, start_inference, vm};
 
+/// The control service's `[allocator]` lines for these tests: an agent that is slow to answer (a
+/// loaded machine, a PostgreSQL commit waiting on the disk) is not a failure here; a killed one
+/// refuses connections at once, so failover does not wait for this timeout.
+const PATIENT_AGENTS: &str = "timeout_ms = 15000\n[http]\nrequest_timeout_ms = 20000";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
     let pg = postgres::Postgres::start();
@@ -14,7 +19,8 @@ async fn a_killed_agent_fails_over_to_the_other_with_no_failed_allocation() {
     let inference = start_inference(dir.path(), &default_models(dir.path())).await;
     let mut a = start_allocator_on(dir.path(), 16, &pg.url, "").await;
     let b = start_allocator_on(dir.path(), 16, &pg.url, "").await;
-    let control = start_control_agents(dir.path(), &[&inference.base], &[&a.base, &b.base], 2_000, "").await;
+    let control =
+        start_control_agents(dir.path(), &[&inference.base], &[&a.base, &b.base], 2_000, PATIENT_AGENTS).await;
     let client = reqwest::Client::new();
     let allocate = control.url("/v1/allocate");
     for i in 0..40 {
@@ -137,7 +143,7 @@ async fn a_storm_over_four_agents_with_one_killed_loses_nothing_and_the_agents_a
         agents.push(start_allocator_on(dir.path(), STORM_HOSTS, &pg.url, "").await);
     }
     let urls: Vec<&str> = agents.iter().map(|a| a.base.as_str()).collect();
-    let control = start_control_agents(dir.path(), &[&inference.base], &urls, 2_000, "").await;
+    let control = start_control_agents(dir.path(), &[&inference.base], &urls, 2_000, PATIENT_AGENTS).await;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients: Vec<_> = (0..STORM_CLIENTS)
         .map(|c| tokio::spawn(storm_client(control.base.clone(), c, std::sync::Arc::clone(&done))))
