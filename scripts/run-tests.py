@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -252,21 +251,6 @@ def expected_seconds(jobs, slow):
     return guess
 
 
-def use_ccache():
-    """LightGBM's C++ (lightgbm3-sys, through CMake) compiled through ccache when it is installed
-    (scripts/setup.sh installs it): the Python package's test builds the crate again under its own
-    feature set (maturin builds that package alone), and finds the objects already compiled. Paths
-    under the target directory are hashed relative to it, so the second build directory hits."""
-    if not shutil.which('ccache'):
-        return False
-    for variable in ('CMAKE_C_COMPILER_LAUNCHER', 'CMAKE_CXX_COMPILER_LAUNCHER'):
-        os.environ.setdefault(variable, 'ccache')
-    os.environ.setdefault('CCACHE_DIR', os.path.join(TARGET, 'ccache'))
-    os.environ.setdefault('CCACHE_BASEDIR', TARGET)
-    os.environ.setdefault('CCACHE_NOHASHDIR', '1')
-    return True
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('-p', '--package', action='append', default=[],
@@ -281,8 +265,6 @@ def main():
     runner = Runner(parallel, args.test_args)
     signal.signal(signal.SIGINT, runner.stop)
     signal.signal(signal.SIGTERM, runner.stop)
-    if not use_ccache():
-        say('ccache not found: LightGBM\'s C++ is compiled twice (scripts/setup.sh installs ccache)')
     began = time.monotonic()
     jobs = build(args.package, args.test_args, runner)
     built = time.monotonic()

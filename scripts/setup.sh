@@ -7,8 +7,7 @@
 #   Debian's Chromium and ChromeDriver (the dashboard's browser test,
 #   control-service/tests/it/dashboard.rs), and the Python packages the Python package's tests need
 #   (maturin, pandas, pyarrow, pytest, nbclient, ...; scripts/test-python.sh), and OpenStack Nova
-#   34 with Placement 16 in a venv of their own for the Nova plug-in's tests (scripts/openstack-env.sh),
-#   and ccache (the test command compiles LightGBM's C++ through it: scripts/run-tests.py).
+#   34 with Placement 16 in a venv of their own for the Nova plug-in's tests (scripts/openstack-env.sh).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
 #   --build-only: only what building the trainer (`lifetime-train`, LightGBM's C++) needs: CMake,
 #   libclang, a C++ compiler. The default model's training and the Dockerfile's build stage use it.
@@ -104,11 +103,6 @@ for tool in curl python3; do
     if command -v "$tool" >/dev/null; then say "$tool present"; else say "$tool missing, installing"; apt_install "$tool"; fi
 done
 if [ "$MODE" = run ]; then say "what the main job runs is present (--run)"; exit 0; fi
-
-# --- 3b. ccache: the test command (scripts/run-tests.py) compiles LightGBM's C++ through it, so that
-# the Python package's build (maturin, its own feature set: lightgbm3-sys built a second time)
-# finds the objects the workspace's build made instead of compiling them again.
-if command -v ccache >/dev/null; then say "ccache present"; else say "ccache missing, installing"; apt_install ccache; fi
 
 # --- 4. rustfmt and clippy ----------------------------------------------------------------
 command -v cargo >/dev/null || die "cargo not found; install Rust with rustup (https://rustup.rs)"

@@ -27,7 +27,7 @@ VENV="$TARGET/python-venv"
 rm -rf "$WHEELS" "$VENV"
 echo "test-python: building the wheel (maturin, release profile, target $TARGET)"
 CARGO_TARGET_DIR="$TARGET" "$PYTHON" -m maturin build --release --manifest-path python/Cargo.toml \
-    --out "$WHEELS" --interpreter "$PYTHON" --quiet
+    --features reuse-workspace-build --out "$WHEELS" --interpreter "$PYTHON"
 "$PYTHON" -m venv --system-site-packages "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps "$WHEELS"/*.whl
 echo "test-python: running pytest"
