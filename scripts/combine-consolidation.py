@@ -78,12 +78,12 @@ def main():
     for _, o in per_window:
         order += [k for k in o if k not in order]
     lines = [
-        "| run | density gain pp | empty hosts gain pp | migrations per host-day | wasted |",
-        "|---|---:|---:|---:|---:|",
+        "| run | density gain pp | empty hosts gain pp | migrations per host-day | cancelled | wasted 1 h | wasted 6 h |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     curves = {}
     for policy, variant in order:
-        density, empty, rate, moved, wasted = [], [], [], 0, 0
+        density, empty, rate, spent, cancelled, wasted, wasted_6h = [], [], [], 0, 0, 0, 0
         for runs, _ in per_window:
             for (p, v, seed), m in runs.items():
                 base = runs.get((p, "none", seed))
@@ -92,18 +92,23 @@ def main():
                 density.append(100 * (m["packing_density"] - base["packing_density"]))
                 empty.append(m["empty_hosts_pct"] - base["empty_hosts_pct"])
                 rate.append(m.get("migrations_per_host_day", 0.0))
-                moved += m.get("migrations", 0)
+                # Spent: completed or cancelled (the VM exited while it moved); both wasted counts
+                # include the cancelled ones (results from before issue 59 have none).
+                spent += m.get("migrations", 0) + m.get("migrations_cancelled", 0)
+                cancelled += m.get("migrations_cancelled", 0)
                 wasted += m.get("migrations_wasted", 0)
+                wasted_6h += m.get("migrations_wasted_6h", 0)
         if not density:
             continue
         sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
-        share = f"{100 * wasted / moved:.0f}% ({wasted}/{moved})" if moved else "-"
+        share = lambda n: f"{100 * n / spent:.0f}% ({n}/{spent})" if spent else "-"
         chooser, _, budget = variant.rpartition("-")
         if chooser:
             curves.setdefault(policy, {}).setdefault(chooser, []).append((statistics.mean(rate), statistics.mean(empty)))
         lines.append(
             f"| {policy} / {variant} | {statistics.mean(density):+.2f} ±{sd(density):.2f} "
-            f"| {statistics.mean(empty):+.2f} ±{sd(empty):.2f} | {statistics.mean(rate):.3f} | {share} |"
+            f"| {statistics.mean(empty):+.2f} ±{sd(empty):.2f} | {statistics.mean(rate):.3f} "
+            f"| {share(cancelled)} | {share(wasted)} | {share(wasted_6h)} |"
         )
     open(out, "w").write("\n".join(lines) + "\n")
     plot(curves, out.rsplit(".", 1)[0] + ".svg")

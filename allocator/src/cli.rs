@@ -100,6 +100,9 @@ pub fn main(registry: Registry) -> Result<()> {
                  DELETE /v1/consolidation and restart to take the file's"
             );
         }
+        if let Some(report) = &report {
+            crate::api::consolidation::warn_of_shortfall(report);
+        }
     }
     let reads_exits = durable.allocator().is_some_and(|a| a.policy().reads_exit_times());
     let (worker, handle) =

@@ -138,11 +138,21 @@ pub enum StateError {
 pub struct Totals {
     /// Sum of all hosts' capacity.
     pub capacity: Resources,
-    /// Sum of all placed VMs' demand.
+    /// Sum of all placed VMs' demand, and of the demand reserved for migrations on their targets.
     pub used: Resources,
+    /// The part of `used` reserved on migrations' targets: a migrating VM uses both hosts, but it
+    /// is one VM, counted by the occupancy figures on its source until its move completes.
+    pub in_flight: Resources,
     /// Sum of the capacity of hosts with at least one VM.
     pub non_empty_capacity: Resources,
     pub non_empty_hosts: usize,
+}
+
+impl Totals {
+    /// The placed VMs' demand, each VM once (a migrating one on its source).
+    pub fn allocated(&self) -> Resources {
+        self.used.checked_sub(&self.in_flight).unwrap_or(Resources::ZERO)
+    }
 }
 
 /// The occupancy figures of the papers (SPEC section 7), from [`Totals`]: the one formula behind the
@@ -169,16 +179,18 @@ impl Occupancy {
         // Nothing to divide by (nothing non-empty, nothing free, no host): 0.
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         let empty_hosts = hosts.saturating_sub(totals.non_empty_hosts);
+        // Space reserved for a migration is not free, but its VM is counted once, on its source.
         let free_cores = cores(&totals.capacity) - cores(&totals.used);
         let empty_cores = cores(&totals.capacity) - cores(&totals.non_empty_capacity);
+        let allocated = totals.allocated();
         Occupancy {
             hosts,
             empty_hosts,
-            allocated_cores: cores(&totals.used),
+            allocated_cores: cores(&allocated),
             capacity_cores: cores(&totals.capacity),
-            allocated_memory_gib: totals.used.whole(domain::ResourceKind::MemoryGib),
+            allocated_memory_gib: allocated.whole(domain::ResourceKind::MemoryGib),
             capacity_memory_gib: totals.capacity.whole(domain::ResourceKind::MemoryGib),
-            packing_density: ratio(cores(&totals.used), cores(&totals.non_empty_capacity)),
+            packing_density: ratio(cores(&allocated), cores(&totals.non_empty_capacity)),
             empty_hosts_pct: 100.0 * ratio(empty_hosts as f64, hosts as f64),
             empty_to_free: ratio(empty_cores, free_cores),
         }
@@ -421,6 +433,7 @@ impl InventoryState {
         self.totals.used += *demand;
         record.used += *demand;
         if incoming {
+            self.totals.in_flight += *demand;
             record.incoming.push(Arc::clone(vm));
         } else {
             record.vms.push(Arc::clone(vm));
@@ -451,6 +464,9 @@ impl InventoryState {
         // `used` is the sum of the VMs' and reservations' demands, so none of these can underflow.
         record.used = record.used.checked_sub(demand).unwrap_or(Resources::ZERO);
         self.totals.used = self.totals.used.checked_sub(demand).unwrap_or(Resources::ZERO);
+        if incoming {
+            self.totals.in_flight = self.totals.in_flight.checked_sub(demand).unwrap_or(Resources::ZERO);
+        }
         let list = if incoming { &mut record.incoming } else { &mut record.vms };
         if let Some(at) = list.iter().position(|v| v.id == vm.id) {
             list.remove(at);
@@ -510,6 +526,7 @@ impl InventoryState {
         let (source, moved) = (placed.host, Arc::clone(&placed.record));
         self.unbook(source, &moved, false);
         // The demand was booked on the target with the reservation; the VM now counts there.
+        self.totals.in_flight = self.totals.in_flight.checked_sub(&moved.facts.demand).unwrap_or(Resources::ZERO);
         let record = &mut self.hosts[target.get()];
         if let Some(at) = record.incoming.iter().position(|v| v.id == *vm) {
             record.incoming.remove(at);
@@ -614,6 +631,9 @@ mod tests {
         Place { vm: u8, host: u8, cores: u8, memory: u8 },
         Release { vm: u8 },
         SetState { host: u8, available: bool },
+        Migrate { vm: u8, host: u8 },
+        Complete { vm: u8 },
+        Cancel { vm: u8 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -626,13 +646,17 @@ mod tests {
             }),
             (0u8..40).prop_map(|vm| Op::Release { vm }),
             (0u8..5, any::<bool>()).prop_map(|(host, available)| Op::SetState { host, available }),
+            (0u8..40, 0u8..5).prop_map(|(vm, host)| Op::Migrate { vm, host }),
+            (0u8..40).prop_map(|vm| Op::Complete { vm }),
+            (0u8..40).prop_map(|vm| Op::Cancel { vm }),
         ]
     }
 
     proptest! {
-        /// Whatever the sequence of operations: no host is ever over-committed in any dimension,
-        /// each host's used resources equal the sum of its VMs' demands, and a failed operation
-        /// changes nothing.
+        /// Whatever the sequence of operations (migrations started, completed and cancelled among
+        /// them): no host is ever over-committed in any dimension, each host's used resources equal
+        /// the sum of its VMs' and reservations' demands, each VM is counted once by the occupancy
+        /// figures, and a failed operation changes nothing.
         #[test]
         fn never_over_commits_and_books_stay_exact(ops in proptest::collection::vec(op(), 1..200)) {
             let mut state = inventory(5);
@@ -646,6 +670,9 @@ mod tests {
                     Op::SetState { host, available } => state.set_host_state(
                         HostIndex(u32::from(host)),
                         if available { HostState::Available } else { HostState::Unavailable }),
+                    Op::Migrate { vm, host } => state.reserve(&VmId(format!("v{vm}")), HostIndex(u32::from(host)), true),
+                    Op::Complete { vm } => state.complete_migration(&VmId(format!("v{vm}"))).map(|_| ()),
+                    Op::Cancel { vm } => state.cancel_migration(&VmId(format!("v{vm}"))).map(|_| ()),
                 };
                 if result.is_err() {
                     prop_assert_eq!(&state, &before);
@@ -657,8 +684,15 @@ mod tests {
                         assert_eq!(placed.host, HostIndex(i as u32));
                         acc + placed.facts.demand
                     });
-                    prop_assert_eq!(sum, host.used);
+                    let reserved = host.incoming.iter().fold(Resources::ZERO, |acc, vm| {
+                        assert_eq!(state.migration_target(&vm.id), Some(HostIndex(i as u32)));
+                        acc + vm.facts.demand
+                    });
+                    prop_assert_eq!(sum + reserved, host.used);
                 }
+                let placed = state.vms().fold(Resources::ZERO, |acc, (_, vm)| acc + vm.record.facts.demand);
+                prop_assert_eq!(state.totals().allocated(), placed);
+                prop_assert_eq!(state.occupancy().allocated_cores, placed.whole(domain::ResourceKind::Cores));
                 prop_assert_eq!(state.hosts().iter().map(|h| h.vms.len()).sum::<usize>(), state.vm_count());
                 // The running totals equal a recount.
                 let non_empty: Vec<_> = state.hosts().iter().filter(|h| !h.is_empty()).collect();
@@ -666,7 +700,8 @@ mod tests {
                 prop_assert_eq!(state.totals().non_empty_capacity,
                     non_empty.iter().fold(Resources::ZERO, |acc, h| acc + h.capacity));
                 prop_assert_eq!(state.totals().used, state.hosts().iter().fold(Resources::ZERO, |acc, h| acc + h.used));
-                let tenant_vms: u32 = state.vms().map(|_| 1).sum();
+                // A migrating VM counts on its target's rack too (its reservation is there).
+                let tenant_vms = (state.vm_count() + state.migrations().count()) as u32;
                 let counted: u32 = ["t-0", "t-1", "t-2"].iter()
                     .filter_map(|t| state.tenant_racks(&TenantId::from(*t)))
                     .flat_map(|racks| racks.values()).sum();

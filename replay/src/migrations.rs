@@ -87,7 +87,7 @@ mod tests {
                 started_at_s: started,
             });
         }
-        let report = consolidation.report();
+        let report = consolidation.report(10);
         assert!(due(&report, 1200.0, 1299.0).is_empty());
         assert_eq!(due(&report, 1200.0, 1300.0), vec![(VmId::from("a"), 1300.0)]);
         assert_eq!(due(&report, 1200.0, 5000.0).len(), 2);

@@ -381,6 +381,7 @@ pub fn run(
             }
         }
         for vm in started {
+            ledger.started(vm.clone());
             let migration_s = match (allocator.consolidation(), &config.drains) {
                 (Some(c), _) if c.is_migrating(&vm) => c.config.migration_s,
                 (_, Some(plan)) => plan.migration_s,
@@ -411,7 +412,11 @@ pub fn run(
     timing.events_per_s = rate(events as f64, timing.wall_s);
     timing.decisions_per_s = rate(counters.arrivals as f64, timing.allocate_s);
     counters.vms_at_end = allocator.state().vm_count() as u64;
-    counters.consolidation = allocator.consolidation_report().map(|report| report.counters);
+    if let Some(report) = allocator.consolidation_report() {
+        counters.consolidation_in_flight_limit = Some(report.in_flight_limit);
+        counters.consolidation_budget_shortfall = report.budget_shortfall;
+        counters.consolidation = Some(report.counters);
+    }
     if filtering.decisions > 0 {
         let n = filtering.decisions as f64;
         filtering.mean_pct = 100.0 * ff_sum / n;

@@ -98,7 +98,7 @@ pub fn instant(state: &InventoryState, time_s: f64) -> InstantMetrics {
         packing_density: occupancy.packing_density,
         empty_hosts_pct: occupancy.empty_hosts_pct,
         empty_to_free: occupancy.empty_to_free,
-        bound: bound_for_total(&totals.used, &totals.capacity, occupancy.hosts),
+        bound: bound_for_total(&totals.allocated(), &totals.capacity, occupancy.hosts),
         stranding: None,
     }
 }
@@ -280,21 +280,41 @@ pub struct MetricsSummary {
     /// Live migrations completed within the span (LARS drains and consolidation).
     #[serde(default)]
     pub migrations: u64,
-    /// Of them, those whose VM exited within an hour of its move.
+    /// Migrations cancelled within the span: the VM exited while it moved (the budget spent, the
+    /// move never made).
+    #[serde(default)]
+    pub migrations_cancelled: u64,
+    /// Migrations wasted: completed ones whose VM exited within an hour of its move, and every
+    /// cancelled one.
     #[serde(default)]
     pub migrations_wasted: u64,
+    /// The same within six hours of the move (cancelled ones included).
+    #[serde(default)]
+    pub migrations_wasted_6h: u64,
     /// Memory those migrations moved, GiB.
     #[serde(default)]
     pub migrated_gib: f64,
-    /// Migrations per host of the inventory per day of the span.
+    /// Migrations spent (completed or cancelled) per host of the inventory per day of the span.
     #[serde(default)]
     pub migrations_per_host_day: f64,
-    /// Migrations per 100 VMs placed within the span.
+    /// Migrations spent per 100 VMs placed within the span.
     #[serde(default)]
     pub migrations_per_100_placements: f64,
 }
 
 impl MetricsSummary {
+    /// Migrations the budget paid for within the span: completed or cancelled.
+    pub fn migrations_spent(&self) -> u64 {
+        self.migrations + self.migrations_cancelled
+    }
+
+    /// The share of the migrations spent that were wasted within an hour, and within six, percent
+    /// (0 when none was spent).
+    pub fn wasted_pct(&self) -> (f64, f64) {
+        let spent = self.migrations_spent().max(1) as f64;
+        (100.0 * self.migrations_wasted as f64 / spent, 100.0 * self.migrations_wasted_6h as f64 / spent)
+    }
+
     /// These averages with the stranding (and the sample count) of `sampled`: for averages
     /// integrated at every event, while stranding is computed at the regular samples only.
     pub fn with_stranding_of(self, sampled: &MetricsSummary) -> MetricsSummary {
@@ -486,7 +506,9 @@ impl MetricsRecorder {
             samples: self.samples,
             span_s,
             migrations: 0,
+            migrations_cancelled: 0,
             migrations_wasted: 0,
+            migrations_wasted_6h: 0,
             migrated_gib: 0.0,
             migrations_per_host_day: 0.0,
             migrations_per_100_placements: 0.0,

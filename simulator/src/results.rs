@@ -75,6 +75,12 @@ pub struct Counters {
     /// What consolidation did over the whole run (warm-up included), when on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consolidation: Option<ConsolidationCounters>,
+    /// Consolidation's in-flight limit on this inventory (`max_in_flight` resolved), when on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation_in_flight_limit: Option<usize>,
+    /// When that limit cannot carry out the budget: the migrations per host-day it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation_budget_shortfall: Option<f64>,
 }
 
 /// The filtering factor (paper 003 s5.1): the share of the inventory that the packing logic (the

@@ -58,6 +58,20 @@ async fn status(State(state): State<AppState>) -> Response {
     }
 }
 
+/// Says when the in-flight limit cannot carry out the budget (the report says it too).
+pub(crate) fn warn_of_shortfall(report: &ConsolidationReport) {
+    if let Some(most) = report.budget_shortfall {
+        tracing::warn!(
+            budget_per_host_day = report.config.budget_per_host_day,
+            in_flight_limit = report.in_flight_limit,
+            carried_out_per_host_day = most,
+            "consolidation: {} migrations in flight carry out at most {most:.3} migrations per host-day, less than \
+             the budget; set max_in_flight = \"auto\" or raise it",
+            report.in_flight_limit
+        );
+    }
+}
+
 /// Turns consolidation on with these settings, or changes them (admin); hosts being emptied and
 /// migrations in flight carry on. Durable: the settings stand across restarts, over the config
 /// file's `[consolidation]`.
@@ -74,7 +88,8 @@ async fn configure(
 ) -> Response {
     match call(&state, "consolidation-set", SetConsolidation { config: Some(config), only_if_off: false }).await {
         Ok(Some(report)) => {
-            tracing::info!(settings = %report.config, "consolidation on");
+            tracing::info!(settings = %report.config, in_flight_limit = report.in_flight_limit, "consolidation on");
+            warn_of_shortfall(&report);
             Json(report).into_response()
         }
         Ok(None) => command_error(crate::durable::CommandError::Consolidation(placement::ConsolidationError::Off)),

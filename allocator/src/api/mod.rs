@@ -10,7 +10,7 @@
 #![allow(clippy::result_large_err)]
 
 mod allocations;
-mod consolidation;
+pub(crate) mod consolidation;
 mod drains;
 mod export;
 mod hosts;
@@ -274,7 +274,19 @@ fn consolidation_ranges(openapi: &mut utoipa::openapi::OpenApi) {
         ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(min)).maximum(Some(max)).description(Some(text))
     };
     let in_flight = placement::defrag::MAX_IN_FLIGHT as f64;
-    set_property(openapi, schema, "max_in_flight", whole(1.0, in_flight, "Most migrations in flight at once."));
+    let auto = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["auto"]))
+        .description(Some("Enough to carry out the budget on the zone as it is (the default)."));
+    set_property(
+        openapi,
+        schema,
+        "max_in_flight",
+        utoipa::openapi::schema::OneOfBuilder::new()
+            .item(whole(1.0, in_flight, "This many, whatever the zone's size."))
+            .item(auto)
+            .description(Some("Most migrations in flight at once: `auto` or a number.")),
+    );
     // Read as a `usize`: any whole number up to 2^64 - 1 (as an `f64`, that bound would round up).
     set_property(
         openapi,

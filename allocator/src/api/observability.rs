@@ -107,12 +107,14 @@ fn record_consolidation(report: &placement::consolidation::ConsolidationReport) 
         ("allocator_consolidation_migrations_avoided_total", c.avoided),
         ("allocator_consolidation_migrations_cancelled_total", c.cancelled),
         ("allocator_consolidation_migrations_wasted_total", c.wasted),
+        ("allocator_consolidation_migrations_wasted_6h_total", c.wasted_6h),
     ] {
         metrics::counter!(name).absolute(value);
     }
     metrics::gauge!("allocator_consolidation_budget").set(report.budget);
     metrics::gauge!("allocator_consolidation_hosts_emptying").set(report.hosts.len() as f64);
     metrics::gauge!("allocator_consolidation_migrations_in_flight").set(report.in_flight.len() as f64);
+    metrics::gauge!("allocator_consolidation_in_flight_limit").set(report.in_flight_limit as f64);
     metrics::gauge!("allocator_consolidation_paused").set(if report.paused { 1.0 } else { 0.0 });
     metrics::gauge!("allocator_consolidation_moved_gib").set(c.moved_gib);
 }

@@ -28,7 +28,7 @@
 //! test --release --workspace`, which builds it first).
 
 use domain::{AllocationRequest, Priority};
-use placement::consolidation::{ChooserKind, ConsolidationConfig};
+use placement::consolidation::{ChooserKind, ConsolidationConfig, InFlightLimit};
 use placement::{Policy, PolicyConfig, Registry, TieBreak};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -98,7 +98,7 @@ fn consolidation(chooser: ChooserKind) -> ConsolidationConfig {
         budget_per_host_day: 2000.0,
         chooser,
         every_s: 301.37,
-        max_in_flight: 3,
+        max_in_flight: InFlightLimit::Fixed(3),
         migration_s: 97.13,
         ..ConsolidationConfig::default()
     }

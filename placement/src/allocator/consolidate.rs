@@ -82,7 +82,7 @@ impl Allocator {
     }
 
     pub fn consolidation_report(&self) -> Option<ConsolidationReport> {
-        self.consolidation.as_ref().map(Consolidation::report)
+        self.consolidation.as_ref().map(|c| c.report(self.state.hosts().len()))
     }
 
     /// Pauses (no new hosts, no new migrations; those in flight complete) or resumes it.
@@ -109,7 +109,7 @@ impl Allocator {
         let mut budget = consolidation.clone();
         budget.accrue(self.clock_s, self.state.hosts().len());
         let config = budget.config.clone();
-        Ok(self.choose_hosts(&config, budget.room()))
+        Ok(self.choose_hosts(&config, budget.room(self.state.hosts().len())))
     }
 
     /// A consolidation round: accrues the budget, and unless paused or the trigger does not hold,
@@ -138,7 +138,7 @@ impl Allocator {
         }
         let consolidation = self.consolidation.as_ref().ok_or(ConsolidationError::Off)?;
         let chooses = !consolidation.paused && trigger_holds;
-        let (config, room) = (consolidation.config.clone(), consolidation.room());
+        let (config, room) = (consolidation.config.clone(), consolidation.room(hosts));
         let plan = if chooses { self.choose_hosts(&config, room) } else { Vec::new() };
         if let Some(consolidation) = self.consolidation.as_mut() {
             consolidation.counters.rounds_choosing += u64::from(!plan.is_empty());
@@ -204,7 +204,7 @@ impl Allocator {
             .collect();
         // Best first; equal ranks in inventory order.
         ranked.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let rule = WasteRule::new(config);
+        let rule = WasteRule::new(config, self.state.hosts().len());
         let mut plan: Vec<PlannedHost> = Vec::new();
         let mut read = 0;
         for (rank, host) in ranked {
@@ -343,9 +343,9 @@ impl Allocator {
     pub(super) fn pump_consolidation(&mut self) {
         let mut next_host = 0;
         loop {
-            let clock = self.clock_s;
+            let (clock, hosts) = (self.clock_s, self.state.hosts().len());
             let Some(consolidation) = self.consolidation.as_mut() else { return };
-            if consolidation.paused || !consolidation.has_room() {
+            if consolidation.paused || !consolidation.has_room(hosts) {
                 break;
             }
             self.consolidation_changed = true;

@@ -86,6 +86,93 @@ impl FromStr for ChooserKind {
     }
 }
 
+/// How many consolidation migrations may be in flight at once.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum InFlightLimit {
+    /// Enough to carry out the budget on the zone as it is: [`AUTO_HEADROOM`] times the migrations
+    /// the budget keeps in flight on average (its rate times how long one takes), at least
+    /// [`AUTO_MIN_IN_FLIGHT`] ([`ConsolidationConfig::in_flight_limit`]).
+    #[default]
+    Auto,
+    /// This many, whatever the zone's size.
+    Fixed(usize),
+}
+
+/// `auto`'s factor over the migrations the budget keeps in flight on average: rounds start hosts
+/// in bursts, so a limit of exactly the average leaves part of the budget unspent.
+/// Chosen on validation windows of two zone sizes (docs/evaluation.md, "in flight").
+pub const AUTO_HEADROOM: f64 = 2.0;
+/// `auto`'s least limit (the fixed default before issue 59).
+pub const AUTO_MIN_IN_FLIGHT: usize = 3;
+
+impl fmt::Display for InFlightLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InFlightLimit::Auto => f.write_str("auto"),
+            InFlightLimit::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl FromStr for InFlightLimit {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "auto" => Ok(InFlightLimit::Auto),
+            number => number
+                .parse()
+                .map(InFlightLimit::Fixed)
+                .map_err(|_| format!("{text:?} is neither `auto` nor a whole number of migrations")),
+        }
+    }
+}
+
+impl Serialize for InFlightLimit {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            InFlightLimit::Auto => serializer.serialize_str("auto"),
+            InFlightLimit::Fixed(n) => serializer.serialize_u64(*n as u64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for InFlightLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LimitVisitor;
+        impl<'de> serde::de::Visitor<'de> for LimitVisitor {
+            type Value = InFlightLimit;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\" or a whole number of migrations")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<InFlightLimit, E> {
+                match text {
+                    "auto" => Ok(InFlightLimit::Auto),
+                    other => Err(E::custom(format!("{other:?} is neither \"auto\" nor a whole number of migrations"))),
+                }
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<InFlightLimit, E> {
+                domain::whole_number::deserialize(serde::de::value::U64Deserializer::<E>::new(value))
+                    .map(InFlightLimit::Fixed)
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<InFlightLimit, E> {
+                domain::whole_number::deserialize(serde::de::value::I64Deserializer::<E>::new(value))
+                    .map(InFlightLimit::Fixed)
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<InFlightLimit, E> {
+                domain::whole_number::deserialize(serde::de::value::F64Deserializer::<E>::new(value))
+                    .map(InFlightLimit::Fixed)
+            }
+        }
+        deserializer.deserialize_any(LimitVisitor)
+    }
+}
+
 /// The `[consolidation]` settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -96,9 +183,10 @@ pub struct ConsolidationConfig {
     pub chooser: ChooserKind,
     /// Seconds between consolidation rounds.
     pub every_s: f64,
-    /// Most consolidation migrations in flight at once.
-    #[serde(deserialize_with = "domain::whole_number::deserialize")]
-    pub max_in_flight: usize,
+    /// Most consolidation migrations in flight at once: `auto` (sized to carry out the budget) or
+    /// a number.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub max_in_flight: InFlightLimit,
     /// Borg's trigger: a round chooses hosts only while the empty hosts are fewer than this share
     /// of the inventory, in percent (none: every round).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,7 +209,7 @@ impl Default for ConsolidationConfig {
             budget_per_host_day: 0.1,
             chooser: ChooserKind::default(),
             every_s: 3600.0,
-            max_in_flight: 3,
+            max_in_flight: InFlightLimit::Auto,
             empty_below_pct: None,
             migration_s: 1200.0,
             max_waste: 0.5,
@@ -158,8 +246,10 @@ impl ConsolidationConfig {
         if !positive(self.every_s) {
             return bad("every_s", format!("must be > 0 and at most {MAX_SECONDS} seconds, got {}", self.every_s));
         }
-        if self.max_in_flight == 0 || self.max_in_flight > MAX_IN_FLIGHT {
-            return bad("max_in_flight", format!("must be between 1 and {MAX_IN_FLIGHT}, got {}", self.max_in_flight));
+        if let InFlightLimit::Fixed(n) = self.max_in_flight {
+            if n == 0 || n > MAX_IN_FLIGHT {
+                return bad("max_in_flight", format!("must be `auto` or between 1 and {MAX_IN_FLIGHT}, got {n}"));
+            }
         }
         if let Some(pct) = self.empty_below_pct.filter(|p| !(p.is_finite() && (0.0..=100.0).contains(p))) {
             return bad("empty_below_pct", format!("must be a percentage between 0 and 100, got {pct}"));
@@ -185,6 +275,35 @@ impl ConsolidationConfig {
     pub fn depth(&self, hosts: usize) -> f64 {
         self.budget_per_host_day * hosts as f64
     }
+
+    /// The migrations in flight on average while the budget is spent on `hosts` hosts: its rate
+    /// times how long one migration takes (Little's law).
+    pub fn budget_in_flight(&self, hosts: usize) -> f64 {
+        self.rate_per_s(hosts) * self.migration_s
+    }
+
+    /// The most migrations in flight at once on `hosts` hosts.
+    pub fn in_flight_limit(&self, hosts: usize) -> usize {
+        match self.max_in_flight {
+            InFlightLimit::Fixed(n) => n,
+            InFlightLimit::Auto => {
+                let wanted = (AUTO_HEADROOM * self.budget_in_flight(hosts)).ceil();
+                // `wanted` is finite and non-negative (the settings are checked); clamped before the cast.
+                wanted.clamp(AUTO_MIN_IN_FLIGHT as f64, MAX_IN_FLIGHT as f64) as usize
+            }
+        }
+    }
+
+    /// The migrations per host-day the in-flight limit can carry out on `hosts` hosts, when that
+    /// is less than the budget (the rest of the budget goes unspent): said at start and in the
+    /// report.
+    pub fn budget_shortfall(&self, hosts: usize) -> Option<f64> {
+        if hosts == 0 || self.migration_s <= 0.0 {
+            return None;
+        }
+        let most = self.in_flight_limit(hosts) as f64 * 86_400.0 / self.migration_s / hosts as f64;
+        (most < self.budget_per_host_day).then_some(most)
+    }
 }
 
 impl Validate for ConsolidationConfig {
@@ -201,7 +320,7 @@ impl Validate for ConsolidationConfig {
 }
 
 /// The command-line form: `off`, or `budget=MIGRATIONS_PER_HOST_DAY,chooser=NAME` with optional
-/// `every=SECONDS`, `in-flight=N`, `empty-below=PCT`, `migration=SECONDS`, `max-waste=P` and
+/// `every=SECONDS`, `in-flight=N|auto`, `empty-below=PCT`, `migration=SECONDS`, `max-waste=P` and
 /// `candidates=N`. `None` for `off`.
 pub fn parse_flag(text: &str) -> Result<Option<ConsolidationConfig>, String> {
     if text.trim() == "off" {
@@ -222,7 +341,7 @@ pub fn parse_flag(text: &str) -> Result<Option<ConsolidationConfig>, String> {
             }
             "chooser" => config.chooser = value.parse()?,
             "every" => config.every_s = number()?,
-            "in-flight" => config.max_in_flight = whole()?,
+            "in-flight" => config.max_in_flight = value.parse().map_err(|e| format!("{key}: {e}"))?,
             "empty-below" => config.empty_below_pct = Some(number()?),
             "migration" => config.migration_s = number()?,
             "max-waste" => config.max_waste = number()?,
@@ -309,15 +428,18 @@ pub struct ConsolidationCounters {
     pub migrations_completed: u64,
     /// VMs that exited before their turn: migrations saved.
     pub avoided: u64,
-    /// VMs that exited while migrating.
+    /// VMs that exited while migrating: migrations spent for nothing.
     pub cancelled: u64,
-    /// Moved VMs that exited within an hour of their move.
+    /// Migrations wasted: moved VMs that exited within an hour of their move, and the cancelled ones.
     pub wasted: u64,
+    /// The same within six hours of the move (cancelled ones included).
+    #[serde(default)]
+    pub wasted_6h: u64,
     /// Memory moved by completed migrations, GiB.
     pub moved_gib: f64,
 }
 
-/// A VM moved lately, kept for an hour to tell a wasted migration.
+/// A VM moved lately, kept for six hours to tell a wasted migration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecentMove {
     pub vm: VmId,
@@ -326,6 +448,8 @@ pub struct RecentMove {
 
 /// A moved VM that exits within this many seconds of its move was a wasted migration.
 pub const WASTED_WITHIN_S: f64 = 3600.0;
+/// The longer window of the same (the reports' second figure).
+pub const WASTED_WITHIN_6H_S: f64 = 6.0 * 3600.0;
 
 /// Consolidation on an allocator: its settings, budget, hosts being emptied and migrations in
 /// flight (persisted as JSON).
@@ -380,17 +504,19 @@ impl Consolidation {
         self.budget - self.committed() as f64
     }
 
-    /// What a round may plan: what the budget can pay for, and no more than the migrations in
-    /// flight can carry out before the next round (a host planned beyond that would wait out of
-    /// service for its turn, holding capacity while it gains nothing).
-    pub fn room(&self) -> f64 {
+    /// What a round may plan on `hosts` hosts: what the budget can pay for, and no more than the
+    /// migrations in flight can carry out before the next round (a host planned beyond that would
+    /// wait out of service for its turn, holding capacity while it gains nothing).
+    pub fn room(&self, hosts: usize) -> f64 {
         let config = &self.config;
-        let per_round = config.max_in_flight as f64 * (config.every_s / config.migration_s.max(1.0)).max(1.0);
+        let limit = config.in_flight_limit(hosts) as f64;
+        let per_round = limit * (config.every_s / config.migration_s.max(1.0)).max(1.0);
         self.available().min(per_round - (self.committed() + self.in_flight.len()) as f64)
     }
 
-    pub fn has_room(&self) -> bool {
-        self.in_flight.len() < self.config.max_in_flight
+    /// Whether another migration may start on a zone of `hosts` hosts.
+    pub fn has_room(&self, hosts: usize) -> bool {
+        self.in_flight.len() < self.config.in_flight_limit(hosts)
     }
 
     pub fn is_emptying(&self, host: &HostId) -> bool {
@@ -402,9 +528,9 @@ impl Consolidation {
         self.in_flight.iter().any(|m| &m.vm_id == vm)
     }
 
-    /// A VM left (exited): a saved migration if it was waiting for its turn, an abandoned one if it
-    /// was moving, a wasted one if it moved within the hour. Returns whether this changed the
-    /// record.
+    /// A VM left (exited): a saved migration if it was waiting for its turn, a cancelled one (and
+    /// wasted) if it was moving, a wasted one if it moved within the hour (or the six hours).
+    /// Returns whether this changed the record.
     pub fn vm_exited(&mut self, vm: &VmId, now_s: f64) -> bool {
         let mut changed = false;
         for host in &mut self.hosts {
@@ -417,27 +543,32 @@ impl Consolidation {
         if let Some(at) = self.in_flight.iter().position(|m| &m.vm_id == vm) {
             self.in_flight.remove(at);
             self.counters.cancelled += 1;
+            self.counters.wasted += 1;
+            self.counters.wasted_6h += 1;
             changed = true;
         }
         self.forget_old_moves(now_s);
         if let Some(at) = self.recent_moves.iter().position(|m| &m.vm == vm) {
-            self.recent_moves.remove(at);
-            self.counters.wasted += 1;
+            let moved = self.recent_moves.remove(at).map_or(now_s, |m| m.at_s);
+            self.counters.wasted += u64::from(now_s - moved <= WASTED_WITHIN_S);
+            self.counters.wasted_6h += 1;
             changed = true;
         }
         changed
     }
 
-    /// Moves older than [`WASTED_WITHIN_S`] can no longer be wasted.
+    /// Moves older than [`WASTED_WITHIN_6H_S`] can no longer be wasted.
     pub fn forget_old_moves(&mut self, now_s: f64) {
-        while self.recent_moves.front().is_some_and(|m| now_s - m.at_s > WASTED_WITHIN_S) {
+        while self.recent_moves.front().is_some_and(|m| now_s - m.at_s > WASTED_WITHIN_6H_S) {
             self.recent_moves.pop_front();
         }
     }
 
-    /// Where consolidation stands.
-    pub fn report(&self) -> ConsolidationReport {
+    /// Where consolidation stands on a zone of `hosts` hosts.
+    pub fn report(&self, hosts: usize) -> ConsolidationReport {
         ConsolidationReport {
+            in_flight_limit: self.config.in_flight_limit(hosts),
+            budget_shortfall: self.config.budget_shortfall(hosts),
             config: self.config.clone(),
             paused: self.paused,
             budget: self.budget,
@@ -454,6 +585,12 @@ impl Consolidation {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ConsolidationReport {
     pub config: ConsolidationConfig,
+    /// The most migrations in flight at once on the zone as it is (`max_in_flight` resolved).
+    pub in_flight_limit: usize,
+    /// When the in-flight limit cannot carry out the budget: the migrations per host-day it can
+    /// (the rest of the budget goes unspent; raise `max_in_flight` or set it to `auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_shortfall: Option<f64>,
     pub paused: bool,
     /// Migrations the budget holds now.
     pub budget: f64,
@@ -490,7 +627,9 @@ mod tests {
         let config = parse_flag("budget=0.05,chooser=lifetime,every=1800,in-flight=5").unwrap().unwrap();
         assert_eq!(config.budget_per_host_day, 0.05);
         assert_eq!(config.chooser, ChooserKind::Lifetime);
-        assert_eq!((config.every_s, config.max_in_flight), (1800.0, 5));
+        assert_eq!((config.every_s, config.max_in_flight), (1800.0, InFlightLimit::Fixed(5)));
+        let auto = parse_flag("budget=0.25,chooser=age-batches,in-flight=auto").unwrap().unwrap();
+        assert_eq!(auto.max_in_flight, InFlightLimit::Auto);
         assert_eq!(parse_flag(&config.to_string()).unwrap().unwrap(), config, "Display is the flag again");
         let borg = parse_flag("budget=0.1,chooser=fewest-vms,empty-below=10").unwrap().unwrap();
         assert_eq!(borg.empty_below_pct, Some(10.0));
@@ -501,6 +640,7 @@ mod tests {
             ("budget=0.1,speed=2", "unknown key"),
             ("budget=-1", "budget_per_host_day"),
             ("budget=0.1,in-flight=0", "max_in_flight"),
+            ("budget=0.1,in-flight=many", "neither `auto` nor"),
             ("budget=0.1,empty-below=120", "empty_below_pct"),
             ("budget", "KEY=VALUE"),
         ] {
@@ -511,7 +651,11 @@ mod tests {
 
     #[test]
     fn the_budget_accrues_up_to_a_day_and_counts_what_is_planned() {
-        let config = ConsolidationConfig { budget_per_host_day: 0.5, ..ConsolidationConfig::default() };
+        let config = ConsolidationConfig {
+            budget_per_host_day: 0.5,
+            max_in_flight: InFlightLimit::Fixed(3),
+            ..ConsolidationConfig::default()
+        };
         let mut c = Consolidation::new(config, 0.0);
         c.accrue(43_200.0, 10);
         assert!((c.budget - 2.5).abs() < 1e-9, "half a day of 5 a day: {}", c.budget);
@@ -528,9 +672,9 @@ mod tests {
         });
         assert_eq!(c.available(), 3.0, "the planned migrations are spoken for");
         // Hourly rounds, 3 in flight of 20 minutes: 9 migrations a round, 2 of them planned.
-        assert_eq!(c.room(), 3.0);
+        assert_eq!(c.room(10), 3.0);
         c.budget = 100.0;
-        assert_eq!(c.room(), 7.0, "no more than the migrations in flight carry out in a round");
+        assert_eq!(c.room(10), 7.0, "no more than the migrations in flight carry out in a round");
         c.budget = 5.0;
         assert!(c.vm_exited(&VmId::from("a"), 1.0));
         assert!(!c.vm_exited(&VmId::from("z"), 1.0));
@@ -542,8 +686,45 @@ mod tests {
         let mut c = Consolidation::new(ConsolidationConfig::default(), 0.0);
         c.recent_moves.push_back(RecentMove { vm: VmId::from("early"), at_s: 0.0 });
         c.recent_moves.push_back(RecentMove { vm: VmId::from("late"), at_s: 1000.0 });
-        assert!(!c.vm_exited(&VmId::from("early"), 3_700.0), "moved 3,700 s ago: not wasted");
+        c.recent_moves.push_back(RecentMove { vm: VmId::from("later"), at_s: 2000.0 });
+        c.in_flight.push(Migration {
+            vm_id: VmId::from("moving"),
+            source: HostId::from("s"),
+            target: HostId::from("t"),
+            started_at_s: 3000.0,
+        });
+        assert!(c.vm_exited(&VmId::from("early"), 3_700.0), "moved 3,700 s ago: wasted within 6 h only");
         assert!(c.vm_exited(&VmId::from("late"), 3_700.0));
-        assert_eq!(c.counters.wasted, 1);
+        assert!(c.vm_exited(&VmId::from("moving"), 3_700.0), "cancelled: spent for nothing");
+        assert!(!c.vm_exited(&VmId::from("later"), 2000.0 + 6.0 * 3600.0 + 1.0), "forgotten after 6 h");
+        assert_eq!((c.counters.cancelled, c.counters.wasted, c.counters.wasted_6h), (1, 2, 3));
+    }
+
+    #[test]
+    fn auto_in_flight_carries_out_the_budget_and_a_fixed_limit_says_what_it_cannot() {
+        // 0.25 a host-day on 2,407 hosts, 20-minute migrations: 8.4 in flight on average.
+        let config = ConsolidationConfig { budget_per_host_day: 0.25, ..ConsolidationConfig::default() };
+        assert!((config.budget_in_flight(2407) - 601.75 / 72.0).abs() < 1e-9);
+        assert_eq!(config.in_flight_limit(2407), (AUTO_HEADROOM * 601.75 / 72.0).ceil() as usize);
+        assert_eq!(config.in_flight_limit(10), AUTO_MIN_IN_FLIGHT, "never below the least");
+        assert_eq!(config.budget_shortfall(2407), None);
+        let fixed = ConsolidationConfig { max_in_flight: InFlightLimit::Fixed(3), ..config };
+        let most = fixed.budget_shortfall(2407).expect("3 in flight cannot carry out 0.25 on 2,407 hosts");
+        assert!((most - 3.0 * 72.0 / 2407.0).abs() < 1e-9, "{most}");
+        assert_eq!(fixed.budget_shortfall(100), None);
+    }
+
+    #[test]
+    fn the_in_flight_limit_reads_auto_or_a_whole_number_and_writes_them_back() {
+        for (text, limit) in
+            [("\"auto\"", InFlightLimit::Auto), ("4", InFlightLimit::Fixed(4)), ("4.0", InFlightLimit::Fixed(4))]
+        {
+            assert_eq!(serde_json::from_str::<InFlightLimit>(text).unwrap(), limit, "{text}");
+        }
+        assert_eq!(serde_json::to_string(&InFlightLimit::Auto).unwrap(), "\"auto\"");
+        assert_eq!(serde_json::to_string(&InFlightLimit::Fixed(4)).unwrap(), "4");
+        for bad in ["\"many\"", "-1", "2.5"] {
+            assert!(serde_json::from_str::<InFlightLimit>(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -74,9 +74,10 @@ pub struct HostRisk {
 }
 
 impl WasteRule {
-    pub fn new(config: &ConsolidationConfig) -> Self {
+    /// The rule of `config` on a zone of `hosts` hosts (its in-flight limit depends on them).
+    pub fn new(config: &ConsolidationConfig, hosts: usize) -> Self {
         WasteRule {
-            in_flight: config.max_in_flight.max(1),
+            in_flight: config.in_flight_limit(hosts).max(1),
             migration_s: config.migration_s,
             max_waste: config.max_waste,
         }
@@ -123,12 +124,15 @@ mod tests {
 
     #[test]
     fn a_move_is_wasted_when_the_vm_is_there_at_its_turn_and_gone_within_the_hour_after() {
-        let rule = WasteRule::new(&ConsolidationConfig {
-            max_in_flight: 2,
-            migration_s: 1200.0,
-            max_waste: 0.5,
-            ..ConsolidationConfig::default()
-        });
+        let rule = WasteRule::new(
+            &ConsolidationConfig {
+                max_in_flight: crate::consolidation::InFlightLimit::Fixed(2),
+                migration_s: 1200.0,
+                max_waste: 0.5,
+                ..ConsolidationConfig::default()
+            },
+            100,
+        );
         assert_eq!(rule.times(0), [0.0, 4800.0]);
         assert_eq!(rule.times(1), [0.0, 4800.0], "two in flight: the second starts at once too");
         assert_eq!(rule.times(2), [1200.0, 6000.0]);

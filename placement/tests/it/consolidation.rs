@@ -6,7 +6,7 @@ use domain::{
     PredictionSource, Resources, VmId, VmRequest,
 };
 use placement::config::Buckets;
-use placement::consolidation::{ChooserKind, ConsolidationConfig};
+use placement::consolidation::{ChooserKind, ConsolidationConfig, InFlightLimit};
 use placement::{Allocator, AllocatorConfig, Change, ConsolidationError, Engine, PolicyConfig, TieBreak};
 use proptest::prelude::*;
 
@@ -162,7 +162,7 @@ fn a_queued_vm_whose_batch_starts_leaving_waits_for_it() {
     for (i, host) in ["z-h1", "z-h1", "z-h2", "z-h2", "z-h2"].into_iter().enumerate() {
         put(&mut a, &format!("v{i}"), "v", 2.0, host);
     }
-    let settings = ConsolidationConfig { max_in_flight: 1, ..config(4.0, ChooserKind::Lifetime) };
+    let settings = ConsolidationConfig { max_in_flight: InFlightLimit::Fixed(1), ..config(4.0, ChooserKind::Lifetime) };
     a.set_consolidation(Some(settings), 1.0).unwrap();
     let started = a.consolidate(7.0 * HOUR).unwrap();
     assert_eq!(started.first().map(|p| p.host.as_str()), Some("z-h0"), "{started:?}");
@@ -197,7 +197,7 @@ fn a_moved_vm_that_exits_within_the_hour_counts_as_wasted() {
 #[test]
 fn settings_are_checked_and_the_oracle_needs_true_lifetimes() {
     let mut a = allocator(2);
-    let bad = ConsolidationConfig { max_in_flight: 0, ..ConsolidationConfig::default() };
+    let bad = ConsolidationConfig { max_in_flight: InFlightLimit::Fixed(0), ..ConsolidationConfig::default() };
     let error = a.set_consolidation(Some(bad), 0.0).unwrap_err();
     assert!(error.to_string().contains("consolidation.max_in_flight"), "{error}");
     assert_eq!(a.set_consolidation(Some(config(0.1, ChooserKind::Oracle)), 0.0), Err(ConsolidationError::NoOracle));
@@ -209,8 +209,11 @@ fn settings_are_checked_and_the_oracle_needs_true_lifetimes() {
 #[test]
 fn paused_it_starts_nothing_and_off_gives_the_hosts_back() {
     let mut a = three_hosts(30.0 * DAY);
-    a.set_consolidation(Some(ConsolidationConfig { max_in_flight: 1, ..config(1.0, ChooserKind::FewestVms) }), 1.0)
-        .unwrap();
+    a.set_consolidation(
+        Some(ConsolidationConfig { max_in_flight: InFlightLimit::Fixed(1), ..config(1.0, ChooserKind::FewestVms) }),
+        1.0,
+    )
+    .unwrap();
     a.pause_consolidation(true).unwrap();
     assert!(a.consolidate(7.0 * HOUR).unwrap().is_empty());
     a.pause_consolidation(false).unwrap();
@@ -236,7 +239,7 @@ proptest! {
     ) {
         let hosts = 8;
         let mut a = allocator(hosts);
-        a.set_consolidation(Some(ConsolidationConfig { max_in_flight: 2, ..config(budget, chooser) }), 0.0).unwrap();
+        a.set_consolidation(Some(ConsolidationConfig { max_in_flight: InFlightLimit::Fixed(2), ..config(budget, chooser) }), 0.0).unwrap();
         let mut now = 0.0;
         let mut running: Vec<(VmId, f64)> = Vec::new();
         let mut migrating: Vec<(VmId, f64)> = Vec::new();

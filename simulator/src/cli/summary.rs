@@ -99,21 +99,43 @@ pub(super) fn print_summary(r: &SimResult) {
         rows.push((
             "consolidation",
             format!(
-                "{} hosts emptied of {} started ({} given back); {} migrations ({} avoided, {} cancelled)",
-                g.hosts_emptied, g.hosts_started, g.hosts_abandoned, g.migrations_completed, g.avoided, g.cancelled
+                "{} hosts emptied of {} started ({} given back); {} migrations ({} avoided, {} cancelled); {} in \
+                 flight at most",
+                g.hosts_emptied,
+                g.hosts_started,
+                g.hosts_abandoned,
+                g.migrations_completed,
+                g.avoided,
+                g.cancelled,
+                c.consolidation_in_flight_limit.unwrap_or_default()
             ),
         ));
     }
-    if m.migrations > 0 {
+    if let Some(most) = c.consolidation_budget_shortfall {
+        rows.push((
+            "BUDGET NOT CARRIED OUT",
+            format!(
+                "{} migrations in flight carry out at most {most:.3} per host-day, below the budget; use \
+                 in-flight=auto or raise it",
+                c.consolidation_in_flight_limit.unwrap_or_default()
+            ),
+        ));
+    }
+    if m.migrations_spent() > 0 {
+        let (wasted_pct, wasted_6h_pct) = m.wasted_pct();
         rows.push((
             "migrations (measured)",
             format!(
-                "{} ({:.4} per host-day, {:.2} per 100 placements), {} wasted ({:.1}%), {:.0} GiB moved",
-                m.migrations,
+                "{} spent ({:.4} per host-day, {:.2} per 100 placements): {} completed, {} cancelled; wasted {}                  within 1 h ({:.1}%), {} within 6 h ({:.1}%), cancelled ones included; {:.0} GiB moved",
+                m.migrations_spent(),
                 m.migrations_per_host_day,
                 m.migrations_per_100_placements,
+                m.migrations,
+                m.migrations_cancelled,
                 m.migrations_wasted,
-                100.0 * m.migrations_wasted as f64 / m.migrations as f64,
+                wasted_pct,
+                m.migrations_wasted_6h,
+                wasted_6h_pct,
                 m.migrated_gib
             ),
         ));

@@ -135,7 +135,7 @@ pub fn markdown(comparison: &Comparison) -> String {
             if with_quality { " | | | |" } else { "" },
         );
     }
-    if comparison.runs.iter().any(|r| r.result.metrics.migrations > 0) {
+    if comparison.runs.iter().any(|r| r.result.metrics.migrations_spent() > 0) {
         migrations_markdown(&mut out, comparison);
     }
     if !comparison.crossings.is_empty() {
@@ -216,17 +216,20 @@ pub fn markdown(comparison: &Comparison) -> String {
 fn migrations_markdown(out: &mut String, comparison: &Comparison) {
     let _ = writeln!(
         out,
-        "\n#### Migrations\n\nWithin the measured span, means over seeds ±1 sd. *Wasted*: the moved VM exited within an \
-         hour of its move. *Empty-host h per migration*: the empty-host hours the row gained over the same policy and \
-         prediction without migrations (same seed), per migration.\n\n\
-         | run | migrations | per host-day | per 100 placements | wasted % | GiB moved | empty-host h per migration |\n\
-         |---|---:|---:|---:|---:|---:|---:|"
+        "\n#### Migrations\n\nWithin the measured span, means over seeds ±1 sd. *Spent*: migrations the budget paid \
+         for, completed or *cancelled* (the VM exited while it moved). *Wasted*: of those spent, the cancelled ones and \
+         the completed ones whose VM exited within 1 h (6 h) of its move. *Empty-host h per migration*: the \
+         empty-host hours the row gained over the same policy and prediction without migrations (same seed), per \
+         migration spent.\n\n\
+         | run | spent | cancelled | per host-day | per 100 placements | wasted % (1 h) | wasted % (6 h) | GiB moved | \
+         empty-host h per migration |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let without_migrations =
         |run: &CompareRun| run.plan.config.consolidation.is_none() && run.plan.config.drains.is_none();
     for row in &comparison.rows {
         let runs: Vec<&CompareRun> = comparison.runs.iter().filter(|r| r.plan.cell.label == row.cell.label).collect();
-        if runs.iter().all(|r| r.result.metrics.migrations == 0) {
+        if runs.iter().all(|r| r.result.metrics.migrations_spent() == 0) {
             continue;
         }
         let of = |f: &dyn Fn(&CompareRun) -> f64| Spread::of(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
@@ -242,26 +245,34 @@ fn migrations_markdown(out: &mut String, comparison: &Comparison) {
                 let (m, base) = (&r.result.metrics, &reference.result.metrics);
                 let hosts = r.result.workload.hosts as f64;
                 let hours = (m.empty_hosts_pct - base.empty_hosts_pct) / 100.0 * hosts * m.span_s / 3600.0;
-                (m.migrations > 0).then(|| hours / m.migrations as f64)
+                (m.migrations_spent() > 0).then(|| hours / m.migrations_spent() as f64)
             })
             .collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.cell.label,
-            spread(&of(&|r| r.result.metrics.migrations as f64), false),
+            spread(&of(&|r| r.result.metrics.migrations_spent() as f64), false),
+            spread(&of(&|r| r.result.metrics.migrations_cancelled as f64), false),
             format_args!("{:.4}", of(&|r| r.result.metrics.migrations_per_host_day).mean),
             spread(&of(&|r| r.result.metrics.migrations_per_100_placements), false),
-            spread(
-                &of(&|r| {
-                    let m = &r.result.metrics;
-                    100.0 * m.migrations_wasted as f64 / m.migrations.max(1) as f64
-                }),
-                false
-            ),
+            spread(&of(&|r| r.result.metrics.wasted_pct().0), false),
+            spread(&of(&|r| r.result.metrics.wasted_pct().1), false),
             format_args!("{:.0}", of(&|r| r.result.metrics.migrated_gib).mean),
             if gained.is_empty() { "-".to_owned() } else { spread(&Spread::of(&gained), true) },
         );
+    }
+    for run in &comparison.runs {
+        if let Some(most) = run.result.counters.consolidation_budget_shortfall {
+            let _ = writeln!(
+                out,
+                "\n**{} (seed {}): the budget was not carried out**: {} migrations in flight carry out at most {most:.3} \
+                 per host-day.",
+                run.plan.cell.label,
+                run.plan.config.seed,
+                run.result.counters.consolidation_in_flight_limit.unwrap_or_default()
+            );
+        }
     }
 }
 

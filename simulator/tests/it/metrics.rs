@@ -107,15 +107,17 @@ fn a_full_inventory_has_nothing_free() {
 }
 
 #[test]
-fn hosts_with_an_incoming_migration_are_not_empty_and_unavailable_empty_hosts_are() {
+fn a_migrating_vm_is_counted_once_its_target_is_not_empty_and_unavailable_empty_hosts_are() {
     let mut state = inventory(3);
     place(&mut state, "a", 0, res(4.0, 8.0));
     state.reserve(&VmId::from("a"), HostIndex(1), true).unwrap();
     state.set_host_state(HostIndex(2), HostState::Unavailable).unwrap();
     let m = instant(&state, 0.0);
     assert_eq!(m.non_empty_hosts, 2, "the reservation makes its target non-empty");
-    assert!(close(m.allocated_cores, 8.0), "a migrating VM holds room on both hosts");
-    assert!(close(m.packing_density, 8.0 / 20.0));
+    assert!(close(m.allocated_cores, 4.0), "a migrating VM is counted once, on its source");
+    assert!(close(m.packing_density, 4.0 / 20.0));
+    assert_eq!(m.bound.hosts, 1, "the bound holds the VM once");
+    assert!(close(m.empty_to_free, 10.0 / 22.0), "its reservation is not free: 22 cores free, 10 on the empty host");
     assert!(close(m.empty_hosts_pct, 100.0 / 3.0), "the unavailable empty host is empty");
 }
 
