@@ -74,7 +74,22 @@ listener_opts = [
                      'resource provider of Placement (a host with VMs is never removed).'),
 ]
 
-ALL_OPTS = client_opts + weigher_opts + listener_opts
+watcher_opts = [
+    cfg.URIOpt('allocator_url', schemes=['http', 'https'],
+               help='Base URL of the zone\'s allocator service. Set, the listener also reads '
+                    'OpenStack Watcher\'s action notifications and applies the outcome of each '
+                    'migrate action to the allocator\'s consolidation (the lifetime_consolidation '
+                    'strategy\'s plans: completed, or failed and given back). Unset: it does not.'),
+    cfg.StrOpt('allocator_admin_token', secret=True,
+               help='The allocator\'s admin token, sent as the bearer of those calls.'),
+    cfg.FloatOpt('allocator_timeout', default=10.0, min=0.001,
+                 help='Seconds to wait for the allocator to answer one of those calls.'),
+    cfg.ListOpt('watcher_notification_topics', default=['watcher_notifications'],
+                help='Topics of Watcher\'s versioned notifications ([oslo_messaging_notifications] '
+                     'topics of watcher.conf).'),
+]
+
+ALL_OPTS = client_opts + weigher_opts + listener_opts + watcher_opts
 
 
 def register_opts(conf):

@@ -28,6 +28,7 @@ from oslo_log import log as logging
 
 from lifetime_alloc_openstack import client as client_mod
 from lifetime_alloc_openstack import conf as conf_mod
+from lifetime_alloc_openstack import consolidation
 from lifetime_alloc_openstack import mapping
 from lifetime_alloc_openstack import reconcile as reconcile_mod
 
@@ -178,6 +179,14 @@ class ListenerService(object):
         self.listener = oslo_messaging.get_notification_listener(
             transport, targets, [self.endpoint], executor='threading',
             pool=group.listener_pool or None)
+        # Watcher's migrate actions, when the allocator's admin URL is given.
+        self.outcomes = self.watcher_listener = None
+        if group.allocator_url:
+            admin = consolidation.AllocatorAdmin(group.allocator_url, group.allocator_admin_token,
+                                                 group.allocator_timeout)
+            self.outcomes = consolidation.MigrationOutcomes(admin)
+            self.watcher_listener = consolidation.outcomes_listener(
+                transport, self.outcomes, group.watcher_notification_topics, group.listener_pool)
         self._reconcile = reconcile
         self._placement = placement
         self._wake = threading.Event()
@@ -225,6 +234,8 @@ class ListenerService(object):
 
     def start(self):
         self.listener.start()
+        if self.watcher_listener is not None:
+            self.watcher_listener.start()
         if self._reconcile:
             self._next_at = time.monotonic()
             self._thread = threading.Thread(target=self._loop, name='lifetime-alloc-reconcile',
@@ -234,8 +245,9 @@ class ListenerService(object):
     def stop(self):
         self._stopping.set()
         self._wake.set()
-        self.listener.stop()
-        self.listener.wait()
+        for listener in filter(None, (self.listener, self.watcher_listener)):
+            listener.stop()
+            listener.wait()
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -270,10 +282,14 @@ def main(argv=None):
     LOG.info('lifetime_alloc: listening on %s (pool %s), control service %s, zone %s',
              ', '.join(conf.lifetime_alloc.notification_topics), conf.lifetime_alloc.listener_pool,
              conf.lifetime_alloc.control_url, conf.lifetime_alloc.zone)
+    if service.outcomes is not None:
+        LOG.info('lifetime_alloc: and on Watcher\'s %s, allocator %s',
+                 ', '.join(conf.lifetime_alloc.watcher_notification_topics), conf.lifetime_alloc.allocator_url)
     while not stop.wait(1.0):
         pass
     service.stop()
-    LOG.info('lifetime_alloc: listener stopped; %s', dict(service.endpoint.counters))
+    LOG.info('lifetime_alloc: listener stopped; %s%s', dict(service.endpoint.counters),
+             '' if service.outcomes is None else '; Watcher: %s' % dict(service.outcomes.counters))
     return 0
 
 

@@ -278,9 +278,12 @@ def parse_time(value):
 
 
 def payload_data(payload):
-    """A versioned notification's payload fields (the ``nova_object.data`` of it)."""
-    if isinstance(payload, dict) and 'nova_object.data' in payload:
-        return payload['nova_object.data'] or {}
+    """A versioned notification's payload fields (the ``nova_object.data`` of Nova's, the
+    ``watcher_object.data`` of Watcher's)."""
+    if isinstance(payload, dict):
+        for key in ('nova_object.data', 'watcher_object.data'):
+            if key in payload:
+                return payload[key] or {}
     return payload or {}
 
 

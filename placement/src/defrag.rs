@@ -116,6 +116,9 @@ pub struct DrainReport {
     /// VMs no host could take when their turn came; they stay on their host and are tried again
     /// when the next migration completes.
     pub no_target: u64,
+    /// Migrations the cloud reported failed (the VM stayed; it waits for its turn again).
+    #[serde(default)]
+    pub failed: u64,
     pub in_flight: Vec<Migration>,
     /// VMs waiting for their turn, next first.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
@@ -137,6 +140,8 @@ pub struct Drain {
     pub avoided: u64,
     pub cancelled: u64,
     pub no_target: u64,
+    #[serde(default)]
+    pub failed: u64,
 }
 
 impl Drain {
@@ -151,6 +156,7 @@ impl Drain {
             avoided: 0,
             cancelled: 0,
             no_target: 0,
+            failed: 0,
         }
     }
 
@@ -168,6 +174,15 @@ impl Drain {
             return true;
         }
         false
+    }
+
+    /// The migration of `vm` failed: the VM stayed on its host and goes to the back of the queue
+    /// (tried again at its turn). Returns the migration.
+    pub fn failed(&mut self, vm: &VmId) -> Option<Migration> {
+        let at = self.in_flight.iter().position(|m| &m.vm_id == vm)?;
+        self.failed += 1;
+        self.queue.push_back(vm.clone());
+        Some(self.in_flight.remove(at))
     }
 
     /// The migration of `vm` completed; returns it.
@@ -190,6 +205,7 @@ impl Drain {
             avoided: self.avoided,
             cancelled: self.cancelled,
             no_target: self.no_target,
+            failed: self.failed,
             in_flight: self.in_flight.clone(),
             queued: self.queue.iter().cloned().collect(),
             done: hosts_empty && self.in_flight.is_empty(),

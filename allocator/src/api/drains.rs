@@ -1,7 +1,7 @@
 //! `/v1/drains` and `/v1/migrations`: emptying hosts by live migration (LARS, admin).
 
 use super::{call, command_error, finite_time, path_param, query_param, AppState, NotDurable};
-use crate::durable::{CompleteMigration, DrainStatus, StartDrain};
+use crate::durable::{CompleteMigration, DrainStatus, FailMigration, StartDrain};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -17,7 +17,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(drain_status, start_drain)).routes(routes!(complete_migration))
+    OpenApiRouter::new()
+        .routes(routes!(drain_status, start_drain))
+        .routes(routes!(complete_migration))
+        .routes(routes!(fail_migration))
 }
 
 /// Starts draining hosts (admin; LARS): they take no new VM and their VMs migrate away, at most
@@ -92,6 +95,31 @@ async fn complete_migration(
     };
     let complete = CompleteMigration { vm: VmId(vm_id), completed_at_s };
     match call(&state, "complete-migration", complete).await {
+        Ok(migration) => Json(migration).into_response(),
+        Err(error) => command_error(error),
+    }
+}
+
+/// Reports a migration that failed (admin): the cloud's live migration did not move the VM (it
+/// failed, or was cancelled before it did). The reservation on its target is given back and the VM
+/// stays on its source; a host consolidation was emptying goes back to service (counted in
+/// `migrations_failed`); a drain's VM waits for its turn again.
+#[utoipa::path(post, path = "/v1/migrations/{vm_id}/fail",
+    params(("vm_id" = String, Path, description = "The migrating VM's id.")),
+    responses((status = 200, description = "The migration given up.", body = Migration),
+              (status = 404, description = "The VM is not migrating (or no drain or consolidation is on).", body = domain::Problem),
+              BadPathOrQuery, AdminRefusals, NotDurable),
+    security(("bearer" = [])))]
+async fn fail_migration(
+    State(state): State<AppState>,
+    _: AdminAuth,
+    vm_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    let vm_id = match path_param(vm_id) {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match call(&state, "fail-migration", FailMigration { vm: VmId(vm_id) }).await {
         Ok(migration) => Json(migration).into_response(),
         Err(error) => command_error(error),
     }

@@ -409,6 +409,24 @@ impl Request for CompleteMigration {
     }
 }
 
+/// A migration failed: the VM stays on its source, the reservation on its target is given back
+/// (write).
+#[derive(Clone, Debug)]
+pub struct FailMigration {
+    pub vm: VmId,
+}
+
+impl Request for FailMigration {
+    type Output = Migration;
+    const WRITE: bool = true;
+
+    fn run(&self, cx: &mut Context<'_>) -> Result<Migration, CommandError> {
+        let migration = cx.allocator.fail_migration(&self.vm, cx.now_s)?;
+        cx.outcomes.push("migration_failed");
+        Ok(migration)
+    }
+}
+
 /// Turn consolidation on with these settings, change them (what is in progress stays), or turn it
 /// off (`None`) (write). `only_if_off`: the config file's `[consolidation]` at start, which gives
 /// way to a record the store holds (settings an operator PUT through the API).

@@ -32,9 +32,9 @@ use crate::store::{
 };
 pub use commands::{
     job, Allocate, Answer, BatchTiming, CompleteMigration, ConsolidationPlan, ConsolidationRound, ConsolidationStatus,
-    Context, DrainStatus, Explain, Follow, GetAllocation, GetHost, HostFilter, Job, ListHosts, PauseConsolidation,
-    Quality, RecordAt, Release, RemoveHost, Request, SetConsolidation, SetHostState, SetRepredictor, StartDrain, Stats,
-    Status, UpdateHost,
+    Context, DrainStatus, Explain, FailMigration, Follow, GetAllocation, GetHost, HostFilter, Job, ListHosts,
+    PauseConsolidation, Quality, RecordAt, Release, RemoveHost, Request, SetConsolidation, SetHostState,
+    SetRepredictor, StartDrain, Stats, Status, UpdateHost,
 };
 pub use domain::hosts::{
     HostDetail, HostInfo, HostPage, HostStateChange, HostSummary, PolicyHostState, StoreStatus, VmInfo,

@@ -82,6 +82,21 @@ async fn consolidation_runs_from_the_config_and_the_api() {
     let (status, problem) = send(admin(client.delete(format!("{base}/v1/consolidation")))).await;
     assert_eq!((status, problem["type"].as_str()), (409, Some("urn:problem:consolidation-busy")), "{problem}");
 
+    // The cloud's migration failed: the reservation is given back, b stays on h0, and h0 is
+    // back in service; a second report of it finds nothing migrating.
+    let (status, migration) = send(admin(client.post(format!("{base}/v1/migrations/b/fail")))).await;
+    assert_eq!((status, migration["target"].as_str()), (200, Some("z-h1")), "{migration}");
+    assert_eq!(host_state(&client, &base, "z-h0").await, ("available".to_owned(), 1));
+    let (_, report) = send(client.get(format!("{base}/v1/consolidation"))).await;
+    assert_eq!((report["counters"]["migrations_failed"].as_u64(), report["in_flight"].clone()), (Some(1), json!([])));
+    let (_, b) = send(client.get(format!("{base}/v1/allocations/b"))).await;
+    assert_eq!(b["host_id"], "z-h0", "{b}");
+    let (status, problem) = send(admin(client.post(format!("{base}/v1/migrations/b/fail")))).await;
+    assert_eq!((status, problem["type"].as_str()), (404, Some("urn:problem:not-migrating")), "{problem}");
+
+    // The next round starts h0 again.
+    let (_, round) = send(admin(client.post(format!("{base}/v1/consolidation/rounds")))).await;
+    assert_eq!(round["started"][0]["host"], "z-h0", "{round}");
     let (status, _) = send(admin(client.post(format!("{base}/v1/migrations/b/complete")))).await;
     assert_eq!(status, 200);
     assert_eq!(host_state(&client, &base, "z-h0").await, ("available".to_owned(), 0), "emptied: back in service");

@@ -475,7 +475,10 @@ fn two_agents_on_one_database_follow_each_other_and_retries_answer_alike() {
     let mut b = DurableAllocator::open(&spec(), &pbfr(), &Registry::standard(), location.clone(), 0.0).unwrap();
     let x_request = Allocate(AllocationRequest::Vm(with_facts(vm("x", 4.0, 600.0), 3)));
     let x = host_of(&a.execute_one(x_request, 1.0)).expect("placed");
-    // B decides after following A: it sees x where A put it, and what x's request carried.
+    // A placement may be decided on a view that lacks another agent's latest commit (the store's
+    // commit checks it, CHECKED_AT_COMMIT): a read follows the store to its head first, so B
+    // decides after following A. It sees x where A put it, and what x's request carried.
+    assert!(b.execute_one(GetAllocation(VmId::from("x")), 1.5).is_ok(), "B reads x after following A");
     let y = host_of(&b.execute_one(allocate("y", 4.0), 2.0)).expect("placed");
     assert_eq!(
         b.allocator().unwrap().state().vm(&VmId::from("x")).map(|v| v.host),

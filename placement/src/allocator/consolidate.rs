@@ -59,9 +59,14 @@ impl Allocator {
         if config.chooser == ChooserKind::Oracle && self.consolidation_lifetimes.is_none() {
             return Err(ConsolidationError::NoOracle);
         }
+        let (clock, hosts) = (self.clock_s, self.state.hosts().len());
         match &mut self.consolidation {
-            Some(existing) => existing.config = config,
-            None => self.consolidation = Some(Consolidation::new(config, self.clock_s)),
+            // What the budget earned so far, it earned at the old rate.
+            Some(existing) => {
+                existing.accrue(clock, hosts);
+                existing.config = config;
+            }
+            None => self.consolidation = Some(Consolidation::new(config, clock)),
         }
         self.consolidation_changed = true;
         Ok(())
@@ -478,6 +483,18 @@ impl Allocator {
         if let Some(host) = consolidation.hosts.iter_mut().find(|h| h.host == migration.source) {
             host.moved += 1;
         }
+        Some(migration)
+    }
+
+    /// The consolidation migration of `vm` failed: counted, and its source goes back to service
+    /// (the caller gives the reservation back).
+    pub(super) fn consolidation_failed(&mut self, vm: &VmId) -> Option<Migration> {
+        let consolidation = self.consolidation.as_mut()?;
+        let at = consolidation.in_flight.iter().position(|m| &m.vm_id == vm)?;
+        let migration = consolidation.in_flight.remove(at);
+        consolidation.counters.migrations_failed += 1;
+        self.consolidation_changed = true;
+        self.abandon(&migration.source);
         Some(migration)
     }
 

@@ -95,6 +95,34 @@ impl Allocator {
         Ok(migration)
     }
 
+    /// A migration the cloud reported failed (or cancelled before it moved the VM): the
+    /// reservation on its target is given back and the VM stays where it is. A consolidation's
+    /// host being emptied goes back to service (its emptying abandoned, counted as failed); a
+    /// drain's VM waits for its turn again.
+    pub fn fail_migration(&mut self, vm: &VmId, now_s: f64) -> Result<Migration, DrainError> {
+        self.advance_clock(now_s);
+        let migration = if let Some(migration) = self.drain.as_mut().and_then(|d| d.failed(vm)) {
+            self.drain_changed = true;
+            migration
+        } else if let Some(migration) = self.consolidation_failed(vm) {
+            migration
+        } else if self.drain.is_none() && self.consolidation.is_none() {
+            return Err(DrainError::NoDrain);
+        } else {
+            return Err(DrainError::NotMigrating(vm.clone()));
+        };
+        let target = match self.state.cancel_migration(vm) {
+            Ok(target) => target,
+            Err(error) => unreachable!("a migration in flight has its reservation: {error}"),
+        };
+        self.journal.push(Change::MigrationCancelled { vm: vm.clone() });
+        self.refresh_lifetime(target);
+        self.host_changed(target);
+        self.pump_drain();
+        self.pump_consolidation();
+        Ok(migration)
+    }
+
     /// Where the current (or last) drain stands.
     pub fn drain_report(&self) -> Option<DrainReport> {
         self.drain.as_ref().map(|drain| drain.report(self.drain_hosts_empty(drain)))

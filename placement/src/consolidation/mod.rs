@@ -426,6 +426,9 @@ pub struct ConsolidationCounters {
     pub no_target: u64,
     pub migrations_started: u64,
     pub migrations_completed: u64,
+    /// Migrations the cloud reported failed: the VM stayed, and its host went back to service.
+    #[serde(default)]
+    pub migrations_failed: u64,
     /// VMs that exited before their turn: migrations saved.
     pub avoided: u64,
     /// VMs that exited while migrating: migrations spent for nothing.

@@ -283,3 +283,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn new_settings_keep_the_budget_earned_under_the_old_ones() {
+    let mut a = allocator(4);
+    // One migration per host per second: 4 a second on 4 hosts.
+    a.set_consolidation(Some(config(86_400.0, ChooserKind::FewestVms)), 0.0).unwrap();
+    a.set_consolidation(Some(config(0.0, ChooserKind::AgeBatches)), 10.0).unwrap();
+    let consolidation = a.consolidation().unwrap();
+    assert_eq!(consolidation.config.chooser, ChooserKind::AgeBatches);
+    assert!((consolidation.budget - 40.0).abs() < 1e-9, "10 s at the old rate: {}", consolidation.budget);
+}
