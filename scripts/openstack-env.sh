@@ -14,13 +14,15 @@
 #   scripts/openstack-env.sh --print NAME      print venv NAME's python (for scripts; alone on
 #                                              stdout), building it if needed
 #
-# Up to date = the stamp file in the venv holds the hash of its requirements, of the plug-in's
-# pyproject.toml and of the python3 version. Nova's functional harness looks for api-paste.ini
-# beside site-packages (SITE/etc/nova/api-paste.ini); the wheel installs it under VENV/etc/nova,
-# so it is linked. Safe to re-run; unattended; takes about a minute a venv the first time (pip).
-# Environment: PYTHON (default python3, 3.10 or later), NOVA_VENV (default
-# target/openstack/nova-venv), WATCHER_VENV (default target/openstack/watcher-venv), PIP_INDEX_URL
-# and the like as pip reads them.
+# Each venv lives in the user's cache (LIFETIME_ALLOC_VENVS, default
+# ~/.cache/lifetime-alloc/openstack), named by the hash of its pinned set and python, and the path
+# above links to it: a fresh clone reuses it and installs only the plug-in again (when this clone's
+# path or the plug-in's pyproject.toml differ from the last install). Nova's functional harness looks
+# for api-paste.ini beside site-packages (SITE/etc/nova/api-paste.ini); the wheel installs it under
+# VENV/etc/nova, so it is linked. Safe to re-run; unattended; takes about a minute a venv the first
+# time (pip). Environment: PYTHON (default python3, 3.10 or later), NOVA_VENV (default
+# target/openstack/nova-venv), WATCHER_VENV (default target/openstack/watcher-venv),
+# LIFETIME_ALLOC_VENVS, PIP_INDEX_URL and the like as pip reads them.
 # The tests then run with (docs/openstack.md):
 #   target/openstack/nova-venv/bin/python -m unittest discover -s openstack/tests -t openstack -v
 #   target/openstack/watcher-venv/bin/python -m unittest discover -s openstack/tests/watcher -t openstack -v
@@ -47,47 +49,57 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set PYTHON to a Pytho
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
     || die "$PYTHON is older than 3.10; nova 34 and watcher 17 need 3.10 or later"
 
-# build_venv NAME VENV REQUIREMENTS MODULES...: the venv with the pinned set and the plug-in; the
-# modules are imported at the end as a check.
+# build_venv NAME LINK REQUIREMENTS MODULES...: the venv with the pinned set and the plug-in, at
+# LINK; the modules are imported at the end as a check. The venv itself lives in the user's cache
+# (VENVS), named by the hash of its pinned set and python, and LINK points at it: a fresh clone on
+# a machine that built it once reuses it (as pip's and cargo's caches are), and only installs the
+# plug-in (editable, from this clone) again.
 build_venv() {
-    local name="$1" venv="$2" requirements="$3"
+    local name="$1" link="$2" requirements="$3"
     shift 3
-    local stamp="$venv/.lifetime-alloc-stamp"
     [ -f "$requirements" ] || die "$requirements is missing"
-    local want
-    want="$( { sha256sum "$requirements" openstack/pyproject.toml | cut -d' ' -f1; "$PYTHON" -V 2>&1; } | sha256sum | cut -d' ' -f1)"
-    if [ "$FORCE" -eq 0 ] && [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-        say "up to date: $venv"
-        return 0
-    fi
-    if [ "$FORCE" -eq 1 ] || [ ! -x "$venv/bin/python" ]; then
+    local base plugin venv
+    base="$( { sha256sum "$requirements" | cut -d' ' -f1; "$PYTHON" -V 2>&1; command -v "$PYTHON"; } | sha256sum | cut -c1-16)"
+    plugin="$( { sha256sum openstack/pyproject.toml | cut -d' ' -f1; pwd; } | sha256sum | cut -d' ' -f1)"
+    venv="$VENVS/$name-$base"
+    if [ "$FORCE" -eq 1 ] || [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.lifetime-alloc-base" ]; then
         say "creating $venv"
         rm -rf "$venv"
-        mkdir -p "$(dirname "$venv")"
+        mkdir -p "$VENVS"
         "$PYTHON" -m venv "$venv" >&2
+        say "$name: installing the pinned set ($(grep -c '==' "$requirements") packages; about a minute)"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" >&2
+        if [ "$name" = nova ]; then
+            local site paste
+            site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+            paste="$venv/etc/nova/api-paste.ini"
+            [ -f "$paste" ] || die "$paste is missing: the nova wheel did not install its etc/ files"
+            mkdir -p "$site/etc/nova"
+            ln -sfn "$paste" "$site/etc/nova/api-paste.ini"
+        fi
+        touch "$venv/.lifetime-alloc-base"
     fi
-    rm -f "$stamp"
-    say "$name: installing the pinned set ($(grep -c '==' "$requirements") packages; about a minute)"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" >&2
-    say "$name: installing lifetime-alloc-openstack (editable)"
+    mkdir -p "$(dirname "$link")"
+    # A venv an older version of this script built in place is replaced by the link.
+    if [ -d "$link" ] && [ ! -L "$link" ]; then rm -rf "$link"; fi
+    ln -sfn "$venv" "$link"
+    if [ "$(cat "$venv/.lifetime-alloc-plugin" 2>/dev/null)" = "$plugin" ]; then
+        say "up to date: $link -> $venv"
+        return 0
+    fi
+    rm -f "$venv/.lifetime-alloc-plugin"
+    say "$name: installing lifetime-alloc-openstack (editable, from $(pwd)/openstack)"
     # Built in pip's isolated build environment (setuptools from the index, as pip does by default).
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e openstack >&2
-    if [ "$name" = nova ]; then
-        local site paste
-        site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-        paste="$(cd "$venv" && pwd)/etc/nova/api-paste.ini"
-        [ -f "$paste" ] || die "$paste is missing: the nova wheel did not install its etc/ files"
-        mkdir -p "$site/etc/nova"
-        ln -sfn "$paste" "$site/etc/nova/api-paste.ini"
-    fi
     "$venv/bin/python" -W ignore -c 'import importlib, sys
 for name in sys.argv[1:]:
-    importlib.import_module(name)' "$@"
-    echo "$want" > "$stamp"
-    say "ready: $venv ($("$venv/bin/python" -c 'import importlib.metadata as m, sys
+    importlib.import_module(name)' "$@" > /dev/null
+    echo "$plugin" > "$venv/.lifetime-alloc-plugin"
+    say "ready: $link -> $venv ($("$venv/bin/python" -c 'import importlib.metadata as m, sys
 print(", ".join(n + " " + m.version(n) for n in sys.argv[1:]))' "${VERSIONS[@]}"))"
 }
 
+VENVS="${LIFETIME_ALLOC_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/lifetime-alloc/openstack}"
 NOVA_VENV="${NOVA_VENV:-target/openstack/nova-venv}"
 WATCHER_VENV="${WATCHER_VENV:-target/openstack/watcher-venv}"
 if [ -z "$ONLY" ] || [ "$ONLY" = nova ]; then

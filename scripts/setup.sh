@@ -7,7 +7,8 @@
 #   Debian's Chromium and ChromeDriver (the dashboard's browser test,
 #   control-service/tests/it/dashboard.rs), and the Python packages the Python package's tests need
 #   (maturin, pandas, pyarrow, pytest, nbclient, ...; scripts/test-python.sh), and OpenStack Nova
-#   34 with Placement 16 in a venv of their own for the Nova plug-in's tests (scripts/openstack-env.sh).
+#   34 with Placement 16, and Watcher 17, in venvs of their own for the plug-ins' tests
+#   (scripts/openstack-env.sh).
 # Safe to re-run; runs unattended (no stdin needed) from any directory.
 #   --build-only: only what building the trainer (`lifetime-train`, LightGBM's C++) needs: CMake,
 #   libclang, a C++ compiler. The default model's training and the Dockerfile's build stage use it.
@@ -222,10 +223,10 @@ else
     say "python3 venv missing, installing python3-venv"; apt_install python3-venv
 fi
 
-# --- 9. OpenStack Nova and Placement for the Nova plug-in's tests (e2e/tests/openstack.rs) -------
-# A venv of its own (target/openstack/nova-venv) with the pinned package set of nova 34.0.0 and
-# openstack-placement 16.0.0 (openstack/requirements/nova-34.txt) and the plug-in; skipped when up
-# to date (scripts/openstack-env.sh).
+# --- 9. OpenStack Nova, Placement and Watcher for the plug-ins' tests (e2e/tests/openstack.rs) --
+# Two venvs (target/openstack/{nova,watcher}-venv, links into the user's cache) with the pinned
+# package sets of nova 34.0.0 and openstack-placement 16.0.0, and of python-watcher 17.0.0
+# (openstack/requirements/), and the plug-in; skipped when up to date (scripts/openstack-env.sh).
 bash scripts/openstack-env.sh
 
 say "all prerequisites present"
