@@ -263,6 +263,16 @@ fn consolidation_ranges(openapi: &mut utoipa::openapi::OpenApi) {
     set_property(
         openapi,
         schema,
+        "auto_headroom",
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .exclusive_minimum(Some(0.0))
+            .maximum(Some(placement::consolidation::MAX_HEADROOM))
+            .description(Some("`auto`'s factor over the migrations the budget keeps in flight on average.")),
+    );
+    set_property(
+        openapi,
+        schema,
         "empty_below_pct",
         ObjectBuilder::new()
             .schema_type(SchemaType::from_iter([Type::Number, Type::Null]))

@@ -91,7 +91,10 @@ fn a_version_3_store_of_the_previous_release_opens_upgraded_and_recovers() {
         }
     }
     let Ok(drain) = durable.execute_one(DrainStatus, stopped_at) else { panic!("the drain in flight is recovered") };
-    assert_eq!(serde_json::to_value(&drain).unwrap(), answers["drain"]);
+    // The report gained `failed` since (issue 59: migrations the cloud reported failed), 0 here.
+    let mut expected_drain = answers["drain"].clone();
+    expected_drain["failed"] = 0.into();
+    assert_eq!(serde_json::to_value(&drain).unwrap(), expected_drain);
 
     // A migration and a release go on as before, and the upgraded store opens again as it is.
     durable.execute_one(CompleteMigration::of("vm-1".into()), stopped_at + 1.0).unwrap();

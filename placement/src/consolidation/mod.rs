@@ -98,10 +98,13 @@ pub enum InFlightLimit {
     Fixed(usize),
 }
 
-/// `auto`'s factor over the migrations the budget keeps in flight on average: rounds start hosts
-/// in bursts, so a limit of exactly the average leaves part of the budget unspent.
-/// Chosen on validation windows of two zone sizes (docs/evaluation.md, "in flight").
+/// `auto`'s default factor over the migrations the budget keeps in flight on average
+/// ([`ConsolidationConfig::auto_headroom`]): rounds start hosts in bursts, so a limit of exactly
+/// the average leaves part of the budget unspent. To be chosen on validation windows of two zone
+/// sizes (`configs/experiments/consolidation-validation-4.toml`; docs/evaluation.md).
 pub const AUTO_HEADROOM: f64 = 2.0;
+/// The largest `auto_headroom`.
+pub const MAX_HEADROOM: f64 = 100.0;
 /// `auto`'s least limit (the fixed default before issue 59).
 pub const AUTO_MIN_IN_FLIGHT: usize = 3;
 
@@ -187,6 +190,8 @@ pub struct ConsolidationConfig {
     /// a number.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub max_in_flight: InFlightLimit,
+    /// `auto`'s factor over the migrations the budget keeps in flight on average.
+    pub auto_headroom: f64,
     /// Borg's trigger: a round chooses hosts only while the empty hosts are fewer than this share
     /// of the inventory, in percent (none: every round).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -210,6 +215,7 @@ impl Default for ConsolidationConfig {
             chooser: ChooserKind::default(),
             every_s: 3600.0,
             max_in_flight: InFlightLimit::Auto,
+            auto_headroom: AUTO_HEADROOM,
             empty_below_pct: None,
             migration_s: 1200.0,
             max_waste: 0.5,
@@ -251,6 +257,9 @@ impl ConsolidationConfig {
                 return bad("max_in_flight", format!("must be `auto` or between 1 and {MAX_IN_FLIGHT}, got {n}"));
             }
         }
+        if !(self.auto_headroom > 0.0 && self.auto_headroom <= MAX_HEADROOM) {
+            return bad("auto_headroom", format!("must be > 0 and at most {MAX_HEADROOM}, got {}", self.auto_headroom));
+        }
         if let Some(pct) = self.empty_below_pct.filter(|p| !(p.is_finite() && (0.0..=100.0).contains(p))) {
             return bad("empty_below_pct", format!("must be a percentage between 0 and 100, got {pct}"));
         }
@@ -287,7 +296,7 @@ impl ConsolidationConfig {
         match self.max_in_flight {
             InFlightLimit::Fixed(n) => n,
             InFlightLimit::Auto => {
-                let wanted = (AUTO_HEADROOM * self.budget_in_flight(hosts)).ceil();
+                let wanted = (self.auto_headroom * self.budget_in_flight(hosts)).ceil();
                 // `wanted` is finite and non-negative (the settings are checked); clamped before the cast.
                 wanted.clamp(AUTO_MIN_IN_FLIGHT as f64, MAX_IN_FLIGHT as f64) as usize
             }
@@ -320,7 +329,7 @@ impl Validate for ConsolidationConfig {
 }
 
 /// The command-line form: `off`, or `budget=MIGRATIONS_PER_HOST_DAY,chooser=NAME` with optional
-/// `every=SECONDS`, `in-flight=N|auto`, `empty-below=PCT`, `migration=SECONDS`, `max-waste=P` and
+/// `every=SECONDS`, `in-flight=N|auto`, `headroom=FACTOR`, `empty-below=PCT`, `migration=SECONDS`, `max-waste=P` and
 /// `candidates=N`. `None` for `off`.
 pub fn parse_flag(text: &str) -> Result<Option<ConsolidationConfig>, String> {
     if text.trim() == "off" {
@@ -342,14 +351,15 @@ pub fn parse_flag(text: &str) -> Result<Option<ConsolidationConfig>, String> {
             "chooser" => config.chooser = value.parse()?,
             "every" => config.every_s = number()?,
             "in-flight" => config.max_in_flight = value.parse().map_err(|e| format!("{key}: {e}"))?,
+            "headroom" => config.auto_headroom = number()?,
             "empty-below" => config.empty_below_pct = Some(number()?),
             "migration" => config.migration_s = number()?,
             "max-waste" => config.max_waste = number()?,
             "candidates" => config.candidates = whole()?,
             other => {
                 return Err(format!(
-                    "unknown key {other:?}: use budget, chooser, every, in-flight, empty-below, migration, \
-                     max-waste or candidates"
+                    "unknown key {other:?}: use budget, chooser, every, in-flight, headroom, empty-below, \
+                     migration, max-waste or candidates"
                 ))
             }
         }
@@ -370,6 +380,7 @@ impl fmt::Display for ConsolidationConfig {
             ("every", self.every_s, d.every_s),
             ("migration", self.migration_s, d.migration_s),
             ("max-waste", self.max_waste, d.max_waste),
+            ("headroom", self.auto_headroom, d.auto_headroom),
         ];
         for (key, value, default) in numbers {
             if value != default {
@@ -631,8 +642,9 @@ mod tests {
         assert_eq!(config.budget_per_host_day, 0.05);
         assert_eq!(config.chooser, ChooserKind::Lifetime);
         assert_eq!((config.every_s, config.max_in_flight), (1800.0, InFlightLimit::Fixed(5)));
-        let auto = parse_flag("budget=0.25,chooser=age-batches,in-flight=auto").unwrap().unwrap();
-        assert_eq!(auto.max_in_flight, InFlightLimit::Auto);
+        let auto = parse_flag("budget=0.25,chooser=age-batches,in-flight=auto,headroom=1.5").unwrap().unwrap();
+        assert_eq!((auto.max_in_flight, auto.auto_headroom), (InFlightLimit::Auto, 1.5));
+        assert_eq!(parse_flag(&auto.to_string()).unwrap().unwrap(), auto, "Display is the flag again");
         assert_eq!(parse_flag(&config.to_string()).unwrap().unwrap(), config, "Display is the flag again");
         let borg = parse_flag("budget=0.1,chooser=fewest-vms,empty-below=10").unwrap().unwrap();
         assert_eq!(borg.empty_below_pct, Some(10.0));
@@ -644,6 +656,7 @@ mod tests {
             ("budget=-1", "budget_per_host_day"),
             ("budget=0.1,in-flight=0", "max_in_flight"),
             ("budget=0.1,in-flight=many", "neither `auto` nor"),
+            ("budget=0.1,headroom=0", "auto_headroom"),
             ("budget=0.1,empty-below=120", "empty_below_pct"),
             ("budget", "KEY=VALUE"),
         ] {
