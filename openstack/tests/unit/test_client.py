@@ -59,16 +59,22 @@ def make_handler(script):
     return Handler
 
 
+def serve(test, script):
+    """A local server answering ``script`` for ``test`` (stopped at its cleanup); its base URL."""
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), make_handler(script))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    test.addCleanup(server.server_close)
+    test.addCleanup(server.shutdown)
+    test.server = server
+    return 'http://127.0.0.1:%d' % server.server_address[1]
+
+
 class ClientTest(unittest.TestCase):
 
     def setUp(self):
         self.script = Script()
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), make_handler(self.script))
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-        self.addCleanup(self.server.server_close)
-        self.addCleanup(self.server.shutdown)
-        self.base = 'http://127.0.0.1:%d' % self.server.server_address[1]
+        self.base = serve(self, self.script)
         self.client = client.ControlClient(self.base + '/', token='secret', timeout=0.3, zone='zone-1')
 
     def test_allocate_posts_the_vm_with_the_bearer_token(self):

@@ -2,14 +2,12 @@
 endpoint call them (against a local HTTP server that answers what each test scripts), the audit's
 parameters and the settings made from them."""
 
-import http.server
-import threading
 import unittest
 
 from lifetime_alloc_openstack import client
 from lifetime_alloc_openstack import consolidation
 from tests.unit.test_client import Script
-from tests.unit.test_client import make_handler
+from tests.unit.test_client import serve
 
 
 def migrate_notification(vm_id='v1', action_type='migrate'):
@@ -24,13 +22,7 @@ class AdminTest(unittest.TestCase):
 
     def setUp(self):
         self.script = Script()
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), make_handler(self.script))
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-        self.addCleanup(self.server.server_close)
-        self.addCleanup(self.server.shutdown)
-        base = 'http://127.0.0.1:%d/' % self.server.server_address[1]
-        self.admin = consolidation.AllocatorAdmin(base, 'admin-secret', timeout=2.0)
+        self.admin = consolidation.AllocatorAdmin(serve(self, self.script) + '/', 'admin-secret', timeout=2.0)
 
     def test_the_routes_carry_the_admin_token(self):
         self.script.answers[('GET', '/v1/consolidation')] = (200, {'config': {'chooser': 'age'}}, 0)
