@@ -6,11 +6,8 @@
 
 use crate::metrics::MetricsSummary;
 use domain::VmId;
-use placement::consolidation::WASTED_WITHIN_S;
+use placement::consolidation::{WASTED_WITHIN_6H_S, WASTED_WITHIN_S};
 use std::collections::{HashMap, HashSet};
-
-/// The longer window a move is wasted within, in seconds (the report's second figure).
-pub const WASTED_WITHIN_LONG_S: f64 = 6.0 * 3600.0;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -74,7 +71,7 @@ impl MigrationLedger {
         }
         if let Some(moved_at) = self.recent.remove(vm) {
             self.wasted += u64::from(now_s - moved_at <= WASTED_WITHIN_S);
-            self.wasted_long += u64::from(now_s - moved_at <= WASTED_WITHIN_LONG_S);
+            self.wasted_long += u64::from(now_s - moved_at <= WASTED_WITHIN_6H_S);
         }
     }
 

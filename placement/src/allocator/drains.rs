@@ -79,16 +79,7 @@ impl Allocator {
     /// host reserved for it, and the next VM starts migrating.
     pub fn complete_migration(&mut self, vm: &VmId, now_s: f64) -> Result<Migration, DrainError> {
         self.advance_clock(now_s);
-        let migration = if let Some(migration) = self.drain.as_mut().and_then(|d| d.completed(vm)) {
-            self.drain_changed = true;
-            migration
-        } else if let Some(migration) = self.consolidation_completed(vm) {
-            migration
-        } else if self.drain.is_none() && self.consolidation.is_none() {
-            return Err(DrainError::NoDrain);
-        } else {
-            return Err(DrainError::NotMigrating(vm.clone()));
-        };
+        let migration = self.take_migration(vm, Drain::completed, Self::consolidation_completed)?;
         self.finish_move(vm, &migration.target);
         self.pump_drain();
         self.pump_consolidation();
@@ -101,16 +92,7 @@ impl Allocator {
     /// drain's VM waits for its turn again.
     pub fn fail_migration(&mut self, vm: &VmId, now_s: f64) -> Result<Migration, DrainError> {
         self.advance_clock(now_s);
-        let migration = if let Some(migration) = self.drain.as_mut().and_then(|d| d.failed(vm)) {
-            self.drain_changed = true;
-            migration
-        } else if let Some(migration) = self.consolidation_failed(vm) {
-            migration
-        } else if self.drain.is_none() && self.consolidation.is_none() {
-            return Err(DrainError::NoDrain);
-        } else {
-            return Err(DrainError::NotMigrating(vm.clone()));
-        };
+        let migration = self.take_migration(vm, Drain::failed, Self::consolidation_failed)?;
         let target = match self.state.cancel_migration(vm) {
             Ok(target) => target,
             Err(error) => unreachable!("a migration in flight has its reservation: {error}"),
@@ -121,6 +103,26 @@ impl Allocator {
         self.pump_drain();
         self.pump_consolidation();
         Ok(migration)
+    }
+
+    /// The migration of `vm` in flight, taken out of the drain's record (`from_drain`) or else
+    /// consolidation's (`from_consolidation`), each counting it as its caller says.
+    fn take_migration(
+        &mut self,
+        vm: &VmId,
+        from_drain: fn(&mut Drain, &VmId) -> Option<Migration>,
+        from_consolidation: fn(&mut Self, &VmId) -> Option<Migration>,
+    ) -> Result<Migration, DrainError> {
+        if let Some(migration) = self.drain.as_mut().and_then(|d| from_drain(d, vm)) {
+            self.drain_changed = true;
+            Ok(migration)
+        } else if let Some(migration) = from_consolidation(self, vm) {
+            Ok(migration)
+        } else if self.drain.is_none() && self.consolidation.is_none() {
+            Err(DrainError::NoDrain)
+        } else {
+            Err(DrainError::NotMigrating(vm.clone()))
+        }
     }
 
     /// Where the current (or last) drain stands.
