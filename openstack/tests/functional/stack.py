@@ -116,12 +116,18 @@ class Service(object):
 class Stack(fixtures.Fixture):
     """inference-server, allocator and control-service; ``hosts`` are the allocator's initial
     inventory (empty: none, for an inventory built by the reconciliation alone).
-    ``policy`` is the allocator's ``[allocator.policy]`` TOML body."""
+    ``policy`` is the allocator's ``[allocator.policy]`` TOML body; ``bundle`` the model bundle
+    the inference server and the allocator read (the repository's default bundle when None);
+    ``admin_token`` the allocator's admin token and ``consolidation`` its ``[consolidation]`` TOML
+    body (none: no admin routes, no consolidation)."""
 
     def __init__(self, hosts, capacity=FAKE_NODE, policy=None, inference_timeout_ms=50,
-                 clock='wall'):
+                 clock='wall', bundle=None, admin_token=None, consolidation=None):
         super().__init__()
         self.clock = clock
+        self.bundle = bundle or os.path.join(REPO, 'models', 'default')
+        self.admin_token = admin_token
+        self.consolidation = consolidation
         self.hosts = list(hosts) if hosts is not None else None
         self.capacity = capacity
         self.policy = policy or ('kind = "nilas"\nbuckets = "exact"\nlong_threshold_s = 7200.0\n'
@@ -137,7 +143,7 @@ class Stack(fixtures.Fixture):
         self.dir = tempfile.mkdtemp(prefix='lifetime-alloc-openstack-')
         self.addCleanup(shutil.rmtree, self.dir, True)
         models = os.path.join(self.dir, 'models')
-        shutil.copytree(os.path.join(REPO, 'models', 'default'), os.path.join(models, 'default'))
+        shutil.copytree(self.bundle, os.path.join(models, 'default'))
         env = {k: v for k, v in os.environ.items()
                if not k.endswith('_SERVICE_TOKEN') and not k.endswith('_SERVICE_TOKEN_FILE')
                and not k.endswith('_ADMIN_TOKEN') and not k.startswith('http')}
@@ -166,10 +172,13 @@ class Stack(fixtures.Fixture):
         with open(os.path.join(self.dir, 'inventory.toml'), 'w') as f:
             f.write(inventory_toml(self.hosts or [], self.capacity))
         allocator = service('allocator', (
-            'clock = "%s"\nstore = "%s"\nmodels_dir = "%s"\ninventory_file = "%s"\n'
-            '[allocator]\ntie_break = "lowest-index"\nseed = 42\n[allocator.policy]\n%s'
+            'clock = "%s"\nstore = "%s"\nmodels_dir = "%s"\ninventory_file = "%s"\n%s'
+            '[allocator]\ntie_break = "lowest-index"\nseed = 42\n[allocator.policy]\n%s%s'
             % (self.clock, os.path.join(self.dir, 'allocator.db'), models,
-               os.path.join(self.dir, 'inventory.toml'), self.policy)))
+               os.path.join(self.dir, 'inventory.toml'),
+               'admin_token = "%s"\n' % self.admin_token if self.admin_token else '', self.policy,
+               '[consolidation]\n%s' % self.consolidation if self.consolidation else '')))
+        self.allocator_url = allocator.url
         digest = hashlib.sha256(OPERATOR_KEY.encode()).hexdigest()
         service('control-service', (
             'default_zone = "%s"\nruntime_threads = 1\n[zones.%s]\nallocator = "%s"\n'

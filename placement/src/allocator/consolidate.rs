@@ -61,9 +61,11 @@ impl Allocator {
         }
         let (clock, hosts) = (self.clock_s, self.state.hosts().len());
         match &mut self.consolidation {
-            // What the budget earned so far, it earned at the old rate.
+            // What the budget earned so far, it earned at the old rate; the bucket is one day
+            // deep at the new one (a lowered budget does not spend what the old one saved).
             Some(existing) => {
                 existing.accrue(clock, hosts);
+                existing.budget = existing.budget.min(config.depth(hosts));
                 existing.config = config;
             }
             None => self.consolidation = Some(Consolidation::new(config, clock)),

@@ -285,12 +285,17 @@ proptest! {
 }
 
 #[test]
-fn new_settings_keep_the_budget_earned_under_the_old_ones() {
+fn new_settings_keep_the_budget_earned_under_the_old_ones_up_to_a_day_of_the_new() {
     let mut a = allocator(4);
     // One migration per host per second: 4 a second on 4 hosts.
     a.set_consolidation(Some(config(86_400.0, ChooserKind::FewestVms)), 0.0).unwrap();
-    a.set_consolidation(Some(config(0.0, ChooserKind::AgeBatches)), 10.0).unwrap();
+    a.set_consolidation(Some(config(20.0, ChooserKind::AgeBatches)), 10.0).unwrap();
     let consolidation = a.consolidation().unwrap();
     assert_eq!(consolidation.config.chooser, ChooserKind::AgeBatches);
     assert!((consolidation.budget - 40.0).abs() < 1e-9, "10 s at the old rate: {}", consolidation.budget);
+    // A lower budget's bucket holds one day of it: 1 a host-day on 4 hosts.
+    a.set_consolidation(Some(config(1.0, ChooserKind::AgeBatches)), 10.0).unwrap();
+    assert!((a.consolidation().unwrap().budget - 4.0).abs() < 1e-9, "{}", a.consolidation().unwrap().budget);
+    a.set_consolidation(Some(config(0.0, ChooserKind::AgeBatches)), 10.0).unwrap();
+    assert_eq!(a.consolidation().unwrap().budget, 0.0, "a budget of 0 spends nothing more");
 }
