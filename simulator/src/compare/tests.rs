@@ -146,7 +146,7 @@ fn the_checked_in_experiments_plan() {
         seen += 1;
     }
     assert_eq!(
-        seen, 20,
+        seen, 21,
         "the experiments of the evaluation, the validation sweeps, the survival test and consolidation (validation rounds, the test readings, the hybrid decomposition)"
     );
 }
