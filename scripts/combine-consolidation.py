@@ -2,7 +2,8 @@
 """Sums up consolidation runs over windows (issue 43): for each `policy / variant`, its paired gain
 over the same policy without migrations (variant `none`) in packing density and empty hosts (mean
 over every window-and-seed run, +- their sample standard deviation), the realized migrations per
-host-day (mean), and the wasted share: all runs' wasted migrations over all their migrations.
+host-day (mean), and the wasted share: all runs' wasted migrations over all their migrations
+(+- the sample standard deviation of each run's own share).
 
 Usage: scripts/combine-consolidation.py OUT.md WINDOW... where a WINDOW is one results.json, or
 several joined by `+` (experiments run on the same window and seeds: a run found in an earlier one
@@ -84,6 +85,7 @@ def main():
     curves = {}
     for policy, variant in order:
         density, empty, rate, spent, cancelled, wasted, wasted_6h = [], [], [], 0, 0, 0, 0
+        shares, shares_6h = [], []
         for runs, _ in per_window:
             for (p, v, seed), m in runs.items():
                 base = runs.get((p, "none", seed))
@@ -94,7 +96,11 @@ def main():
                 rate.append(m.get("migrations_per_host_day", 0.0))
                 # Spent: completed or cancelled (the VM exited while it moved); both wasted counts
                 # include the cancelled ones (results from before issue 59 have none).
-                spent += m.get("migrations", 0) + m.get("migrations_cancelled", 0)
+                run_spent = m.get("migrations", 0) + m.get("migrations_cancelled", 0)
+                spent += run_spent
+                if run_spent:
+                    shares.append(100 * m.get("migrations_wasted", 0) / run_spent)
+                    shares_6h.append(100 * m.get("migrations_wasted_6h", 0) / run_spent)
                 cancelled += m.get("migrations_cancelled", 0)
                 wasted += m.get("migrations_wasted", 0)
                 wasted_6h += m.get("migrations_wasted_6h", 0)
@@ -102,13 +108,15 @@ def main():
             continue
         sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
         share = lambda n: f"{100 * n / spent:.0f}% ({n}/{spent})" if spent else "-"
+        # The pooled share, the runs' spread of their own shares, and the counts.
+        spread = lambda n, xs: f"{100 * n / spent:.1f}% ±{sd(xs):.1f} ({n}/{spent})" if spent else "-"
         chooser, _, budget = variant.rpartition("-")
         if chooser:
             curves.setdefault(policy, {}).setdefault(chooser, []).append((statistics.mean(rate), statistics.mean(empty)))
         lines.append(
             f"| {policy} / {variant} | {statistics.mean(density):+.2f} ±{sd(density):.2f} "
             f"| {statistics.mean(empty):+.2f} ±{sd(empty):.2f} | {statistics.mean(rate):.3f} "
-            f"| {share(cancelled)} | {share(wasted)} | {share(wasted_6h)} |"
+            f"| {share(cancelled)} | {spread(wasted, shares)} | {spread(wasted_6h, shares_6h)} |"
         )
     open(out, "w").write("\n".join(lines) + "\n")
     plot(curves, out.rsplit(".", 1)[0] + ".svg")

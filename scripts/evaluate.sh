@@ -32,7 +32,7 @@ for trace in "$@"; do
         # The steady-state protocol: dev and test replayed as one timeline (dev warms the cluster
         # up with its long-lived VMs), measured over the test period only; 10% headroom over the
         # peak is enough for PBFR never to reject.
-        experiments azure-steady "$MODELS/azure-v1" oracle-and-model reachable consolidation-test consolidation-test-2 -- \
+        experiments azure-steady "$MODELS/azure-v1" oracle-and-model reachable consolidation-test consolidation-test-2 consolidation-test-3 -- \
             --trace "$AZURE/trace-dev.csv.gz" --trace "$AZURE/trace-test.csv.gz" --measure-from-s 2099700 \
             --auto-hosts --headroom 0.1 --host-cores 48 --host-memory-gib 384
         # The papers' five experiments on the test trace alone, starting empty (single seed).
@@ -45,7 +45,7 @@ for trace in "$@"; do
         # second half (the first half warms the cluster up); 30% headroom over the peak is enough
         # for PBFR never to reject.
         train huawei --train "$DATA/huawei-east-1-lt/trace.csv.gz" --train-fraction 0.5
-        experiments huawei "$MODELS/huawei" oracle-and-model consolidation-test -- \
+        experiments huawei "$MODELS/huawei" oracle-and-model consolidation-test consolidation-test-3 -- \
             --trace "$DATA/huawei-east-1-lt/trace.csv.gz" --measure-from-s 1339040 --seeds 1,2,3,4,5 \
             --auto-hosts --headroom 0.3 --host-cores 64 --host-memory-gib 128
         # The papers' five experiments from the second half, its running VMs placed first.
