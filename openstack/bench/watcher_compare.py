@@ -243,7 +243,7 @@ class Zone(object):
         self.stack = stack_mod.Stack(
             ['host-%04d' % i for i in range(hosts)],
             capacity={'cores': float(HOST_CORES), 'memory_gib': float(HOST_MEMORY_GIB), 'ssd_gib': 0.0},
-            inference_timeout_ms=1000, clock='request', bundle=bundle, admin_token=ADMIN_TOKEN,
+            inference_timeout_ms=2500, clock='request', bundle=bundle, admin_token=ADMIN_TOKEN,
             consolidation=CONSOLIDATION % (chooser, repr(float(migration_s))))
         self.stack.setUp()
         self.control = client_mod.ControlClient(self.stack.control_url, stack_mod.OPERATOR_KEY, timeout=60.0,
@@ -298,9 +298,12 @@ def run_sample(args, sample, bundle):
             for t in threads:
                 t.join()
             placements = [z.placement() for z in zones.values()]
-            if any(p != placements[0] for p in placements):
-                raise SystemExit('the zones placed the sample differently at %.0f s' % at_s)
+            # The zones replay the same sequence with the same policy and tie-breaking, so they
+            # hold the same state unless a prediction fell back (an inference timeout on a loaded
+            # machine): then each of ours plans on its own zone's state, and the row says on how
+            # many hosts it differs.
             placement = placements[0]
+            differing = [sum(1 for h in placement if placement[h] != other.get(h)) for other in placements]
             snapshot = {'sample': sample, 'snapshot': index + 1, 'at_s': at_s,
                         'vms': sum(len(v) for v in placement.values()), 'hosts': len(placement),
                         'empty_hosts': sum(1 for v in placement.values() if not v),
@@ -309,9 +312,9 @@ def run_sample(args, sample, bundle):
                   % (index + 1, at_s, snapshot['vms'], len(placement), snapshot['empty_hosts'],
                      time.monotonic() - started), flush=True)
 
-            def record(name, moves, elapsed, **extra):
+            def record(name, moves, elapsed, state=placement, **extra):
                 row = dict(snapshot, strategy=name, plan_s=elapsed, **extra)
-                row.update(score(moves, placement, vms, at_s, args.migration_s, args.horizon_h * 3600.0))
+                row.update(score(moves, state, vms, at_s, args.migration_s, args.horizon_h * 3600.0))
                 rows.append(row)
                 print('  %-58s %4d migrations, %3d hosts emptied, wasted %d / %d, %.1f empty host-hours'
                       % (name, row['migrations'], row['hosts_emptied'], row['wasted_1h'], row['wasted_6h'],
@@ -325,13 +328,12 @@ def run_sample(args, sample, bundle):
                                           'aggregation_method': {'instance': 'mean', 'compute_node': 'mean',
                                                                  'node': ''}}))
             matched = max(vwc['migrations'], 1) / float(len(placement))
-            for (chooser, budget), zone in zones.items():
+            for ((chooser, budget), zone), state, differ in zip(zones.items(), placements, differing):
                 budget, label = ((matched, 'budget matched') if budget == 'matched'
                                  else (budget, 'budget %g/host-day' % budget))
-                moves, elapsed, queued = run_ours(zone.stack.allocator_url, compute_model(placement, vms), chooser,
-                                                  budget)
-                record('lifetime_consolidation %s, %s' % (chooser, label), moves, elapsed,
-                       budget_per_host_day=budget, queued=queued)
+                moves, elapsed, queued = run_ours(zone.stack.allocator_url, compute_model(state, vms), chooser, budget)
+                record('lifetime_consolidation %s, %s' % (chooser, label), moves, elapsed, state=state,
+                       budget_per_host_day=budget, queued=queued, hosts_differing=differ)
     finally:
         for zone in zones.values():
             zone.close()
@@ -387,11 +389,14 @@ def summary(rows, meta):
     for row in rows:
         by_strategy.setdefault(row['strategy'], collections.OrderedDict()).setdefault(row['sample'], []).append(row)
     samples = sorted({r['sample'] for r in rows})
+    differed = [r['hosts_differing'] for r in rows if r.get('hosts_differing')]
     lines = ['%d samples (clusters of %s hosts of %d cores, %d GiB) x %d snapshots; migrations of %.0f s; '
              'gains over %.0f h with no new arrival. Each sample\'s snapshots summed, then mean ± sd over the '
-             'samples; shares are of the migrations proposed.'
+             'samples; shares are of the migrations proposed. Plans on a state other than the Watcher '
+             'strategies\': %d (on %s hosts).'
              % (len(samples), '/'.join(str(meta['hosts'][s]) for s in samples), HOST_CORES, HOST_MEMORY_GIB,
-                len(meta['snapshots'].split(',')), meta['migration_s'], meta['horizon_h']),
+                len(meta['snapshots'].split(',')), meta['migration_s'], meta['horizon_h'], len(differed),
+                '/'.join(str(d) for d in differed) or '0'),
              '',
              '| strategy | migrations | hosts emptied | wasted within 1 h | wasted within 6 h | '
              'empty host-hours gained | per migration |',

@@ -217,27 +217,7 @@ class ControlClient(object):
             status, headers, content = self._via_requests(method, path, body, params, limit)
         if self.observer is not None:
             self.observer(method, path, status, headers, time.perf_counter() - started)
-        if status == 204:
-            return None
-        try:
-            answer = json.loads(content) if content else None
-        except ValueError:
-            answer = None
-        if status < 300:
-            if answer is None and content:
-                raise ServerError('%s %s: %d with a body that is not JSON' % (method, path, status), status)
-            return answer
-        problem = answer if isinstance(answer, dict) else {}
-        detail = problem.get('detail') or problem.get('title') or \
-            content.decode('utf-8', 'replace')[:200]
-        message = '%s %s: %d %s' % (method, path, status, detail)
-        if status == 404:
-            raise NotFound(message, status, problem)
-        if status == 409:
-            raise Conflict(message, status, problem)
-        if status < 500:
-            raise Refused(message, status, problem)
-        raise ServerError(message, status, problem)
+        return answer_of(method, path, status, content)
 
     def _vm_path(self, vm_id):
         return '/v1/allocate/%s' % mapping.check_id(vm_id, 'the VM id')
@@ -301,6 +281,31 @@ class ControlClient(object):
             return False
         return True
 
+
+
+def answer_of(method, path, status, content):
+    """A service's answer (``status``, body bytes ``content``) to ``method path``: its JSON body
+    (None for 204 or an empty body), or the typed error its status means, with its problem body."""
+    if status == 204:
+        return None
+    try:
+        answer = json.loads(content) if content else None
+    except ValueError:
+        answer = None
+    if status < 300:
+        if answer is None and content:
+            raise ServerError('%s %s: %d with a body that is not JSON' % (method, path, status), status)
+        return answer
+    problem = answer if isinstance(answer, dict) else {}
+    detail = problem.get('detail') or problem.get('title') or content.decode('utf-8', 'replace')[:200]
+    message = '%s %s: %d %s' % (method, path, status, detail)
+    if status == 404:
+        raise NotFound(message, status, problem)
+    if status == 409:
+        raise Conflict(message, status, problem)
+    if status < 500:
+        raise Refused(message, status, problem)
+    raise ServerError(message, status, problem)
 
 def _dropped(sock):
     """Whether a kept-alive connection's socket is readable while idle: the service closed it

@@ -49,23 +49,7 @@ class AllocatorAdmin(object):
             raise client_mod.Timeout('%s %s: no answer within %.1f s (%s)' % (method, path, self.timeout, error))
         except requests.RequestException as error:
             raise client_mod.Unreachable('%s %s: %s' % (method, path, error))
-        if answer.status_code >= 500:
-            raise client_mod.ServerError('%s %s: %d %s' % (method, path, answer.status_code, answer.text[:300]),
-                                         status=answer.status_code)
-        if answer.status_code >= 400:
-            try:
-                problem = answer.json()
-            except ValueError:
-                problem = {}
-            kind = {404: client_mod.NotFound, 409: client_mod.Conflict}.get(answer.status_code, client_mod.Refused)
-            raise kind('%s %s: %d %s' % (method, path, answer.status_code, problem.get('detail') or answer.text[:300]),
-                       status=answer.status_code, problem=problem)
-        if answer.status_code == 204 or not answer.content:
-            return None
-        try:
-            return answer.json()
-        except ValueError:
-            raise client_mod.ServerError('%s %s: the answer is not JSON' % (method, path))
+        return client_mod.answer_of(method, path, answer.status_code, answer.content)
 
     def report(self):
         """The allocator's ``ConsolidationReport``, or None while consolidation is off."""
