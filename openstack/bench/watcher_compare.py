@@ -24,7 +24,9 @@ all of whose VMs leave and none arrive), migrations wasted (the VM exits within 
 move ending, moves taking ``--migration-s``), and the empty host-hours the plan gains over the next
 ``--horizon-h`` hours with no new arrivals (each host empty from its last VM's exit; a move's
 source holds it until the move ends), per migration. Our strategy's migrations are then failed at
-the allocator (nothing moved), so the cluster goes on as it was.
+the allocator (nothing moved) and its consolidation turned off and on again (the hosts it started
+go back to service), so the cluster goes on as it was: every zone holds the same state at every
+snapshot unless a prediction fell back (the summary says how often).
 
 Run from the repository's root, with the Watcher venv (``scripts/openstack-env.sh``) and the
 binaries built::
@@ -203,8 +205,12 @@ def run_ours(url, model, chooser, budget_per_host_day):
     queued = sum(len(h.get('queue', [])) for h in report.get('hosts', []))
     for vm_id, _, _ in moves:
         admin.fail(vm_id)
-    # The bucket refills at once for the next snapshot.
-    admin.configure(consolidation.settings_with(admin.report()['config'], 1e6, chooser, consolidation.MAX_IN_FLIGHT))
+    # Off and on again: the hosts whose VMs wait in the queue go back to service too, and the
+    # bucket refills at the next request (the batches the choosers read are the last hour's exits,
+    # and the next snapshot is hours away).
+    settings = consolidation.settings_with(report['config'], 1e6, chooser, consolidation.MAX_IN_FLIGHT)
+    admin.off()
+    admin.configure(settings)
     return moves, elapsed, queued
 
 

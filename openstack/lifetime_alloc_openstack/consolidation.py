@@ -63,6 +63,11 @@ class AllocatorAdmin(object):
         them; answers the report."""
         return self._call('PUT', '/v1/consolidation', settings)
 
+    def off(self):
+        """Turns consolidation off (``DELETE /v1/consolidation``): the hosts being emptied go back
+        to service. Refused (:class:`client.Conflict`) while migrations are in flight."""
+        return self._call('DELETE', '/v1/consolidation')
+
     def plan(self):
         """The hosts a round would start now (``PlannedHost`` dicts), a dry run."""
         return (self._call('GET', '/v1/consolidation/plan') or {}).get('plan', [])

@@ -39,6 +39,15 @@ class AdminTest(unittest.TestCase):
             self.admin.configure({'max_in_flight': 0})
         self.assertIn('max_in_flight', str(caught.exception))
 
+    def test_off_is_refused_while_migrations_are_in_flight(self):
+        self.script.answers[('DELETE', '/v1/consolidation')] = (
+            409, {'type': 'urn:problem:conflict', 'detail': 'migrations are in flight'}, 0)
+        with self.assertRaises(client.Conflict) as caught:
+            self.admin.off()
+        self.assertIn('in flight', str(caught.exception))
+        self.script.answers[('DELETE', '/v1/consolidation')] = (204, None, 0)
+        self.assertIsNone(self.admin.off())
+
     def test_outcomes_complete_or_fail_the_allocators_migration(self):
         outcomes = consolidation.MigrationOutcomes(self.admin)
         self.script.answers[('POST', '/v1/migrations/v1/complete')] = (200, {'vm_id': 'v1'}, 0)
