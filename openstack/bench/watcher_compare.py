@@ -203,11 +203,17 @@ def run_ours(url, model, chooser, budget_per_host_day):
     admin = strategy.admin()
     report = admin.report()
     queued = sum(len(h.get('queue', [])) for h in report.get('hosts', []))
-    for vm_id, _, _ in moves:
+    in_flight = [m['vm_id'] for m in report.get('in_flight', [])]
+    unplanned = sorted(set(in_flight) - {vm_id for vm_id, _, _ in moves})
+    if unplanned:
+        print('  (in flight at the allocator with no action: %s)' % ', '.join(unplanned[:5]), flush=True)
+    # Paused (a failed migration would start the host's next), every migration failed, then off
+    # and on again: the hosts whose VMs wait in the queue go back to service too, and the bucket
+    # refills at the next request (the batches the choosers read are the last hour's exits, and
+    # the next snapshot is hours away).
+    admin.pause()
+    for vm_id in in_flight:
         admin.fail(vm_id)
-    # Off and on again: the hosts whose VMs wait in the queue go back to service too, and the
-    # bucket refills at the next request (the batches the choosers read are the last hour's exits,
-    # and the next snapshot is hours away).
     settings = consolidation.settings_with(report['config'], 1e6, chooser, consolidation.MAX_IN_FLIGHT)
     admin.off()
     admin.configure(settings)

@@ -63,6 +63,11 @@ class AllocatorAdmin(object):
         them; answers the report."""
         return self._call('PUT', '/v1/consolidation', settings)
 
+    def pause(self):
+        """Pauses consolidation (``POST /v1/consolidation/pause``): no new host and no new
+        migration; those in flight go on until they complete or fail."""
+        return self._call('POST', '/v1/consolidation/pause')
+
     def off(self):
         """Turns consolidation off (``DELETE /v1/consolidation``): the hosts being emptied go back
         to service. Refused (:class:`client.Conflict`) while migrations are in flight."""

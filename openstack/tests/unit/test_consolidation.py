@@ -39,12 +39,14 @@ class AdminTest(unittest.TestCase):
             self.admin.configure({'max_in_flight': 0})
         self.assertIn('max_in_flight', str(caught.exception))
 
-    def test_off_is_refused_while_migrations_are_in_flight(self):
+    def test_off_is_refused_while_migrations_are_in_flight_and_pause_stops_new_ones(self):
         self.script.answers[('DELETE', '/v1/consolidation')] = (
             409, {'type': 'urn:problem:conflict', 'detail': 'migrations are in flight'}, 0)
         with self.assertRaises(client.Conflict) as caught:
             self.admin.off()
         self.assertIn('in flight', str(caught.exception))
+        self.script.answers[('POST', '/v1/consolidation/pause')] = (200, {'paused': True}, 0)
+        self.assertEqual(self.admin.pause(), {'paused': True})
         self.script.answers[('DELETE', '/v1/consolidation')] = (204, None, 0)
         self.assertIsNone(self.admin.off())
 
