@@ -82,9 +82,10 @@ class LifetimeConsolidation(base.ServerConsolidationBaseStrategy):
                 },
                 'chooser': {
                     'description': 'How the allocator chooses the hosts to empty: lifetime (the '
-                                   'model\'s remaining lifetimes; recommended with a model), '
-                                   'age-batches (the same rules without a model), age, fewest-vms '
-                                   '(Watcher\'s own order), least-used.',
+                                   'model\'s remaining lifetimes), age-batches (the same rules '
+                                   'without a model: as good on the test traces, and the one to '
+                                   'run without a model), age, fewest-vms (Watcher\'s own order), '
+                                   'least-used.',
                     'type': 'string',
                     'enum': list(consolidation.CHOOSERS),
                     'default': 'lifetime',
