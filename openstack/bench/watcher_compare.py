@@ -77,6 +77,10 @@ CONSOLIDATION = ('budget_per_host_day = 1000000.0\nchooser = "%s"\nevery_s = 100
 RECOMMENDED_BUDGET = 0.25
 
 
+# The trace format's own columns (docs/trace-format.md); any other is a request-time feature.
+TRACE_COLUMNS = ('vm_id', 'tenant_id', 'vm_type', 'cores', 'memory_gib', 'priority', 'start_s', 'end_s')
+
+
 class Vm(object):
     def __init__(self, row):
         self.id = row['vm_id']
@@ -87,15 +91,26 @@ class Vm(object):
         self.priority = row.get('priority') or 'regular'
         self.start_s = float(row['start_s'])
         self.end_s = float(row['end_s']) if row.get('end_s') else math.inf
-        self.batch_size = row.get('batch_size')
+        self.extra = {k: v for k, v in row.items() if k not in TRACE_COLUMNS and v not in (None, '')}
 
     def request(self):
+        """The allocation request as ``vmreplay`` sends it (traces::TraceRecord::to_request): the
+        ``os`` column as the OS, every other extra column a feature (a number when it reads as one)."""
         features = {}
-        if self.batch_size not in (None, ''):
-            features['batch_size'] = float(self.batch_size)
-        return {'vm_id': self.id, 'tenant_id': self.tenant, 'vm_type': self.vm_type, 'priority': self.priority,
-                'demand': {'cores': self.cores, 'memory_gib': self.memory_gib},
-                'requested_at_s': self.start_s, 'features': features}
+        for name, value in self.extra.items():
+            if name == 'os':
+                continue
+            try:
+                number = float(value)
+                features[name] = number if math.isfinite(number) else value
+            except ValueError:
+                features[name] = value
+        request = {'vm_id': self.id, 'tenant_id': self.tenant, 'vm_type': self.vm_type, 'priority': self.priority,
+                   'demand': {'cores': self.cores, 'memory_gib': self.memory_gib},
+                   'requested_at_s': self.start_s, 'features': features}
+        if 'os' in self.extra:
+            request['os'] = self.extra['os']
+        return request
 
 
 def read_trace(path, tenant_every, sample):
