@@ -15,7 +15,10 @@
 //! `refused/100`, the batches the store refused per 100 commits (a conflict, decided again);
 //! `cores busy`, the CPU of everything (agents, PostgreSQL, proxy and clients) over the elapsed
 //! time; `cpu_ms/alloc`, the agents' and PostgreSQL's CPU per allocation (with its release), then
-//! split into `agents_ms` and `database_ms`; `commands/commit`, the zone's durable writes per
+//! split into `agents_ms` and `database_ms`, and the agents' into `following_ms` (their workers'
+//! CPU reading and applying other agents' commits, `allocator_follow_cpu_microseconds_total`, and
+//! their listener threads', which receive and decode the notified batches) and `deciding_ms`, the
+//! rest (HTTP, deciding, committing); `commands/commit`, the zone's durable writes per
 //! commit (how much a commit carries, and so what its fixed costs are shared by). The
 //! last row, one agent on its SQLite file, is the embedded store's reference (no database, so no
 //! round trip).
@@ -48,6 +51,8 @@ const ZONE_VMS: usize = HOSTS * CORES * 6 / 10 * 2 / 9;
 const WARMUP: usize = 400;
 const AGENT_PORT: u16 = 8080;
 const PROXY_PORT: u16 = 6432;
+/// The agents' counter of the worker's CPU spent following other agents (microseconds).
+const FOLLOW_CPU: &str = "allocator_follow_cpu_microseconds_total";
 
 /// One row of the table: a round trip (ms) and a number of PostgreSQL agents, or one agent on
 /// SQLite.
@@ -117,6 +122,10 @@ struct Measured {
     conflicts: f64,
     /// Clock ticks over the measured allocations: the agents, PostgreSQL, and everything.
     agent_ticks: u64,
+    /// Of the agents' CPU, following others' commits: the workers' (seconds, from
+    /// `allocator_follow_cpu_microseconds_total`) and the listener threads' (clock ticks).
+    follow_worker_s: f64,
+    listener_ticks: u64,
     database_ticks: u64,
     all_ticks: u64,
     elapsed_s: f64,
@@ -146,18 +155,23 @@ async fn run_row(
     drive(&bases, WARMUP, &format!("warm{row}"), &mut held, keep).await;
     let (commits0, conflicts0) =
         (counter(&bases, "allocator_commits_total").await, counter(&bases, "allocator_commit_conflicts_total").await);
+    let follow0 = counter(&bases, FOLLOW_CPU).await;
     let pids: Vec<u32> = agents.iter().map(|agent| agent.id().expect("a running agent")).collect();
     let agent = || pids.iter().map(|pid| cpu::process(*pid)).sum::<u64>();
     let database = || postmaster.map_or(0, cpu::tree);
+    let listeners = || pids.iter().map(|pid| cpu::thread(*pid, "allocator-listen")).sum::<u64>();
     let everything = || agent() + database() + cpu::process(std::process::id());
-    let (agent0, database0, all0, started) = (agent(), database(), everything(), Instant::now());
+    let (agent0, listen0, database0, all0, started) = (agent(), listeners(), database(), everything(), Instant::now());
     let figures = drive(&bases, allocations, &format!("r{row}"), &mut held, keep).await;
-    let (agent1, database1, all1, elapsed_s) = (agent(), database(), everything(), started.elapsed().as_secs_f64());
+    let (agent1, listen1, database1, all1, elapsed_s) =
+        (agent(), listeners(), database(), everything(), started.elapsed().as_secs_f64());
     Measured {
         figures,
         commits: counter(&bases, "allocator_commits_total").await - commits0,
         conflicts: counter(&bases, "allocator_commit_conflicts_total").await - conflicts0,
         agent_ticks: agent1.saturating_sub(agent0),
+        follow_worker_s: (counter(&bases, FOLLOW_CPU).await - follow0) * 1e-6,
+        listener_ticks: listen1.saturating_sub(listen0),
         database_ticks: database1.saturating_sub(database0),
         all_ticks: all1.saturating_sub(all0),
         elapsed_s,
@@ -191,9 +205,9 @@ fn main() {
     }
     binaries.push(("this build", PathBuf::from(env!("CARGO_BIN_EXE_allocator"))));
     println!(
-        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc | agents_ms | database_ms | commands/commit |"
+        "| binary | agents | store | rtt_ms | allocations/s | p50 | p99 | refused/100 | cores busy | cpu_ms/alloc | agents_ms | deciding_ms | following_ms | database_ms | commands/commit |"
     );
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let runs = rows().into_iter().flat_map(|row| binaries.iter().map(move |binary| (row, binary)));
     for (row, (kind, (label, binary))) in runs.enumerate() {
         let (store, agents, rtt_ms, _proxy) = match kind {
@@ -218,8 +232,11 @@ fn main() {
             .expect("the row ran");
         let figures = &measured.figures;
         let per_allocation_ms = 1e3 / ticks / allocations as f64;
+        let agents_ms = measured.agent_ticks as f64 * per_allocation_ms;
+        let following_ms =
+            measured.listener_ticks as f64 * per_allocation_ms + measured.follow_worker_s * 1e3 / allocations as f64;
         println!(
-            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.1} |",
+            "| {label} | {agents} | {} | {rtt_ms:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} |",
             if matches!(kind, Row::Sqlite) { "sqlite" } else { "postgres" },
             figures.allocations_per_s,
             figures.p50.as_secs_f64() * 1e3,
@@ -227,7 +244,9 @@ fn main() {
             100.0 * measured.conflicts / measured.commits.max(1.0),
             measured.all_ticks as f64 / ticks / measured.elapsed_s,
             (measured.agent_ticks + measured.database_ticks) as f64 * per_allocation_ms,
-            measured.agent_ticks as f64 * per_allocation_ms,
+            agents_ms,
+            (agents_ms - following_ms).max(0.0),
+            following_ms,
             measured.database_ticks as f64 * per_allocation_ms,
             // Each allocation comes with a release: two commands.
             2.0 * allocations as f64 / measured.commits.max(1.0),

@@ -676,9 +676,14 @@ impl DurableAllocator {
     /// ([`PlacementStore::follow_notified`]); answers whether it did (and the view is in step).
     fn follow_notified(&mut self) -> bool {
         let Some(live) = &mut self.live else { return false };
-        let Some(followed) = live.store.follow_notified().transpose() else { return false };
+        let cpu = thread_cpu_s();
+        let Some(followed) = live.store.follow_notified().transpose() else {
+            count_follow_cpu(cpu);
+            return false;
+        };
         metrics::counter!("allocator_notified_follows_total").increment(1);
         self.apply_followed(followed);
+        count_follow_cpu(cpu);
         self.live.is_some()
     }
 
@@ -686,10 +691,11 @@ impl DurableAllocator {
     /// (to be rebuilt) when they cannot be followed.
     fn follow_store(&mut self) {
         if let Some(live) = &mut self.live {
-            let started = Instant::now();
+            let (started, cpu) = (Instant::now(), thread_cpu_s());
             let followed = live.store.follow();
             metrics::histogram!("allocator_follow_duration_seconds").record(started.elapsed().as_secs_f64());
             self.apply_followed(followed);
+            count_follow_cpu(cpu);
         }
     }
 
@@ -771,6 +777,26 @@ fn record_outcomes(outcomes: &[&'static str]) {
     for outcome in outcomes {
         metrics::counter!("allocator_decisions_total", "outcome" => *outcome).increment(1);
     }
+}
+
+/// This thread's CPU time so far, in seconds (0 where the clock cannot be read).
+fn thread_cpu_s() -> f64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which is valid for it.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if read == 0 {
+        now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
+    } else {
+        0.0
+    }
+}
+
+/// Adds the worker's CPU since `since_s` ([`thread_cpu_s`]) to what following other agents' commits
+/// cost (`allocator_follow_cpu_microseconds_total`: reading them from the store and applying them to
+/// the view), which the scale-out bench splits from deciding.
+fn count_follow_cpu(since_s: f64) {
+    metrics::counter!("allocator_follow_cpu_microseconds_total")
+        .increment(((thread_cpu_s() - since_s).max(0.0) * 1e6) as u64);
 }
 
 #[cfg(test)]
