@@ -109,13 +109,16 @@ impl Allocator {
     /// wider reach. Only a zone where the agent owns none of those either draws at random.
     fn among_top(&mut self, vm: &VmRequest, top: usize, share: Option<&HostShare>) -> Option<HostIndex> {
         let traits = self.request_traits(vm);
-        let ranked = self.rank(&self.rule_request(vm, &traits));
-        let n = ranked.len().min(top);
+        // What is read below: the top `top` (per agent, with a share) and the hosts tied with the
+        // last of them.
+        let reads = top.saturating_mul(share.map_or(1, HostShare::agents)).max(top);
+        let (ranked, valid) = self.rank_top(&self.rule_request(vm, &traits), reads);
+        let n = valid.min(top);
         let boundary = &ranked.get(n.checked_sub(1)?)?.0;
         let tied_from = ranked.partition_point(|(key, _)| key < boundary);
         let tied_to = ranked.partition_point(|(key, _)| key <= boundary);
         if let Some(share) = share {
-            let reach = tied_to.max(ranked.len().min(top.saturating_mul(share.agents())));
+            let reach = tied_to.max(valid.min(top.saturating_mul(share.agents())));
             if let Some(first) = ranked[..reach].iter().position(|(_, host)| share.is_own(*host)) {
                 let key = &ranked[first].0;
                 // Every own host tied with it, wherever the reach cuts their run.

@@ -90,14 +90,39 @@ impl Allocator {
     /// Every valid host for `request`, best first (a full scan: for dry runs and conflict
     /// avoidance, not the decision path).
     pub(super) fn rank(&self, request: &RuleRequest) -> Vec<(ScoreKey, HostIndex)> {
+        let mut ranked = self.scored(request);
+        ranked.sort_unstable();
+        ranked
+    }
+
+    /// The start of [`Allocator::rank`]'s list, without sorting the rest: its first `k` hosts and
+    /// every host tied by score with the `k`-th (a prefix of the full list, since hosts tied by
+    /// score are ordered by index), with the number of valid hosts. Conflict avoidance reads no
+    /// further, and with other agents it ranks every placement.
+    pub(super) fn rank_top(&self, request: &RuleRequest, k: usize) -> (Vec<(ScoreKey, HostIndex)>, usize) {
+        let scored = self.scored(request);
+        let valid = scored.len();
+        if k == 0 || valid == 0 {
+            return (Vec::new(), valid);
+        }
+        // The k-th best score; a policy of few buckets ties many hosts on it, which need no sort:
+        // `scored` is in host order already.
+        let mut keys: Vec<ScoreKey> = scored.iter().map(|(key, _)| *key).collect();
+        let boundary = *keys.select_nth_unstable(k.min(valid) - 1).1;
+        let mut top: Vec<(ScoreKey, HostIndex)> = scored.iter().filter(|(key, _)| *key < boundary).copied().collect();
+        top.sort_unstable();
+        top.extend(scored.iter().filter(|(key, _)| *key == boundary));
+        (top, valid)
+    }
+
+    /// Every valid host for `request` with its score, in host order.
+    fn scored(&self, request: &RuleRequest) -> Vec<(ScoreKey, HostIndex)> {
         let validators = self.policy.validators().len();
-        let mut ranked: Vec<(ScoreKey, HostIndex)> = (0..self.state.hosts().len())
+        (0..self.state.hosts().len())
             .map(|i| HostIndex(i as u32))
             .filter(|h| self.policy.first_rejection(&self.view(*h), request, 0..validators).is_none())
             .map(|h| (self.policy.score(&self.view(h), request), h))
-            .collect();
-        ranked.sort_unstable();
-        ranked
+            .collect()
     }
 
     fn ranked(&self, host: HostIndex, key: &ScoreKey) -> RankedHost {
@@ -162,6 +187,47 @@ impl Allocator {
                     "it ties with the best hosts; another one was drawn".to_owned()
                 },
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::Buckets;
+    use crate::{Allocator, AllocatorConfig, PolicyConfig, TieBreak};
+    use domain::{AllocationRequest, InventorySpec, Resources, VmRequest};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Conflict avoidance reads the start of the ranking from `rank_top`: it must be exactly
+        /// the full ranking's first `k` hosts and every host tied with the k-th, so that agents
+        /// decide as they did with the full sort.
+        #[test]
+        fn the_top_of_the_ranking_is_a_prefix_of_the_full_ranking_with_every_tie(
+            sizes in prop::collection::vec(1u32..9, 0..60),
+            exact in any::<bool>(),
+            k in 0usize..40,
+        ) {
+            let spec = InventorySpec::homogeneous("z", 24, 4, Resources::from_whole(16.0, 64.0, 0.0).unwrap());
+            let buckets = if exact { Buckets::Exact } else { Buckets::Quantized(3) };
+            let policy = PolicyConfig { buckets, ..PolicyConfig::preset("pbfr") };
+            let config = AllocatorConfig { policy, tie_break: TieBreak::LowestIndex, ..Default::default() };
+            let mut allocator = Allocator::new(&spec, &config).unwrap();
+            for (i, cores) in sizes.iter().enumerate() {
+                let vm = VmRequest::new(&format!("v{i}"), "t", "D", Resources::from_whole(f64::from(*cores), 2.0, 0.0).unwrap());
+                allocator.allocate(&AllocationRequest::Vm(vm), 1.0).unwrap();
+            }
+            let probe = VmRequest::new("probe", "t", "D", Resources::from_whole(2.0, 2.0, 0.0).unwrap());
+            let traits = allocator.request_traits(&probe);
+            let request = allocator.rule_request(&probe, &traits);
+            let full = allocator.rank(&request);
+            let (top, valid) = allocator.rank_top(&request, k);
+            prop_assert_eq!(valid, full.len());
+            let expected = match k.min(full.len()) {
+                0 => 0,
+                n => full.iter().position(|(key, _)| *key > full[n - 1].0).unwrap_or(full.len()),
+            };
+            prop_assert_eq!(&top[..], &full[..expected]);
         }
     }
 }
