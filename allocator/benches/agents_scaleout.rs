@@ -27,7 +27,9 @@
 //! `0:sqlite`; default: round trips 0 and 2 ms by 1, 2, 4 and 8 agents, then `0:sqlite`);
 //! `SCALEOUT_BASELINE=/path/to/allocator` runs every row first with that binary (a reference
 //! build: before and after in one run), each on a database of its own; `SCALEOUT_AGENT_LOG` is the
-//! agents' `RUST_LOG` (default `warn`; their log goes to the bench's standard error).
+//! agents' `RUST_LOG` (default `warn`; their log goes to the bench's standard error);
+//! `SCALEOUT_POLICY=nilas` places with the recommended NILAS (exact best fit, an 8-hour exit floor,
+//! repredicting with the repository's default bundle) instead of `la-binary`.
 
 mod support;
 
@@ -77,15 +79,39 @@ fn rows() -> Vec<Row> {
         .collect()
 }
 
+/// The agents' placement policy (`SCALEOUT_POLICY`): its `[allocator.policy]` body, and the
+/// top-level line naming the model bundles' folder when it repredicts.
+struct Policy {
+    name: &'static str,
+    body: &'static str,
+    models: String,
+}
+
+fn policy() -> Policy {
+    match std::env::var("SCALEOUT_POLICY").as_deref() {
+        Ok("nilas") => Policy {
+            name: "nilas-survival",
+            // The recommended NILAS (configs/allocator.toml), repredicting with the default bundle.
+            body: "kind = \"nilas\"\nbuckets = \"exact\"\nexit_floor_s = 28800.0\n",
+            models: format!("models_dir = \"{}/../models\"\n", env!("CARGO_MANIFEST_DIR")),
+        },
+        Ok("la-binary") | Err(_) => Policy { name: "la-binary", body: "kind = \"la-binary\"\n", models: String::new() },
+        Ok(other) => panic!("SCALEOUT_POLICY: `la-binary` or `nilas`, got `{other}`"),
+    }
+}
+
 /// Agent `i` in its host's namespace (killed when dropped).
 fn start_agent(lab: &Lab, binary: &Path, i: usize, dir: &Path, store: &str) -> Process {
+    let policy = policy();
     let host = lab.host(&format!("agent{i}")).expect("agent host");
     let config = dir.join(format!("agent{i}.toml"));
     std::fs::write(
         &config,
         format!(
-            "listen = \"{}\"\nstore = \"{store}\"\n\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = {CORES}\nmemory_gib = 384\n\n[allocator.policy]\nkind = \"la-binary\"\n",
-            host.socket_addr(AGENT_PORT)
+            "listen = \"{}\"\nstore = \"{store}\"\n{}\n[generate]\nhosts = {HOSTS}\nhosts_per_rack = 20\ncores = {CORES}\nmemory_gib = 384\n\n[allocator.policy]\n{}",
+            host.socket_addr(AGENT_PORT),
+            policy.models,
+            policy.body,
         ),
     )
     .expect("config written");
@@ -197,7 +223,8 @@ fn main() {
     let dir = tempfile::Builder::new().prefix("scaleout-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     let ticks = cpu::ticks_per_s();
     println!(
-        "zone throughput by agents: {allocations} allocations (+ as many releases) per row, {CLIENTS_PER_AGENT} clients per agent, {HOSTS} hosts, la-binary; each agent, the database and the clients on hosts of their own (network namespaces), the round trip from a delaying proxy"
+        "zone throughput by agents: {allocations} allocations (+ as many releases) per row, {CLIENTS_PER_AGENT} clients per agent, {HOSTS} hosts, {}; each agent, the database and the clients on hosts of their own (network namespaces), the round trip from a delaying proxy",
+        policy().name
     );
     let mut binaries: Vec<(&str, PathBuf)> = Vec::new();
     if let Some(baseline) = std::env::var_os("SCALEOUT_BASELINE") {
