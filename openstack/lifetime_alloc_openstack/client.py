@@ -282,7 +282,6 @@ class ControlClient(object):
         return True
 
 
-
 def answer_of(method, path, status, content):
     """A service's answer (``status``, body bytes ``content``) to ``method path``: its JSON body
     (None for 204 or an empty body), or the typed error its status means, with its problem body."""
@@ -306,6 +305,7 @@ def answer_of(method, path, status, content):
     if status < 500:
         raise Refused(message, status, problem)
     raise ServerError(message, status, problem)
+
 
 def _dropped(sock):
     """Whether a kept-alive connection's socket is readable while idle: the service closed it

@@ -675,16 +675,15 @@ impl DurableAllocator {
     /// Applies the batches other agents' notifications carried
     /// ([`PlacementStore::follow_notified`]); answers whether it did (and the view is in step).
     fn follow_notified(&mut self) -> bool {
-        let Some(live) = &mut self.live else { return false };
         let cpu = thread_cpu_s();
-        let Some(followed) = live.store.follow_notified().transpose() else {
-            count_follow_cpu(cpu);
-            return false;
-        };
-        metrics::counter!("allocator_notified_follows_total").increment(1);
-        self.apply_followed(followed);
+        let followed = self.live.as_mut().and_then(|live| live.store.follow_notified().transpose());
+        let applied = followed.is_some();
+        if let Some(followed) = followed {
+            metrics::counter!("allocator_notified_follows_total").increment(1);
+            self.apply_followed(followed);
+        }
         count_follow_cpu(cpu);
-        self.live.is_some()
+        applied && self.live.is_some()
     }
 
     /// Applies the changes committed to the store that the live view lacks; drops the live view

@@ -87,8 +87,8 @@ impl Allocator {
         })
     }
 
-    /// Every valid host for `request`, best first (a full scan: for dry runs and conflict
-    /// avoidance, not the decision path).
+    /// Every valid host for `request`, best first (a full scan and sort: for dry runs; conflict
+    /// avoidance reads only the top of it, [`Allocator::rank_top`]).
     pub(super) fn rank(&self, request: &RuleRequest) -> Vec<(ScoreKey, HostIndex)> {
         let mut ranked = self.scored(request);
         ranked.sort_unstable();
